@@ -1,0 +1,27 @@
+"""A realistic run's events through a MetricLogger: text on stdout, JSONL under runs/quickstart/."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+from speedtronic.profiling import MetricLogger
+
+
+def main(run_dir: Path = Path("runs/quickstart")) -> int:
+    losses: list[float] = []
+    with MetricLogger(json_file=run_dir / "metrics.jsonl", every_steps=10) as logger:
+        logger.hooks.append(lambda event, payload: losses.append(payload.get("loss", math.nan)))
+        logger.emit("train_start", {"start_step": 0, "target_step": 50, "device": "cpu"})
+        for step in range(1, 51):
+            loss = 2.0 * math.exp(-step / 20)
+            logger.emit("train_step", {"step": step, "loss": round(loss, 4), "lr": 3e-4})
+        logger.emit("checkpoint", {"step": 50, "path": str(run_dir / "step_50.pt")})
+        logger.emit("train_end", {"step": 50, "final_loss": round(loss, 4)})
+    print(f"wrote {run_dir / 'metrics.jsonl'}; the hook saw {len(losses)} events", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,7 @@
+"""``python -m speedtronic`` runs the CLI."""
+
+import sys
+
+from speedtronic.cli import main
+
+sys.exit(main())

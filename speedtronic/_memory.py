@@ -1,0 +1,71 @@
+"""Accelerator memory probes, chosen once per device.
+
+torch is never imported here: if the process has not imported it, no accelerator is in use.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["MemoryProbe", "resolve_probe"]
+
+MemoryProbe = Callable[[], "int | None"]
+
+
+def _no_reading() -> int | None:
+    return None
+
+
+def resolve_probe(device: Any = None) -> MemoryProbe:
+    """Return a zero-argument callable reading allocated bytes on ``device``, or ``None``.
+
+    ``device`` is anything ``torch.device`` accepts (``"cuda:1"``, ``1``, a ``torch.device``) or
+    ``None`` for the accelerator in use: CUDA when it is initialised (the current device, fixed now so
+    that a later call from another thread still reads the same card), else MPS when it holds memory.
+    A CPU device, a CPU build of torch, or torch not imported gives a probe that returns ``None``.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return _no_reading
+    if device is None:
+        return _default_probe(torch)
+    target = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
+    if target.type == "cuda" and torch.cuda.is_available():
+        index = target.index if target.index is not None else torch.cuda.current_device()
+        return _cuda_probe(torch, index)
+    if target.type == "mps" and _mps_available(torch):
+        return _mps_probe(torch)
+    return _no_reading
+
+
+def _default_probe(torch: Any) -> MemoryProbe:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return _cuda_probe(torch, torch.cuda.current_device())
+    if _mps_available(torch) and torch.mps.current_allocated_memory() > 0:
+        return _mps_probe(torch)
+    return _no_reading
+
+
+def _mps_available(torch: Any) -> bool:
+    mps = getattr(getattr(torch, "backends", None), "mps", None)
+    return bool(mps is not None and mps.is_available())
+
+
+def _cuda_probe(torch: Any, index: int) -> MemoryProbe:
+    memory_allocated = torch.cuda.memory_allocated
+
+    def cuda_memory() -> int | None:
+        return int(memory_allocated(index))
+
+    return cuda_memory
+
+
+def _mps_probe(torch: Any) -> MemoryProbe:
+    current_allocated_memory = torch.mps.current_allocated_memory
+
+    def mps_memory() -> int | None:
+        return int(current_allocated_memory())
+
+    return mps_memory

@@ -1,0 +1,73 @@
+"""Text-line formatting: keys and values as ``key=value`` tokens that can never break a line.
+
+Strings are bare when they hold only safe characters, otherwise double-quoted with every character
+that could end a line, fake a field or drive a terminal escaped: C0 and C1 controls (newline, CR, ESC
+and the rest), DEL, U+2028/U+2029, bidi overrides, lone surrogates, ``"`` and ``\\``. So one event is
+one physical line however the text is read (bytes, text mode, ``str.splitlines()``), and ``=``, ``|``
+and spaces inside a value stay inside its quotes (CWE-117).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from speedtronic._convert import int_text, safe_str
+
+__all__ = ["format_key", "format_value", "quote"]
+
+_SAFE = re.compile(r"[A-Za-z0-9_.,:/@%+\-\[\]()<>]+")
+_UNSAFE = re.compile('[\\\\"\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]')
+_NAMED = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    named = _NAMED.get(char)
+    if named is not None:
+        return named
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def quote(text: str) -> str:
+    """``text`` bare when safe, else double-quoted with every line-breaking character escaped."""
+    if _SAFE.fullmatch(text):
+        return text
+    return '"' + _UNSAFE.sub(_escape, text) + '"'
+
+
+def _format_float(value: float) -> str:
+    return repr(value)
+
+
+def _format_int(value: int) -> str:
+    return int_text(value)
+
+
+def _format_str(value: str) -> str:
+    return quote(value)
+
+
+def _format_other(value: Any) -> str:
+    return quote(safe_str(value))
+
+
+_FORMATTERS: dict[type, Callable[[Any], str]] = {
+    float: _format_float,
+    int: _format_int,
+    str: _format_str,
+    bool: str,
+    type(None): str,
+}
+
+
+def format_value(value: Any) -> str:
+    """Floats as ``repr`` (shortest round-trip), ints in decimal, strings quoted when unsafe."""
+    return _FORMATTERS.get(type(value), _format_other)(value)
+
+
+def format_key(key: object) -> str:
+    """A key as a token: bare when safe, quoted otherwise; non-string keys by their ``str()``."""
+    return quote(key if type(key) is str else safe_str(key))

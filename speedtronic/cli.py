@@ -1,0 +1,43 @@
+"""The ``speedtronic`` command: one subcommand per module in ``speedtronic.commands``.
+
+Each command module defines ``add_parser(subparsers)``, which registers its sub-parser and sets
+``func`` (``argparse.Namespace -> int``, the exit code) as a default. Modules are imported only when
+the CLI runs, so ``import speedtronic`` stays light.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+__all__ = ["COMMANDS", "main"]
+
+COMMANDS: tuple[str, ...] = ()
+"""Module names under ``speedtronic.commands``, in the order ``--help`` lists them."""
+
+
+class CommandError(Exception):
+    """A user-facing failure: printed as one line ``speedtronic: error: ...``, exit code 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="speedtronic", description=__doc__.splitlines()[0])
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMANDS:
+        importlib.import_module(f"speedtronic.commands.{name}").add_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except CommandError as error:
+        print(f"speedtronic: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("speedtronic: interrupted", file=sys.stderr)
+        return 130

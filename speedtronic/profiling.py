@@ -1,0 +1,297 @@
+"""``MetricLogger``: one training event in, a text line, a JSONL record and hook calls out.
+
+The logger is a structlog processor chain of its own (``structlog.wrap_logger``; the global structlog
+configuration is never touched), whose stages live in ``speedtronic.processors``::
+
+    emit(event, payload)
+      cadence rule (CadenceFilter.admits): a skipped train_step returns here, before any work
+      CopyPayload -> AddElapsed -> AddMemory -> ConvertValues
+        -> WriteText (stdlib logger: stdout, stream or file) -> WriteLines (JSONL file)
+        -> DispatchHooks (final: each hook in order, failures isolated and counted)
+
+One lock serialises the chain, so ``emit`` is safe from several threads: lines never interleave and
+hooks are never called concurrently.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+import traceback
+import warnings
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType, TracebackType
+from typing import IO, Any
+
+import structlog
+from structlog.typing import EventDict, WrappedLogger
+
+from speedtronic import _lifecycle
+from speedtronic._memory import resolve_probe
+from speedtronic._sinks import JSONLFile, open_text_logger
+from speedtronic.errors import (
+    HookError,
+    HookFailureWarning,
+    LoggerClosedError,
+    LoggingFailureWarning,
+    SpeedtronicWarning,
+)
+from speedtronic.hooks import HookList, close_hook, hook_name
+from speedtronic.processors import (
+    AddElapsed,
+    AddMemory,
+    CadenceFilter,
+    ConvertValues,
+    CopyPayload,
+    DispatchHooks,
+    JSONLRenderer,
+    TextRenderer,
+    WriteLines,
+    WriteText,
+    level_for,
+)
+
+__all__ = ["MetricLogger", "memory_usage_bytes"]
+
+_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_ids = itertools.count(1)
+
+
+def memory_usage_bytes(device: Any = None) -> int | None:
+    """Bytes allocated on ``device`` (default: the accelerator in use), or ``None`` without one.
+
+    CUDA: ``torch.cuda.memory_allocated(device)``; MPS: ``torch.mps.current_allocated_memory()``.
+    Never imports torch: if it has not been imported, no accelerator is in use.
+    """
+    return resolve_probe(device)()
+
+
+def _parse_level(level: str | int) -> int:
+    if isinstance(level, int) and not isinstance(level, bool):
+        return level
+    if isinstance(level, str) and level.upper() in _LEVELS:
+        return int(logging.getLevelName(level.upper()))
+    raise ValueError(f"level must be one of {', '.join(_LEVELS)} (or an int), got {level!r}")
+
+
+def _drop(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+    raise structlog.DropEvent
+
+
+def _is_power_of_two(n: int) -> bool:
+    return n & (n - 1) == 0
+
+
+class MetricLogger:
+    """Turns training events into a text log, a JSONL record and hook calls.
+
+    Args:
+        level: threshold of the text log (``"DEBUG"`` ... ``"CRITICAL"``); the JSONL record and the
+            hooks get every event regardless.
+        file: append the text log here instead of writing it to ``stream``.
+        json_file: append one JSON object per event here (parent directories are created).
+        every_steps: log a ``train_step`` only when its ``step`` is a multiple of this.
+        stream: text stream for the text log when ``file`` is not given (default ``sys.stdout``).
+        hooks: hooks to call for every delivered event (more can be appended to ``.hooks``).
+        device: accelerator whose memory ``memory_bytes`` reports (default: the current one).
+        strict_hooks: re-raise a hook's failure as ``HookError`` after reporting it (for tests).
+
+    Use it as a context manager, or call ``close()``; loggers left open are closed at exit.
+    """
+
+    def __init__(
+        self,
+        level: str | int = "INFO",
+        file: str | os.PathLike[str] | None = None,
+        json_file: str | os.PathLike[str] | None = None,
+        every_steps: int = 1,
+        stream: IO[str] | None = None,
+        hooks: Iterable[Any] | None = None,
+        *,
+        device: Any = None,
+        strict_hooks: bool = False,
+    ) -> None:
+        levelno = _parse_level(level)
+        self._cadence = CadenceFilter(every_steps)
+        if file is not None and stream is not None:
+            raise ValueError("pass either file= or stream= for the text log, not both")
+        self._hooks = HookList(hooks or ())
+        self._hook_errors: dict[str, int] = {}
+        self._hook_names: dict[int, tuple[object, str]] = {}
+        self._strict_hooks = strict_hooks
+        self.write_errors = 0
+        """Records that could not be written (I/O errors) or rendered; each failure is also warned."""
+        self._lock = threading.RLock()
+        self._closed = False
+        self._admits = self._cadence.admits
+
+        try:
+            self.text_logger, self._handler = open_text_logger(
+                f"speedtronic.metrics.{next(_ids)}", levelno, file, stream, self._write_failed
+            )
+        except OSError as error:
+            raise ValueError(f"MetricLogger(file={os.fspath(file)!r}): can't open it: {error}") from None
+        try:
+            self._json = JSONLFile(json_file, self._write_failed) if json_file is not None else None
+        except OSError as error:
+            self._handler.close()
+            raise ValueError(
+                f"MetricLogger(json_file={os.fspath(json_file)!r}): can't open it: {error}"  # type: ignore[arg-type]  # not None here
+            ) from None
+
+        elapsed = AddElapsed()
+        sinks: list[Any] = [WriteText(self.text_logger, TextRenderer())]
+        if self._json is not None:
+            sinks.append(WriteLines(self._json.write, JSONLRenderer(as_bytes=True)))
+        chain = [CopyPayload(), elapsed, AddMemory(device), ConvertValues(), *sinks]
+        self._chain = structlog.wrap_logger(
+            None, processors=[*chain, DispatchHooks(self._hooks, self._hook_failed)]
+        ).bind()
+        self._report_chain = structlog.wrap_logger(
+            None, processors=[CopyPayload(), elapsed, ConvertValues(), *sinks, _drop]
+        ).bind()
+        _lifecycle.remember(self)
+
+    # -- public API ---------------------------------------------------------------------------
+
+    @property
+    def hooks(self) -> HookList:
+        """The hooks, in call order; append to it at any time (each hook is checked when added)."""
+        return self._hooks
+
+    @hooks.setter
+    def hooks(self, hooks: Iterable[Any]) -> None:
+        self._hooks[:] = list(hooks)
+
+    @property
+    def hook_errors(self) -> Mapping[str, int]:
+        """Failures per hook name (``on_event`` and ``close`` together); a live, read-only view."""
+        return MappingProxyType(self._hook_errors)
+
+    @property
+    def every_steps(self) -> int:
+        return self._cadence.every_steps
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def emit(self, event: str, payload: Mapping[Any, Any]) -> None:
+        """Log one event; a ``train_step`` skipped by the cadence returns before doing anything.
+
+        Never raises because of the payload or a hook (unless ``strict_hooks``); raises
+        ``LoggerClosedError`` after ``close()`` and ``TypeError`` for a payload that is no mapping.
+        """
+        if self._closed:
+            raise LoggerClosedError(f"emit({event!r}) on a closed MetricLogger; create a new one")
+        if type(payload) is not dict and not isinstance(payload, Mapping):
+            raise TypeError(f"emit({event!r}): payload must be a mapping, got {type(payload).__name__}")
+        if not self._admits(event, payload):
+            return
+        with self._lock:
+            if self._closed:
+                raise LoggerClosedError(f"emit({event!r}) raced close(); the event was not logged")
+            try:
+                getattr(self._chain, level_for(event))(event, payload=payload)
+            except (HookError, SpeedtronicWarning):
+                raise
+            except Exception as error:
+                self._write_failed(error, f"rendering {event!r}")
+
+    def close(self) -> None:
+        """Close every hook that has ``close()``, then flush and close the files. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                self._close_hooks()
+            finally:
+                self._handler.flush()
+                self._handler.close()
+                self.text_logger.removeHandler(self._handler)
+                if self._json is not None:
+                    self._json.close()
+                _lifecycle.forget(self)
+
+    def __enter__(self) -> MetricLogger:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<MetricLogger {state} every_steps={self.every_steps} hooks={len(self._hooks)}>"
+
+    # -- failures -----------------------------------------------------------------------------
+
+    def _close_hooks(self) -> None:
+        seen: set[int] = set()
+        for hook in list(self._hooks):
+            if id(hook) in seen:
+                continue
+            seen.add(id(hook))
+            try:
+                close_hook(hook)
+            except Exception as error:
+                self._hook_failed(hook, error, "close")
+        for name, failures in self._hook_errors.items():
+            self._report("hook_error", {"hook": name, "phase": "total", "failures": failures})
+
+    def _name_of(self, hook: object) -> str:
+        known = self._hook_names.get(id(hook))
+        if known is not None:
+            return known[1]
+        base = hook_name(hook)
+        taken = {name for _, name in self._hook_names.values()}
+        name = next(f"{base}#{n}" if n > 1 else base for n in itertools.count(1)
+                    if (f"{base}#{n}" if n > 1 else base) not in taken)
+        self._hook_names[id(hook)] = (hook, name)
+        return name
+
+    def _hook_failed(self, hook: object, error: Exception, during: str) -> None:
+        """Count a hook's failure; report the 1st, 2nd, 4th, 8th... (the 1st with its traceback)."""
+        name = self._name_of(hook)
+        failures = self._hook_errors[name] = self._hook_errors.get(name, 0) + 1
+        if _is_power_of_two(failures):
+            fields: dict[str, Any] = {
+                "hook": name,
+                "phase": "close" if during == "close" else "on_event",
+                "during": during,
+                "error": f"{type(error).__name__}: {error}",
+                "failures": failures,
+            }
+            if failures == 1:
+                fields["traceback"] = "".join(traceback.format_exception(error))
+            self._report("hook_error", fields)
+            warnings.warn(
+                f"speedtronic hook {name!r} failed ({failures} so far) during {during!r}: "
+                f"{type(error).__name__}: {error}",
+                HookFailureWarning,
+                stacklevel=2,
+            )
+        if self._strict_hooks:
+            raise HookError(f"hook {name!r} failed during {during!r}: {error}") from error
+
+    def _write_failed(self, error: BaseException, where: str) -> None:
+        """Count a lost record; warn on the 1st, 2nd, 4th, 8th... so a full disk is never silent."""
+        self.write_errors += 1
+        if _is_power_of_two(self.write_errors):
+            warnings.warn(
+                f"speedtronic could not write a record ({where}): {type(error).__name__}: {error}; "
+                f"{self.write_errors} record(s) lost so far",
+                LoggingFailureWarning,
+                stacklevel=2,
+            )
+
+    def _report(self, event: str, fields: dict[str, Any]) -> None:
+        """Write a record of the logger's own (never passed to hooks) to the text log and JSONL."""
+        getattr(self._report_chain, level_for(event))(event, payload=fields)
