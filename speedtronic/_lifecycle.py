@@ -7,6 +7,7 @@ files are flushed and their hooks (a W&B run, a TensorBoard writer) are finished
 from __future__ import annotations
 
 import atexit
+import contextlib
 import weakref
 from typing import Protocol
 
@@ -31,7 +32,5 @@ def forget(logger: _Closable) -> None:
 @atexit.register
 def _close_open_loggers() -> None:
     for logger in list(_open):
-        try:
+        with contextlib.suppress(Exception):  # at exit, a failing close must not stop the others
             logger.close()
-        except Exception:  # noqa: S110  # at exit, a failing close must not stop the others
-            pass

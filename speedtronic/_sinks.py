@@ -62,14 +62,14 @@ def _ends_torn(fd: int) -> bool:
 class _ReportingFileHandler(logging.FileHandler):
     on_error: OnWriteError
 
-    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802  # stdlib's name
+    def handleError(self, record: logging.LogRecord) -> None:  # stdlib's name
         _report_current(self.on_error, self.baseFilename)
 
 
 class _ReportingStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]  # IO[str]
     on_error: OnWriteError
 
-    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802  # stdlib's name
+    def handleError(self, record: logging.LogRecord) -> None:  # stdlib's name
         _report_current(self.on_error, getattr(self.stream, "name", "<stream>"))
 
 
@@ -90,13 +90,13 @@ def open_text_logger(
     It writes to ``file`` (appended, UTF-8, parent directories created) or ``stream`` (default
     stdout). The caller owns it and closes the returned handler.
     """
-    handler: logging.Handler
+    handler: _ReportingFileHandler | _ReportingStreamHandler
     if file is not None:
         Path(file).parent.mkdir(parents=True, exist_ok=True)
         handler = _ReportingFileHandler(file, mode="a", encoding="utf-8")
     else:
         handler = _ReportingStreamHandler(stream if stream is not None else sys.stdout)
-    handler.on_error = on_error  # type: ignore[attr-defined]  # both handler classes declare it
+    handler.on_error = on_error
     logger = logging.Logger(name, level)
     logger.propagate = False
     logger.addHandler(handler)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol, SupportsIndex, overload, runtime_checkable
+from typing import Any, Protocol, SupportsIndex, cast, overload, runtime_checkable
 
 __all__ = [
     "CallbackList",
@@ -56,7 +56,7 @@ def as_callback(hook: object) -> Callback:
     try:
         signature = inspect.signature(target)
     except (TypeError, ValueError):  # builtins without a signature: accept, they fail loudly later
-        return target  # type: ignore[return-value]  # checked callable above
+        return cast(Callback, target)
     try:
         signature.bind("event", {})
     except TypeError as exc:
@@ -65,7 +65,7 @@ def as_callback(hook: object) -> Callback:
             f"hook {shown!r} can't be called as (event, payload): {exc}; "
             "wrap a function with another signature in speedtronic.hooks.on_event(...)"
         ) from None
-    return target  # type: ignore[return-value]  # its signature accepts (event, payload)
+    return cast(Callback, target)
 
 
 def close_hook(hook: object) -> None:
@@ -92,7 +92,7 @@ class HookList(list[Any]):
     def extend(self, hooks: Iterable[Any]) -> None:
         super().extend(_checked(hooks))
 
-    def __iadd__(self, hooks: Iterable[Any]) -> HookList:  # type: ignore[override,misc]  # list's returns Self
+    def __iadd__(self, hooks: Iterable[Any]) -> HookList:  # type: ignore[misc]  # list's returns Self
         self.extend(hooks)
         return self
 

@@ -132,13 +132,13 @@ class MetricLogger:
                 f"speedtronic.metrics.{next(_ids)}", levelno, file, stream, self._write_failed
             )
         except OSError as error:
-            raise ValueError(f"MetricLogger(file={os.fspath(file)!r}): can't open it: {error}") from None
+            raise ValueError(f"MetricLogger(file={str(file)!r}): can't open it: {error}") from None
         try:
             self._json = JSONLFile(json_file, self._write_failed) if json_file is not None else None
         except OSError as error:
             self._handler.close()
             raise ValueError(
-                f"MetricLogger(json_file={os.fspath(json_file)!r}): can't open it: {error}"  # type: ignore[arg-type]  # not None here
+                f"MetricLogger(json_file={str(json_file)!r}): can't open it: {error}"
             ) from None
 
         elapsed = AddElapsed()
