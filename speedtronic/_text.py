@@ -68,6 +68,18 @@ def format_value(value: Any) -> str:
     return _FORMATTERS.get(type(value), _format_other)(value)
 
 
+_KEY_CACHE_SIZE = 4096
+_key_tokens: dict[object, str] = {}
+
+
 def format_key(key: object) -> str:
-    """A key as a token: bare when safe, quoted otherwise; non-string keys by their ``str()``."""
-    return quote(key if type(key) is str else safe_str(key))
+    """A key as a token: bare when safe, quoted otherwise; non-string keys by their ``str()``.
+
+    Keys repeat from event to event, so string keys' tokens are cached (up to 4,096 of them).
+    """
+    token = _key_tokens.get(key) if type(key) is str else None
+    if token is None:
+        token = quote(key if type(key) is str else safe_str(key))
+        if type(key) is str and len(_key_tokens) < _KEY_CACHE_SIZE:
+            _key_tokens[key] = token
+    return token

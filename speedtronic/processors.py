@@ -26,6 +26,7 @@ from structlog.typing import EventDict, WrappedLogger
 
 from speedtronic._convert import json_safe_mapping, safe_str, to_python
 from speedtronic._memory import MemoryProbe, resolve_probe
+from speedtronic._sinks import LineRecord
 from speedtronic._text import format_key, format_value, quote
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "ConvertValues",
     "CopyPayload",
     "DispatchHooks",
+    "HandOff",
     "JSONLRenderer",
     "TextRenderer",
     "WriteLines",
@@ -223,13 +225,11 @@ class TextRenderer:
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> str:
         level = _LEVEL_NAMES.get(method_name) or quote(method_name.upper())
-        fields = "".join(
-            f" {format_key(key)}={format_value(value)}"
-            for key, value in event_dict.items()
-            if key != "event"
-        )
-        event = quote(safe_str(event_dict.get("event", "")))
-        return f"{self._seconds(self._clock())} | {level} | {event}{fields}"
+        parts = [self._seconds(self._clock()), " | ", level, " | ", format_key(event_dict.get("event", ""))]
+        for key, value in event_dict.items():
+            if key != "event":
+                parts += (" ", format_key(key), "=", format_value(value))
+        return "".join(parts)
 
 
 _ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
@@ -293,7 +293,9 @@ class WriteText:
     """Renders the text line and logs it through ``logger``, a stdlib logger, at the event's level.
 
     The line is rendered only when that level is enabled, so ``level="WARNING"`` costs nothing for
-    ``info`` events. Returns the event dict for the next stage.
+    ``info`` events. The record is handed to ``logger.handle`` directly (``LineRecord``): the line is
+    already formatted, so the caller lookup and argument merging of ``Logger.log`` would be wasted.
+    Returns the event dict for the next stage.
     """
 
     __slots__ = ("_logger", "_render")
@@ -305,7 +307,8 @@ class WriteText:
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
         levelno = _LEVEL_NUMBERS.get(method_name, logging.INFO)
         if self._logger.isEnabledFor(levelno):
-            self._logger.log(levelno, self._render(logger, method_name, event_dict))
+            line = self._render(logger, method_name, event_dict)
+            self._logger.handle(LineRecord(self._logger.name, levelno, str(line)))
         return event_dict
 
 
@@ -333,6 +336,28 @@ def _reraise(hook: Any, error: Exception, event: str) -> None:
     raise error
 
 
+class HandOff:
+    """Final stage for background delivery: submits ``(hooks now, event dict)``, then consumes it.
+
+    ``MetricLogger`` submits to a worker thread that calls ``DispatchHooks.deliver``. The hooks are
+    taken as they are at emit time, so a hook added later never sees earlier events. With no hooks
+    registered, nothing is submitted. Raises ``structlog.DropEvent``.
+    """
+
+    __slots__ = ("_hooks", "_submit")
+
+    def __init__(
+        self, hooks: Sequence[Any], submit: Callable[[tuple[tuple[Any, ...], EventDict]], object]
+    ) -> None:
+        self._hooks = hooks
+        self._submit = submit
+
+    def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+        if self._hooks:
+            self._submit((tuple(self._hooks), event_dict))
+        raise structlog.DropEvent
+
+
 class DispatchHooks:
     """Final stage: calls each hook with ``(event, payload)``, then consumes the event.
 
@@ -348,12 +373,16 @@ class DispatchHooks:
         self._on_error = on_error
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+        self.deliver(self._hooks, event_dict)
+        raise structlog.DropEvent
+
+    def deliver(self, hooks: Sequence[Any], event_dict: EventDict) -> None:
+        """Call each of ``hooks`` with the event, isolating their failures."""
         event = event_dict.get("event", "")
-        for hook in self._hooks:
+        for hook in hooks:
             payload = dict(event_dict)
             payload.pop("event", None)
             try:
                 getattr(hook, "on_event", hook)(event, payload)
             except Exception as error:
                 self._on_error(hook, error, event)
-        raise structlog.DropEvent
