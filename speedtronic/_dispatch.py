@@ -1,20 +1,29 @@
 """Background hook delivery: slow hooks (a TensorBoard writer, W&B) run off the training thread.
 
 One worker thread per logger calls the hooks, so they still never run concurrently and see events
-in the order they were emitted. The queue is bounded: when it is full, ``submit`` blocks (it never
-drops). ``close`` drains within a timeout and says how many events it could not deliver.
+in the order they were emitted. Submitting is a ``deque.append``: the worker is not woken per event
+(each wake-up would cost the training thread a GIL hand-off) but every ``WAKE_INTERVAL_S`` or when
+``WAKE_BATCH`` events are waiting, and then delivers everything queued. The queue is bounded: when
+it is full, ``submit`` blocks until there is room (it never drops). ``close`` drains within a
+timeout and says how many events it could not deliver.
 """
 
 from __future__ import annotations
 
+import collections
 import os
-import queue
 import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["BackgroundDelivery"]
+__all__ = ["WAKE_BATCH", "WAKE_INTERVAL_S", "BackgroundDelivery"]
+
+WAKE_INTERVAL_S = 0.05
+"""Longest a delivered event waits before its hooks see it (``flush()`` doesn't wait for it)."""
+
+WAKE_BATCH = 256
+"""Events waiting that wake the worker before the interval is up."""
 
 _STOP = object()
 _live: weakref.WeakSet[BackgroundDelivery] = weakref.WeakSet()
@@ -31,13 +40,15 @@ class BackgroundDelivery:
         if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 1:
             raise ValueError(f"hook_queue_size must be an integer >= 1, got {maxsize!r}")
         self._deliver, self._maxsize, self._name = deliver, maxsize, name
+        self._batch = min(WAKE_BATCH, max(1, maxsize // 2))
         self.fatal: BaseException | None = None
         self._reset()
         _live.add(self)
 
     def _reset(self) -> None:
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._slots = threading.Semaphore(self._maxsize)
+        self._queue: collections.deque[Any] = collections.deque()
+        self._wake = threading.Event()
+        self._room = threading.Event()
         self._submitted = 0  # written by submitters only (under the logger's lock)
         self._delivered = 0  # written by the worker only
         self._thread: threading.Thread | None = None
@@ -51,16 +62,21 @@ class BackgroundDelivery:
         """Queue ``item``; blocks while ``maxsize`` items are waiting."""
         if self._thread is None:
             self._start()
-        self._slots.acquire()
+        queue = self._queue
+        if len(queue) >= self._maxsize:
+            self._wait_for_room()
+        queue.append(item)
         self._submitted += 1
-        self._queue.put(item)
+        if len(queue) == self._batch:  # once per crossing: Event.set takes a lock
+            self._wake.set()
 
     def flush(self, timeout: float | None) -> bool:
         """Wait until everything submitted so far is delivered; False if ``timeout`` ran out."""
         if self._thread is None:
             return True
         done = threading.Event()
-        self._queue.put(done)
+        self._queue.append(done)
+        self._wake.set()
         return done.wait(timeout)
 
     def close(self, timeout: float | None) -> int:
@@ -68,30 +84,39 @@ class BackgroundDelivery:
         thread = self._thread
         if thread is None:
             return 0
-        self._queue.put(_STOP)
+        self._queue.append(_STOP)
+        self._wake.set()
         thread.join(timeout)
         return self.pending if thread.is_alive() else 0
+
+    def _wait_for_room(self) -> None:
+        while len(self._queue) >= self._maxsize and self._thread is not None:
+            self._room.clear()
+            self._wake.set()
+            self._room.wait(WAKE_INTERVAL_S)
 
     def _start(self) -> None:
         self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        get, deliver, release = self._queue.get, self._deliver, self._slots.release
+        queue, wake, room, deliver = self._queue, self._wake, self._room, self._deliver
         while True:
-            item = get()
-            if item is _STOP:
-                return
-            if isinstance(item, threading.Event):
-                item.set()
-                continue
-            try:
-                deliver(item)
-            except BaseException as error:  # a hook's SystemExit: hand it to the emitting thread
-                self.fatal = error
-            finally:
+            wake.wait(WAKE_INTERVAL_S)
+            wake.clear()
+            while queue:
+                item = queue.popleft()
+                if item is _STOP:
+                    return
+                if isinstance(item, threading.Event):
+                    item.set()
+                    continue
+                try:
+                    deliver(item)
+                except BaseException as error:  # a hook's SystemExit: hand it to the emitting thread
+                    self.fatal = error
                 self._delivered += 1
-                release()
+            room.set()
 
 
 def _after_fork_in_child() -> None:

@@ -89,10 +89,16 @@ class _LineWriter:
     formatter: logging.Formatter | None
     on_error: OnWriteError
 
-    def format(self, record: logging.LogRecord) -> str:
-        if self.formatter is None and type(record) is LineRecord:
-            return str(record.msg)
-        return logging.Handler.format(self, record)  # type: ignore[arg-type]  # a Handler mixin
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.formatter is not None or type(record) is not LineRecord:
+            logging.StreamHandler.emit(self, record)  # type: ignore[arg-type]  # a StreamHandler mixin
+            return
+        try:
+            stream = self.stream  # type: ignore[attr-defined]  # StreamHandler's
+            stream.write(record.msg + "\n")
+            stream.flush()
+        except Exception:
+            self.handleError(record)  # type: ignore[attr-defined]  # Handler's
 
 
 class _ReportingFileHandler(_LineWriter, logging.FileHandler):

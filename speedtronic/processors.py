@@ -27,7 +27,7 @@ from structlog.typing import EventDict, WrappedLogger
 from speedtronic._convert import json_safe_mapping, safe_str, to_python
 from speedtronic._memory import MemoryProbe, resolve_probe
 from speedtronic._sinks import LineRecord
-from speedtronic._text import format_key, format_value, quote
+from speedtronic._text import format_fields, format_key, quote
 
 __all__ = [
     "EVENT_LEVELS",
@@ -93,7 +93,10 @@ class CopyPayload:
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
         payload = event_dict.pop(self._key, None) or {}
-        fields: EventDict = {"event": str(event_dict.pop("event", "")), **event_dict}
+        event = str(event_dict.pop("event", ""))
+        if "event" not in payload:
+            return {"event": event, **event_dict, **payload}
+        fields: EventDict = {"event": event, **event_dict}  # rare: rename in place, keep the order
         for key, value in payload.items():
             fields["payload_event" if key == "event" else key] = value
         return fields
@@ -225,15 +228,12 @@ class TextRenderer:
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> str:
         level = _LEVEL_NAMES.get(method_name) or quote(method_name.upper())
-        parts = [self._seconds(self._clock()), " | ", level, " | ", format_key(event_dict.get("event", ""))]
-        for key, value in event_dict.items():
-            if key != "event":
-                parts += (" ", format_key(key), "=", format_value(value))
-        return "".join(parts)
+        event = format_key(event_dict.get("event", ""))
+        return f"{self._seconds(self._clock())} | {level} | {event}{format_fields(event_dict)}"
 
 
 _ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
-_LINE_BREAKS = ((b"\xe2\x80\xa8", b"\\u2028"), (b"\xe2\x80\xa9", b"\\u2029"), (b"\xc2\x85", b"\\u0085"))
+_LINE_SEPARATORS = ((b"\xe2\x80\xa8", b"\\u2028"), (b"\xe2\x80\xa9", b"\\u2029"))
 
 
 class JSONLRenderer:
@@ -283,9 +283,11 @@ def _dumps(record: dict[Any, Any]) -> bytes:
 
 
 def _escape_line_breaks(data: bytes) -> bytes:
-    for raw, escaped in _LINE_BREAKS:
-        if raw in data:
+    if b"\xe2\x80" in data:  # U+2000..U+203F, which holds U+2028 and U+2029
+        for raw, escaped in _LINE_SEPARATORS:
             data = data.replace(raw, escaped)
+    if b"\xc2\x85" in data:
+        data = data.replace(b"\xc2\x85", b"\\u0085")
     return data
 
 
