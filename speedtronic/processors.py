@@ -6,7 +6,7 @@ final stage of ``MetricLogger``'s chain (``DispatchHooks``) consumes the event a
 
 ``MetricLogger`` runs them in this order::
 
-    CopyPayload -> AddElapsed -> AddMemory -> ConvertValues
+    CopyPayload -> AddElapsed -> AddMemory -> [AddRank] -> ConvertValues
       -> WriteText(TextRenderer) -> WriteLines(JSONLRenderer) -> DispatchHooks
 
 (``CadenceFilter``'s rule runs before the chain, so a skipped step costs one comparison.)
@@ -33,6 +33,7 @@ __all__ = [
     "EVENT_LEVELS",
     "AddElapsed",
     "AddMemory",
+    "AddRank",
     "CadenceFilter",
     "ConvertValues",
     "CopyPayload",
@@ -140,6 +141,20 @@ class AddElapsed:
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
         event_dict.setdefault("elapsed_s", round(self._clock() - self._start, 6))
+        return event_dict
+
+
+class AddRank:
+    """Adds ``rank`` and ``world_size`` (when absent), so records of a multi-process job say whose."""
+
+    __slots__ = ("_rank", "_world_size")
+
+    def __init__(self, rank: int, world_size: int) -> None:
+        self._rank, self._world_size = rank, world_size
+
+    def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+        event_dict.setdefault("rank", self._rank)
+        event_dict.setdefault("world_size", self._world_size)
         return event_dict
 
 

@@ -35,6 +35,7 @@ from speedtronic import _lifecycle
 from speedtronic._dispatch import BackgroundDelivery
 from speedtronic._memory import resolve_probe
 from speedtronic._sinks import JSONLFile, open_text_logger
+from speedtronic.distributed import RankInfo, detect_rank, rank_path
 from speedtronic.errors import (
     HookError,
     HookFailureWarning,
@@ -46,6 +47,7 @@ from speedtronic.hooks import HookList, close_hook, hook_name
 from speedtronic.processors import (
     AddElapsed,
     AddMemory,
+    AddRank,
     CadenceFilter,
     ConvertValues,
     CopyPayload,
@@ -123,6 +125,11 @@ class MetricLogger:
             stall training; ``False`` runs them inside ``emit``.
         hook_queue_size: events waiting for the hook thread before ``emit`` blocks (never drops).
         close_timeout_s: how long ``close()`` waits for the hook thread to deliver what is queued.
+        rank: this process's place in a multi-process job (default: ``detect_rank()``). With more
+            than one process, records carry ``rank`` and ``world_size`` and rank ``r > 0`` writes
+            ``json_file`` as ``<stem>.rank<r><suffix>``.
+        lead_rank: the rank whose text log and hooks run (default 0); ``None`` runs them on every
+            rank. Other ranks write their JSONL only.
 
     Use it as a context manager, or call ``close()``; loggers left open are closed at exit.
     """
@@ -141,6 +148,8 @@ class MetricLogger:
         background_hooks: bool = True,
         hook_queue_size: int = 10_000,
         close_timeout_s: float = 30.0,
+        rank: RankInfo | None = None,
+        lead_rank: int | None = 0,
     ) -> None:
         levelno = _parse_level(level)
         self._cadence = CadenceFilter(every_steps)
@@ -158,6 +167,11 @@ class MetricLogger:
         self._close_timeout_s = close_timeout_s
         self._deferred: collections.deque[tuple[object, Exception, str]] = collections.deque()
         number = next(_ids)
+        self.rank = rank if rank is not None else detect_rank()
+        self.is_lead = lead_rank is None or self.rank.rank == lead_rank
+        """Whether this process runs the text log and the hooks."""
+        if json_file is not None:
+            json_file = rank_path(json_file, self.rank.rank)
 
         try:
             self.text_logger, self._handler = open_text_logger(
@@ -174,23 +188,26 @@ class MetricLogger:
             ) from None
 
         elapsed = AddElapsed()
-        sinks: list[Any] = [WriteText(self.text_logger, TextRenderer())]
+        sinks: list[Any] = [WriteText(self.text_logger, TextRenderer())] if self.is_lead else []
         if self._json is not None:
             sinks.append(WriteLines(self._json.write, JSONLRenderer(as_bytes=True)))
-        chain = [CopyPayload(), elapsed, AddMemory(device), ConvertValues(), *sinks]
+        ranked = [AddRank(self.rank.rank, self.rank.world_size)] if self.rank.distributed else []
+        chain = [CopyPayload(), elapsed, AddMemory(device), *ranked, ConvertValues(), *sinks]
         self._delivery: BackgroundDelivery | None = None
-        if background_hooks and not strict_hooks:
+        if not self.is_lead:
+            final: Any = _drop
+        elif background_hooks and not strict_hooks:
             on_hook_thread = DispatchHooks(self._hooks, self._defer_failure)
             self._delivery = BackgroundDelivery(
                 lambda item: on_hook_thread.deliver(*item),
                 hook_queue_size,
                 name=f"speedtronic-hooks-{number}",
             )
-            final: Any = HandOff(self._hooks, self._delivery.submit)
+            final = HandOff(self._hooks, self._delivery.submit)
         else:
             final = DispatchHooks(self._hooks, self._hook_failed)
         self._chain = _own_chain([*chain, final])
-        self._report_chain = _own_chain([CopyPayload(), elapsed, ConvertValues(), *sinks, _drop])
+        self._report_chain = _own_chain([CopyPayload(), elapsed, *ranked, ConvertValues(), *sinks, _drop])
         _lifecycle.remember(self)
 
     # -- public API ---------------------------------------------------------------------------

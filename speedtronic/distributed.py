@@ -1,0 +1,118 @@
+"""Rank awareness for runs under ``torchrun``/DDP/SLURM: who am I, and what each rank writes.
+
+By default every rank writes its own JSONL file (rank 0 keeps the configured name, rank ``r`` adds
+``.rank<r>`` before the suffix: ``metrics.jsonl``, ``metrics.rank1.jsonl``...), while the text log
+and the hooks run on the lead rank only (rank 0), so a run has one console, one W&B run and one
+TensorBoard directory. Nothing here imports torch: an initialised process group is used only when
+the process has imported torch already.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+__all__ = ["RankInfo", "aggregate", "detect_rank", "rank_path"]
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """This process's place in the job; ``source`` says where it was read from."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    source: str = "single-process"
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def detect_rank(environ: Mapping[str, str] | None = None) -> RankInfo:
+    """An initialised ``torch.distributed`` group, else the launcher's environment, else one process.
+
+    Environment: ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` (torchrun), then SLURM's
+    ``SLURM_PROCID``/``SLURM_NTASKS``/``SLURM_LOCALID``.
+    """
+    torch = sys.modules.get("torch")
+    dist = getattr(torch, "distributed", None) if torch is not None else None
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        local = _int((environ or os.environ).get("LOCAL_RANK"), 0)
+        return RankInfo(dist.get_rank(), dist.get_world_size(), local, "torch.distributed")
+    env = os.environ if environ is None else environ
+    for rank_key, size_key, local_key, source in (
+        ("RANK", "WORLD_SIZE", "LOCAL_RANK", "env:RANK"),
+        ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "env:SLURM_PROCID"),
+    ):
+        if rank_key in env and size_key in env:
+            rank, size = _int(env[rank_key], 0), _int(env[size_key], 1)
+            if 0 <= rank < size:
+                return RankInfo(rank, size, _int(env.get(local_key), 0), source)
+    return RankInfo()
+
+
+def _int(text: str | None, default: int) -> int:
+    try:
+        return int(text) if text is not None else default
+    except ValueError:
+        return default
+
+
+def rank_path(path: str | os.PathLike[str], rank: int) -> Path:
+    """The JSONL path for ``rank``: rank 0 keeps ``path``; rank 2 of ``m.jsonl`` is ``m.rank2.jsonl``."""
+    path = Path(path)
+    return path if rank == 0 else path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
+
+
+Op = Literal["mean", "sum", "max", "min"]
+
+
+def aggregate(payload: Mapping[str, Any], op: Op = "mean", *, group: Any = None,
+              device: Any = None) -> dict[str, Any]:
+    """Reduce a payload's numeric values across ranks with ONE collective; call it on every rank.
+
+    Numbers (int, float, 0-d tensors, numpy scalars; not bools) are packed into one float64 tensor
+    and all-reduced (``mean`` is a sum divided by the world size); every other value is returned as
+    this rank's own. Keys must be the same on every rank, in the same order. Without an initialised
+    process group it returns the payload's numbers as they are. Never called inside ``emit``: a rank
+    that skipped a step would leave the others waiting forever.
+    """
+    import torch
+    import torch.distributed as dist
+
+    numeric = [key for key, value in payload.items() if _is_number(value)]
+    out = dict(payload)
+    if not numeric:
+        return out
+    values = [float(payload[key].item() if hasattr(payload[key], "item") else payload[key])
+              for key in numeric]
+    if not (dist.is_available() and dist.is_initialized()):
+        out.update(zip(numeric, values, strict=True))
+        return out
+    if device is None:
+        device = "cuda" if dist.get_backend(group) == "nccl" else "cpu"
+    packed = torch.tensor(values, dtype=torch.float64, device=device)
+    reduce_op = {"mean": dist.ReduceOp.SUM, "sum": dist.ReduceOp.SUM,
+                 "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[op]
+    dist.all_reduce(packed, op=reduce_op, group=group)
+    if op == "mean":
+        packed /= dist.get_world_size(group)
+    for key, reduced in zip(numeric, packed.tolist(), strict=True):
+        keeps_int = isinstance(payload[key], int) and op != "mean" and math.isfinite(reduced)
+        out[key] = int(reduced) if keeps_int else reduced
+    return out
+
+
+def _is_number(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int | float):
+        return True
+    shape = getattr(value, "shape", None)
+    return shape is not None and tuple(shape) == () and hasattr(value, "item")
