@@ -7,9 +7,6 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
-
-import pytest
 
 from speedtronic.distributed import RankInfo, detect_rank, rank_path
 from speedtronic.profiling import MetricLogger
