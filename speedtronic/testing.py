@@ -179,7 +179,7 @@ def read_wandb_run(path: str | os.PathLike[str]) -> WandbOfflineRun:
         location = files[0]
     run = WandbOfflineRun()
     for data in _wandb_records(location.read_bytes(), location):
-        record = wandb_internal_pb2.Record()
+        record = wandb_internal_pb2.Record()  # type: ignore[attr-defined]  # protobuf makes it at runtime
         record.ParseFromString(data)
         kind = record.WhichOneof("record_type")
         if kind == "history":
