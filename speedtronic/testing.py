@@ -13,6 +13,7 @@ import json
 import os
 import struct
 import threading
+import warnings
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from typing import Any
 import structlog
 from structlog.typing import Processor, WrappedLogger
 
+from speedtronic.errors import HookFailureWarning
 from speedtronic.profiling import MetricLogger
 
 __all__ = [
@@ -111,11 +113,13 @@ def run_hook(
     ``close()``), and its failures raise ``speedtronic.HookError`` instead of being counted
     (``strict_hooks=True``). Returns the events as delivered, like ``capture_events``.
     """
-    with MetricLogger(stream=io.StringIO(), every_steps=every_steps, strict_hooks=True) as logger:
-        logger.hooks.append(hook)
-        with capture_events(logger) as delivered:
-            for event, payload in events:
-                logger.emit(event, payload)
+    with warnings.catch_warnings():  # the HookError is the report; the logger's warning repeats it
+        warnings.simplefilter("ignore", HookFailureWarning)
+        with MetricLogger(stream=io.StringIO(), every_steps=every_steps, strict_hooks=True) as logger:
+            logger.hooks.append(hook)
+            with capture_events(logger) as delivered:
+                for event, payload in events:
+                    logger.emit(event, payload)
     return delivered
 
 
