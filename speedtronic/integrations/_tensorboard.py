@@ -45,7 +45,7 @@ class TensorboardHook:
             from tensorboard.compat.proto.summary_pb2 import Summary
             from tensorboard.summary.writer.event_file_writer import EventFileWriter
         except ModuleNotFoundError as error:
-            if error.name is None or error.name.partition(".")[0] != "tensorboard":
+            if error.name != "tensorboard":  # a broken or shadowed install: its own error says more
                 raise
             raise ModuleNotFoundError(
                 "speedtronic.integrations.TensorboardHook requires tensorboard: "

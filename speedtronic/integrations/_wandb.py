@@ -57,7 +57,7 @@ class WandbHook:
             try:
                 import wandb
             except ModuleNotFoundError as error:
-                if error.name != "wandb":
+                if error.name != "wandb":  # a broken or shadowed install: its own error says more
                     raise
                 raise ModuleNotFoundError(
                     "speedtronic.integrations.WandbHook requires wandb: pip install 'speedtronic[wandb]'",
