@@ -32,6 +32,10 @@ class WandbHook:
     rule. Instead the payload's ``step`` is the charts' x-axis (``define_metric("*",
     step_metric="step")``); a row without ``step`` is plotted at the last step seen.
 
+    Nothing is lost to W&B's key rules: non-string keys become strings (as in the JSONL record), and
+    the keys W&B fills itself (``_step``, ``_runtime``, ``_timestamp``, ``_wandb``) are logged as
+    ``payload_step`` etc.
+
     Args:
         project: W&B project for the run this hook creates with ``wandb.init(project=...,
             **init_kwargs)``. Each hook creates its own run (``reinit="create_new"`` unless given), so
