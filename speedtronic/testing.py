@@ -98,10 +98,7 @@ def capture_events(logger: MetricLogger) -> Iterator[list[dict[str, Any]]]:
     try:
         yield events
     finally:
-        for index, registered in enumerate(logger.hooks):
-            if registered is hook:
-                del logger.hooks[index]
-                break
+        logger.hooks.remove(hook)  # _Capture compares by identity
 
 
 def run_hook(
@@ -130,12 +127,10 @@ def run_processor(
     method_name: str = "info",
     logger: WrappedLogger = None,
 ) -> Any:
-    """Call one structlog processor as a chain would; ``None`` when it drops the event.
+    """Call one structlog processor as a chain would, on a copy of ``event_dict``.
 
-    Returns what the processor returns: the event dict for a middle stage, ``str``/``bytes`` for a
-    renderer.
-
-    The processor gets a copy of ``event_dict``, so the caller's stays as it was.
+    Returns what the processor returns (the event dict of a middle stage, a renderer's ``str`` or
+    ``bytes``), or ``None`` when it drops the event (``structlog.DropEvent``).
     """
     try:
         return processor(logger, method_name, dict(event_dict or {}))

@@ -26,6 +26,7 @@ from speedtronic.testing import WandbOfflineRun, read_wandb_run
 
 PROJECT = "speedtronic-tests"
 Logged = tuple[WandbHook, WandbOfflineRun]
+LONG_TEXT = "0123456789" * 7_000  # a record that spans three of the transaction log's 32 KiB blocks
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +64,7 @@ def logged(wandb_dir: Path) -> Logged:
         logger.emit("train_step", {"step": 4, "loss": torch.tensor(0.25), "lr": 0.1})
         logger.emit("checkpoint", {"step": 4, "path": "ckpt/step_4.pt"})
         logger.emit("odd_keys", {"_step": 99, 1: "one", "nested": {"a": 1}})
+        logger.emit("note", {"text": LONG_TEXT})
         logger.emit("train_end", {"step": 4, "final_loss": 0.25})
     return hook, read_wandb_run(run_dir(hook.run))
 
@@ -73,7 +75,7 @@ class TestLoggedRun:
         _, run = logged
         events = [row["event"] for row in run.history]
         assert events == ["train_start", "train_step", "outer_step", "train_step", "checkpoint", "odd_keys",
-                          "train_end"]
+                          "note", "train_end"]
         assert [row["_step"] for row in run.history] == list(range(len(events)))
 
     def test_values_and_the_training_step_reach_the_run(self, logged: Logged) -> None:
@@ -83,6 +85,7 @@ class TestLoggedRun:
         assert steps == [(2, 0.5, 0.1), (4, 0.25, 0.1)]
         assert all(isinstance(row["elapsed_s"], float) for row in run.history)
         assert run.history[-1]["final_loss"] == 0.25
+        assert run.history[-2]["text"] == LONG_TEXT
 
     def test_charts_plot_against_step(self, logged: Logged) -> None:
         """step is the x-axis of every metric; an outer_step between train steps sits at the last step."""
