@@ -1,0 +1,29 @@
+"""A short run into TensorBoard event files: `tensorboard --logdir runs/tensorboard` shows it.
+
+(Not named tensorboard.py: run as a script, that file would shadow the tensorboard package.)
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+from speedtronic.integrations import TensorboardHook
+from speedtronic.profiling import MetricLogger
+
+
+def main(log_dir: Path = Path("runs/tensorboard")) -> int:
+    with MetricLogger(every_steps=10, hooks=[TensorboardHook(log_dir)]) as logger:
+        logger.emit("train_start", {"start_step": 0, "target_step": 50})
+        for step in range(1, 51):
+            loss = 2.0 * math.exp(-step / 20)
+            logger.emit("train_step", {"step": step, "loss": loss, "lr": 3e-4, "device": "cpu"})
+        logger.emit("train_end", {"step": 50, "final_loss": loss})
+    # Closing the logger closed the hook: every point is in the event file now.
+    print(f"view it with: tensorboard --logdir {log_dir}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*(Path(arg) for arg in sys.argv[1:2])))

@@ -1,0 +1,66 @@
+"""Each integration example runs as a user would run it (a subprocess), and does what it says."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from speedtronic.testing import read_wandb_run
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def run_example(name: str, tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), *args],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, env={**os.environ, **env},
+    )
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def test_structlog_app_gets_speedtronic_events_in_its_json_stream(tmp_path: Path) -> None:
+    """stdout is the app's JSON only: its own events and speedtronic's, all with the app's context."""
+    result = run_example("structlog_app.py", tmp_path, "run")
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(r["event"], r["level"]) for r in records] == [
+        ("job_started", "info"),
+        ("train_step", "info"),
+        ("train_step", "info"),
+        ("shape_warning", "warning"),
+        ("job_finished", "info"),
+    ]
+    assert {r["job_id"] for r in records} == {"nightly-7"}
+    assert [r["step"] for r in records if r["event"] == "train_step"] == [2, 4]
+    assert "train_step step=2" in (tmp_path / "run" / "train.log").read_text()
+
+
+def test_tensorboard_example_writes_readable_scalars(tmp_path: Path) -> None:
+    """The event file holds the logged steps' losses, under train_step/loss."""
+    run_example("tensorboard_logging.py", tmp_path, "tb")
+    accumulator = EventAccumulator(str(tmp_path / "tb"))
+    accumulator.Reload()
+    assert [p.step for p in accumulator.Scalars("train_step/loss")] == [10, 20, 30, 40, 50]
+
+
+def test_wandb_offline_example_finishes_its_run(tmp_path: Path) -> None:
+    """Offline, no key: the run holds every delivered event, the outer steps too, and exit code 0."""
+    dirs = {f"WANDB_{name}": str(tmp_path / name.lower()) for name in ("CACHE_DIR", "CONFIG_DIR", "DATA_DIR")}
+    run_example("wandb_offline.py", tmp_path, "wb", WANDB_MODE="offline", WANDB_SILENT="true", **dirs)
+    [run_dir] = (tmp_path / "wb" / "wandb").glob("offline-run-*")
+    run = read_wandb_run(run_dir)
+    assert [(row["event"], row.get("step")) for row in run.history] == [
+        ("train_start", 0),  # before any step, W&B plots a row at step 0
+        *[("train_step", step) for step in (10, 20)],
+        ("outer_step", 20),
+        *[("train_step", step) for step in (30, 40, 50)],
+        ("outer_step", 50),
+        ("train_end", 50),
+    ]
+    assert run.exit_code == 0
+    assert len((tmp_path / "wb" / "metrics.jsonl").read_text().splitlines()) == len(run.history)

@@ -1,0 +1,78 @@
+"""Optional dependencies: never imported until a hook needs them, and a clear hint when missing.
+
+Each check runs in a fresh interpreter, since this test process has imported everything already.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+BLOCK = textwrap.dedent(
+    """
+    import sys
+    class Uninstalled:
+        # Makes these top-level packages fail to import as if they were not installed.
+        def __init__(self, *names):
+            self.names = names
+        def find_spec(self, name, path=None, target=None):
+            if name.partition(".")[0] in self.names:
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+    """
+)
+
+
+def python(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+def test_importing_speedtronic_imports_no_sdk() -> None:
+    """speedtronic, its integrations, testing and pytest plugin import without torch, wandb, tensorboard."""
+    result = python(
+        "import sys, speedtronic, speedtronic.integrations, speedtronic.testing, speedtronic.pytest_plugin\n"
+        "from speedtronic.integrations import StructlogHook, TensorboardHook, WandbHook\n"
+        "print(sorted({m.partition('.')[0] for m in sys.modules} & {'torch', 'wandb', 'tensorboard'}))"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("construct", "blocked", "hint"),
+    [
+        ("WandbHook(project='p')", "wandb", "pip install 'speedtronic[wandb]'"),
+        ("TensorboardHook('tb')", "tensorboard", "pip install 'speedtronic[tensorboard]'"),
+    ],
+)
+def test_a_missing_sdk_names_the_extra_to_install(construct: str, blocked: str, hint: str) -> None:
+    """Constructing a hook without its SDK raises ModuleNotFoundError with the install command."""
+    result = python(
+        BLOCK + f"sys.meta_path.insert(0, Uninstalled({blocked!r}))\n"
+        "from speedtronic.integrations import TensorboardHook, WandbHook\n"
+        "try:\n"
+        f"    {construct}\n"
+        "except ModuleNotFoundError as error:\n"
+        "    print(error.name, '|', error)\n"
+    )
+    assert result.returncode == 0, result.stderr
+    name, message = result.stdout.strip().split(" | ")
+    assert name == blocked
+    assert hint in message
+
+
+def test_a_broken_sdk_install_is_not_reported_as_missing() -> None:
+    """tensorboard present but its protobuf dependency missing: the real error, not the hint."""
+    result = python(
+        BLOCK + "sys.meta_path.insert(0, Uninstalled('google'))\n"
+        "from speedtronic.integrations import TensorboardHook\n"
+        "try:\n"
+        "    TensorboardHook('tb')\n"
+        "except ModuleNotFoundError as error:\n"
+        "    print(error.name, '|', error)\n"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("google")
+    assert "speedtronic[tensorboard]" not in result.stdout

@@ -1,0 +1,189 @@
+"""TensorboardHook against the real tensorboard: every test reads the event file back."""
+
+from __future__ import annotations
+
+import io
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+from speedtronic.integrations import TensorboardHook
+from speedtronic.profiling import MetricLogger
+
+
+def event_files(log_dir: Path) -> list[Path]:
+    return sorted(log_dir.glob("events.out.tfevents.*"))
+
+
+def scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar in ``log_dir`` by tag, as (step, value), read with TensorBoard's own reader."""
+    accumulator = EventAccumulator(str(log_dir), size_guidance={"scalars": 0})
+    accumulator.Reload()
+    return {
+        tag: [(point.step, point.value) for point in accumulator.Scalars(tag)]
+        for tag in accumulator.Tags()["scalars"]
+    }
+
+
+@pytest.fixture
+def log_dir(tmp_path: Path) -> Path:
+    return tmp_path / "tb"
+
+
+class TestTensorboardHook:
+    def test_round_trip_through_a_metric_logger(self, log_dir: Path) -> None:
+        """Numbers land under <event>/<key> at the payload's step; cadence and close apply."""
+        with MetricLogger(stream=io.StringIO(), every_steps=2) as logger:
+            logger.hooks.append(TensorboardHook(log_dir))
+            logger.emit("train_start", {"target_step": 4, "device": "cpu"})
+            for step in range(1, 5):
+                logger.emit("train_step", {"step": step, "loss": torch.tensor(1.0 / step), "lr": 0.25})
+            logger.emit("checkpoint", {"step": 4, "path": "ckpt/step_4.pt"})
+
+        points = scalars(log_dir)
+        assert points["train_step/loss"] == [(2, 0.5), (4, 0.25)]
+        assert points["train_step/lr"] == [(2, 0.25), (4, 0.25)]
+        assert points["train_step/step"] == [(2, 2.0), (4, 4.0)]
+        assert points["train_start/target_step"] == [(0, 4.0)]
+        assert [step for step, _ in points["checkpoint/step"]] == [4]
+        assert {step for step, _ in points["train_step/elapsed_s"]} == {2, 4}
+        assert "train_start/device" not in points
+        assert "checkpoint/path" not in points
+        assert len(event_files(log_dir)) == 1
+
+    def test_numbers_are_written_and_everything_else_skipped(self, log_dir: Path) -> None:
+        """ints, floats, 0-d tensors and numpy scalars are scalars; bools, strings, lists are not."""
+        hook = TensorboardHook(log_dir)
+        hook.on_event(
+            "eval",
+            {
+                "step": 7,
+                "int": 3,
+                "float": 1.5,
+                "tensor": torch.tensor(2.5),
+                "numpy": np.float32(0.75),
+                "nan": float("nan"),
+                "flag": True,
+                "name": "val",
+                "history": [1.0, 2.0],
+                "none": None,
+            },
+        )
+        hook.close()
+
+        points = scalars(log_dir)
+        assert set(points) == {f"eval/{key}" for key in ("step", "int", "float", "tensor", "numpy", "nan")}
+        assert points["eval/int"] == [(7, 3.0)]
+        assert points["eval/tensor"] == [(7, 2.5)]
+        assert points["eval/numpy"] == [(7, 0.75)]
+        assert np.isnan(points["eval/nan"][0][1])
+
+    def test_events_without_a_step_count_per_event_name(self, log_dir: Path) -> None:
+        """Without an integer step, each event name has its own counter from 0."""
+        hook = TensorboardHook(log_dir)
+        for n in range(3):
+            hook.on_event("outer_step", {"outer_step": 10 + n, "step": "not an int"})
+            if n < 2:
+                hook.on_event("delta_uploaded", {"bytes": 100 * n})
+        hook.close()
+
+        points = scalars(log_dir)
+        assert points["outer_step/outer_step"] == [(0, 10.0), (1, 11.0), (2, 12.0)]
+        assert points["delta_uploaded/bytes"] == [(0, 0.0), (1, 100.0)]
+
+    def test_one_event_record_per_emitted_event(self, log_dir: Path) -> None:
+        """All of an event's scalars share one Event record; an event without numbers writes none."""
+        hook = TensorboardHook(log_dir)
+        hook.on_event("train_step", {"step": 1, "loss": 0.5, "lr": 0.1, "tokens_per_s": 900.0})
+        hook.on_event("note", {"text": "no numbers here"})
+        hook.on_event("train_step", {"step": 2, "loss": 0.4, "lr": 0.1, "tokens_per_s": 950.0})
+        hook.close()
+
+        [path] = event_files(log_dir)
+        records = [e for e in EventFileLoader(str(path)).Load() if e.HasField("summary")]
+        assert [(e.step, len(e.summary.value)) for e in records] == [(1, 4), (2, 4)]
+
+    def test_flush_makes_points_readable_before_close(self, log_dir: Path) -> None:
+        """flush() blocks until what was written is in the file, with a long flush interval."""
+        hook = TensorboardHook(log_dir, flush_secs=3600)
+        hook.on_event("train_step", {"step": 1, "loss": 0.5})
+        hook.flush()
+        try:
+            assert scalars(log_dir)["train_step/loss"] == [(1, 0.5)]
+        finally:
+            hook.close()
+
+    def test_close_is_idempotent_and_writing_after_it_creates_no_file(self, log_dir: Path) -> None:
+        """After close: a second close and a flush do nothing; on_event raises; still one file."""
+        hook = TensorboardHook(log_dir)
+        hook.on_event("train_step", {"step": 1, "loss": 0.5})
+        hook.close()
+        hook.close()
+        hook.flush()
+        with pytest.raises(RuntimeError, match="is closed"):
+            hook.on_event("train_step", {"step": 2, "loss": 0.4})
+
+        assert len(event_files(log_dir)) == 1
+        assert scalars(log_dir)["train_step/loss"] == [(1, 0.5)]
+
+    def test_metric_logger_close_closes_the_hook(self, log_dir: Path) -> None:
+        """MetricLogger.close() closes the hook once, and the logger counts nothing as failed."""
+        hook = TensorboardHook(log_dir)
+        logger = MetricLogger(stream=io.StringIO(), hooks=[hook])
+        logger.emit("train_step", {"step": 3, "loss": 0.5})
+        logger.close()
+        with pytest.raises(RuntimeError, match="is closed"):
+            hook.on_event("train_step", {"step": 4, "loss": 0.4})
+        assert dict(logger.hook_errors) == {}
+        assert scalars(log_dir)["train_step/loss"] == [(3, 0.5)]
+
+    def test_each_hook_has_its_own_file(self, log_dir: Path) -> None:
+        """Two hooks on one directory write two files; TensorBoard reads both."""
+        first, second = TensorboardHook(log_dir), TensorboardHook(log_dir)
+        first.on_event("train_step", {"step": 1, "loss": 0.5})
+        second.on_event("train_step", {"step": 2, "loss": 0.25})
+        first.close()
+        second.close()
+
+        assert len(event_files(log_dir)) == 2
+        assert sorted(scalars(log_dir)["train_step/loss"]) == [(1, 0.5), (2, 0.25)]
+
+    @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+    def test_a_killed_run_keeps_what_was_written_a_flush_interval_ago(self, log_dir: Path) -> None:
+        """SIGKILL without close: every point older than the default flush_secs (2 s) is on disk."""
+        script = textwrap.dedent(
+            f"""
+            import os, signal, sys, time
+            from speedtronic.integrations import TensorboardHook
+            hook = TensorboardHook({str(log_dir)!r})
+            for step in range(1, 101):
+                hook.on_event("train_step", {{"step": step, "loss": 1.0 / step}})
+            time.sleep(2.5)
+            os.kill(os.getpid(), signal.SIGKILL)
+            """
+        )
+        result = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+        assert result.returncode == -signal.SIGKILL, result.stderr.decode()
+
+        steps = [step for step, _ in scalars(log_dir)["train_step/loss"]]
+        assert steps == list(range(1, 101))
+
+
+class TestDefaults:
+    def test_default_log_dir_is_runs_tensorboard(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """TensorboardHook() writes under ./runs/tensorboard."""
+        monkeypatch.chdir(tmp_path)
+        hook = TensorboardHook()
+        hook.close()
+        assert hook.log_dir == "runs/tensorboard"
+        assert len(event_files(tmp_path / "runs" / "tensorboard")) == 1
