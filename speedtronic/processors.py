@@ -14,6 +14,7 @@ final stage of ``MetricLogger``'s chain (``DispatchHooks``) consumes the event a
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import sys
 import time
@@ -353,25 +354,28 @@ def _reraise(hook: Any, error: Exception, event: str) -> None:
     raise error
 
 
-class HandOff:
-    """Final stage for background delivery: submits ``(hooks now, event dict)``, then consumes it.
+Submission = tuple[contextvars.Context, tuple[Any, ...], EventDict]
 
-    ``MetricLogger`` submits to a worker thread that calls ``DispatchHooks.deliver``. The hooks are
-    taken as they are at emit time, so a hook added later never sees earlier events. With no hooks
-    registered, nothing is submitted. Raises ``structlog.DropEvent``.
+
+class HandOff:
+    """Final stage for background delivery: submits the event, then consumes it.
+
+    What is submitted is ``(context, hooks, event_dict)``: a copy of the emitting thread's
+    ``contextvars`` (so a hook forwarding to structlog still sees the application's bound context)
+    and the hooks as registered at emit time (so a hook added later never sees earlier events).
+    ``MetricLogger`` submits to its hook thread, which calls ``DispatchHooks.deliver`` inside that
+    context. With no hooks registered, nothing is submitted. Raises ``structlog.DropEvent``.
     """
 
     __slots__ = ("_hooks", "_submit")
 
-    def __init__(
-        self, hooks: Sequence[Any], submit: Callable[[tuple[tuple[Any, ...], EventDict]], object]
-    ) -> None:
+    def __init__(self, hooks: Sequence[Any], submit: Callable[[Submission], object]) -> None:
         self._hooks = hooks
         self._submit = submit
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
         if self._hooks:
-            self._submit((tuple(self._hooks), event_dict))
+            self._submit((contextvars.copy_context(), tuple(self._hooks), event_dict))
         raise structlog.DropEvent
 
 
@@ -390,7 +394,7 @@ class DispatchHooks:
         self._on_error = on_error
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
-        self.deliver(self._hooks, event_dict)
+        self.deliver(tuple(self._hooks), event_dict)
         raise structlog.DropEvent
 
     def deliver(self, hooks: Sequence[Any], event_dict: EventDict) -> None:

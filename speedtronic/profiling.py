@@ -199,7 +199,7 @@ class MetricLogger:
         elif background_hooks and not strict_hooks:
             on_hook_thread = DispatchHooks(self._hooks, self._defer_failure)
             self._delivery = BackgroundDelivery(
-                lambda item: on_hook_thread.deliver(*item),
+                lambda item: item[0].run(on_hook_thread.deliver, item[1], item[2]),
                 hook_queue_size,
                 name=f"speedtronic-hooks-{number}",
             )
@@ -391,14 +391,15 @@ class MetricLogger:
             if failures == 1:
                 fields["traceback"] = "".join(traceback.format_exception(error))
             self._report("hook_error", fields)
+        if self._strict_hooks:  # the HookError is the report; a warning would only repeat it
+            raise HookError(f"hook {name!r} failed during {during!r}: {error}") from error
+        if _is_power_of_two(failures):
             warnings.warn(
                 f"speedtronic hook {name!r} failed ({failures} so far) during {during!r}: "
                 f"{type(error).__name__}: {error}",
                 HookFailureWarning,
                 stacklevel=2,
             )
-        if self._strict_hooks:
-            raise HookError(f"hook {name!r} failed during {during!r}: {error}") from error
 
     def _write_failed(self, error: BaseException, where: str) -> None:
         """Count a lost record; warn on the 1st, 2nd, 4th, 8th... so a full disk is never silent."""

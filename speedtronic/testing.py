@@ -13,7 +13,6 @@ import json
 import os
 import struct
 import threading
-import warnings
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -23,7 +22,6 @@ from typing import Any
 import structlog
 from structlog.typing import Processor, WrappedLogger
 
-from speedtronic.errors import HookFailureWarning
 from speedtronic.profiling import MetricLogger
 
 __all__ = [
@@ -90,7 +88,9 @@ def capture_events(logger: MetricLogger) -> Iterator[list[dict[str, Any]]]:
     Yields a list that fills with ``{"event": name, **payload}`` dicts: exactly what hooks receive,
     after the cadence, with ``elapsed_s`` (and ``memory_bytes``) added and tensors converted. The
     capturing hook is appended to ``logger.hooks`` and removed on exit; several captures may be
-    active on one logger at once.
+    active on one logger at once. Leaving the block waits for the logger's hook thread
+    (``logger.flush()``), so the list is complete afterwards; inside the block, call
+    ``logger.flush()`` before reading it, or use a logger with ``background_hooks=False``.
     """
     events: list[dict[str, Any]] = []
     hook = _Capture(events)
@@ -98,6 +98,8 @@ def capture_events(logger: MetricLogger) -> Iterator[list[dict[str, Any]]]:
     try:
         yield events
     finally:
+        if not logger.closed:
+            logger.flush()
         logger.hooks.remove(hook)  # _Capture compares by identity
 
 
@@ -110,13 +112,11 @@ def run_hook(
     ``close()``), and its failures raise ``speedtronic.HookError`` instead of being counted
     (``strict_hooks=True``). Returns the events as delivered, like ``capture_events``.
     """
-    with warnings.catch_warnings():  # the HookError is the report; the logger's warning repeats it
-        warnings.simplefilter("ignore", HookFailureWarning)
-        with MetricLogger(stream=io.StringIO(), every_steps=every_steps, strict_hooks=True) as logger:
-            logger.hooks.append(hook)
-            with capture_events(logger) as delivered:
-                for event, payload in events:
-                    logger.emit(event, payload)
+    with MetricLogger(stream=io.StringIO(), every_steps=every_steps, strict_hooks=True) as logger:
+        logger.hooks.append(hook)
+        with capture_events(logger) as delivered:
+            for event, payload in events:
+                logger.emit(event, payload)
     return delivered
 
 

@@ -6,6 +6,7 @@ import atexit
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from speedtronic import _lifecycle
 from speedtronic._convert import to_python, unique_key
 
 __all__ = ["WandbHook"]
@@ -77,6 +78,7 @@ class WandbHook:
         self._training = False
         self._closed = False
         atexit.register(self._close_at_exit)
+        _lifecycle.run_first_at_exit()  # a logger still holding events for this hook closes first
 
     def on_event(self, event: str, payload: Mapping[Any, Any]) -> None:
         """Log one row: the payload's values (tensors as numbers), plus ``"event"``."""
