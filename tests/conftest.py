@@ -1,0 +1,22 @@
+"""Shared fixtures: temporary run directories and readers for what a logger wrote."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Every line of a JSONL file, parsed strictly (NaN/Infinity literals are refused)."""
+    def refuse(token: str) -> None:
+        raise ValueError(f"non-standard JSON constant {token}")
+
+    return [json.loads(line, parse_constant=refuse) for line in path.read_text("utf-8").splitlines()]
+
+
+@pytest.fixture
+def jsonl_path(tmp_path: Path) -> Path:
+    return tmp_path / "run" / "metrics.jsonl"

@@ -1,0 +1,383 @@
+"""MetricLogger end to end: what a user of emit() relies on, step by step."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from speedtronic import HookError, HookFailureWarning, LoggerClosedError
+from speedtronic.profiling import MetricLogger
+from tests.conftest import read_jsonl
+
+LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| (?P<level>[A-Z]+) \| (?P<rest>.*)")
+
+
+def text_lines(stream: io.StringIO) -> list[str]:
+    return stream.getvalue().splitlines()
+
+
+def body(line: str) -> str:
+    match = LINE.fullmatch(line)
+    assert match is not None, line
+    return match["rest"]
+
+
+class Journal:
+    """A hook that journals what it receives and how often it is closed."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.closes = 0
+
+    def on_event(self, event: str, payload: dict[str, Any]) -> None:
+        self.calls.append((event, payload))
+
+    def close(self) -> None:
+        self.closes += 1
+
+
+class TestEmit:
+    def test_text_jsonl_and_hook_for_one_event(self, jsonl_path: Path) -> None:
+        """One event gives one text line, one JSONL record and one hook call, with the same data."""
+        stream, hook = io.StringIO(), Journal()
+        with MetricLogger(stream=stream, json_file=jsonl_path, hooks=[hook]) as logger:
+            logger.emit("train_step", {"step": 1, "loss": 1.2, "lr": 0.0003})
+        (line,) = text_lines(stream)
+        assert re.fullmatch(r"train_step step=1 loss=1\.2 lr=0\.0003 elapsed_s=[0-9.e-]+", body(line))
+        (record,) = read_jsonl(jsonl_path)
+        assert list(record) == ["event", "step", "loss", "lr", "elapsed_s", "timestamp"]
+        assert record["loss"] == 1.2
+        ((event, payload),) = hook.calls
+        assert event == "train_step"
+        assert payload == {k: v for k, v in record.items() if k not in ("event", "timestamp")}
+
+    def test_payload_is_not_mutated(self) -> None:
+        """emit copies the payload; the caller's dict is unchanged."""
+        payload = {"step": 1, "loss": 1.0}
+        with MetricLogger(stream=io.StringIO()) as logger:
+            logger.emit("train_step", payload)
+        assert payload == {"step": 1, "loss": 1.0}
+
+    def test_cadence_skips_steps_everywhere(self, jsonl_path: Path) -> None:
+        """Off-cadence steps reach neither text, JSONL nor hooks; other events always do."""
+        stream, hook = io.StringIO(), Journal()
+        with MetricLogger(stream=stream, json_file=jsonl_path, every_steps=3, hooks=[hook]) as logger:
+            for step in range(1, 8):
+                logger.emit("train_step", {"step": step})
+            logger.emit("checkpoint", {"step": 7})
+            logger.emit("train_step", {"loss": 1.0})
+        expected = [("train_step", 3), ("train_step", 6), ("checkpoint", 7), ("train_step", None)]
+        assert [(r["event"], r.get("step")) for r in read_jsonl(jsonl_path)] == expected
+        assert [(e, p.get("step")) for e, p in hook.calls] == expected
+        assert len(text_lines(stream)) == 4
+
+    def test_skipped_step_reads_no_clock(self) -> None:
+        """A skipped step returns before the chain: elapsed_s of the next logged step is unaffected."""
+        hook = Journal()
+        with MetricLogger(stream=io.StringIO(), every_steps=2, hooks=[hook]) as logger:
+            logger.emit("train_step", {"step": 1, "elapsed_s": "from-payload"})
+            logger.emit("train_step", {"step": 2})
+        assert len(hook.calls) == 1
+
+    def test_elapsed_added_when_absent(self) -> None:
+        """elapsed_s is added, and a payload's own value is kept."""
+        hook = Journal()
+        with MetricLogger(stream=io.StringIO(), hooks=[hook]) as logger:
+            logger.emit("a", {})
+            logger.emit("b", {"elapsed_s": 42})
+        assert isinstance(hook.calls[0][1]["elapsed_s"], float)
+        assert hook.calls[0][1]["elapsed_s"] >= 0
+        assert hook.calls[1][1]["elapsed_s"] == 42
+
+    def test_no_memory_key_without_accelerator(self) -> None:
+        """On a CPU machine memory_bytes is absent."""
+        hook = Journal()
+        with MetricLogger(stream=io.StringIO(), hooks=[hook]) as logger:
+            logger.emit("train_step", {"step": 1})
+        assert "memory_bytes" not in hook.calls[0][1]
+
+    def test_tensor_values_delivered_as_numbers(self, jsonl_path: Path) -> None:
+        """0-d tensors arrive as Python floats in text, JSONL and hooks."""
+        import torch
+
+        stream, hook = io.StringIO(), Journal()
+        with MetricLogger(stream=stream, json_file=jsonl_path, hooks=[hook]) as logger:
+            logger.emit("train_step", {"step": 1, "loss": torch.tensor(0.5, requires_grad=True) * 1})
+        assert "loss=0.5 " in text_lines(stream)[0]
+        assert read_jsonl(jsonl_path)[0]["loss"] == 0.5
+        assert type(hook.calls[0][1]["loss"]) is float
+
+    def test_trouble_events_use_their_level(self) -> None:
+        """shape_warning and stale/skipped uploads are WARNING, a failed upload ERROR."""
+        stream = io.StringIO()
+        with MetricLogger(stream=stream) as logger:
+            for event in ("train_step", "shape_warning", "delta_upload_skipped", "delta_upload_stale"):
+                logger.emit(event, {})
+            logger.emit("delta_upload_failed", {"error": "timeout"})
+        levels = [LINE.fullmatch(line)["level"] for line in text_lines(stream)]  # type: ignore[index]
+        assert levels == ["INFO", "WARNING", "WARNING", "WARNING", "ERROR"]
+
+    def test_level_is_the_text_threshold_only(self, jsonl_path: Path) -> None:
+        """With level=WARNING the text log shows only warnings; JSONL and hooks still get everything."""
+        stream, hook = io.StringIO(), Journal()
+        with MetricLogger("WARNING", stream=stream, json_file=jsonl_path, hooks=[hook]) as logger:
+            logger.emit("train_step", {"step": 1})
+            logger.emit("shape_warning", {"field": "hidden"})
+        assert [body(line).split()[0] for line in text_lines(stream)] == ["shape_warning"]
+        assert len(read_jsonl(jsonl_path)) == 2
+        assert len(hook.calls) == 2
+
+    def test_text_file_is_appended(self, tmp_path: Path) -> None:
+        """file= appends text lines (parents created); a second logger adds to the same file."""
+        path = tmp_path / "logs" / "train.log"
+        for step in (1, 2):
+            with MetricLogger(file=path) as logger:
+                logger.emit("train_step", {"step": step})
+        assert [body(line).split()[1] for line in path.read_text().splitlines()] == ["step=1", "step=2"]
+
+    def test_jsonl_is_appended(self, jsonl_path: Path) -> None:
+        """A second logger on the same json_file appends."""
+        for step in (1, 2):
+            with MetricLogger(stream=io.StringIO(), json_file=jsonl_path) as logger:
+                logger.emit("train_step", {"step": step})
+        assert [r["step"] for r in read_jsonl(jsonl_path)] == [1, 2]
+
+    def test_torn_tail_starts_a_fresh_line(self, jsonl_path: Path) -> None:
+        """A file ending in a torn record (killed writer) gets the next record on a line of its own."""
+        jsonl_path.parent.mkdir(parents=True)
+        jsonl_path.write_bytes(b'{"event":"train_step","step":1}\n{"event":"train_st')
+        with MetricLogger(stream=io.StringIO(), json_file=jsonl_path) as logger:
+            logger.emit("train_step", {"step": 2})
+        lines = jsonl_path.read_bytes().split(b"\n")
+        assert lines[1] == b'{"event":"train_st'
+        assert json.loads(lines[2])["step"] == 2
+
+    def test_stdout_by_default(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """Without file or stream the text log goes to stdout, not stderr."""
+        with MetricLogger() as logger:
+            logger.emit("train_start", {"target_step": 10})
+        captured = capsys.readouterr()
+        assert "train_start target_step=10" in captured.out
+        assert captured.err == ""
+
+    def test_payload_must_be_a_mapping(self) -> None:
+        """A payload that is no mapping is a TypeError naming the event."""
+        with MetricLogger(stream=io.StringIO()) as logger, pytest.raises(TypeError, match=r"'x'.*mapping"):
+            logger.emit("x", [1, 2])  # type: ignore[arg-type]
+
+    def test_no_root_logger_and_no_propagation(self, caplog: pytest.LogCaptureFixture) -> None:
+        """The text log never reaches the root logger (pytest's caplog sits there)."""
+        import logging
+
+        root_handlers = list(logging.getLogger().handlers)
+        with MetricLogger(stream=io.StringIO()) as logger:
+            logger.emit("train_step", {"step": 1})
+            assert logger.text_logger.propagate is False
+            assert logger.text_logger.name not in logging.Logger.manager.loggerDict
+        assert caplog.records == []
+        assert logging.getLogger().handlers == root_handlers
+
+
+class TestHookFailures:
+    def test_failing_hook_is_counted_reported_and_isolated(self, jsonl_path: Path) -> None:
+        """A raising hook is counted; the other hooks get every event; training goes on."""
+        stream, good = io.StringIO(), Journal()
+
+        def flaky(event: str, payload: dict[str, Any]) -> None:
+            raise ValueError("boom")
+
+        logger = MetricLogger(stream=stream, json_file=jsonl_path, hooks=[flaky, good])
+        with pytest.warns(HookFailureWarning, match="flaky"):
+            for step in range(1, 6):
+                logger.emit("train_step", {"step": step})
+        logger.close()
+        assert dict(logger.hook_errors) == {
+            "TestHookFailures.test_failing_hook_is_counted_reported_and_isolated.<locals>.flaky": 5
+        }
+        assert len(good.calls) == 5
+        reports = [r for r in read_jsonl(jsonl_path) if r["event"] == "hook_error"]
+        # failures 1, 2 and 4 are reported (rate-limited), then the total at close
+        assert [(r["phase"], r["failures"]) for r in reports] == [
+            ("on_event", 1),
+            ("on_event", 2),
+            ("on_event", 4),
+            ("total", 5),
+        ]
+        assert "Traceback" in reports[0]["traceback"]
+        assert "ValueError: boom" in reports[0]["traceback"]
+        assert "traceback" not in reports[1]
+        warning_lines = [line for line in text_lines(stream) if " | WARNING | hook_error" in line]
+        assert len(warning_lines) == 4
+        assert 'error="ValueError: boom"' in warning_lines[0]
+
+    def test_hooks_never_see_hook_error_records(self) -> None:
+        """The logger's own failure reports are not dispatched to hooks (no feedback loop)."""
+        good = Journal()
+
+        def bad(event: str, payload: dict[str, Any]) -> None:
+            raise RuntimeError("x")
+
+        with pytest.warns(HookFailureWarning), MetricLogger(stream=io.StringIO(), hooks=[bad, good]) as lg:
+            lg.emit("a", {})
+        assert [e for e, _ in good.calls] == ["a"]
+
+    def test_two_instances_of_one_class_are_counted_apart(self) -> None:
+        """Hook names are unique per logger: the second instance is 'Name#2'."""
+
+        class Bad:
+            def on_event(self, event: str, payload: dict[str, Any]) -> None:
+                raise RuntimeError("x")
+
+        with pytest.warns(HookFailureWarning), MetricLogger(stream=io.StringIO(), hooks=[Bad(), Bad()]) as lg:
+            lg.emit("a", {})
+            names = sorted(lg.hook_errors)
+        assert names == [names[0], names[0] + "#2"]
+        assert names[0].endswith("Bad")
+
+    def test_keyboard_interrupt_propagates(self) -> None:
+        """BaseException from a hook is not swallowed."""
+
+        def stop(event: str, payload: dict[str, Any]) -> None:
+            raise KeyboardInterrupt
+
+        with MetricLogger(stream=io.StringIO(), hooks=[stop]) as logger, pytest.raises(KeyboardInterrupt):
+            logger.emit("a", {})
+
+    def test_strict_hooks_raise(self) -> None:
+        """strict_hooks=True turns a hook failure into HookError with the original as cause."""
+
+        def bad(event: str, payload: dict[str, Any]) -> None:
+            raise ValueError("boom")
+
+        logger = MetricLogger(stream=io.StringIO(), hooks=[bad], strict_hooks=True)
+        with pytest.warns(HookFailureWarning), pytest.raises(HookError, match="boom") as info:
+            logger.emit("a", {})
+        assert isinstance(info.value.__cause__, ValueError)
+        logger.close()
+
+    def test_warning_can_be_escalated(self) -> None:
+        """-W error::speedtronic.HookFailureWarning (as this suite runs) makes a failure fatal."""
+
+        def bad(event: str, payload: dict[str, Any]) -> None:
+            raise ValueError("boom")
+
+        logger = MetricLogger(stream=io.StringIO(), hooks=[bad])
+        with pytest.raises(HookFailureWarning):
+            logger.emit("a", {})
+        logger.close()
+        assert logger.hook_errors == {
+            "TestHookFailures.test_warning_can_be_escalated.<locals>.bad": 1
+        }
+
+
+class TestLifecycle:
+    def test_close_closes_hooks_once_and_is_idempotent(self) -> None:
+        """close() closes each hook (also one appended twice) exactly once, however often it's called."""
+        hook = Journal()
+        logger = MetricLogger(stream=io.StringIO(), hooks=[hook, hook])
+        logger.close()
+        logger.close()
+        assert hook.closes == 1
+        assert logger.closed
+
+    def test_failing_close_doesnt_stop_the_others(self, jsonl_path: Path) -> None:
+        """A hook whose close() raises is reported; later hooks are still closed; files closed."""
+        after = Journal()
+
+        class BadClose:
+            def on_event(self, event: str, payload: dict[str, Any]) -> None:
+                pass
+
+            def close(self) -> None:
+                raise OSError("disk gone")
+
+        logger = MetricLogger(stream=io.StringIO(), json_file=jsonl_path, hooks=[BadClose(), after])
+        with pytest.warns(HookFailureWarning, match="close"):
+            logger.close()
+        assert after.closes == 1
+        assert logger.hook_errors == {
+            "TestLifecycle.test_failing_close_doesnt_stop_the_others.<locals>.BadClose": 1
+        }
+        phases = [r["phase"] for r in read_jsonl(jsonl_path)]
+        assert phases == ["close", "total"]
+
+    def test_emit_after_close_raises_and_reopens_nothing(self, jsonl_path: Path) -> None:
+        """emit after close is LoggerClosedError; the JSONL file is not recreated."""
+        logger = MetricLogger(stream=io.StringIO(), json_file=jsonl_path)
+        logger.close()
+        jsonl_path.unlink()
+        with pytest.raises(LoggerClosedError, match="closed"):
+            logger.emit("train_step", {"step": 1})
+        with pytest.raises(LoggerClosedError):
+            logger.emit("train_step", {"step": 3})  # also when the cadence would skip it
+        assert not jsonl_path.exists()
+
+    def test_close_releases_file_descriptors(self, tmp_path: Path) -> None:
+        """Repeated programmatic runs leak no open files."""
+        import os
+
+        def open_fds() -> int:
+            return len(os.listdir("/proc/self/fd"))
+
+        before = open_fds()
+        for i in range(20):
+            with MetricLogger(file=tmp_path / f"{i}.log", json_file=tmp_path / f"{i}.jsonl") as logger:
+                logger.emit("train_step", {"step": 1})
+        assert open_fds() == before
+
+    def test_hooks_appended_after_construction(self) -> None:
+        """logger.hooks.append works after construction and hooks can be replaced wholesale."""
+        first, second = Journal(), Journal()
+        with MetricLogger(stream=io.StringIO()) as logger:
+            logger.emit("a", {})
+            logger.hooks.append(first)
+            logger.emit("b", {})
+            logger.hooks = [second]
+            logger.emit("c", {})
+        assert [e for e, _ in first.calls] == ["b"]
+        assert [e for e, _ in second.calls] == ["c"]
+
+
+class TestBadArguments:
+    @pytest.mark.parametrize("every", [0, -3, 2.0])
+    def test_every_steps(self, every: Any) -> None:
+        with pytest.raises(ValueError, match="every_steps"):
+            MetricLogger(every_steps=every)
+
+    def test_unknown_level(self) -> None:
+        with pytest.raises(ValueError, match="level must be one of DEBUG, INFO"):
+            MetricLogger("LOUD")
+
+    def test_unopenable_file(self, tmp_path: Path) -> None:
+        """A file that can't be opened names the argument and the path."""
+        (tmp_path / "dir").mkdir()
+        with pytest.raises(ValueError, match=r"MetricLogger\(file=.*dir'\): can't open it"):
+            MetricLogger(file=tmp_path / "dir")
+
+    def test_unopenable_json_file(self, tmp_path: Path) -> None:
+        blocker = tmp_path / "not-a-dir"
+        blocker.write_text("")
+        with pytest.raises(ValueError, match=r"MetricLogger\(json_file=.*\): can't open it"):
+            MetricLogger(stream=io.StringIO(), json_file=blocker / "m.jsonl")
+
+    def test_file_and_stream(self, tmp_path: Path) -> None:
+        with pytest.raises(ValueError, match="either file= or stream="):
+            MetricLogger(file=tmp_path / "a.log", stream=io.StringIO())
+
+    def test_bad_hook_refused_at_construction_and_append(self) -> None:
+        """A hook that can't take (event, payload) is refused when registered, naming it."""
+
+        def one_arg(payload: dict[str, Any]) -> None:
+            pass
+
+        with pytest.raises(TypeError, match=r"one_arg.*can't be called as \(event, payload\)"):
+            MetricLogger(stream=io.StringIO(), hooks=[one_arg])
+        with MetricLogger(stream=io.StringIO()) as logger:
+            with pytest.raises(TypeError, match="neither a TrainingHook"):
+                logger.hooks.append(42)
+            assert list(logger.hooks) == []
