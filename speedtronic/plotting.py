@@ -20,6 +20,8 @@ from speedtronic.runs import RankChoice, Skipped, as_number, read_records, run_f
 __all__ = ["DEFAULT_KEYS", "NothingToPlot", "PlotResult", "Series", "ema", "plot_runs"]
 
 DEFAULT_KEYS = ("loss", "lr")
+_MARKERS_UP_TO = 50
+"""Series this short get a marker per point, so a lone point (or one between gaps) is visible."""
 
 
 class NothingToPlot(ValueError):
@@ -138,8 +140,9 @@ def plot_runs(
     figure = figure_cls(figsize=(8, 2.6 * len(keys) + 0.6), dpi=dpi, layout="constrained")
     canvas_cls(figure)
     axes = figure.subplots(len(keys), 1, sharex=True, squeeze=False)[:, 0]
+    colors = {name: f"C{index % 10}" for index, name in enumerate(names)}  # a run's colour in every panel
     for ax, key in zip(axes, keys, strict=True):
-        _panel(ax, key, [s for s in series if s.key == key], smooth, log_y)
+        _panel(ax, key, [s for s in series if s.key == key], colors, smooth, log_y)
     axes[-1].set_xlabel(x)
     figure.suptitle(title if title is not None else _title(names, event))
     path = Path(out)
@@ -147,20 +150,22 @@ def plot_runs(
     return PlotResult(path, series, skipped)
 
 
-def _panel(ax: Any, key: str, series: list[Series], smooth: float, log_y: bool) -> None:
+def _panel(
+    ax: Any, key: str, series: list[Series], colors: dict[str, str], smooth: float, log_y: bool
+) -> None:
     ax.set_ylabel(key)
     ax.grid(True, alpha=0.3)
     drawn = [s for s in series if len(s.y)]
     if not drawn:
         ax.text(0.5, 0.5, f"no {key!r} in any run", ha="center", va="center", transform=ax.transAxes)
         return
-    for index, one in enumerate(drawn):
-        color = f"C{index % 10}"
+    for one in drawn:
+        style = {"color": colors[one.run], "marker": "." if len(one.y) <= _MARKERS_UP_TO else None}
         if smooth:
-            ax.plot(one.x, one.y, color=color, alpha=0.25, linewidth=1)
-            ax.plot(one.x, ema(one.y, smooth), color=color, linewidth=1.5, label=one.run)
+            ax.plot(one.x, one.y, alpha=0.25, linewidth=1, color=style["color"])
+            ax.plot(one.x, ema(one.y, smooth), linewidth=1.5, label=one.run, **style)
         else:
-            ax.plot(one.x, one.y, color=color, linewidth=1.5, label=one.run)
+            ax.plot(one.x, one.y, linewidth=1.5, label=one.run, **style)
     if log_y:
         ax.set_yscale("log")
     ax.legend(loc="best", fontsize="small")
