@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 import orjson
@@ -31,10 +32,11 @@ def run(args: argparse.Namespace) -> int:
         summaries = [summarize_run(path, rank=rank) for path in args.runs]
     except RunError as error:
         raise CommandError(str(error)) from None
-    for summary in summaries:
-        report_skipped(summary.run, summary.skipped)
     if args.json:
         print(orjson.dumps([s.as_dict() for s in summaries], option=orjson.OPT_INDENT_2).decode())
     else:
         print(format_summaries(summaries))
+    sys.stdout.flush()  # the table first, then what was skipped, also on a terminal
+    for summary in summaries:
+        report_skipped(summary.run, summary.skipped)
     return 0
