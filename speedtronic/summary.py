@@ -17,11 +17,13 @@ from typing import Any
 from speedtronic.processors import level_for
 from speedtronic.runs import RankChoice, Record, Skipped, as_number, rate_keys, read_records, run_files
 
-__all__ = ["RunSummary", "format_summaries", "summarize_run"]
+__all__ = ["RateStats", "RunSummary", "format_summaries", "summarize_run"]
 
 
 @dataclass
-class _Rate:
+class RateStats:
+    """Mean and last value of one throughput rate; non-finite values are left out of both."""
+
     total: float = 0.0
     count: int = 0
     last: float = math.nan
@@ -53,7 +55,7 @@ class RunSummary:
     loss_best: float | None = None
     loss_best_step: int | None = None
     non_finite_losses: int = 0
-    rates: dict[str, _Rate] = field(default_factory=dict)
+    rates: dict[str, RateStats] = field(default_factory=dict)
     elapsed_s: float | None = None
     checkpoints: int = 0
     last_checkpoint: dict[str, Any] | None = None
@@ -107,7 +109,7 @@ class RunSummary:
             elif self.loss_best is None or loss < self.loss_best:
                 self.loss_best, self.loss_best_step = loss, step if type(step) is int else None
         for key in rate_keys(payload):
-            self.rates.setdefault(key, _Rate()).add(payload[key])
+            self.rates.setdefault(key, RateStats()).add(payload[key])
 
     def _add_hook_error(self, payload: dict[str, Any]) -> None:
         # The logger reports a hook's 1st, 2nd, 4th... failure and a final total: the largest count

@@ -1,4 +1,4 @@
-"""What the run-reading commands share: the ``RUN`` and ``--rank`` arguments and their reporting."""
+"""What the run-reading commands share: the ``--rank`` argument and the report of what was skipped."""
 
 from __future__ import annotations
 
