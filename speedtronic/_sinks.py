@@ -8,11 +8,13 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-__all__ = ["JSONLFile", "open_text_logger"]
+__all__ = ["JSONLFile", "LineRecord", "open_text_logger"]
 
 OnWriteError = Callable[[OSError, str], None]
 
@@ -59,16 +61,52 @@ def _ends_torn(fd: int) -> bool:
     return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
 
 
-class _ReportingFileHandler(logging.FileHandler):
+class LineRecord(logging.LogRecord):
+    """A ``LogRecord`` for a line that is already formatted, built without ``LogRecord``'s costly parts.
+
+    It carries every attribute a ``logging.Formatter`` reads, so handlers a user adds to
+    ``MetricLogger.text_logger`` format it as usual; there is just no caller (``pathname``,
+    ``lineno``, ``funcName`` are empty) because the line is about an event, not a call site.
+    """
+
+    def __init__(self, name: str, levelno: int, line: str) -> None:
+        now = time.time()
+        self.name, self.msg, self.args = name, line, None
+        self.levelno, self.levelname = levelno, logging.getLevelName(levelno)
+        self.pathname = self.filename = self.module = ""
+        self.lineno, self.funcName = 0, ""
+        self.exc_info = self.exc_text = self.stack_info = None
+        self.created, self.msecs = now, int(now % 1 * 1000)
+        self.relativeCreated = (now - logging._startTime) * 1000  # type: ignore[attr-defined]  # stdlib's
+        self.thread, self.threadName = threading.get_ident(), ""
+        self.process, self.processName = os.getpid(), ""
+        self.taskName = None
+
+
+class _LineWriter:
+    """Writes a ``LineRecord``'s line as is; any other record (or a set formatter) goes the usual way."""
+
+    formatter: logging.Formatter | None
     on_error: OnWriteError
 
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.formatter is not None or type(record) is not LineRecord:
+            logging.StreamHandler.emit(self, record)  # type: ignore[arg-type]  # a StreamHandler mixin
+            return
+        try:
+            stream = self.stream  # type: ignore[attr-defined]  # StreamHandler's
+            stream.write(record.msg + "\n")
+            stream.flush()
+        except Exception:
+            self.handleError(record)  # type: ignore[attr-defined]  # Handler's
+
+
+class _ReportingFileHandler(_LineWriter, logging.FileHandler):
     def handleError(self, record: logging.LogRecord) -> None:  # stdlib's name
         _report_current(self.on_error, self.baseFilename)
 
 
-class _ReportingStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]  # IO[str]
-    on_error: OnWriteError
-
+class _ReportingStreamHandler(_LineWriter, logging.StreamHandler):  # type: ignore[type-arg]  # IO[str]
     def handleError(self, record: logging.LogRecord) -> None:  # stdlib's name
         _report_current(self.on_error, getattr(self.stream, "name", "<stream>"))
 

@@ -10,12 +10,12 @@ and spaces inside a value stay inside its quotes (CWE-117).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from speedtronic._convert import int_text, safe_str
 
-__all__ = ["format_key", "format_value", "quote"]
+__all__ = ["format_fields", "format_key", "format_value", "quote"]
 
 _SAFE = re.compile(r"[A-Za-z0-9_.,:/@%+\-\[\]()<>]+")
 _UNSAFE = re.compile('[\\\\"\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]')
@@ -68,6 +68,40 @@ def format_value(value: Any) -> str:
     return _FORMATTERS.get(type(value), _format_other)(value)
 
 
+_KEY_CACHE_SIZE = 4096
+_key_tokens: dict[object, str] = {}
+
+
 def format_key(key: object) -> str:
-    """A key as a token: bare when safe, quoted otherwise; non-string keys by their ``str()``."""
-    return quote(key if type(key) is str else safe_str(key))
+    """A key as a token: bare when safe, quoted otherwise; non-string keys by their ``str()``.
+
+    Keys repeat from event to event, so string keys' tokens are cached (up to 4,096 of them).
+    """
+    token = _key_tokens.get(key) if type(key) is str else None
+    if token is None:
+        token = quote(key if type(key) is str else safe_str(key))
+        if type(key) is str and len(_key_tokens) < _KEY_CACHE_SIZE:
+            _key_tokens[key] = token
+    return token
+
+
+def format_fields(event_dict: Mapping[Any, Any]) -> str:
+    """`` key=value`` for every key but ``"event"``, each with a leading space, in order.
+
+    The common types are handled inline (this runs for every logged event); anything else goes
+    through ``format_value``.
+    """
+    parts: list[str] = []
+    safe = _SAFE.fullmatch
+    for key, value in event_dict.items():
+        if key == "event":
+            continue
+        kind = type(value)
+        if kind is float:
+            text = repr(value)
+        elif kind is str and safe(value):
+            text = value
+        else:
+            text = format_value(value)
+        parts += (" ", _key_tokens.get(key) or format_key(key), "=", text)
+    return "".join(parts)

@@ -26,7 +26,8 @@ from structlog.typing import EventDict, WrappedLogger
 
 from speedtronic._convert import json_safe_mapping, safe_str, to_python
 from speedtronic._memory import MemoryProbe, resolve_probe
-from speedtronic._text import format_key, format_value, quote
+from speedtronic._sinks import LineRecord
+from speedtronic._text import format_fields, format_key, quote
 
 __all__ = [
     "EVENT_LEVELS",
@@ -36,6 +37,7 @@ __all__ = [
     "ConvertValues",
     "CopyPayload",
     "DispatchHooks",
+    "HandOff",
     "JSONLRenderer",
     "TextRenderer",
     "WriteLines",
@@ -91,7 +93,10 @@ class CopyPayload:
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
         payload = event_dict.pop(self._key, None) or {}
-        fields: EventDict = {"event": str(event_dict.pop("event", "")), **event_dict}
+        event = str(event_dict.pop("event", ""))
+        if "event" not in payload:
+            return {"event": event, **event_dict, **payload}
+        fields: EventDict = {"event": event, **event_dict}  # rare: rename in place, keep the order
         for key, value in payload.items():
             fields["payload_event" if key == "event" else key] = value
         return fields
@@ -223,17 +228,12 @@ class TextRenderer:
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> str:
         level = _LEVEL_NAMES.get(method_name) or quote(method_name.upper())
-        fields = "".join(
-            f" {format_key(key)}={format_value(value)}"
-            for key, value in event_dict.items()
-            if key != "event"
-        )
-        event = quote(safe_str(event_dict.get("event", "")))
-        return f"{self._seconds(self._clock())} | {level} | {event}{fields}"
+        event = format_key(event_dict.get("event", ""))
+        return f"{self._seconds(self._clock())} | {level} | {event}{format_fields(event_dict)}"
 
 
 _ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
-_LINE_BREAKS = ((b"\xe2\x80\xa8", b"\\u2028"), (b"\xe2\x80\xa9", b"\\u2029"), (b"\xc2\x85", b"\\u0085"))
+_LINE_SEPARATORS = ((b"\xe2\x80\xa8", b"\\u2028"), (b"\xe2\x80\xa9", b"\\u2029"))
 
 
 class JSONLRenderer:
@@ -283,9 +283,11 @@ def _dumps(record: dict[Any, Any]) -> bytes:
 
 
 def _escape_line_breaks(data: bytes) -> bytes:
-    for raw, escaped in _LINE_BREAKS:
-        if raw in data:
+    if b"\xe2\x80" in data:  # U+2000..U+203F, which holds U+2028 and U+2029
+        for raw, escaped in _LINE_SEPARATORS:
             data = data.replace(raw, escaped)
+    if b"\xc2\x85" in data:
+        data = data.replace(b"\xc2\x85", b"\\u0085")
     return data
 
 
@@ -293,7 +295,9 @@ class WriteText:
     """Renders the text line and logs it through ``logger``, a stdlib logger, at the event's level.
 
     The line is rendered only when that level is enabled, so ``level="WARNING"`` costs nothing for
-    ``info`` events. Returns the event dict for the next stage.
+    ``info`` events. The record is handed to ``logger.handle`` directly (``LineRecord``): the line is
+    already formatted, so the caller lookup and argument merging of ``Logger.log`` would be wasted.
+    Returns the event dict for the next stage.
     """
 
     __slots__ = ("_logger", "_render")
@@ -305,7 +309,8 @@ class WriteText:
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
         levelno = _LEVEL_NUMBERS.get(method_name, logging.INFO)
         if self._logger.isEnabledFor(levelno):
-            self._logger.log(levelno, self._render(logger, method_name, event_dict))
+            line = self._render(logger, method_name, event_dict)
+            self._logger.handle(LineRecord(self._logger.name, levelno, str(line)))
         return event_dict
 
 
@@ -333,6 +338,28 @@ def _reraise(hook: Any, error: Exception, event: str) -> None:
     raise error
 
 
+class HandOff:
+    """Final stage for background delivery: submits ``(hooks now, event dict)``, then consumes it.
+
+    ``MetricLogger`` submits to a worker thread that calls ``DispatchHooks.deliver``. The hooks are
+    taken as they are at emit time, so a hook added later never sees earlier events. With no hooks
+    registered, nothing is submitted. Raises ``structlog.DropEvent``.
+    """
+
+    __slots__ = ("_hooks", "_submit")
+
+    def __init__(
+        self, hooks: Sequence[Any], submit: Callable[[tuple[tuple[Any, ...], EventDict]], object]
+    ) -> None:
+        self._hooks = hooks
+        self._submit = submit
+
+    def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+        if self._hooks:
+            self._submit((tuple(self._hooks), event_dict))
+        raise structlog.DropEvent
+
+
 class DispatchHooks:
     """Final stage: calls each hook with ``(event, payload)``, then consumes the event.
 
@@ -348,12 +375,16 @@ class DispatchHooks:
         self._on_error = on_error
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+        self.deliver(self._hooks, event_dict)
+        raise structlog.DropEvent
+
+    def deliver(self, hooks: Sequence[Any], event_dict: EventDict) -> None:
+        """Call each of ``hooks`` with the event, isolating their failures."""
         event = event_dict.get("event", "")
-        for hook in self._hooks:
+        for hook in hooks:
             payload = dict(event_dict)
             payload.pop("event", None)
             try:
                 getattr(hook, "on_event", hook)(event, payload)
             except Exception as error:
                 self._on_error(hook, error, event)
-        raise structlog.DropEvent

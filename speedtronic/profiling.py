@@ -7,21 +7,24 @@ configuration is never touched), whose stages live in ``speedtronic.processors``
       cadence rule (CadenceFilter.admits): a skipped train_step returns here, before any work
       CopyPayload -> AddElapsed -> AddMemory -> ConvertValues
         -> WriteText (stdlib logger: stdout, stream or file) -> WriteLines (JSONL file)
-        -> DispatchHooks (final: each hook in order, failures isolated and counted)
+        -> HandOff (final: to the hook thread, which runs DispatchHooks)
+           or DispatchHooks (final, with background_hooks=False: hooks on the emitting thread)
 
-One lock serialises the chain, so ``emit`` is safe from several threads: lines never interleave and
-hooks are never called concurrently.
+One lock serialises the chain, so ``emit`` is safe from several threads: lines never interleave.
+Hooks run on one thread at a time (the logger's hook thread, or under the lock), so they are never
+called concurrently and see events in emission order.
 """
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 import os
 import threading
 import traceback
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType, TracebackType
 from typing import IO, Any
 
@@ -29,6 +32,7 @@ import structlog
 from structlog.typing import EventDict, WrappedLogger
 
 from speedtronic import _lifecycle
+from speedtronic._dispatch import BackgroundDelivery
 from speedtronic._memory import resolve_probe
 from speedtronic._sinks import JSONLFile, open_text_logger
 from speedtronic.errors import (
@@ -46,6 +50,7 @@ from speedtronic.processors import (
     ConvertValues,
     CopyPayload,
     DispatchHooks,
+    HandOff,
     JSONLRenderer,
     TextRenderer,
     WriteLines,
@@ -80,6 +85,22 @@ def _drop(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> Eve
     raise structlog.DropEvent
 
 
+def _own_chain(processors: list[Any]) -> Any:
+    """A bound structlog logger over ``processors`` that ignores the global structlog configuration.
+
+    ``wrap_logger`` would otherwise take the wrapper and context classes from
+    ``structlog.configure()``: an application's level filter must not silence our events.
+    """
+    return structlog.wrap_logger(
+        None,
+        processors=processors,
+        wrapper_class=structlog.make_filtering_bound_logger(logging.NOTSET),
+        context_class=dict,
+        cache_logger_on_first_use=False,
+    ).bind()
+
+
+
 def _is_power_of_two(n: int) -> bool:
     return n & (n - 1) == 0
 
@@ -96,7 +117,12 @@ class MetricLogger:
         stream: text stream for the text log when ``file`` is not given (default ``sys.stdout``).
         hooks: hooks to call for every delivered event (more can be appended to ``.hooks``).
         device: accelerator whose memory ``memory_bytes`` reports (default: the current one).
-        strict_hooks: re-raise a hook's failure as ``HookError`` after reporting it (for tests).
+        strict_hooks: re-raise a hook's failure as ``HookError`` from the ``emit`` that caused it
+            (for test suites; hooks then run on the emitting thread).
+        background_hooks: run hooks on the logger's own thread (default), so a slow hook doesn't
+            stall training; ``False`` runs them inside ``emit``.
+        hook_queue_size: events waiting for the hook thread before ``emit`` blocks (never drops).
+        close_timeout_s: how long ``close()`` waits for the hook thread to deliver what is queued.
 
     Use it as a context manager, or call ``close()``; loggers left open are closed at exit.
     """
@@ -112,6 +138,9 @@ class MetricLogger:
         *,
         device: Any = None,
         strict_hooks: bool = False,
+        background_hooks: bool = True,
+        hook_queue_size: int = 10_000,
+        close_timeout_s: float = 30.0,
     ) -> None:
         levelno = _parse_level(level)
         self._cadence = CadenceFilter(every_steps)
@@ -125,11 +154,14 @@ class MetricLogger:
         """Records that could not be written (I/O errors) or rendered; each failure is also warned."""
         self._lock = threading.RLock()
         self._closed = False
-        self._admits = self._cadence.admits
+        self._admits: Callable[[str, Mapping[Any, Any]], bool] = self._cadence.admits
+        self._close_timeout_s = close_timeout_s
+        self._deferred: collections.deque[tuple[object, Exception, str]] = collections.deque()
+        number = next(_ids)
 
         try:
             self.text_logger, self._handler = open_text_logger(
-                f"speedtronic.metrics.{next(_ids)}", levelno, file, stream, self._write_failed
+                f"speedtronic.metrics.{number}", levelno, file, stream, self._write_failed
             )
         except OSError as error:
             raise ValueError(f"MetricLogger(file={str(file)!r}): can't open it: {error}") from None
@@ -146,12 +178,19 @@ class MetricLogger:
         if self._json is not None:
             sinks.append(WriteLines(self._json.write, JSONLRenderer(as_bytes=True)))
         chain = [CopyPayload(), elapsed, AddMemory(device), ConvertValues(), *sinks]
-        self._chain = structlog.wrap_logger(
-            None, processors=[*chain, DispatchHooks(self._hooks, self._hook_failed)]
-        ).bind()
-        self._report_chain = structlog.wrap_logger(
-            None, processors=[CopyPayload(), elapsed, ConvertValues(), *sinks, _drop]
-        ).bind()
+        self._delivery: BackgroundDelivery | None = None
+        if background_hooks and not strict_hooks:
+            on_hook_thread = DispatchHooks(self._hooks, self._defer_failure)
+            self._delivery = BackgroundDelivery(
+                lambda item: on_hook_thread.deliver(*item),
+                hook_queue_size,
+                name=f"speedtronic-hooks-{number}",
+            )
+            final: Any = HandOff(self._hooks, self._delivery.submit)
+        else:
+            final = DispatchHooks(self._hooks, self._hook_failed)
+        self._chain = _own_chain([*chain, final])
+        self._report_chain = _own_chain([CopyPayload(), elapsed, ConvertValues(), *sinks, _drop])
         _lifecycle.remember(self)
 
     # -- public API ---------------------------------------------------------------------------
@@ -184,37 +223,51 @@ class MetricLogger:
         Never raises because of the payload or a hook (unless ``strict_hooks``); raises
         ``LoggerClosedError`` after ``close()`` and ``TypeError`` for a payload that is no mapping.
         """
-        if self._closed:
-            raise LoggerClosedError(f"emit({event!r}) on a closed MetricLogger; create a new one")
-        if type(payload) is not dict and not isinstance(payload, Mapping):
-            raise TypeError(f"emit({event!r}): payload must be a mapping, got {type(payload).__name__}")
-        if not self._admits(event, payload):
-            return
+        try:
+            admitted = self._admits(event, payload)  # after close(), this raises LoggerClosedError
+        except AttributeError:
+            admitted = True  # not a mapping: _log says so
+        if admitted:
+            self._log(event, payload)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until the hooks have received every event emitted so far, then report their failures.
+
+        Returns ``False`` if ``timeout`` (seconds) ran out first. With ``background_hooks=False``
+        there is nothing to wait for.
+        """
+        delivered = self._delivery.flush(timeout) if self._delivery is not None else True
         with self._lock:
-            if self._closed:
-                raise LoggerClosedError(f"emit({event!r}) raced close(); the event was not logged")
-            try:
-                getattr(self._chain, level_for(event))(event, payload=payload)
-            except (HookError, SpeedtronicWarning):
-                raise
-            except Exception as error:
-                self._write_failed(error, f"rendering {event!r}")
+            if not self._closed:
+                self._report_deferred()
+                self._handler.flush()
+        return delivered
 
     def close(self) -> None:
-        """Close every hook that has ``close()``, then flush and close the files. Idempotent."""
+        """Deliver queued events, close every hook that has ``close()``, then the files. Idempotent.
+
+        A failure on the way (a hook's close, a warning escalated to an error) doesn't stop the
+        rest; the first one is raised once everything is closed.
+        """
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            try:
-                self._close_hooks()
-            finally:
-                self._handler.flush()
-                self._handler.close()
-                self.text_logger.removeHandler(self._handler)
-                if self._json is not None:
-                    self._json.close()
-                _lifecycle.forget(self)
+            self._admits = self._refuse
+            errors: list[BaseException] = []
+            for step in (self._drain, self._report_deferred, self._close_hooks):
+                try:
+                    step()
+                except BaseException as error:
+                    errors.append(error)
+            self._handler.flush()
+            self._handler.close()
+            self.text_logger.removeHandler(self._handler)
+            if self._json is not None:
+                self._json.close()
+            _lifecycle.forget(self)
+        if errors:
+            raise errors[0]
 
     def __enter__(self) -> MetricLogger:
         return self
@@ -231,7 +284,56 @@ class MetricLogger:
         state = "closed" if self._closed else "open"
         return f"<MetricLogger {state} every_steps={self.every_steps} hooks={len(self._hooks)}>"
 
+    # -- the event path -------------------------------------------------------------------------
+
+    def _log(self, event: str, payload: Mapping[Any, Any]) -> None:
+        if type(payload) is not dict and not isinstance(payload, Mapping):
+            raise TypeError(f"emit({event!r}): payload must be a mapping, got {type(payload).__name__}")
+        with self._lock:
+            if self._closed:
+                raise LoggerClosedError(f"emit({event!r}) raced close(); the event was not logged")
+            if self._deferred or (self._delivery is not None and self._delivery.fatal is not None):
+                self._report_deferred()
+            try:
+                getattr(self._chain, level_for(event))(event, payload=payload)
+            except (HookError, SpeedtronicWarning):
+                raise
+            except Exception as error:
+                self._write_failed(error, f"rendering {event!r}")
+
+    def _refuse(self, event: str, payload: Mapping[Any, Any]) -> bool:
+        raise LoggerClosedError(f"emit({event!r}) on a closed MetricLogger; create a new one")
+
+    def _drain(self) -> None:
+        if self._delivery is None:
+            return
+        undelivered = self._delivery.close(self._close_timeout_s)
+        if undelivered:
+            self._report(
+                "hook_error",
+                {"hook": "*", "phase": "drain", "undelivered": undelivered,
+                 "timeout_s": self._close_timeout_s},
+            )
+            warnings.warn(
+                f"speedtronic: {undelivered} event(s) not delivered to hooks within "
+                f"close_timeout_s={self._close_timeout_s}",
+                LoggingFailureWarning,
+                stacklevel=3,
+            )
+
     # -- failures -----------------------------------------------------------------------------
+
+    def _defer_failure(self, hook: object, error: Exception, during: str) -> None:
+        """On the hook thread: keep the failure for the emitting thread, which reports it."""
+        self._deferred.append((hook, error, during))
+
+    def _report_deferred(self) -> None:
+        while self._deferred:
+            self._hook_failed(*self._deferred.popleft())
+        fatal = self._delivery.fatal if self._delivery is not None else None
+        if fatal is not None:
+            self._delivery.fatal = None  # type: ignore[union-attr]  # not None: fatal came from it
+            raise fatal
 
     def _close_hooks(self) -> None:
         seen: set[int] = set()

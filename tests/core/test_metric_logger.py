@@ -183,19 +183,47 @@ class TestEmit:
         assert logging.getLogger().handlers == root_handlers
 
 
+@pytest.fixture(params=[True, False], ids=["background", "synchronous"])
+def background(request: pytest.FixtureRequest) -> bool:
+    """Hook behaviour holds with hooks on the logger's thread and inside emit alike."""
+    return bool(request.param)
+
+
+class TestNoGlobalState:
+    def test_application_structlog_config_doesnt_reach_the_chain(self, jsonl_path: Path) -> None:
+        """An app's structlog.configure (level filter, processors) changes nothing for the logger."""
+        import structlog
+
+        structlog.configure(
+            processors=[lambda *_: "hijacked"],
+            wrapper_class=structlog.make_filtering_bound_logger(50),
+            context_class=dict,
+        )
+        try:
+            with MetricLogger(stream=io.StringIO(), json_file=jsonl_path) as logger:
+                logger.emit("train_step", {"step": 1})
+        finally:
+            structlog.reset_defaults()
+        assert [r["event"] for r in read_jsonl(jsonl_path)] == ["train_step"]
+
+
 class TestHookFailures:
-    def test_failing_hook_is_counted_reported_and_isolated(self, jsonl_path: Path) -> None:
+    def test_failing_hook_is_counted_reported_and_isolated(
+        self, jsonl_path: Path, background: bool
+    ) -> None:
         """A raising hook is counted; the other hooks get every event; training goes on."""
         stream, good = io.StringIO(), Journal()
 
         def flaky(event: str, payload: dict[str, Any]) -> None:
             raise ValueError("boom")
 
-        logger = MetricLogger(stream=stream, json_file=jsonl_path, hooks=[flaky, good])
+        logger = MetricLogger(
+            stream=stream, json_file=jsonl_path, hooks=[flaky, good], background_hooks=background
+        )
         with pytest.warns(HookFailureWarning, match="flaky"):
             for step in range(1, 6):
                 logger.emit("train_step", {"step": step})
-        logger.close()
+            logger.close()
         assert dict(logger.hook_errors) == {
             "TestHookFailures.test_failing_hook_is_counted_reported_and_isolated.<locals>.flaky": 5
         }
@@ -215,16 +243,19 @@ class TestHookFailures:
         assert len(warning_lines) == 4
         assert 'error="ValueError: boom"' in warning_lines[0]
 
-    def test_hooks_never_see_hook_error_records(self) -> None:
+    def test_hooks_never_see_hook_error_records(self, background: bool) -> None:
         """The logger's own failure reports are not dispatched to hooks (no feedback loop)."""
         good = Journal()
 
         def bad(event: str, payload: dict[str, Any]) -> None:
             raise RuntimeError("x")
 
-        with pytest.warns(HookFailureWarning), MetricLogger(stream=io.StringIO(), hooks=[bad, good]) as lg:
-            lg.emit("a", {})
-        assert [e for e, _ in good.calls] == ["a"]
+        logger = MetricLogger(stream=io.StringIO(), hooks=[bad, good], background_hooks=background)
+        with pytest.warns(HookFailureWarning):
+            logger.emit("a", {})
+            logger.emit("b", {})
+            logger.close()
+        assert [e for e, _ in good.calls] == ["a", "b"]
 
     def test_two_instances_of_one_class_are_counted_apart(self) -> None:
         """Hook names are unique per logger: the second instance is 'Name#2'."""
@@ -235,18 +266,38 @@ class TestHookFailures:
 
         with pytest.warns(HookFailureWarning), MetricLogger(stream=io.StringIO(), hooks=[Bad(), Bad()]) as lg:
             lg.emit("a", {})
+            lg.flush()
             names = sorted(lg.hook_errors)
         assert names == [names[0], names[0] + "#2"]
         assert names[0].endswith("Bad")
 
     def test_keyboard_interrupt_propagates(self) -> None:
-        """BaseException from a hook is not swallowed."""
+        """BaseException from a synchronous hook propagates out of emit."""
 
         def stop(event: str, payload: dict[str, Any]) -> None:
             raise KeyboardInterrupt
 
-        with MetricLogger(stream=io.StringIO(), hooks=[stop]) as logger, pytest.raises(KeyboardInterrupt):
+        logger = MetricLogger(stream=io.StringIO(), hooks=[stop], background_hooks=False)
+        with pytest.raises(KeyboardInterrupt):
             logger.emit("a", {})
+        logger.close()
+
+    def test_base_exception_on_hook_thread_reaches_the_emitting_thread(self) -> None:
+        """A background hook's SystemExit is re-raised by the next emit (or flush/close)."""
+        after: list[str] = []
+
+        def stop(event: str, payload: dict[str, Any]) -> None:
+            if event == "a":
+                raise SystemExit(3)
+            after.append(event)
+
+        logger = MetricLogger(stream=io.StringIO(), hooks=[stop])
+        logger.emit("a", {})
+        with pytest.raises(SystemExit):
+            logger.flush()
+        logger.emit("b", {})
+        logger.close()
+        assert after == ["b"]
 
     def test_strict_hooks_raise(self) -> None:
         """strict_hooks=True turns a hook failure into HookError with the original as cause."""
@@ -266,7 +317,7 @@ class TestHookFailures:
         def bad(event: str, payload: dict[str, Any]) -> None:
             raise ValueError("boom")
 
-        logger = MetricLogger(stream=io.StringIO(), hooks=[bad])
+        logger = MetricLogger(stream=io.StringIO(), hooks=[bad], background_hooks=False)
         with pytest.raises(HookFailureWarning):
             logger.emit("a", {})
         logger.close()
@@ -283,6 +334,21 @@ class TestLifecycle:
         logger.close()
         logger.close()
         assert hook.closes == 1
+        assert logger.closed
+
+    def test_escalated_warning_on_hook_thread_raises_from_close(self) -> None:
+        """With background hooks, an escalated HookFailureWarning surfaces at flush/close, after
+        everything is closed."""
+        closed = Journal()
+
+        def bad(event: str, payload: dict[str, Any]) -> None:
+            raise ValueError("boom")
+
+        logger = MetricLogger(stream=io.StringIO(), hooks=[bad, closed])
+        logger.emit("a", {})
+        with pytest.raises(HookFailureWarning):
+            logger.close()
+        assert closed.closes == 1
         assert logger.closed
 
     def test_failing_close_doesnt_stop_the_others(self, jsonl_path: Path) -> None:

@@ -1,0 +1,318 @@
+"""speedtronic's performance goals, each measured side by side with its baseline in this process.
+
+    python benchmarks/bench.py            # every goal; exits 1 if one is missed
+    python benchmarks/bench.py --quick    # fewer rounds and events (a smoke run)
+
+Figures are medians of interleaved rounds (candidates alternate within each round, so machine load
+hits all of them alike); the ratios are what the goals are stated in. Run it on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import structlog
+
+from speedtronic.profiling import MetricLogger
+
+PAYLOAD = {"step": 1, "loss": 1.2345, "lr": 3e-4, "grad_norm": 0.5, "samples_per_s": 1234.5, "microbatches": 4}
+Result = dict[str, float]
+
+
+def noop_hook(event: str, payload: dict[str, Any]) -> None:
+    pass
+
+
+# -- candidates: each is a (setup -> per-event callable, teardown) pair -------------------------
+
+
+def hand_written(d: Path) -> tuple[Callable[[dict[str, Any]], None], Callable[[], None]]:
+    """The floor: copy, elapsed, text line, orjson line, one hook call; no library at all."""
+    text = open(d / "hand.log", "a", encoding="utf-8")  # noqa: SIM115  # closed by teardown
+    fd = os.open(d / "hand.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    start = time.monotonic()
+
+    def emit(payload: dict[str, Any]) -> None:
+        record = dict(payload)
+        record["elapsed_s"] = round(time.monotonic() - start, 6)
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        fields = " ".join(f"{k}={v!r}" for k, v in record.items())
+        text.write(f"{stamp} | INFO | train_step {fields}\n")
+        text.flush()
+        os.write(fd, orjson.dumps({"event": "train_step", **record}) + b"\n")
+        noop_hook("train_step", record)
+
+    def close() -> None:
+        text.close()
+        os.close(fd)
+
+    return emit, close
+
+
+def stdlib_logging(d: Path) -> tuple[Callable[[dict[str, Any]], None], Callable[[], None]]:
+    """The stdlib way: a text logger and a JSON logger, each with a FileHandler and a Formatter."""
+
+    class JSONFormatter(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            return orjson.dumps({"event": record.msg, **record.payload}).decode()  # type: ignore[attr-defined]
+
+    text_logger, json_logger = logging.Logger("bench.text"), logging.Logger("bench.json")
+    text_handler = logging.FileHandler(d / "stdlib.log")
+    text_handler.setFormatter(logging.Formatter("%(asctime)s | %(levelname)s | %(message)s"))
+    json_handler = logging.FileHandler(d / "stdlib.jsonl")
+    json_handler.setFormatter(JSONFormatter())
+    text_logger.addHandler(text_handler)
+    json_logger.addHandler(json_handler)
+    start = time.monotonic()
+
+    def emit(payload: dict[str, Any]) -> None:
+        record = dict(payload)
+        record["elapsed_s"] = round(time.monotonic() - start, 6)
+        text_logger.info("train_step %s", " ".join(f"{k}={v!r}" for k, v in record.items()))
+        json_logger.info("train_step", extra={"payload": record})
+        noop_hook("train_step", record)
+
+    def close() -> None:
+        text_handler.close()
+        json_handler.close()
+
+    return emit, close
+
+
+def structlog_only(d: Path) -> tuple[Callable[[dict[str, Any]], None], Callable[[], None]]:
+    """structlog with a key-value renderer and an orjson renderer (two chains, two files)."""
+    text = open(d / "structlog.log", "a")  # noqa: SIM115  # closed by teardown
+    data = open(d / "structlog.jsonl", "ab")  # noqa: SIM115  # closed by teardown
+    text_log = structlog.wrap_logger(
+        structlog.PrintLogger(text),
+        processors=[structlog.processors.TimeStamper(fmt="%Y-%m-%d %H:%M:%S"),
+                    structlog.processors.KeyValueRenderer(key_order=["timestamp", "event"])],
+        wrapper_class=structlog.make_filtering_bound_logger(0), context_class=dict,
+    ).bind()
+    json_log = structlog.wrap_logger(
+        structlog.BytesLogger(data),
+        processors=[structlog.processors.TimeStamper(fmt="iso"),
+                    structlog.processors.JSONRenderer(serializer=orjson.dumps)],
+        wrapper_class=structlog.make_filtering_bound_logger(0), context_class=dict,
+    ).bind()
+    start = time.monotonic()
+
+    def emit(payload: dict[str, Any]) -> None:
+        record = dict(payload)
+        record["elapsed_s"] = round(time.monotonic() - start, 6)
+        text_log.info("train_step", **record)
+        json_log.info("train_step", **record)
+        noop_hook("train_step", record)
+
+    def close() -> None:
+        text.close()
+        data.close()
+
+    return emit, close
+
+
+def speedtronic_logger(background: bool) -> Callable[[Path], Any]:
+    def setup(d: Path) -> tuple[Callable[[dict[str, Any]], None], Callable[[], None]]:
+        logger = MetricLogger(
+            file=d / f"st{background}.log", json_file=d / f"st{background}.jsonl",
+            hooks=[noop_hook], background_hooks=background,
+        )
+
+        def emit(payload: dict[str, Any]) -> None:
+            logger.emit("train_step", payload)
+
+        return emit, logger.close
+
+    setup.__doc__ = f"MetricLogger(file, json_file, one no-op hook, background_hooks={background})"
+    return setup
+
+
+def speedtronic_skipped(d: Path) -> tuple[Callable[[dict[str, Any]], None], Callable[[], None]]:
+    """A train_step the cadence skips."""
+    logger = MetricLogger(file=d / "skip.log", json_file=d / "skip.jsonl", hooks=[noop_hook],
+                          every_steps=1_000_000)
+    payload = dict(PAYLOAD, step=3)
+
+    def emit(_: dict[str, Any]) -> None:
+        logger.emit("train_step", payload)
+
+    return emit, logger.close
+
+
+def interleaved(candidates: dict[str, Any], events: int, rounds: int) -> Result:
+    """Median microseconds per event of each candidate, alternating candidates within each round."""
+    samples: dict[str, list[float]] = {name: [] for name in candidates}
+    with tempfile.TemporaryDirectory() as tmp:
+        live = {name: setup(Path(tmp)) for name, setup in candidates.items()}
+        for _ in range(rounds):
+            for name, (emit, _close) in live.items():
+                payloads = [dict(PAYLOAD, step=i) for i in range(events)]
+                t0 = time.perf_counter()
+                for payload in payloads:
+                    emit(payload)
+                samples[name].append((time.perf_counter() - t0) / events * 1e6)
+        for _emit, close in live.values():
+            close()
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+# -- goals --------------------------------------------------------------------------------------
+
+
+class Report:
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str, str, bool]] = []
+
+    def goal(self, name: str, measured: str, target: str, ok: bool) -> None:
+        self.rows.append((name, measured, target, ok))
+        print(f"  {'PASS' if ok else 'MISS'}  {name}: {measured} (goal {target})", flush=True)
+
+    def table(self) -> str:
+        lines = ["| goal | measured | target | |", "|---|---|---|---|"]
+        lines += [f"| {n} | {m} | {t} | {'pass' if ok else 'MISS'} |" for n, m, t, ok in self.rows]
+        return "\n".join(lines)
+
+
+def goal_full_and_skip(report: Report, events: int, rounds: int) -> None:
+    print(f"\n[1, 2] per-event cost, µs (median of {rounds} interleaved rounds x {events} events)")
+    result = interleaved(
+        {
+            "hand-written": hand_written,
+            "stdlib logging": stdlib_logging,
+            "structlog only": structlog_only,
+            "speedtronic (background hooks)": speedtronic_logger(True),
+            "speedtronic (hooks inside emit)": speedtronic_logger(False),
+            "speedtronic skipped step": speedtronic_skipped,
+        },
+        events,
+        rounds,
+    )
+    for name, micros in result.items():
+        print(f"    {name:34s} {micros:8.2f} µs")
+    hand, stdlib = result["hand-written"], result["stdlib logging"]
+    for mode in ("background hooks", "hooks inside emit"):
+        ours = result[f"speedtronic ({mode})"]
+        report.goal(f"full path, {mode} / hand-written", f"{ours / hand:.2f}x", "<= 2.0x", ours <= 2.0 * hand)
+        report.goal(f"full path, {mode} / stdlib logging", f"{ours / stdlib:.2f}x", "<= 0.5x", ours <= 0.5 * stdlib)
+    skipped = result["speedtronic skipped step"]
+    report.goal("skipped step / hand-written full event", f"{skipped / hand:.1%}", "< 8%", skipped < 0.08 * hand)
+
+
+def goal_slow_hooks(report: Report, steps: int, rounds: int) -> None:
+    print(f"\n[3] slow hooks off the training thread: µs per training step (median of {rounds} rounds)")
+    try:
+        from speedtronic.integrations import TensorboardHook  # type: ignore[attr-defined]
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as error:
+        print(f"    skipped: {error}")
+        report.goal("TensorboardHook extra / add_scalar loop extra", "not measured", "<= 25%", False)
+        return
+    buffer = os.urandom(256 * 1024)
+
+    def work() -> None:
+        hashlib.sha256(buffer).digest()  # native work that releases the GIL, like a CUDA launch
+
+    samples: dict[str, list[float]] = {"step only": [], "add_scalar loop": [], "TensorboardHook": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        writer = SummaryWriter(log_dir=f"{tmp}/raw")
+        logger = MetricLogger(stream=io.StringIO(), hooks=[TensorboardHook(log_dir=f"{tmp}/hook")])
+        for _ in range(rounds):
+            for name in samples:
+                t0 = time.perf_counter()
+                for step in range(steps):
+                    work()
+                    payload = dict(PAYLOAD, step=step)
+                    if name == "add_scalar loop":
+                        for key in ("loss", "lr", "grad_norm", "samples_per_s", "microbatches"):
+                            writer.add_scalar(f"train_step/{key}", payload[key], step)
+                    elif name == "TensorboardHook":
+                        logger.emit("train_step", payload)
+                samples[name].append((time.perf_counter() - t0) / steps * 1e6)
+            logger.flush()
+        logger.close()
+        writer.close()
+    med = {name: statistics.median(values) for name, values in samples.items()}
+    for name, micros in med.items():
+        print(f"    {name:34s} {micros:8.1f} µs")
+    raw_extra = med["add_scalar loop"] - med["step only"]
+    hook_extra = med["TensorboardHook"] - med["step only"]
+    ratio = hook_extra / raw_extra if raw_extra > 0 else float("inf")
+    report.goal("TensorboardHook extra / add_scalar loop extra", f"{ratio:.0%}", "<= 25%", ratio <= 0.25)
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def goal_memory(report: Report, events: int) -> None:
+    print(f"\n[5] resident memory over {events:,} events")
+    with tempfile.TemporaryDirectory() as tmp:
+        logger = MetricLogger(file=os.devnull, json_file=Path(tmp) / "m.jsonl", hooks=[noop_hook])
+        early = 0
+        for i in range(events):
+            logger.emit("train_step", dict(PAYLOAD, step=i))
+            if i == 10_000:
+                logger.flush()
+                early = rss_bytes()
+        logger.flush()
+        late = rss_bytes()
+        logger.close()
+    growth = late - early
+    print(f"    RSS after 10,000: {early / 2**20:.1f} MiB; after {events:,}: {late / 2**20:.1f} MiB")
+    report.goal(f"RSS growth 10k -> {events:,} events", f"{growth / 2**20:.2f} MiB", "<= 1 MiB", growth <= 2**20)
+
+
+def import_seconds(statement: str, rounds: int) -> float:
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", statement], check=True)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def goal_import(report: Report, rounds: int) -> None:
+    print(f"\n[6] import cost in a fresh interpreter (median of {rounds}), minus a bare interpreter")
+    heavy = subprocess.run(
+        [sys.executable, "-c", "import sys, speedtronic.profiling; "
+         "print(','.join(m for m in ('torch', 'wandb', 'tensorboard') if m in sys.modules))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    bare = import_seconds("pass", rounds)
+    ours = import_seconds("import speedtronic.profiling", rounds) - bare
+    theirs = import_seconds("import structlog", rounds) - bare
+    print(f"    import structlog {theirs * 1e3:.1f} ms; import speedtronic.profiling {ours * 1e3:.1f} ms")
+    report.goal("heavy modules imported by speedtronic.profiling", heavy or "none", "none", not heavy)
+    report.goal("import speedtronic.profiling / import structlog", f"{ours / theirs:.2f}x", "< 2x", ours < 2 * theirs)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer rounds and events")
+    args = parser.parse_args()
+    events, rounds = (2_000, 5) if args.quick else (10_000, 9)
+    report = Report()
+    goal_full_and_skip(report, events, rounds)
+    goal_slow_hooks(report, 200 if args.quick else 500, 3 if args.quick else 5)
+    goal_memory(report, 100_000 if args.quick else 1_000_000)
+    goal_import(report, 5 if args.quick else 11)
+    print("\n" + report.table())
+    return 0 if all(ok for *_, ok in report.rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
