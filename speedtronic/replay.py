@@ -9,7 +9,6 @@ writes the same tags, steps and values as one fed live; only wall-clock times di
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import os
 from collections import Counter
@@ -17,8 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import structlog
 
 from speedtronic.hooks import HookList, close_hook
 from speedtronic.processors import DispatchHooks
@@ -74,8 +71,7 @@ def replay_run(
             if record.event in LOGGER_RECORDS:
                 result.not_replayed[record.event] += 1
                 continue
-            with contextlib.suppress(structlog.DropEvent):  # DispatchHooks consumes every event
-                dispatch(None, "info", {"event": record.event, **record.payload})
+            dispatch.deliver(checked, {"event": record.event, **record.payload})
             result.replayed[record.event] += 1
     finally:
         if close:

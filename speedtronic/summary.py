@@ -64,6 +64,8 @@ class RunSummary:
     warnings: Counter[str] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
     hook_failures: dict[str, int] = field(default_factory=dict)
+    undelivered: int = 0
+    """Events that never reached the hooks (background delivery timed out at close)."""
     skipped: Skipped = field(default_factory=Skipped)
 
     def add(self, record: Record) -> None:
@@ -113,7 +115,11 @@ class RunSummary:
 
     def _add_hook_error(self, payload: dict[str, Any]) -> None:
         # The logger reports a hook's 1st, 2nd, 4th... failure and a final total: the largest count
-        # seen is the number of failures.
+        # seen is the number of failures. phase="drain" counts events the hook thread never delivered.
+        if payload.get("phase") == "drain":
+            undelivered = payload.get("undelivered")
+            self.undelivered += undelivered if type(undelivered) is int else 0
+            return
         hook, failures = str(payload.get("hook", "?")), payload.get("failures")
         count = failures if type(failures) is int else 1
         self.hook_failures[hook] = max(self.hook_failures.get(hook, 0), count)
@@ -144,6 +150,7 @@ class RunSummary:
             "warnings": dict(self.warnings),
             "errors": dict(self.errors),
             "hook_failures": self.hook_failures,
+            "undelivered": self.undelivered,
             "skipped": self.skipped.as_dict(),
         }
 
@@ -195,6 +202,8 @@ def format_summaries(summaries: Sequence[RunSummary]) -> str:
     rows.append(("warnings", [_counts(s.warnings) for s in summaries]))
     rows.append(("errors", [_counts(s.errors) for s in summaries]))
     rows.append(("hook failures", [_counts(s.hook_failures) for s in summaries]))
+    if any(s.undelivered for s in summaries):
+        rows.append(("undelivered", [_count(s.undelivered) for s in summaries]))
     rows.append(("skipped", [_skipped(s.skipped) for s in summaries]))
     label_width = max(len(label) for label, _ in rows)
     widths = [max(len(cells[i]) for _, cells in rows) for i in range(len(summaries))]

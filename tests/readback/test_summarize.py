@@ -41,6 +41,14 @@ class TestSummarizeRun:
         assert dict(s.errors) == {"delta_upload_failed": 1}
         assert s.hook_failures == {"FailsOnCheckpoint": 2}
 
+    def test_events_the_hooks_never_got_are_counted(self, tmp_path: Path) -> None:
+        """A hook_error with phase="drain" counts undelivered events, not a hook failure."""
+        path = tmp_path / "m.jsonl"
+        path.write_text('{"event":"hook_error","hook":"*","phase":"drain","undelivered":12}\n')
+        s = summarize_run(path)
+        assert (s.undelivered, s.hook_failures) == (12, {})
+        assert table(format_summaries([s]))["undelivered"] == ["12"]
+
     def test_a_killed_run_is_not_finished(self, tmp_path: Path) -> None:
         """Without train_end the run reads as unfinished, and the torn tail is counted."""
         path = tmp_path / "m.jsonl"
