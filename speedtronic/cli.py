@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
 __all__ = ["COMMANDS", "main"]
 
-COMMANDS: tuple[str, ...] = ()
+COMMANDS: tuple[str, ...] = ("summarize", "plot", "replay")
 """Module names under ``speedtronic.commands``, in the order ``--help`` lists them."""
 
 
@@ -38,6 +39,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CommandError as error:
         print(f"speedtronic: error: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `speedtronic summarize ... | head`: the reader left, not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except KeyboardInterrupt:
         print("speedtronic: interrupted", file=sys.stderr)
         return 130

@@ -1,0 +1,68 @@
+"""``speedtronic plot RUN... -o out.png``: chosen keys against step or time, runs overlaid."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from speedtronic.cli import CommandError
+from speedtronic.commands._runs import add_rank_argument, rank_choice, report_skipped
+from speedtronic.plotting import DEFAULT_KEYS, NothingToPlot, plot_runs
+from speedtronic.runs import RunError
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "plot",
+        help="plot keys of recorded runs to a PNG",
+        description="Plot keys of one or more runs (JSONL files or run directories) to a PNG, "
+        "one panel per key, runs overlaid.",
+    )
+    parser.add_argument("runs", nargs="+", metavar="RUN", help="a JSONL file or a run directory")
+    parser.add_argument("-o", "--output", required=True, metavar="PNG", help="the PNG file to write")
+    parser.add_argument(
+        "--keys",
+        default=",".join(DEFAULT_KEYS),
+        help=f"comma-separated payload keys, one panel each (default: {','.join(DEFAULT_KEYS)})",
+    )
+    parser.add_argument("--x", default="step", help="the x axis: step (default), elapsed_s or any key")
+    parser.add_argument("--event", default="train_step", help="which records (default: train_step)")
+    parser.add_argument(
+        "--smooth", type=float, default=0.0, metavar="W",
+        help="TensorBoard-style smoothing weight in [0, 1) (default: 0, none)",
+    )
+    parser.add_argument("--log-y", action="store_true", help="logarithmic y axes")
+    parser.add_argument("--title", help="the figure's title (default: the runs and the event)")
+    add_rank_argument(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    keys = [key.strip() for key in args.keys.split(",") if key.strip()]
+    if not keys:
+        raise CommandError("--keys: name at least one key")
+    if not 0 <= args.smooth < 1:
+        raise CommandError(f"--smooth: expected a weight in [0, 1), got {args.smooth}")
+    try:
+        result = plot_runs(
+            args.runs, args.output, keys=keys, x=args.x, event=args.event, smooth=args.smooth,
+            log_y=args.log_y, title=args.title, rank=rank_choice(args.rank),
+        )
+    except (RunError, NothingToPlot, ModuleNotFoundError) as error:
+        raise CommandError(str(error)) from None
+    except OSError as error:
+        raise CommandError(f"{args.output}: {error.strerror or error}") from None
+    for name, skipped in result.skipped.items():
+        report_skipped(name, skipped)
+    for series in result.series:
+        if series.non_finite:
+            print(
+                f"speedtronic: warning: {series.run}: {series.non_finite:,} non-finite {series.key!r} "
+                "value(s) drawn as gaps",
+                file=sys.stderr,
+            )
+    for key in result.empty_keys():
+        print(f"speedtronic: warning: no run has {key!r} in its {args.event} records", file=sys.stderr)
+    print(f"wrote {result.path}", file=sys.stderr)
+    return 0

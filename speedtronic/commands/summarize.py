@@ -1,0 +1,42 @@
+"""``speedtronic summarize RUN...``: a compact table of what each run did, or ``--json``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import orjson
+
+from speedtronic.cli import CommandError
+from speedtronic.commands._runs import add_rank_argument, rank_choice, report_skipped
+from speedtronic.runs import RunError
+from speedtronic.summary import format_summaries, summarize_run
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "summarize",
+        help="summarise recorded runs: events, steps, loss, throughput, checkpoints, trouble",
+        description="Summarise one or more runs (JSONL files or run directories), side by side.",
+    )
+    parser.add_argument("runs", nargs="+", metavar="RUN", help="a JSONL file or a run directory")
+    parser.add_argument("--json", action="store_true", help="print a JSON array, one object per run")
+    add_rank_argument(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    rank = rank_choice(args.rank)
+    try:
+        summaries = [summarize_run(path, rank=rank) for path in args.runs]
+    except RunError as error:
+        raise CommandError(str(error)) from None
+    if args.json:
+        print(orjson.dumps([s.as_dict() for s in summaries], option=orjson.OPT_INDENT_2).decode())
+    else:
+        print(format_summaries(summaries))
+    sys.stdout.flush()  # the table first, then what was skipped, also on a terminal
+    for summary in summaries:
+        report_skipped(summary.run, summary.skipped)
+    return 0

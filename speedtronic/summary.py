@@ -1,0 +1,291 @@
+"""``summarize_run``: one pass over a run, in constant memory, into a ``RunSummary``.
+
+What counts as trouble comes from ``speedtronic.processors.EVENT_LEVELS``, the same table that sets
+the text log's levels, so a new warning event is summarised without a change here. Throughput rates
+are the numeric ``train_step`` keys ending in ``_per_s`` (``speedtronic.runs.RATE_SUFFIX``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from speedtronic.processors import level_for
+from speedtronic.runs import RankChoice, Record, Skipped, as_number, rate_keys, read_records, run_files
+
+__all__ = ["RateStats", "RunSummary", "format_summaries", "summarize_run"]
+
+
+@dataclass
+class RateStats:
+    """Mean and last value of one throughput rate; non-finite values are left out of both."""
+
+    total: float = 0.0
+    count: int = 0
+    last: float = math.nan
+
+    def add(self, value: float) -> None:
+        if math.isfinite(value):
+            self.total += value
+            self.count += 1
+            self.last = value
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.count if self.count else math.nan
+
+
+@dataclass
+class RunSummary:
+    """What one run did, built record by record with ``add``."""
+
+    run: str
+    files: list[str] = field(default_factory=list)
+    records: int = 0
+    events: Counter[str] = field(default_factory=Counter)
+    step_min: int | None = None
+    step_max: int | None = None
+    target_step: int | None = None
+    loss_first: float | None = None
+    loss_last: float | None = None
+    loss_best: float | None = None
+    loss_best_step: int | None = None
+    non_finite_losses: int = 0
+    rates: dict[str, RateStats] = field(default_factory=dict)
+    elapsed_s: float | None = None
+    checkpoints: int = 0
+    last_checkpoint: dict[str, Any] | None = None
+    finished: bool = False
+    final_loss: float | None = None
+    warnings: Counter[str] = field(default_factory=Counter)
+    errors: Counter[str] = field(default_factory=Counter)
+    hook_failures: dict[str, int] = field(default_factory=dict)
+    undelivered: int = 0
+    """Events that never reached the hooks (background delivery timed out at close)."""
+    skipped: Skipped = field(default_factory=Skipped)
+
+    def add(self, record: Record) -> None:
+        """Fold one record into the summary."""
+        event, payload = record.event, record.payload
+        self.records += 1
+        self.events[event] += 1
+        elapsed = as_number(payload.get("elapsed_s"))
+        if elapsed is not None and math.isfinite(elapsed):
+            self.elapsed_s = elapsed if self.elapsed_s is None else max(self.elapsed_s, elapsed)
+        level = level_for(event)
+        if event == "train_step":
+            self._add_step(payload)
+        elif event == "train_start":
+            target = payload.get("target_step")
+            self.target_step = target if type(target) is int else self.target_step
+        elif event == "checkpoint":
+            self.checkpoints += 1
+            self.last_checkpoint = {"step": payload.get("step"), "path": payload.get("path")}
+        elif event == "train_end":
+            self.finished = True
+            final = as_number(payload.get("final_loss"))
+            self.final_loss = final if final is not None else self.final_loss
+        elif event == "hook_error":
+            self._add_hook_error(payload)
+        elif level == "warning":
+            self.warnings[event] += 1
+        elif level == "error":
+            self.errors[event] += 1
+
+    def _add_step(self, payload: dict[str, Any]) -> None:
+        step = payload.get("step")
+        if type(step) is int:
+            self.step_min = step if self.step_min is None else min(self.step_min, step)
+            self.step_max = step if self.step_max is None else max(self.step_max, step)
+        loss = as_number(payload.get("loss"))
+        if loss is not None:
+            if self.loss_first is None:
+                self.loss_first = loss
+            self.loss_last = loss
+            if not math.isfinite(loss):
+                self.non_finite_losses += 1
+            elif self.loss_best is None or loss < self.loss_best:
+                self.loss_best, self.loss_best_step = loss, step if type(step) is int else None
+        for key in rate_keys(payload):
+            self.rates.setdefault(key, RateStats()).add(payload[key])
+
+    def _add_hook_error(self, payload: dict[str, Any]) -> None:
+        # The logger reports a hook's 1st, 2nd, 4th... failure and a final total: the largest count
+        # seen is the number of failures. phase="drain" counts events the hook thread never delivered.
+        if payload.get("phase") == "drain":
+            undelivered = payload.get("undelivered")
+            self.undelivered += undelivered if type(undelivered) is int else 0
+            return
+        hook, failures = str(payload.get("hook", "?")), payload.get("failures")
+        count = failures if type(failures) is int else 1
+        self.hook_failures[hook] = max(self.hook_failures.get(hook, 0), count)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data for ``--json``; non-finite floats are ``"NaN"``/``"Infinity"`` as in the JSONL."""
+        return {
+            "run": self.run,
+            "files": self.files,
+            "records": self.records,
+            "events": dict(self.events),
+            "steps": {"min": self.step_min, "max": self.step_max, "target": self.target_step},
+            "loss": {
+                "first": _json_float(self.loss_first),
+                "last": _json_float(self.loss_last),
+                "best": _json_float(self.loss_best),
+                "best_step": self.loss_best_step,
+                "non_finite": self.non_finite_losses,
+            },
+            "rates": {
+                key: {"mean": _json_float(rate.mean), "last": _json_float(rate.last)}
+                for key, rate in self.rates.items()
+            },
+            "elapsed_s": self.elapsed_s,
+            "checkpoints": {"count": self.checkpoints, "last": self.last_checkpoint},
+            "finished": self.finished,
+            "final_loss": _json_float(self.final_loss),
+            "warnings": dict(self.warnings),
+            "errors": dict(self.errors),
+            "hook_failures": self.hook_failures,
+            "undelivered": self.undelivered,
+            "skipped": self.skipped.as_dict(),
+        }
+
+
+def _json_float(value: float | None) -> float | str | None:
+    if value is None or math.isfinite(value):
+        return value
+    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+
+
+def summarize_run(
+    path: str | os.PathLike[str], *, rank: RankChoice = "first", name: str | None = None
+) -> RunSummary:
+    """Summarise the run at ``path`` (a JSONL file or run directory) in one streaming pass.
+
+    Raises ``speedtronic.runs.RunError`` for a path that can't be read; bad lines are counted in
+    ``RunSummary.skipped``.
+    """
+    summary = RunSummary(name if name is not None else str(path))
+    summary.files = [str(file) for file in run_files(path)]
+    for record in read_records(path, summary.skipped, rank=rank):
+        summary.add(record)
+    return summary
+
+
+# -- the table ---------------------------------------------------------------------------------
+
+_MISSING = "-"
+
+
+def format_summaries(summaries: Sequence[RunSummary]) -> str:
+    """A plain-text table: one row per fact, one column per run."""
+    rows: list[tuple[str, list[str]]] = [("run", [s.run for s in summaries])]
+    rows.append(("records", [f"{s.records:,}" for s in summaries]))
+    for event in _union(s.events for s in summaries):
+        rows.append((f"  {event}", [_count(s.events.get(event)) for s in summaries]))
+    rows.append(("steps", [_steps(s) for s in summaries]))
+    for label, attr in (("loss first", "loss_first"), ("loss last", "loss_last")):
+        rows.append((label, [_number(getattr(s, attr)) for s in summaries]))
+    rows.append(("loss best", [_best(s) for s in summaries]))
+    if any(s.non_finite_losses for s in summaries):
+        rows.append(("loss non-finite", [_count(s.non_finite_losses) for s in summaries]))
+    for key in _union(s.rates for s in summaries):
+        rows.append((f"{key} mean", [_number(_rate(s, key, "mean")) for s in summaries]))
+        rows.append((f"{key} last", [_number(_rate(s, key, "last")) for s in summaries]))
+    rows.append(("elapsed", [_duration(s.elapsed_s) for s in summaries]))
+    rows.append(("checkpoints", [_checkpoints(s) for s in summaries]))
+    rows.append(("finished", [_finished(s) for s in summaries]))
+    rows.append(("warnings", [_counts(s.warnings) for s in summaries]))
+    rows.append(("errors", [_counts(s.errors) for s in summaries]))
+    rows.append(("hook failures", [_counts(s.hook_failures) for s in summaries]))
+    if any(s.undelivered for s in summaries):
+        rows.append(("undelivered", [_count(s.undelivered) for s in summaries]))
+    rows.append(("skipped", [_skipped(s.skipped) for s in summaries]))
+    label_width = max(len(label) for label, _ in rows)
+    widths = [max(len(cells[i]) for _, cells in rows) for i in range(len(summaries))]
+    lines = []
+    for label, cells in rows:
+        padded = "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True))
+        lines.append(f"{label.ljust(label_width)}  {padded}".rstrip())
+    return "\n".join(lines)
+
+
+def _union(mappings: Iterable[Any]) -> list[str]:
+    keys: dict[str, None] = {}
+    for mapping in mappings:
+        keys.update(dict.fromkeys(mapping))
+    return list(keys)
+
+
+def _count(value: int | None) -> str:
+    return f"{value:,}" if value else _MISSING
+
+
+def _number(value: float | None) -> str:
+    if value is None:
+        return _MISSING
+    if math.isnan(value):
+        return "NaN"
+    if abs(value) >= 1e4 and math.isfinite(value):
+        return f"{value:,.0f}"
+    return f"{value:.4g}"
+
+
+def _rate(summary: RunSummary, key: str, which: str) -> float | None:
+    rate = summary.rates.get(key)
+    if rate is None or not rate.count:
+        return None
+    return rate.mean if which == "mean" else rate.last
+
+
+def _steps(summary: RunSummary) -> str:
+    if summary.step_min is None or summary.step_max is None:
+        return _MISSING
+    text = f"{summary.step_min:,}-{summary.step_max:,}"
+    return f"{text} of {summary.target_step:,}" if summary.target_step is not None else text
+
+
+def _best(summary: RunSummary) -> str:
+    if summary.loss_best is None:
+        return _MISSING
+    at = f" @ step {summary.loss_best_step:,}" if summary.loss_best_step is not None else ""
+    return f"{_number(summary.loss_best)}{at}"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return _MISSING
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m {secs:02d}s" if hours else f"{minutes}m {secs:02d}s"
+
+
+def _checkpoints(summary: RunSummary) -> str:
+    if not summary.checkpoints:
+        return _MISSING
+    last = summary.last_checkpoint or {}
+    step = last.get("step")
+    at = f" (last at step {step:,})" if type(step) is int else ""
+    return f"{summary.checkpoints:,}{at}"
+
+
+def _finished(summary: RunSummary) -> str:
+    if not summary.finished:
+        return "no train_end"
+    return f"yes, final loss {_number(summary.final_loss)}" if summary.final_loss is not None else "yes"
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{name} {count:,}" for name, count in counts.items()) or _MISSING
+
+
+def _skipped(skipped: Skipped) -> str:
+    parts = [f"{skipped.total_lines:,} line(s)"] if skipped.lines else []
+    parts += [f"{count:,} of rank {rank}" for rank, count in sorted(skipped.other_ranks.items())]
+    return ", ".join(parts) or _MISSING

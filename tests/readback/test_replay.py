@@ -1,0 +1,215 @@
+"""``speedtronic replay``: a recorded run pushed through the live hooks looks like the live run.
+
+The TensorBoard and W&B tests compare a replay against the real ``TensorboardHook`` / ``WandbHook``
+fed live with the same events; they need ``speedtronic.integrations`` and skip without it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from speedtronic.replay import replay_run
+from tests.readback.conftest import (
+    CLI,
+    EVENTS,
+    FailsOnCheckpoint,
+    Recorder,
+    assert_one_line_error,
+    log_run,
+    same,
+)
+
+
+def integrations() -> Any:
+    return pytest.importorskip("speedtronic.integrations", reason="needs the integrations branch")
+
+
+# -- reading the targets back --------------------------------------------------------------------
+
+
+def tensorboard_scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar tag in ``log_dir`` with its (step, value) points, read by TensorBoard itself."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(log_dir), size_guidance={"scalars": 0})
+    accumulator.Reload()
+    return {
+        tag: [(point.step, point.value) for point in accumulator.Scalars(tag)]
+        for tag in accumulator.Tags()["scalars"]
+    }
+
+
+def wandb_records(wandb_dir: Path) -> list[Any]:
+    """The records of the one offline run under ``wandb_dir``, parsed from its ``.wandb`` file.
+
+    The file is W&B's transaction log: a 7-byte ``:W&B`` header, then LevelDB log records (32 KiB
+    blocks; each chunk a 7-byte header: CRC32C, length, type FULL/FIRST/MIDDLE/LAST) holding
+    ``wandb_internal_pb2.Record`` protobufs.
+    """
+    from wandb.proto import wandb_internal_pb2
+
+    (path,) = wandb_dir.glob("wandb/offline-run-*/run-*.wandb")
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    block, header = 32768, 7
+    records, chunks, at = [], [], header
+    while at + header <= len(data):
+        if block - at % block < header:  # a block's tail too short for a header is padding
+            at += block - at % block
+            continue
+        _, length, kind = struct.unpack("<IHB", data[at : at + header])
+        if kind == 0:
+            break
+        chunks.append(data[at + header : at + header + length])
+        at += header + length
+        if kind in (1, 4):  # FULL or LAST: a whole record
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(b"".join(chunks))
+            records.append(record)
+            chunks = []
+    return records
+
+
+def wandb_rows(wandb_dir: Path) -> list[dict[str, Any]]:
+    """The run's history rows, without the wall-clock keys W&B adds (``_timestamp``, ``_runtime``)."""
+    rows = []
+    for record in wandb_records(wandb_dir):
+        if record.WhichOneof("record_type") == "history":
+            row = {item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                   for item in record.history.item}
+            rows.append({k: v for k, v in sorted(row.items()) if k not in ("_timestamp", "_runtime")})
+    return rows
+
+
+# -- replay_run ------------------------------------------------------------------------------------
+
+
+class TestReplayRun:
+    def test_hooks_get_exactly_what_live_hooks_got(self, tmp_path: Path) -> None:
+        """Replayed (event, payload) pairs equal the live hook's, in order; hooks are closed after."""
+        path = tmp_path / "metrics.jsonl"
+        live = log_run(path, hooks=[FailsOnCheckpoint()])
+
+        class Closing(Recorder):
+            closed = 0
+
+            def close(self) -> None:
+                self.closed += 1
+
+        replayed = Closing()
+        result = replay_run(path, [replayed])
+        assert same(replayed.calls, live)
+        assert replayed.closed == 1
+        assert result.replayed.total() == len(EVENTS)
+        assert result.not_replayed == {"hook_error": 3}  # the logger's own records: never hooks'
+
+    def test_a_failing_hook_stops_the_replay_and_every_hook_is_closed(self, run_file: Path) -> None:
+        """A hook's exception propagates (no silently lost points), after closing every hook."""
+        closed: list[str] = []
+
+        class Closes:
+            def __init__(self, name: str) -> None:
+                self.name = name
+
+            def on_event(self, event: str, payload: dict[str, Any]) -> None: ...
+
+            def close(self) -> None:
+                closed.append(self.name)
+
+        with pytest.raises(RuntimeError, match="disk full"):
+            replay_run(run_file, [Closes("a"), FailsOnCheckpoint(), Closes("b")])
+        assert closed == ["a", "b"]
+
+    def test_bad_hook_is_refused_before_reading(self, run_file: Path) -> None:
+        """A hook that can't be called as (event, payload) is a TypeError naming it."""
+        def takes_nothing() -> None: ...
+
+        with pytest.raises(TypeError, match="takes_nothing"):
+            replay_run(run_file, [Recorder(), takes_nothing])
+
+
+# -- the command: failure paths that need no SDK -----------------------------------------------------
+
+
+class TestReplayCommandErrors:
+    def test_refuses_a_tensorboard_dir_holding_events(self, cli: CLI, run_file: Path, tmp_path: Path) -> None:
+        """A directory with an event file is refused, naming it and --append; nothing is written."""
+        log_dir = tmp_path / "tb"
+        log_dir.mkdir()
+        (log_dir / "events.out.tfevents.1.host.1.0").write_bytes(b"")
+        result = cli("replay", run_file, "--tensorboard", log_dir)
+        assert_one_line_error(result, str(log_dir), "already holds TensorBoard events", "--append")
+        assert [p.name for p in log_dir.iterdir()] == ["events.out.tfevents.1.host.1.0"]
+
+    def test_missing_run_creates_no_target(self, cli: CLI, tmp_path: Path) -> None:
+        """A missing run: one-line error naming it, and no TensorBoard directory is created."""
+        result = cli("replay", "gone.jsonl", "--tensorboard", tmp_path / "tb")
+        assert_one_line_error(result, "gone.jsonl: No such file or directory")
+        assert not (tmp_path / "tb").exists()
+
+    def test_a_target_is_required(self, cli: CLI, run_file: Path) -> None:
+        """Without --tensorboard or --wandb: a one-line error saying what to pass."""
+        assert_one_line_error(cli("replay", run_file), "--tensorboard DIR", "--wandb PROJECT")
+
+
+# -- against the real hooks -----------------------------------------------------------------------
+
+
+class TestTensorboardReplay:
+    def test_replay_matches_a_live_tensorboard_hook(self, cli: CLI, tmp_path: Path) -> None:
+        """Same tags, steps and values as TensorboardHook writing the same events live (NaN too)."""
+        hook_module = integrations()
+        live_dir, replay_dir = tmp_path / "tb_live", tmp_path / "tb_replay"
+        path = tmp_path / "run" / "metrics.jsonl"
+        log_run(path, hooks=[hook_module.TensorboardHook(live_dir), FailsOnCheckpoint()])
+
+        result = cli("replay", path, "--tensorboard", replay_dir)
+        assert result.returncode == 0, result.stderr
+        assert f"replayed {len(EVENTS)} records" in result.stderr
+        live, replayed = tensorboard_scalars(live_dir), tensorboard_scalars(replay_dir)
+        assert "train_step/loss" in live
+        assert live.keys() == replayed.keys()
+        for tag in live:
+            assert same(live[tag], replayed[tag]), tag
+        assert math.isnan(dict(replayed["train_step/loss"])[3])
+
+    def test_append_adds_to_an_existing_run(self, cli: CLI, run_file: Path, tmp_path: Path) -> None:
+        """--append writes a second event file next to the first; both replays' points are there."""
+        integrations()
+        log_dir = tmp_path / "tb"
+        assert cli("replay", run_file, "--tensorboard", log_dir).returncode == 0
+        result = cli("replay", run_file, "--tensorboard", log_dir, "--append")
+        assert result.returncode == 0, result.stderr
+        assert len(list(log_dir.glob("events.out.tfevents.*"))) == 2
+        assert [step for step, _ in tensorboard_scalars(log_dir)["train_step/lr"]] == [1, 2, 3, 4] * 2
+
+
+class TestWandbReplay:
+    def test_offline_replay_matches_a_live_wandb_hook(
+        self, cli: CLI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The replayed offline run's rows equal a live WandbHook's rows for the same events."""
+        hook_module = integrations()
+        pytest.importorskip("wandb")
+        monkeypatch.setenv("WANDB_SILENT", "true")
+        live_dir, replay_dir = tmp_path / "wb_live", tmp_path / "wb_replay"
+        live_dir.mkdir()
+        replay_dir.mkdir()
+        path = tmp_path / "run" / "metrics.jsonl"
+        live_hook = hook_module.WandbHook(project="readback", mode="offline", dir=str(live_dir))
+        log_run(path, hooks=[live_hook, FailsOnCheckpoint()])
+
+        result = cli("replay", path, "--wandb", "readback", "--wandb-mode", "offline",
+                     "--wandb-dir", replay_dir, env={"WANDB_SILENT": "true"})
+        assert result.returncode == 0, result.stderr
+        live, replayed = wandb_rows(live_dir), wandb_rows(replay_dir)
+        assert [row["event"] for row in replayed] == [event for event, _ in EVENTS]
+        assert same(replayed, live)
+        (exit_record,) = [r for r in wandb_records(replay_dir) if r.WhichOneof("record_type") == "exit"]
+        assert exit_record.exit.exit_code == 0  # train_end was replayed: a finished run

@@ -1,0 +1,142 @@
+"""``speedtronic summarize``: the table, --json, several runs, and every failure path."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from speedtronic.summary import format_summaries, summarize_run
+from tests.readback.conftest import CLI, append, assert_one_line_error
+
+
+def table(text: str) -> dict[str, list[str]]:
+    """The table's rows by label, cells split on runs of two or more spaces."""
+    rows = {}
+    for line in text.splitlines():
+        label, *cells = [cell for cell in line.split("  ") if cell.strip()]
+        rows[label.strip()] = [cell.strip() for cell in cells]
+    return rows
+
+
+class TestSummarizeRun:
+    def test_facts_of_a_run(self, run_file: Path) -> None:
+        """Steps, first/last/best loss, rates, checkpoints and trouble come out of one pass."""
+        s = summarize_run(run_file)
+        assert s.records == 14
+        assert s.events["hook_error"] == 3  # the 1st and 2nd failure, then the total at close
+        assert s.events["train_step"] == 4
+        assert (s.step_min, s.step_max, s.target_step) == (1, 4, 6)
+        assert (s.loss_first, s.loss_last, s.loss_best, s.loss_best_step) == (2.0, 0.75, 0.75, 4)
+        assert s.non_finite_losses == 1
+        rate = s.rates["samples_per_s"]
+        assert (rate.mean, rate.last) == (200.0, 200.0)  # the Infinity is not averaged in
+        assert s.checkpoints == 2
+        assert s.last_checkpoint == {"step": 4, "path": "ckpt/step_4.pt"}
+        assert s.finished
+        assert s.final_loss == 0.75
+        assert dict(s.warnings) == {"shape_warning": 1, "delta_upload_stale": 1}
+        assert dict(s.errors) == {"delta_upload_failed": 1}
+        assert s.hook_failures == {"FailsOnCheckpoint": 2}
+
+    def test_events_the_hooks_never_got_are_counted(self, tmp_path: Path) -> None:
+        """A hook_error with phase="drain" counts undelivered events, not a hook failure."""
+        path = tmp_path / "m.jsonl"
+        path.write_text('{"event":"hook_error","hook":"*","phase":"drain","undelivered":12}\n')
+        s = summarize_run(path)
+        assert (s.undelivered, s.hook_failures) == (12, {})
+        assert table(format_summaries([s]))["undelivered"] == ["12"]
+
+    def test_a_killed_run_is_not_finished(self, tmp_path: Path) -> None:
+        """Without train_end the run reads as unfinished, and the torn tail is counted."""
+        path = tmp_path / "m.jsonl"
+        path.write_text('{"event":"train_step","step":1,"loss":1.0}\n{"event":"train_step","st')
+        s = summarize_run(path)
+        assert not s.finished
+        assert s.skipped.by_reason() == {"torn last line": 1}
+        assert table(format_summaries([s]))["finished"] == ["no train_end"]
+
+
+class TestSummarizeCommand:
+    def test_table(self, cli: CLI, run_file: Path) -> None:
+        """The table shows each fact on its own row, trouble included; nothing on stderr."""
+        result = cli("summarize", run_file)
+        assert result.returncode == 0, result.stderr
+        assert result.stderr == ""
+        rows = table(result.stdout)
+        assert rows["run"] == [str(run_file)]
+        assert rows["train_step"] == ["4"]
+        assert rows["steps"] == ["1-4 of 6"]
+        assert rows["loss first"] == ["2"]
+        assert rows["loss best"] == ["0.75 @ step 4"]
+        assert rows["samples_per_s mean"] == ["200"]
+        assert rows["checkpoints"] == ["2 (last at step 4)"]
+        assert rows["finished"] == ["yes, final loss 0.75"]
+        assert rows["warnings"] == ["shape_warning 1, delta_upload_stale 1"]
+        assert rows["errors"] == ["delta_upload_failed 1"]
+        assert rows["hook failures"] == ["FailsOnCheckpoint 2"]
+
+    def test_several_runs_side_by_side(self, cli: CLI, run_file: Path, tmp_path: Path) -> None:
+        """Two runs (a directory and a file) give one column each; an absent fact is "-"."""
+        other = tmp_path / "other.jsonl"
+        other.write_text('{"event":"train_step","step":7,"loss":3.0,"tokens_per_s":9.5}\n')
+        result = cli("summarize", run_file.parent, other)
+        assert result.returncode == 0, result.stderr
+        rows = table(result.stdout)
+        assert rows["run"] == [str(run_file.parent), str(other)]
+        assert rows["steps"] == ["1-4 of 6", "7-7"]
+        assert rows["tokens_per_s last"] == ["-", "9.5"]
+        assert rows["checkpoints"] == ["2 (last at step 4)", "-"]
+
+    def test_json(self, cli: CLI, run_file: Path) -> None:
+        """--json prints strict JSON, one object per run, non-finite values as strings."""
+        append(run_file, '{"event":"train_step","step":5,"loss":"NaN"}\n')
+        result = cli("summarize", "--json", run_file)
+        assert result.returncode == 0, result.stderr
+        (run,) = json.loads(result.stdout, parse_constant=pytest.fail)
+        assert run["loss"] == {"first": 2.0, "last": "NaN", "best": 0.75, "best_step": 4, "non_finite": 2}
+        assert run["steps"] == {"min": 1, "max": 5, "target": 6}
+        assert run["rates"]["samples_per_s"] == {"mean": 200.0, "last": 200.0}
+        assert run["errors"] == {"delta_upload_failed": 1}
+        assert run["skipped"] == {"lines": 0, "by_reason": {}, "other_ranks": {}}
+
+    def test_bad_lines_are_reported_on_stderr_with_line_numbers(self, cli: CLI, run_file: Path) -> None:
+        """Junk and a torn tail: the summary is printed, stderr names the file, reasons and lines."""
+        n = len(run_file.read_text().splitlines())
+        append(run_file, '<html>\n{"event":"train_step","rank":1,"step":9}\n{"event":"chec')
+        result = cli("summarize", run_file)
+        assert result.returncode == 0, result.stderr
+        assert table(result.stdout)["skipped"] == ["2 line(s), 1 of rank 1"]
+        warnings = result.stderr.splitlines()
+        assert warnings == [
+            f"speedtronic: warning: {run_file}: skipped 1 not JSON (line {n + 1}); "
+            f"1 torn last line (line {n + 3})",
+            f"speedtronic: warning: {run_file}: left out 1 record(s) of rank 1 (read them with --rank 1)",
+        ]
+
+    def test_rank_option(self, cli: CLI, tmp_path: Path) -> None:
+        """--rank 1 summarises rank 1's records; --rank bogus is a one-line error."""
+        path = tmp_path / "m.jsonl"
+        path.write_text('{"event":"train_step","step":1}\n{"event":"train_step","step":8,"rank":1}\n')
+        assert table(cli("summarize", "--rank", "1", path).stdout)["steps"] == ["8-8"]
+        assert table(cli("summarize", "--rank", "all", path).stdout)["steps"] == ["1-8"]
+        assert_one_line_error(cli("summarize", "--rank", "bogus", path), "--rank", "'bogus'")
+
+    def test_missing_file(self, cli: CLI, run_file: Path) -> None:
+        """A missing run: one line naming it, exit 2, no traceback, nothing on stdout."""
+        result = cli("summarize", run_file, "missing.jsonl")
+        assert_one_line_error(result, "missing.jsonl: No such file or directory")
+        assert result.stdout == ""
+
+    @pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
+    def test_unreadable_file(self, cli: CLI, run_file: Path) -> None:
+        """An unreadable run: one line naming it and the reason."""
+        run_file.chmod(0)
+        assert_one_line_error(cli("summarize", run_file), str(run_file), "Permission denied")
+
+    def test_directory_as_a_file_path(self, cli: CLI, tmp_path: Path) -> None:
+        """A directory without JSONL files: one line saying so."""
+        (tmp_path / "empty").mkdir()
+        assert_one_line_error(cli("summarize", "empty"), "empty: no *.jsonl file in this directory")
