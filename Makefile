@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 
-.PHONY: run test lint typecheck unit clean
+.PHONY: run test lint typecheck unit bench clean
 
 run: $(VENV)/.run-installed
 	$(BIN)/python examples/quickstart.py
@@ -16,7 +16,7 @@ run: $(VENV)/.run-installed
 test: $(VENV)/.dev-installed lint typecheck unit
 
 lint: $(VENV)/.dev-installed
-	$(BIN)/ruff check speedtronic tests examples
+	$(BIN)/ruff check speedtronic tests examples benchmarks
 
 typecheck: $(VENV)/.dev-installed
 	$(BIN)/mypy --strict speedtronic
@@ -35,6 +35,9 @@ $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
 	$(PIP) "$(TORCH_SPEC)"
 	$(PIP) -e ".[all,dev]"
 	touch $@ $(VENV)/.run-installed
+
+bench: $(VENV)/.dev-installed
+	$(BIN)/python benchmarks/bench.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -28,7 +28,9 @@ import structlog
 
 from speedtronic.profiling import MetricLogger
 
-PAYLOAD = {"step": 1, "loss": 1.2345, "lr": 3e-4, "grad_norm": 0.5, "samples_per_s": 1234.5, "microbatches": 4}
+PAYLOAD = {
+    "step": 1, "loss": 1.2345, "lr": 3e-4, "grad_norm": 0.5, "samples_per_s": 1234.5, "microbatches": 4
+}
 Result = dict[str, float]
 
 
@@ -205,17 +207,21 @@ def goal_full_and_skip(report: Report, events: int, rounds: int) -> None:
     hand, stdlib = result["hand-written"], result["stdlib logging"]
     for mode in ("background hooks", "hooks inside emit"):
         ours = result[f"speedtronic ({mode})"]
-        report.goal(f"full path, {mode} / hand-written", f"{ours / hand:.2f}x", "<= 2.0x", ours <= 2.0 * hand)
-        report.goal(f"full path, {mode} / stdlib logging", f"{ours / stdlib:.2f}x", "<= 0.5x", ours <= 0.5 * stdlib)
+        report.goal(f"full path, {mode} / hand-written", f"{ours / hand:.2f}x", "<= 2.0x",
+                    ours <= 2.0 * hand)
+        report.goal(f"full path, {mode} / stdlib logging", f"{ours / stdlib:.2f}x", "<= 0.5x",
+                    ours <= 0.5 * stdlib)
     skipped = result["speedtronic skipped step"]
-    report.goal("skipped step / hand-written full event", f"{skipped / hand:.1%}", "< 8%", skipped < 0.08 * hand)
+    report.goal("skipped step / hand-written full event", f"{skipped / hand:.1%}", "< 8%",
+                skipped < 0.08 * hand)
 
 
 def goal_slow_hooks(report: Report, steps: int, rounds: int) -> None:
     print(f"\n[3] slow hooks off the training thread: µs per training step (median of {rounds} rounds)")
     try:
-        from speedtronic.integrations import TensorboardHook  # type: ignore[attr-defined]
         from torch.utils.tensorboard import SummaryWriter
+
+        from speedtronic.integrations import TensorboardHook  # type: ignore[attr-defined]
     except ImportError as error:
         print(f"    skipped: {error}")
         report.goal("TensorboardHook extra / add_scalar loop extra", "not measured", "<= 25%", False)
@@ -273,7 +279,8 @@ def goal_memory(report: Report, events: int) -> None:
         logger.close()
     growth = late - early
     print(f"    RSS after 10,000: {early / 2**20:.1f} MiB; after {events:,}: {late / 2**20:.1f} MiB")
-    report.goal(f"RSS growth 10k -> {events:,} events", f"{growth / 2**20:.2f} MiB", "<= 1 MiB", growth <= 2**20)
+    report.goal(f"RSS growth 10k -> {events:,} events", f"{growth / 2**20:.2f} MiB", "<= 1 MiB",
+                growth <= 2**20)
 
 
 def import_seconds(statement: str, rounds: int) -> float:
@@ -297,7 +304,8 @@ def goal_import(report: Report, rounds: int) -> None:
     theirs = import_seconds("import structlog", rounds) - bare
     print(f"    import structlog {theirs * 1e3:.1f} ms; import speedtronic.profiling {ours * 1e3:.1f} ms")
     report.goal("heavy modules imported by speedtronic.profiling", heavy or "none", "none", not heavy)
-    report.goal("import speedtronic.profiling / import structlog", f"{ours / theirs:.2f}x", "< 2x", ours < 2 * theirs)
+    report.goal("import speedtronic.profiling / import structlog", f"{ours / theirs:.2f}x", "< 2x",
+                ours < 2 * theirs)
 
 
 def main() -> int:
