@@ -221,7 +221,7 @@ def goal_slow_hooks(report: Report, steps: int, rounds: int) -> None:
     try:
         from torch.utils.tensorboard import SummaryWriter
 
-        from speedtronic.integrations import TensorboardHook  # type: ignore[attr-defined]
+        from speedtronic.integrations import TensorboardHook
     except ImportError as error:
         print(f"    skipped: {error}")
         report.goal("TensorboardHook extra / add_scalar loop extra", "not measured", "<= 25%", False)
