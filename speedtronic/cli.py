@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 __all__ = ["COMMANDS", "main"]
 
-COMMANDS: tuple[str, ...] = ()
+COMMANDS: tuple[str, ...] = ("train",)
 """Module names under ``speedtronic.commands``, in the order ``--help`` lists them."""
 
 
