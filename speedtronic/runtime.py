@@ -245,13 +245,15 @@ def resolve_hook_type(name: str) -> Callable[..., Any]:
 def build_logger(config: Mapping[str, Any], *, device: Any = None) -> MetricLogger:
     """The ``MetricLogger`` the ``logging:`` section describes, with its ``hooks:`` constructed in order.
 
-    ``device`` is where memory is measured (default: ``train.device``). If a hook or the logger can't
-    be created, the hooks already created are closed and a ``ConfigError`` names the entry.
+    Creates the run directory first, so a hook can write there. ``device`` is where memory is
+    measured (default: ``train.device``). If a hook or the logger can't be created, the hooks already
+    created are closed and a ``ConfigError`` names the entry.
     """
     config = load_config(config)
     logging = config["logging"]
     if device is None and config["train"]["device"] != "auto":
         device = config["train"]["device"]
+    Path(config["run_dir"]).mkdir(parents=True, exist_ok=True)  # hooks may write there
     hooks: list[Any] = []
     try:
         for index, spec in enumerate(logging["hooks"]):

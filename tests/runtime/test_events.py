@@ -17,16 +17,33 @@ from speedtronic.events import (
 from speedtronic.processors import ConvertValues
 
 CATALOG = [
-    "train_start", "train_step", "checkpoint", "train_end", "compile", "outer_step",
-    "delta_upload_queued", "delta_uploaded", "delta_upload_skipped", "delta_upload_failed",
-    "delta_upload_stale", "shape_profile", "shape_warning", "ooo_backprop",
+    "train_start",
+    "train_step",
+    "checkpoint",
+    "train_end",
+    "compile",
+    "outer_step",
+    "delta_upload_queued",
+    "delta_uploaded",
+    "delta_upload_skipped",
+    "delta_upload_failed",
+    "delta_upload_stale",
+    "shape_profile",
+    "shape_warning",
+    "ooo_backprop",
 ]
 
 
 def train_step(**changes: Any) -> dict[str, Any]:
     payload: dict[str, Any] = {
-        "step": 3, "loss": 1.5, "lr": 1e-3, "samples_per_s": 10.0, "tokens_per_s": 160.0,
-        "samples": 24, "tokens": 384, "microbatches": 1,
+        "step": 3,
+        "loss": 1.5,
+        "lr": 1e-3,
+        "samples_per_s": 10.0,
+        "tokens_per_s": 160.0,
+        "samples": 24,
+        "tokens": 384,
+        "microbatches": 1,
     }
     payload.update(changes)
     return {key: value for key, value in payload.items() if value is not ...}
@@ -69,9 +86,7 @@ class TestPayloadProblems:
 
     def test_a_bool_is_not_a_count(self) -> None:
         """True is an int to Python but not a step number."""
-        assert payload_problems("train_step", train_step(step=True)) == [
-            "step: expected int, got bool True"
-        ]
+        assert payload_problems("train_step", train_step(step=True)) == ["step: expected int, got bool True"]
 
     def test_a_0d_tensor_is_a_number(self) -> None:
         """A 0-d tensor is accepted where the catalog says Real; a 1-d one is not."""
@@ -118,7 +133,10 @@ class TestValidatePayloads:
         log = structlog.wrap_logger(
             None,
             processors=[
-                ValidatePayloads(strict=True), ConvertValues(), ValidatePayloads(strict=True), captured
+                ValidatePayloads(strict=True),
+                ConvertValues(),
+                ValidatePayloads(strict=True),
+                captured,
             ],
         )
         log.info("train_step", **train_step(loss=torch.tensor(0.25)))

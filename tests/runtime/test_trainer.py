@@ -64,9 +64,16 @@ class TestEvents:
         fit(trainer)
         journal = [(event, payload.get("step")) for event, payload in hook.events]
         assert journal == [
-            ("train_start", None), ("shape_profile", None),
-            ("train_step", 1), ("train_step", 2), ("checkpoint", 2), ("train_step", 3),
-            ("train_step", 4), ("checkpoint", 4), ("train_step", 5), ("checkpoint", 5),
+            ("train_start", None),
+            ("shape_profile", None),
+            ("train_step", 1),
+            ("train_step", 2),
+            ("checkpoint", 2),
+            ("train_step", 3),
+            ("train_step", 4),
+            ("checkpoint", 4),
+            ("train_step", 5),
+            ("checkpoint", 5),
             ("train_end", 5),
         ]
         assert hook.closed == 1
@@ -79,7 +86,12 @@ class TestEvents:
         fit(trainer)
         emitted = {event for event, _ in hook.events}
         assert emitted == {
-            "train_start", "shape_profile", "shape_warning", "compile", "train_step", "checkpoint",
+            "train_start",
+            "shape_profile",
+            "shape_warning",
+            "compile",
+            "train_step",
+            "checkpoint",
             "train_end",
         }
         assert isinstance(trainer.logger, RawPayloads)
@@ -120,10 +132,17 @@ class TestEvents:
         trainer, hook = make_trainer(tmp_path, steps=1)
         fit(trainer)
         parameters = sum(p.numel() for p in trainer.model.parameters())
-        assert hook.named("train_start") == [{
-            "start_step": 0, "target_step": 1, "device": "cpu", "precision": "fp32", "grad_accum": 1,
-            "parameters": parameters, "elapsed_s": hook.named("train_start")[0]["elapsed_s"],
-        }]
+        assert hook.named("train_start") == [
+            {
+                "start_step": 0,
+                "target_step": 1,
+                "device": "cpu",
+                "precision": "fp32",
+                "grad_accum": 1,
+                "parameters": parameters,
+                "elapsed_s": hook.named("train_start")[0]["elapsed_s"],
+            }
+        ]
 
     def test_lr_is_the_one_each_step_used(self, tmp_path: Path) -> None:
         """With a schedule, step N reports the LR before the schedule's N-th step."""
@@ -253,11 +272,17 @@ class TestPrecisionAndShapes:
         trainer, hook = make_trainer(tmp_path, steps=1, hidden=12)
         fit(trainer)
         assert hook.named("shape_profile")[0] | {"elapsed_s": 0} == {
-            "device": "cpu", "precision": "fp32", "alignment": 8, "warnings": 4, "elapsed_s": 0
+            "device": "cpu",
+            "precision": "fp32",
+            "alignment": 8,
+            "warnings": 4,
+            "elapsed_s": 0,
         }
         warnings = [(p["field"], p["value"], p["suggested"]) for p in hook.named("shape_warning")]
         assert warnings == [
-            ("0.embedding_dim", 12, 16), ("1.in_features", 12, 16), ("1.out_features", 12, 16),
+            ("0.embedding_dim", 12, 16),
+            ("1.in_features", 12, 16),
+            ("1.out_features", 12, 16),
             ("3.in_features", 12, 16),
         ]
 
