@@ -75,7 +75,7 @@ def default_config() -> dict[str, Any]:
         "data": {"vocab_size": 32, "seq_len": 16, "noise": 0.2},
         "train": {
             "steps": 200,
-            "lr": 0.003,
+            "lr": 0.001,
             "warmup_steps": 20,
             "batch_size": 32,
             "grad_accum": 1,
