@@ -32,16 +32,19 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BUILTIN_HOOKS",
+    "HOOK_DEFAULTS",
     "HOOK_ENTRY_POINT_GROUP",
     "ConfigError",
     "RunInfo",
     "build_logger",
     "build_runtime",
     "default_config",
+    "default_hooks",
     "hook_types",
     "load_config",
     "resolve_hook_type",
     "train_from_config",
+    "warmup_cosine",
 ]
 
 BUILTIN_HOOKS: Mapping[str, str] = {
@@ -333,7 +336,7 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
     task = _task.SuccessorTask(
         data["vocab_size"], data["seq_len"], train["batch_size"], data["noise"], train["seed"]
     )
-    model = _task.successor_model(data["vocab_size"], config["model"]["hidden"])
+    model = _task.successor_model(data["vocab_size"], config["model"]["hidden"]).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=train["lr"])
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, warmup_cosine(train["warmup_steps"], train["steps"])
