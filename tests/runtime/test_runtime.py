@@ -106,6 +106,15 @@ class TestBuildRuntime:
             "config": str(run_dir / "config.yaml"),
         }
 
+    def test_the_default_hooks_write_tensorboard_files_in_the_run_dir(self, config: dict[str, Any]) -> None:
+        """With the integration and tensorboard installed, the default config writes event files."""
+        pytest.importorskip("speedtronic.integrations", reason="speedtronic.integrations not here")
+        pytest.importorskip("tensorboard")
+        config = {**config, "logging": {"validate": True}}  # the default hooks
+        _, info = train_from_config(config)
+        assert info.files["tensorboard"] == str(info.run_dir / "tensorboard")
+        assert list((info.run_dir / "tensorboard").rglob("events.out.tfevents.*"))
+
     def test_resume_continues_the_step_count(self, config: dict[str, Any]) -> None:
         """A second run with resume: true starts at the first run's last checkpoint and counts on."""
         train_from_config(with_train(config, steps=15))
