@@ -71,3 +71,13 @@ def test_readme_catalog_lists_every_event_its_level_and_required_keys() -> None:
         assert level == level_for(event).upper(), event
         for key in payload_type.__required_keys__:  # type: ignore[attr-defined]
             assert f"`{key}`" in keys, (event, key)
+
+
+def test_readme_configuration_table_lists_every_key() -> None:
+    """Each config section's row in the README names every key the schema accepts."""
+    readme = (ROOT / "README.md").read_text()
+    for section, keys in SCHEMA.items():
+        if isinstance(keys, dict):
+            (row,) = re.findall(rf"^\| `{section}` \|([^\n]*)$", readme, re.MULTILINE)
+            assert {key for key in keys if f"`{key}`" not in row} == set(), section
+    assert "| top level | `run_dir`" in readme
