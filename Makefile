@@ -11,7 +11,7 @@ PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 .PHONY: run test lint typecheck unit bench clean
 
 run: $(VENV)/.run-installed
-	$(BIN)/python examples/quickstart.py
+	$(BIN)/speedtronic train
 
 test: $(VENV)/.dev-installed lint typecheck unit
 
@@ -27,8 +27,10 @@ unit: $(VENV)/.dev-installed
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
+# The main job needs the runtime (torch, PyYAML) and TensorBoard for its event files.
 $(VENV)/.run-installed: pyproject.toml | $(BIN)/python
-	$(PIP) -e .
+	$(PIP) "$(TORCH_SPEC)"
+	$(PIP) -e ".[torch,tensorboard]"
 	touch $@
 
 $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 __all__ = ["COMMANDS", "main"]
 
-COMMANDS: tuple[str, ...] = ("summarize", "plot", "replay")
+COMMANDS: tuple[str, ...] = ("train", "summarize", "plot", "replay")
 """Module names under ``speedtronic.commands``, in the order ``--help`` lists them."""
 
 

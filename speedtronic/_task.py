@@ -1,0 +1,43 @@
+"""The default task: a small model that visibly learns a synthetic next-token rule in seconds on a CPU.
+
+Each token of a vocabulary has a fixed successor (a random permutation); a sequence's targets are the
+successors of its tokens, except that ``noise`` of them are replaced by random tokens. The loss falls
+from ln(vocab_size) (3.47 for 32 tokens) towards the noise floor (about 1.2 at ``noise=0.2``) in a
+few hundred steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["SuccessorTask", "successor_model"]
+
+
+class SuccessorTask:
+    """An endless iterable of ``(tokens, targets)`` batches, both ``(batch_size, seq_len)`` int64."""
+
+    def __init__(self, vocab_size: int, seq_len: int, batch_size: int, noise: float, seed: int) -> None:
+        self.vocab_size, self.seq_len, self.batch_size, self.noise = vocab_size, seq_len, batch_size, noise
+        self._generator = torch.Generator().manual_seed(seed)
+        self.successor = torch.randperm(vocab_size, generator=self._generator)
+
+    def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
+        shape = (self.batch_size, self.seq_len)
+        while True:
+            tokens = torch.randint(0, self.vocab_size, shape, generator=self._generator)
+            replaced = torch.rand(shape, generator=self._generator) < self.noise
+            random_tokens = torch.randint(0, self.vocab_size, shape, generator=self._generator)
+            yield tokens, torch.where(replaced, random_tokens, self.successor[tokens])
+
+
+def successor_model(vocab_size: int, hidden: int) -> nn.Module:
+    """Embedding, one hidden layer, logits over the vocabulary, per token."""
+    return nn.Sequential(
+        nn.Embedding(vocab_size, hidden),
+        nn.Linear(hidden, hidden),
+        nn.GELU(),
+        nn.Linear(hidden, vocab_size),
+    )

@@ -1,0 +1,81 @@
+"""``speedtronic train``: the main job, the reference trainer on a config (default: the embedded one).
+
+Text log lines go to stdout (or ``logging.file``); the closing summary goes to stderr, so stdout stays
+pure log lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING, Any
+
+from speedtronic.cli import CommandError
+
+if TYPE_CHECKING:
+    from speedtronic.runtime import RunInfo
+    from speedtronic.trainer import FitResult
+
+__all__ = ["add_parser", "run", "summary"]
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "train",
+        help="train the reference model on a config (default: the embedded one)",
+        description="Run the reference trainer: text log on stdout, metrics.jsonl, checkpoints and "
+        "(when tensorboard is installed) TensorBoard files under the run directory.",
+    )
+    parser.add_argument("--config", metavar="FILE", help="YAML config, merged over the defaults")
+    parser.add_argument(
+        "--run-dir", metavar="DIR", help="where the run's files go (default: runs/<timestamp>)"
+    )
+    parser.add_argument("--steps", metavar="N", type=int, help="train up to absolute step N")
+    parser.add_argument(
+        "--resume", action="store_true", help="continue from the latest checkpoint in the run directory"
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from speedtronic import runtime
+
+    overrides: dict[str, Any] = {}
+    if args.run_dir is not None:
+        overrides["run_dir"] = args.run_dir
+    train: dict[str, Any] = {}
+    if args.steps is not None:
+        train["steps"] = args.steps
+    if args.resume:
+        train["resume"] = True
+    if train:
+        overrides["train"] = train
+    try:
+        config = runtime.load_config(args.config, overrides)
+        result, info = runtime.train_from_config(config)
+    except runtime.ConfigError as error:
+        raise CommandError(str(error)) from None
+    except ModuleNotFoundError as error:
+        if error.name not in ("torch", "yaml"):
+            raise
+        raise CommandError(
+            f"speedtronic train requires {error.name}: pip install 'speedtronic[torch]'"
+        ) from None
+    print(summary(result, info), file=sys.stderr)
+    return 0
+
+
+def summary(result: FitResult, info: RunInfo) -> str:
+    """Steps, final loss, throughput, then where each file is."""
+    loss = "n/a" if result.final_loss is None else f"{result.final_loss:.4f}"
+    lines = [
+        f"speedtronic train: steps {result.start_step} -> {result.step} in {result.duration_s:.2f} s on "
+        f"{info.device}, final loss {loss}, {result.samples_per_s:,.0f} samples/s, "
+        f"{result.tokens_per_s:,.0f} tokens/s",
+        f"  {'run dir':<12} {info.run_dir}",
+    ]
+    files = dict(info.files)
+    if result.checkpoint is not None and "checkpoints" in files:
+        files["checkpoints"] += f" (latest: {result.checkpoint.name})"
+    lines += [f"  {label:<12} {where}" for label, where in files.items()]
+    return "\n".join(lines)

@@ -1,0 +1,413 @@
+"""The event catalog: every event speedtronic's producers emit, and the payload each one carries.
+
+``Event`` names them; one ``TypedDict`` per event describes its payload (required keys first, then
+the optional ones). Payloads are open: a producer may add keys, and the logger adds ``elapsed_s`` and
+``memory_bytes``. A value typed ``Real`` may be a 0-d tensor or numpy scalar: the logger converts it
+after the cadence, so a skipped step never syncs the device.
+
+``ValidatePayloads`` is a structlog processor that checks payloads against the catalog (required keys,
+and value types where that is cheap). It is off by default; the trainer applies it with
+``Trainer(validate_events=True)`` (``logging.validate: true`` in a config), and the tests turn it on.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+import warnings
+from collections.abc import Callable, Mapping
+from enum import Enum
+from typing import Any, Literal, Protocol, TypeAlias, TypedDict, Union, get_args, get_origin, get_type_hints
+
+from structlog.typing import EventDict, WrappedLogger
+
+from speedtronic.errors import SpeedtronicWarning
+
+__all__ = [
+    "PAYLOADS",
+    "CheckpointPayload",
+    "CompilePayload",
+    "DeltaUploadFailedPayload",
+    "DeltaUploadQueuedPayload",
+    "DeltaUploadSkippedPayload",
+    "DeltaUploadStalePayload",
+    "DeltaUploadedPayload",
+    "DeviceScalar",
+    "Event",
+    "EventPayloadError",
+    "EventPayloadWarning",
+    "OooBackpropPayload",
+    "OuterStepPayload",
+    "Real",
+    "ShapeProfilePayload",
+    "ShapeWarningPayload",
+    "TrainEndPayload",
+    "TrainStartPayload",
+    "TrainStepPayload",
+    "ValidatePayloads",
+    "payload_problems",
+]
+
+if sys.version_info >= (3, 11):
+    from enum import StrEnum
+else:  # pragma: no cover - exercised on Python 3.10 only
+
+    class StrEnum(str, Enum):
+        """``enum.StrEnum`` for Python 3.10: members are strings and print as their value."""
+
+        def __str__(self) -> str:
+            return str(self.value)
+
+
+class Event(StrEnum):
+    """Every event in the catalog; members are their names (``Event.TRAIN_STEP == "train_step"``)."""
+
+    TRAIN_START = "train_start"
+    TRAIN_STEP = "train_step"
+    CHECKPOINT = "checkpoint"
+    TRAIN_END = "train_end"
+    COMPILE = "compile"
+    OUTER_STEP = "outer_step"
+    DELTA_UPLOAD_QUEUED = "delta_upload_queued"
+    DELTA_UPLOADED = "delta_uploaded"
+    DELTA_UPLOAD_SKIPPED = "delta_upload_skipped"
+    DELTA_UPLOAD_FAILED = "delta_upload_failed"
+    DELTA_UPLOAD_STALE = "delta_upload_stale"
+    SHAPE_PROFILE = "shape_profile"
+    SHAPE_WARNING = "shape_warning"
+    OOO_BACKPROP = "ooo_backprop"
+
+
+class DeviceScalar(Protocol):
+    """A 0-d tensor or numpy scalar: anything with ``.item()``, converted by the logger when logged."""
+
+    def item(self) -> float: ...
+
+
+Real: TypeAlias = float | DeviceScalar
+"""A number, or a 0-d tensor the logger converts only for the events it logs."""
+
+
+# -- training (speedtronic.trainer.Trainer) ------------------------------------------------------
+
+
+class TrainStartPayload(TypedDict):
+    """``train_start``: once per ``fit()``, before the first step."""
+
+    start_step: int
+    """Steps already done (0, or the step of the checkpoint resumed from)."""
+    target_step: int
+    """The absolute step ``fit()`` trains up to."""
+    device: str
+    precision: str
+    """``"fp32"`` or ``"bf16"`` (autocast)."""
+    grad_accum: int
+    """Microbatches accumulated per optimizer step."""
+    parameters: int
+    """Trainable parameters."""
+
+
+class _TrainStepRequired(TypedDict):
+    step: int
+    """The absolute step just completed (1-based)."""
+    loss: Real
+    """Mean loss over the step's microbatches."""
+    lr: float
+    """The learning rate this step used."""
+    samples_per_s: float
+    tokens_per_s: float
+    """Target elements per second (tokens for a sequence task, items for classification)."""
+    samples: int
+    """Samples seen since step 0 (counted across resumes)."""
+    tokens: int
+    microbatches: int
+    """Microbatches (forward/backward passes) in this step."""
+
+
+class TrainStepPayload(_TrainStepRequired, total=False):
+    """``train_step``: after every optimizer step (the logger's cadence decides which are logged)."""
+
+    grad_norm: Real
+    """Total gradient norm before clipping."""
+
+
+class _CheckpointRequired(TypedDict):
+    step: int
+    path: str
+
+
+class CheckpointPayload(_CheckpointRequired, total=False):
+    """``checkpoint``: a checkpoint (model, optimizer, schedule, step) was written."""
+
+    save_s: float
+
+
+class _TrainEndRequired(TypedDict):
+    step: int
+    """The absolute step reached."""
+    steps_run: int
+    """Steps this ``fit()`` ran (0 when a resumed run had already reached its target)."""
+    duration_s: float
+    """Wall time of ``fit()``."""
+    final_loss: float | None
+    """The last step's loss; ``None`` when no step ran."""
+
+
+class TrainEndPayload(_TrainEndRequired, total=False):
+    """``train_end``: ``fit()`` finished."""
+
+    samples_per_s: float
+    tokens_per_s: float
+
+
+class _CompileRequired(TypedDict):
+    enabled: bool
+    """Whether the compiled model is the one training (``False``: fell back to eager)."""
+
+
+class CompilePayload(_CompileRequired, total=False):
+    """``compile``: ``torch.compile`` was asked for; the outcome of the first compiled step."""
+
+    backend: str
+    reason: str
+    """Why compilation is off: the exception that made the trainer fall back to eager."""
+    compile_s: float
+    """Wall time of the first (compiling) forward and backward pass."""
+
+
+# -- shapes --------------------------------------------------------------------------------------
+
+
+class ShapeProfilePayload(TypedDict):
+    """``shape_profile``: once per ``fit()``, the model's layer sizes checked against the device."""
+
+    device: str
+    precision: str
+    alignment: int
+    """Multiple (in elements) the device's fast kernels want layer sizes to be."""
+    warnings: int
+    """Sizes that are not a multiple of ``alignment`` (one ``shape_warning`` each)."""
+
+
+class _ShapeWarningRequired(TypedDict):
+    field: str
+    """Where the size comes from, e.g. ``"net.1.out_features"``."""
+    value: int
+    alignment: int
+    """The suggested alignment."""
+
+
+class ShapeWarningPayload(_ShapeWarningRequired, total=False):
+    """``shape_warning`` (logged at WARNING): one poorly aligned size."""
+
+    suggested: int
+    """The nearest multiple of ``alignment`` at or above ``value``."""
+
+
+# -- distributed (DiLoCo outer loop, delta uploads, overlapped backward) -------------------------
+
+
+class _OuterStepRequired(TypedDict):
+    outer_step: int
+    candidates: int
+    """Deltas found for this outer step."""
+    included: int
+    """Deltas included in the outer update."""
+
+
+class OuterStepPayload(_OuterStepRequired, total=False):
+    """``outer_step``: one outer (DiLoCo) update was applied."""
+
+    step: int
+    """The local inner step when the outer step was applied."""
+
+
+class _DeltaUploadRequired(TypedDict):
+    local_step: int
+    base_outer_step: int
+    """The outer step the delta was computed against."""
+
+
+class DeltaUploadQueuedPayload(_DeltaUploadRequired, total=False):
+    """``delta_upload_queued``: a delta was handed to the background uploader."""
+
+    in_flight: int
+
+
+class DeltaUploadedPayload(_DeltaUploadRequired, total=False):
+    """``delta_uploaded``: a delta upload finished."""
+
+    bytes: int
+    upload_s: float
+
+
+class DeltaUploadSkippedPayload(_DeltaUploadRequired):
+    """``delta_upload_skipped`` (WARNING): a delta was not uploaded."""
+
+    reason: str
+    """``"overflow"`` (the queue was full) or ``"in_flight"`` (an upload was still running)."""
+
+
+class DeltaUploadFailedPayload(_DeltaUploadRequired):
+    """``delta_upload_failed`` (ERROR): an upload raised."""
+
+    error: str
+
+
+class DeltaUploadStalePayload(_DeltaUploadRequired):
+    """``delta_upload_stale`` (WARNING): a delta's baseline is older than the current one."""
+
+    baseline_generation: int
+
+
+class _OooBackpropRequired(TypedDict):
+    enabled: bool
+
+
+class OooBackpropPayload(_OooBackpropRequired, total=False):
+    """``ooo_backprop``: whether out-of-order backpropagation is in use, and how."""
+
+    reason: str
+    """Why it is off."""
+    streams: int
+    stages: list[str]
+    """Stage names, in execution order."""
+
+
+PAYLOADS: Mapping[Event, type[Mapping[str, Any]]] = {
+    Event.TRAIN_START: TrainStartPayload,
+    Event.TRAIN_STEP: TrainStepPayload,
+    Event.CHECKPOINT: CheckpointPayload,
+    Event.TRAIN_END: TrainEndPayload,
+    Event.COMPILE: CompilePayload,
+    Event.OUTER_STEP: OuterStepPayload,
+    Event.DELTA_UPLOAD_QUEUED: DeltaUploadQueuedPayload,
+    Event.DELTA_UPLOADED: DeltaUploadedPayload,
+    Event.DELTA_UPLOAD_SKIPPED: DeltaUploadSkippedPayload,
+    Event.DELTA_UPLOAD_FAILED: DeltaUploadFailedPayload,
+    Event.DELTA_UPLOAD_STALE: DeltaUploadStalePayload,
+    Event.SHAPE_PROFILE: ShapeProfilePayload,
+    Event.SHAPE_WARNING: ShapeWarningPayload,
+    Event.OOO_BACKPROP: OooBackpropPayload,
+}
+"""Each event's payload ``TypedDict``."""
+
+
+# -- validation ----------------------------------------------------------------------------------
+
+
+class EventPayloadWarning(SpeedtronicWarning):
+    """A payload does not match its event's ``TypedDict`` (``ValidatePayloads(strict=False)``)."""
+
+
+class EventPayloadError(ValueError):
+    """A payload does not match its event's ``TypedDict`` (``ValidatePayloads(strict=True)``)."""
+
+
+Check = Callable[[Any], bool]
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_float(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_device_scalar(value: Any) -> bool:
+    return callable(getattr(value, "item", None)) and getattr(value, "ndim", None) == 0
+
+
+def _check_for(annotation: Any) -> Check:
+    """A predicate for one annotation, decided once; shapes it can't check cheaply always pass."""
+    origin = get_origin(annotation)
+    if origin is Union or origin is types.UnionType:
+        parts = [_check_for(arg) for arg in get_args(annotation)]
+        return lambda value: any(part(value) for part in parts)
+    if origin is list:
+        item = _check_for(get_args(annotation)[0])
+        return lambda value: isinstance(value, list) and all(item(element) for element in value)
+    if origin is Literal:
+        allowed = get_args(annotation)
+        return lambda value: value in allowed
+    simple: dict[Any, Check] = {
+        int: _is_int,
+        float: _is_float,
+        bool: lambda value: isinstance(value, bool),
+        str: lambda value: isinstance(value, str),
+        type(None): lambda value: value is None,
+        DeviceScalar: _is_device_scalar,
+    }
+    if annotation in simple:
+        return simple[annotation]
+    if isinstance(annotation, type):
+        return lambda value: isinstance(value, annotation)
+    return lambda value: True
+
+
+def _describe(annotation: Any) -> str:
+    if annotation is DeviceScalar:
+        return "a 0-d tensor"
+    if get_origin(annotation) is Union or get_origin(annotation) is types.UnionType:
+        return " or ".join(_describe(arg) for arg in get_args(annotation))
+    if annotation is type(None):
+        return "None"
+    return annotation.__name__ if isinstance(annotation, type) else str(annotation)
+
+
+class _Schema:
+    __slots__ = ("checks", "required")
+
+    def __init__(self, payload_type: type[Mapping[str, Any]]) -> None:
+        hints = get_type_hints(payload_type)
+        self.required: frozenset[str] = payload_type.__required_keys__  # type: ignore[attr-defined]  # TypedDict
+        self.checks = {key: (_check_for(hint), _describe(hint)) for key, hint in hints.items()}
+
+
+_SCHEMAS = {str(event): _Schema(payload_type) for event, payload_type in PAYLOADS.items()}
+
+
+def payload_problems(event: str, payload: Mapping[Any, Any]) -> list[str]:
+    """What is wrong with ``payload`` for ``event``: missing required keys, values of the wrong type.
+
+    An empty list when it matches; also for events outside the catalog, which are never checked.
+    """
+    schema = _SCHEMAS.get(str(event))
+    if schema is None:
+        return []
+    problems = [f"missing required key {key!r}" for key in sorted(schema.required - payload.keys())]
+    for key, value in payload.items():
+        checked = schema.checks.get(key)
+        if checked is not None and not checked[0](value):
+            problems.append(f"{key}: expected {checked[1]}, got {type(value).__name__} {value!r}")
+    return problems
+
+
+class ValidatePayloads:
+    """A structlog processor that checks each event's payload against the catalog.
+
+    A mismatch warns ``EventPayloadWarning`` (the event still passes), or with ``strict=True`` raises
+    ``EventPayloadError``. Place it before ``ConvertValues`` or after: 0-d tensors are accepted where a
+    number is expected, without reading them.
+    """
+
+    __slots__ = ("_strict",)
+
+    def __init__(self, strict: bool = False) -> None:
+        self._strict = strict
+
+    def check(self, event: str, payload: Mapping[Any, Any]) -> None:
+        """Warn or raise when ``payload`` does not match ``event``'s ``TypedDict``."""
+        problems = payload_problems(event, payload)
+        if not problems:
+            return
+        message = f"{event} payload does not match speedtronic.events: {'; '.join(problems)}"
+        if self._strict:
+            raise EventPayloadError(message)
+        warnings.warn(message, EventPayloadWarning, stacklevel=3)
+
+    def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+        payload = {key: value for key, value in event_dict.items() if key != "event"}
+        self.check(str(event_dict.get("event", "")), payload)
+        return event_dict

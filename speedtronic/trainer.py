@@ -1,0 +1,432 @@
+"""``Trainer``: a compact, real PyTorch training loop that produces the catalog's training events.
+
+One ``fit()`` emits ``train_start``, ``shape_profile`` (and a ``shape_warning`` per poorly aligned layer
+size), ``compile`` when ``torch.compile`` was asked for, a ``train_step`` per optimizer step, a
+``checkpoint`` every ``checkpoint_every`` steps and at the end, and ``train_end``. Losses and grad norms
+are passed to the logger as detached 0-d tensors: the trainer never calls ``.item()`` on a step, so the
+logger's cadence decides when the device syncs.
+
+Each step is ``_optimizer_step`` (microbatches, clipping, optimizer and schedule) followed by the
+``after_optimizer_step`` callbacks, then the event and the checkpoint: an outer loop (DiLoCo) or a
+distributed wrapper attaches there and at ``_accumulating`` without changing ``fit()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+try:
+    import torch
+    from torch import Tensor, nn
+except ModuleNotFoundError as error:  # pragma: no cover - exercised by a subprocess test
+    if error.name != "torch":
+        raise
+    raise ModuleNotFoundError(
+        "speedtronic.trainer requires torch: pip install 'speedtronic[torch]'", name="torch"
+    ) from None
+
+from speedtronic import _shapes
+from speedtronic.events import (
+    CompilePayload,
+    Event,
+    TrainStepPayload,
+    ValidatePayloads,
+)
+from speedtronic.processors import CadenceFilter
+from speedtronic.profiling import MetricLogger
+
+__all__ = ["PRECISIONS", "FitResult", "Trainer", "latest_checkpoint", "resolve_device", "token_cross_entropy"]
+
+PRECISIONS = ("fp32", "bf16")
+_MAX_SHAPE_WARNINGS = 16
+_CHECKPOINT_NAME = re.compile(r"step_(\d+)\.pt")
+
+Batch = tuple[Tensor, Tensor]
+LossFn = Callable[[Tensor, Tensor], Tensor]
+
+
+def token_cross_entropy(outputs: Tensor, targets: Tensor) -> Tensor:
+    """Cross-entropy over the last dimension, for classification ``(B, C)`` and sequences ``(B, T, C)``."""
+    return nn.functional.cross_entropy(outputs.flatten(0, -2), targets.flatten())
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """``"auto"``: the current CUDA device if there is one, else the CPU; a bare ``"cuda"`` gets its index."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    resolved = torch.device(device)
+    if resolved.type == "cuda" and resolved.index is None:
+        resolved = torch.device("cuda", torch.cuda.current_device())
+    return resolved
+
+
+def latest_checkpoint(directory: str | os.PathLike[str]) -> Path | None:
+    """The ``step_<N>.pt`` with the highest N in ``directory``, or ``None``."""
+    found = [
+        (int(match.group(1)), path)
+        for path in Path(directory).glob("step_*.pt")
+        if (match := _CHECKPOINT_NAME.fullmatch(path.name))
+    ]
+    return max(found)[1] if found else None
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """What ``Trainer.fit()`` did."""
+
+    step: int
+    """The absolute step reached."""
+    start_step: int
+    steps_run: int
+    duration_s: float
+    final_loss: float | None
+    """The last step's loss; ``None`` when no step ran."""
+    samples_per_s: float
+    tokens_per_s: float
+    checkpoint: Path | None
+    """The latest checkpoint written (or resumed from)."""
+
+
+class _Step(NamedTuple):
+    loss: Tensor
+    """Mean over the step's microbatches, detached, on the device."""
+    grad_norm: Tensor
+    lr: float
+    """The learning rate the step used."""
+    samples: int
+    tokens: int
+
+
+class _Window:
+    """Samples and tokens since the last logged step, and since when: the rates a logged step reports.
+
+    Measured between logged steps, so on a GPU the sync that logging a loss causes bounds the window.
+    """
+
+    __slots__ = ("samples", "start", "tokens")
+
+    def __init__(self) -> None:
+        self.restart()
+
+    def restart(self) -> None:
+        self.start, self.samples, self.tokens = time.perf_counter(), 0, 0
+
+    def rates(self) -> tuple[float, float]:
+        seconds = max(time.perf_counter() - self.start, 1e-9)
+        return self.samples / seconds, self.tokens / seconds
+
+
+class Trainer:
+    """Trains ``model`` on ``data`` up to absolute step ``steps``; ``fit()`` runs it.
+
+    Args:
+        model: the module to train (moved to ``device``).
+        optimizer: over ``model``'s parameters.
+        data: an iterable of ``(inputs, targets)`` batches, re-iterated when it runs out (a list, a
+            ``DataLoader``), or an endless iterator. Each optimizer step takes ``grad_accum`` of them.
+        steps: the absolute step to train up to (a resumed run continues towards the same target).
+        loss_fn: ``(outputs, targets) -> loss``; cross-entropy over the last dimension by default.
+        scheduler: an LR scheduler stepped after every optimizer step.
+        logger: receives the events (default: a ``MetricLogger`` writing text lines to stdout).
+        device: ``"auto"`` (CUDA when present, else CPU), or anything ``torch.device`` accepts.
+        precision: ``"fp32"``, or ``"bf16"`` autocast (refused where the device can't run it).
+        grad_accum: microbatches per optimizer step; each one's loss is scaled by ``1/grad_accum``.
+        max_grad_norm: clip the total gradient norm to this (``None``: measure it, never clip).
+        compile: ``True`` for ``torch.compile``'s default backend, or a backend's name; if compiling
+            fails, training goes on eagerly and the ``compile`` event says why.
+        checkpoint_dir: where ``step_<N>.pt`` files go (model, optimizer, schedule, step, counters).
+        checkpoint_every: save every this many steps, and at the end (0: never).
+        resume: start from the latest checkpoint in ``checkpoint_dir``, when there is one.
+        validate_events: check every payload against ``speedtronic.events`` before emitting it.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        data: Iterable[Batch],
+        *,
+        steps: int,
+        loss_fn: LossFn = token_cross_entropy,
+        scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+        logger: MetricLogger | None = None,
+        device: str | torch.device = "auto",
+        precision: str = "fp32",
+        grad_accum: int = 1,
+        max_grad_norm: float | None = 1.0,
+        compile: bool | str = False,
+        checkpoint_dir: str | os.PathLike[str] | None = None,
+        checkpoint_every: int = 0,
+        resume: bool = False,
+        validate_events: bool = False,
+    ) -> None:
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        if grad_accum < 1 or steps < 0 or checkpoint_every < 0:
+            raise ValueError(
+                f"need grad_accum >= 1, steps >= 0, checkpoint_every >= 0; got {grad_accum}, {steps}, "
+                f"{checkpoint_every}"
+            )
+        if checkpoint_every and checkpoint_dir is None:
+            raise ValueError("checkpoint_every needs a checkpoint_dir")
+        self.device = resolve_device(device)
+        _check_precision(self.device, precision)
+        self.model = model.to(self.device)
+        self.optimizer = optimizer
+        self.scheduler = scheduler
+        self.data = data
+        self.loss_fn = loss_fn
+        self.target_step = steps
+        self.precision = precision
+        self.grad_accum = grad_accum
+        self.max_grad_norm = math.inf if max_grad_norm is None else max_grad_norm
+        self.compile = compile
+        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
+        self.checkpoint_every = checkpoint_every
+        self.resume = resume
+        self.logger = logger if logger is not None else MetricLogger(device=self.device)
+        self.after_optimizer_step: list[Callable[[Trainer], None]] = []
+        """Called with the trainer after each optimizer step, before its ``train_step`` event."""
+
+        self.step = 0
+        self.samples = 0
+        self.tokens = 0
+        self.checkpoint: Path | None = None
+        self._validator = ValidatePayloads() if validate_events else None
+        self._forward: Callable[[Tensor], Tensor] = self.model
+        self._compile_pending = bool(compile)
+        if precision == "bf16":
+            self._autocast: Callable[[], contextlib.AbstractContextManager[Any]] = lambda: torch.autocast(
+                self.device.type, dtype=torch.bfloat16
+            )
+        else:
+            self._autocast = contextlib.nullcontext
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def fit(self) -> FitResult:
+        """Train from the current (or resumed) step up to ``steps``; emits the events as it goes."""
+        started = time.perf_counter()
+        if self.resume:
+            self._resume()
+        start_step, start_samples, start_tokens = self.step, self.samples, self.tokens
+        self._emit(Event.TRAIN_START, {
+            "start_step": start_step,
+            "target_step": self.target_step,
+            "device": str(self.device),
+            "precision": self.precision,
+            "grad_accum": self.grad_accum,
+            "parameters": sum(p.numel() for p in self.model.parameters() if p.requires_grad),
+        })
+        self._profile_shapes()
+        cadence = CadenceFilter(self.logger.every_steps)
+        batches = self._batches()
+        window = _Window()
+        loss: Tensor | None = None
+        self.model.train()
+        while self.step < self.target_step:
+            done = self._optimizer_step(batches)
+            loss = done.loss
+            self.step += 1
+            self.samples += done.samples
+            self.tokens += done.tokens
+            window.samples += done.samples
+            window.tokens += done.tokens
+            for callback in self.after_optimizer_step:
+                callback(self)
+            samples_per_s, tokens_per_s = window.rates()
+            payload: TrainStepPayload = {
+                "step": self.step,
+                "loss": done.loss,
+                "lr": done.lr,
+                "samples_per_s": round(samples_per_s, 3),
+                "tokens_per_s": round(tokens_per_s, 3),
+                "samples": self.samples,
+                "tokens": self.tokens,
+                "microbatches": self.grad_accum,
+                "grad_norm": done.grad_norm,
+            }
+            self._emit(Event.TRAIN_STEP, payload)
+            if cadence.admits(Event.TRAIN_STEP, payload):
+                window.restart()
+            if self.checkpoint_every and self.step % self.checkpoint_every == 0:
+                self.save_checkpoint()
+        if self.checkpoint_every and self.step > start_step and self.step % self.checkpoint_every:
+            self.save_checkpoint()
+
+        duration = time.perf_counter() - started
+        final_loss = float(loss.item()) if loss is not None else None
+        result = FitResult(
+            step=self.step,
+            start_step=start_step,
+            steps_run=self.step - start_step,
+            duration_s=round(duration, 6),
+            final_loss=final_loss,
+            samples_per_s=round((self.samples - start_samples) / duration, 3),
+            tokens_per_s=round((self.tokens - start_tokens) / duration, 3),
+            checkpoint=self.checkpoint,
+        )
+        self._emit(Event.TRAIN_END, {
+            "step": result.step,
+            "steps_run": result.steps_run,
+            "duration_s": result.duration_s,
+            "final_loss": final_loss,
+            "samples_per_s": result.samples_per_s,
+            "tokens_per_s": result.tokens_per_s,
+        })
+        return result
+
+    def _optimizer_step(self, batches: Iterator[Batch]) -> _Step:
+        """One optimizer step over ``grad_accum`` microbatches, then the schedule's step."""
+        self.optimizer.zero_grad(set_to_none=True)
+        total = torch.zeros((), device=self.device)
+        samples = tokens = 0
+        for index in range(self.grad_accum):
+            inputs, targets = (t.to(self.device, non_blocking=True) for t in next(batches))
+            with self._accumulating(last=index == self.grad_accum - 1):
+                total += self._microbatch(inputs, targets)
+            samples += inputs.shape[0]
+            tokens += targets.numel()
+        grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+        lr = float(self.optimizer.param_groups[0]["lr"])
+        self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
+        return _Step(total / self.grad_accum, grad_norm.detach(), lr, samples, tokens)
+
+    def _microbatch(self, inputs: Tensor, targets: Tensor) -> Tensor:
+        if self._compile_pending:
+            return self._first_compiled_microbatch(inputs, targets)
+        with self._autocast():
+            loss = self.loss_fn(self._forward(inputs), targets)
+        torch.autograd.backward(loss / self.grad_accum)
+        return loss.detach().float()
+
+    def _accumulating(self, last: bool) -> contextlib.AbstractContextManager[Any]:
+        """Context for one microbatch's backward; DDP's ``no_sync()`` for all but the last goes here."""
+        return contextlib.nullcontext()
+
+    # -- compile -------------------------------------------------------------------------------
+
+    def _first_compiled_microbatch(self, inputs: Tensor, targets: Tensor) -> Tensor:
+        """Compile, and run the first microbatch compiled; on any failure, fall back to eager."""
+        self._compile_pending = False
+        backend = self.compile if isinstance(self.compile, str) else "inductor"
+        payload: CompilePayload = {"enabled": True, "backend": backend}
+        started = time.perf_counter()
+        try:
+            self._forward = torch.compile(self.model, backend=backend)
+            loss = self._microbatch(inputs, targets)
+        except Exception as error:  # compiling can fail in many ways; training goes on eagerly
+            self._forward = self.model
+            self.optimizer.zero_grad(set_to_none=True)
+            payload["enabled"] = False
+            payload["reason"] = f"{type(error).__name__}: {_first_line(error)}"
+            loss = self._microbatch(inputs, targets)
+        else:
+            payload["compile_s"] = round(time.perf_counter() - started, 6)
+        self._emit(Event.COMPILE, payload)
+        return loss
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    def save_checkpoint(self) -> Path:
+        """Write ``step_<N>.pt`` (atomically: a partial file never looks like a checkpoint)."""
+        if self.checkpoint_dir is None:
+            raise ValueError("save_checkpoint() needs a checkpoint_dir")
+        started = time.perf_counter()
+        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        path = self.checkpoint_dir / f"step_{self.step:08d}.pt"
+        state = {
+            "step": self.step,
+            "samples": self.samples,
+            "tokens": self.tokens,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+        }
+        partial = path.with_name(path.name + ".partial")
+        torch.save(state, partial)
+        os.replace(partial, path)
+        self.checkpoint = path
+        self._emit(Event.CHECKPOINT, {
+            "step": self.step, "path": str(path), "save_s": round(time.perf_counter() - started, 6)
+        })
+        return path
+
+    def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
+        """Restore model, optimizer, schedule, step and counters from a checkpoint."""
+        state = torch.load(path, map_location=self.device, weights_only=True)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None and state["scheduler"] is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        self.step, self.samples, self.tokens = state["step"], state["samples"], state["tokens"]
+        self.checkpoint = Path(path)
+
+    def _resume(self) -> None:
+        found = latest_checkpoint(self.checkpoint_dir) if self.checkpoint_dir is not None else None
+        if found is not None:
+            self.load_checkpoint(found)
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _batches(self) -> Iterator[Batch]:
+        """The data, re-iterated when it runs out; an exhausted iterator is an error naming the step."""
+        while True:
+            empty = True
+            for batch in self.data:
+                empty = False
+                yield batch
+            if empty:
+                raise ValueError(
+                    f"the data yielded no batch at step {self.step + 1}: pass a re-iterable "
+                    "(a list, a DataLoader) or an endless iterator"
+                )
+
+    def _profile_shapes(self) -> None:
+        alignment = _shapes.alignment_for(self.device.type, self.precision)
+        misaligned = _shapes.misaligned(self.model, alignment)
+        self._emit(Event.SHAPE_PROFILE, {
+            "device": str(self.device),
+            "precision": self.precision,
+            "alignment": alignment,
+            "warnings": len(misaligned),
+        })
+        for field, value in misaligned[:_MAX_SHAPE_WARNINGS]:
+            self._emit(Event.SHAPE_WARNING, {
+                "field": field,
+                "value": value,
+                "alignment": alignment,
+                "suggested": -(-value // alignment) * alignment,
+            })
+
+    def _emit(self, event: Event, payload: Any) -> None:
+        if self._validator is not None:
+            self._validator.check(event, payload)
+        self.logger.emit(event, payload)
+
+
+def _check_precision(device: torch.device, precision: str) -> None:
+    if precision != "bf16":
+        return
+    supported = (
+        torch.cuda.is_bf16_supported()
+        if device.type == "cuda"
+        else torch.amp.autocast_mode.is_autocast_available(device.type)
+    )
+    if not supported:
+        raise ValueError(f"precision 'bf16' is not supported on {device}; use 'fp32'")
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else ""

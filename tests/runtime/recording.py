@@ -1,0 +1,54 @@
+"""Hooks for the runtime tests, importable by path from a config (``tests.runtime.recording:...``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+class RecordingHook:
+    """Records every event it receives as ``(event, payload)``, and whether it was closed."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.kwargs = kwargs
+        self.events: list[tuple[str, dict[str, Any]]] = []
+        self.closed = 0
+
+    def on_event(self, event: str, payload: dict[str, Any]) -> None:
+        self.events.append((event, payload))
+
+    def close(self) -> None:
+        self.closed += 1
+
+    def named(self, event: str) -> list[dict[str, Any]]:
+        return [payload for name, payload in self.events if name == event]
+
+
+class JournalHook:
+    """Keeps a file open for its whole life and journals each event, then ``close``, into it."""
+
+    def __init__(self, path: str, fail_on: str | None = None) -> None:
+        self._file = Path(path).open("a", encoding="utf-8")  # noqa: SIM115  # open until close()
+        self._fail_on = fail_on
+
+    def on_event(self, event: str, payload: dict[str, Any]) -> None:
+        self._file.write(json.dumps({"event": event, "step": payload.get("step")}) + "\n")
+        if event == self._fail_on:
+            raise RuntimeError(f"JournalHook fails on {event}")
+
+    def close(self) -> None:
+        self._file.write(json.dumps({"event": "close"}) + "\n")
+        self._file.close()
+
+
+def journal(path: str | Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]
+
+
+def broken_factory(**kwargs: Any) -> Any:
+    raise RuntimeError("this factory always fails")
+
+
+def not_a_hook(**kwargs: Any) -> Any:
+    return 42

@@ -1,0 +1,284 @@
+from __future__ import annotations
+
+import re
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from speedtronic import runtime
+from speedtronic.runtime import ConfigError, build_logger, default_config, hook_types, load_config
+
+RECORDER = "tests.runtime.recording:RecordingHook"
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def tensorboard_is_a_recorder(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The built-in tensorboard type, pointed at the tests' recording hook (integrations are elsewhere)."""
+    monkeypatch.setitem(runtime.BUILTIN_HOOKS, "tensorboard", RECORDER)  # type: ignore[index]
+
+
+@pytest.fixture
+def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """An installed distribution registering the hook type 'recorder' in the speedtronic.hooks group."""
+    dist_info = tmp_path / "site" / "speedtronic_test_plugin-0.1.dist-info"
+    dist_info.mkdir(parents=True)
+    (dist_info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: speedtronic-test-plugin\nVersion: 0.1\n"
+    )
+    (dist_info / "entry_points.txt").write_text(f"[speedtronic.hooks]\nrecorder = {RECORDER}\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    return "recorder"
+
+
+class TestDefaultConfig:
+    def test_has_the_documented_sections_and_keys(self) -> None:
+        """run_dir, train (with every documented key) and logging, JSONL under the run dir."""
+        config = default_config()
+        assert {"run_dir", "train", "logging"} <= config.keys()
+        assert {
+            "steps",
+            "lr",
+            "batch_size",
+            "grad_accum",
+            "precision",
+            "device",
+            "checkpoint_every",
+            "compile",
+            "seed",
+            "resume",
+        } <= config["train"].keys()
+        assert config["logging"]["json_file"] == "{run_dir}/metrics.jsonl"
+
+    def test_run_dir_is_fresh_and_timestamped_under_runs(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """runs/<YYYYmmdd-HHMMSS>; an existing one gets a -2 suffix rather than being reused."""
+        monkeypatch.chdir(tmp_path)
+        first = default_config()["run_dir"]
+        assert re.fullmatch(r"runs/\d{8}-\d{6}", first)
+        Path(first).mkdir(parents=True)
+        second = default_config()["run_dir"]
+        assert second != first
+        assert second.startswith("runs/")
+
+    def test_tensorboard_is_attached_when_its_hook_and_package_import(
+        self, tensorboard_is_a_recorder: None
+    ) -> None:
+        """TensorboardHook importable and tensorboard installed: the default logs to run_dir/tensorboard."""
+        pytest.importorskip("tensorboard")
+        assert default_config()["logging"]["hooks"] == [
+            {"type": "tensorboard", "log_dir": "{run_dir}/tensorboard"}
+        ]
+
+    def test_no_tensorboard_without_the_integration(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A TensorboardHook that can't be imported means no default hook, and no error."""
+        monkeypatch.setitem(runtime.BUILTIN_HOOKS, "tensorboard", "speedtronic.nowhere:TensorboardHook")  # type: ignore[index]
+        assert default_config()["logging"]["hooks"] == []
+
+    def test_no_tensorboard_without_the_package(
+        self, tensorboard_is_a_recorder: None, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """tensorboard not installed: no default hook."""
+        monkeypatch.setitem(sys.modules, "tensorboard", None)
+        assert default_config()["logging"]["hooks"] == []
+
+
+class TestLoadConfig:
+    def test_a_yaml_file_is_merged_over_the_defaults(self, tmp_path: Path) -> None:
+        """Keys the file sets win; every other key keeps its default."""
+        path = write(
+            tmp_path / "c.yaml",
+            """
+            run_dir: out
+            train:
+              steps: 7
+        """,
+        )
+        config = load_config(path)
+        defaults = default_config()
+        assert config["train"] == {**defaults["train"], "steps": 7}
+        assert config["logging"]["every_steps"] == defaults["logging"]["every_steps"]
+
+    def test_run_dir_placeholders_are_resolved(self, tmp_path: Path, tensorboard_is_a_recorder: None) -> None:
+        """{run_dir} in logging paths and in hook arguments becomes the run directory."""
+        config = load_config(
+            {
+                "run_dir": "out/a",
+                "logging": {
+                    "file": "{run_dir}/log.txt",
+                    "hooks": [{"type": RECORDER, "where": "{run_dir}/x"}],
+                },
+            }
+        )
+        assert config["logging"]["json_file"] == "out/a/metrics.jsonl"
+        assert config["logging"]["file"] == "out/a/log.txt"
+        assert config["logging"]["hooks"] == [{"type": RECORDER, "where": "out/a/x"}]
+
+    def test_builtin_hooks_write_under_the_run_dir_by_default(self, tensorboard_is_a_recorder: None) -> None:
+        """{type: tensorboard} gets log_dir run_dir/tensorboard unless it sets one."""
+        config = load_config(
+            {
+                "run_dir": "out",
+                "logging": {"hooks": [{"type": "tensorboard"}, {"type": "tensorboard", "log_dir": "tb"}]},
+            }
+        )
+        assert config["logging"]["hooks"] == [
+            {"type": "tensorboard", "log_dir": "out/tensorboard"},
+            {"type": "tensorboard", "log_dir": "tb"},
+        ]
+
+    def test_lists_replace_the_default(self, tensorboard_is_a_recorder: None) -> None:
+        """hooks: [] turns the default hooks off (lists are replaced, not merged)."""
+        assert load_config({"logging": {"hooks": []}})["logging"]["hooks"] == []
+
+    def test_overrides_win_over_the_file(self, tmp_path: Path) -> None:
+        """The command line's values are merged last."""
+        path = write(tmp_path / "c.yaml", "train:\n  steps: 7\n  lr: 0.5\n")
+        config = load_config(path, {"run_dir": "elsewhere", "train": {"steps": 9}})
+        assert (config["run_dir"], config["train"]["steps"], config["train"]["lr"]) == ("elsewhere", 9, 0.5)
+
+    def test_loading_a_loaded_config_changes_nothing(self) -> None:
+        """load_config(load_config(x)) == load_config(x): build_runtime can take either."""
+        config = load_config({"run_dir": "out", "train": {"steps": 3}})
+        assert load_config(config) == config
+
+    def test_an_empty_file_is_the_default(self, tmp_path: Path) -> None:
+        """An empty YAML file means no changes."""
+        config = load_config(write(tmp_path / "c.yaml", ""), {"run_dir": "r"})
+        assert config == load_config({"run_dir": "r"})
+
+
+class TestConfigErrors:
+    @pytest.mark.parametrize(
+        ("text", "message"),
+        [
+            ("train:\n  steps: ten\n", "train.steps: expected an integer >= 0, got 'ten' (str)"),
+            ("train:\n  lr: -1\n", "train.lr: expected a number > 0, got -1 (int)"),
+            (
+                "train:\n  precision: fp16\n",
+                "train.precision: expected one of 'fp32', 'bf16', got 'fp16' (str)",
+            ),
+            ("train:\n  resume: 1\n", "train.resume: expected true or false, got 1 (int)"),
+            ("logging:\n  every_steps: 0\n", "logging.every_steps: expected an integer >= 1, got 0 (int)"),
+            (
+                "logging:\n  level: LOUD\n",
+                "logging.level: expected one of DEBUG, INFO, WARNING, ERROR, CRITICAL",
+            ),
+            ("train: [1]\n", "train: expected a mapping, got [1]"),
+            ("- 1\n", "top level: expected a mapping, got [1]"),
+            ("logging:\n  hooks: {type: wandb}\n", "logging.hooks: expected a list of hooks"),
+            (
+                "logging:\n  hooks:\n    - project: x\n",
+                "logging.hooks[0].type: missing; expected a hook type",
+            ),
+            (
+                "logging:\n  hooks:\n    - wandb\n",
+                "logging.hooks[0]: expected a mapping with type, got 'wandb'",
+            ),
+        ],
+    )
+    def test_wrong_values_name_the_file_the_key_and_what_was_expected(
+        self, tmp_path: Path, text: str, message: str
+    ) -> None:
+        """Each mistake is one ConfigError: '<file>: <key>: expected ..., got ...'."""
+        path = write(tmp_path / "bad.yaml", text)
+        with pytest.raises(ConfigError) as caught:
+            load_config(path)
+        assert str(caught.value).startswith(f"{path}: {message}")
+
+    def test_an_unknown_key_is_named_with_the_known_ones(self, tmp_path: Path) -> None:
+        """A typo names the key and lists what the section accepts."""
+        path = write(tmp_path / "bad.yaml", "train:\n  stpes: 10\n")
+        with pytest.raises(
+            ConfigError, match=r"bad.yaml: train.stpes: unknown key; known keys here: batch_size, "
+        ):
+            load_config(path)
+
+    def test_bad_yaml_names_the_line(self, tmp_path: Path) -> None:
+        """A YAML syntax error names the file, the line and column, and the problem."""
+        path = write(tmp_path / "bad.yaml", "train:\n  steps: 1\n  lr: [0.1\n")
+        with pytest.raises(ConfigError) as caught:
+            load_config(path)
+        assert re.fullmatch(
+            rf"{re.escape(str(path))}: line \d+, column \d+: invalid YAML: .+", str(caught.value)
+        )
+
+    def test_a_missing_file_is_named(self, tmp_path: Path) -> None:
+        """A config file that does not exist is an error naming it, not a traceback."""
+        with pytest.raises(ConfigError, match=r"nope.yaml: can't read it: .*No such file"):
+            load_config(tmp_path / "nope.yaml")
+
+    def test_a_mapping_is_named_config(self) -> None:
+        """Errors in a mapping (no file) name it 'config'."""
+        with pytest.raises(
+            ConfigError, match=r"^config: train.steps: expected an integer >= 0, got -1 \(int\)$"
+        ):
+            load_config({"train": {"steps": -1}})
+
+    def test_an_unknown_hook_type_is_named_with_the_known_ones(self, plugin: str) -> None:
+        """The error names the type and lists the built-in and registered ones."""
+        with pytest.raises(ConfigError) as caught:
+            load_config({"logging": {"hooks": [{"type": "wandbb"}]}})
+        assert str(caught.value) == (
+            "config: logging.hooks[0].type: unknown hook type 'wandbb'; known types: recorder, structlog, "
+            "tensorboard, wandb, or 'package.module:factory'"
+        )
+
+    def test_a_factory_that_cant_be_imported_is_named(self) -> None:
+        """'module:factory' is imported when the config loads; a typo is reported then."""
+        with pytest.raises(
+            ConfigError,
+            match=r"logging.hooks\[0\].type: hook type 'tests.runtime.recording:Nope'"
+            r" \(tests.runtime.recording:Nope\) can't be imported: .*Nope",
+        ):
+            load_config({"logging": {"hooks": [{"type": "tests.runtime.recording:Nope"}]}})
+
+
+class TestHookTypes:
+    def test_builtins_are_known_without_importing_them(self) -> None:
+        """wandb, tensorboard and structlog are known names pointing at speedtronic.integrations."""
+        assert {name: hook_types()[name] for name in ("wandb", "tensorboard", "structlog")} == {
+            "wandb": "speedtronic.integrations:WandbHook",
+            "tensorboard": "speedtronic.integrations:TensorboardHook",
+            "structlog": "speedtronic.integrations:StructlogHook",
+        }
+
+    def test_entry_points_register_hook_types(self, plugin: str, run_dir: Path) -> None:
+        """A distribution's speedtronic.hooks entry point is a type a config can name, with arguments."""
+        assert hook_types()[plugin] == RECORDER
+        logger = build_logger(
+            {"run_dir": str(run_dir), "logging": {"hooks": [{"type": plugin, "flavour": "x"}]}}
+        )
+        try:
+            (hook,) = logger.hooks
+            assert type(hook).__name__ == "RecordingHook"
+            assert hook.kwargs == {"flavour": "x"}
+        finally:
+            logger.close()
+
+    def test_a_builtin_name_beats_an_entry_point(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A plugin can't take over 'wandb'."""
+        dist_info = tmp_path / "sneaky-0.1.dist-info"
+        dist_info.mkdir()
+        (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: sneaky\nVersion: 0.1\n")
+        (dist_info / "entry_points.txt").write_text(f"[speedtronic.hooks]\nwandb = {RECORDER}\n")
+        monkeypatch.syspath_prepend(str(tmp_path))
+        assert hook_types()["wandb"] == "speedtronic.integrations:WandbHook"
+
+
+def test_config_error_keeps_its_parts() -> None:
+    """ConfigError carries source, key and problem for callers that render errors themselves."""
+    error = ConfigError("c.yaml", "train.steps", "expected an integer >= 0, got -1 (int)")
+    parts: tuple[Any, ...] = (error.source, error.key, error.problem)
+    assert parts == ("c.yaml", "train.steps", "expected an integer >= 0, got -1 (int)")
+    assert isinstance(error, ValueError)

@@ -1,0 +1,265 @@
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from speedtronic import HookError
+from speedtronic.runtime import (
+    ConfigError,
+    build_logger,
+    build_runtime,
+    load_config,
+    train_from_config,
+)
+
+from .recording import RecordingHook, journal
+
+JOURNAL = "tests.runtime.recording:JournalHook"
+
+
+def with_logging(config: dict[str, Any], **logging: Any) -> dict[str, Any]:
+    return {**config, "logging": {**config["logging"], **logging}}
+
+
+def with_train(config: dict[str, Any], **train: Any) -> dict[str, Any]:
+    return {**config, "train": {**config["train"], **train}}
+
+
+def open_fds() -> dict[str, str]:
+    """This process's open file descriptors and what each one points at."""
+    fds = {}
+    for fd in os.listdir("/proc/self/fd"):
+        with_target = Path("/proc/self/fd") / fd
+        try:
+            fds[fd] = os.readlink(with_target)
+        except FileNotFoundError:  # the descriptor listdir itself used
+            continue
+    return fds
+
+
+def records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+class TestProgrammaticPattern:
+    def test_the_documented_pattern_with_a_recording_hook(self, config: dict[str, Any]) -> None:
+        """build_runtime, append a hook to trainer.logger, fit, close the hook: the hook saw the run."""
+        trainer, _ = build_runtime(config)
+        hook = RecordingHook()
+        trainer.logger.hooks.append(hook)
+        result = trainer.fit()
+        hook.close()
+
+        trainer.logger.close()
+        assert result.step == 20
+        assert [p["step"] for p in hook.named("train_step")] == [5, 10, 15, 20]
+        assert [p["step"] for p in hook.named("checkpoint")] == [10, 20]
+        assert hook.named("train_end")[0]["final_loss"] == result.final_loss
+        assert hook.closed == 2  # by the pattern, then once more by the logger it was appended to
+
+    def test_the_documented_pattern_with_wandb(
+        self, config: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The README's pattern verbatim, with W&B offline."""
+        integrations = pytest.importorskip(
+            "speedtronic.integrations", reason="speedtronic.integrations not here"
+        )
+        WandbHook = integrations.WandbHook  # the pattern's name
+        monkeypatch.setenv("WANDB_MODE", "offline")
+        monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+        monkeypatch.setenv("WANDB_SILENT", "true")
+        trainer, _ = build_runtime(config)
+        hook = WandbHook(project="speedtronic")
+        trainer.logger.hooks.append(hook)
+        result = trainer.fit()
+        hook.close()
+        trainer.logger.close()
+        assert result.step == 20
+        assert list(tmp_path.glob("wandb/offline-run-*"))
+
+
+class TestBuildRuntime:
+    def test_the_run_dir_holds_metrics_checkpoints_and_the_config(self, config: dict[str, Any]) -> None:
+        """metrics.jsonl, checkpoints/step_<N>.pt and config.yaml (which loads back to the same config)."""
+        result, info = train_from_config(config)
+        run_dir = Path(config["run_dir"])
+        assert info.run_dir == run_dir
+        events = [r["event"] for r in records(run_dir / "metrics.jsonl")]
+        assert events[0] == "train_start"
+        assert events[-1] == "train_end"
+        assert sorted(p.name for p in info.checkpoint_dir.iterdir()) == [
+            "step_00000010.pt",
+            "step_00000020.pt",
+        ]
+        assert result.checkpoint == info.checkpoint_dir / "step_00000020.pt"
+        assert load_config(run_dir / "config.yaml") == info.config
+        assert info.files == {
+            "text log": "stdout",
+            "metrics": str(run_dir / "metrics.jsonl"),
+            "checkpoints": str(run_dir / "checkpoints"),
+            "config": str(run_dir / "config.yaml"),
+        }
+
+    def test_the_default_hooks_write_tensorboard_files_in_the_run_dir(self, config: dict[str, Any]) -> None:
+        """With the integration and tensorboard installed, the default config writes event files."""
+        pytest.importorskip("speedtronic.integrations", reason="speedtronic.integrations not here")
+        pytest.importorskip("tensorboard")
+        config = {**config, "logging": {"validate": True}}  # the default hooks
+        _, info = train_from_config(config)
+        assert info.files["tensorboard"] == str(info.run_dir / "tensorboard")
+        assert list((info.run_dir / "tensorboard").rglob("events.out.tfevents.*"))
+
+    def test_resume_continues_the_step_count(self, config: dict[str, Any]) -> None:
+        """A second run with resume: true starts at the first run's last checkpoint and counts on."""
+        train_from_config(with_train(config, steps=15))
+        result, info = train_from_config(with_train(config, steps=25, resume=True))
+        assert (result.start_step, result.step, result.steps_run) == (15, 25, 10)
+        lines = records(info.run_dir / "metrics.jsonl")
+        starts = [r for r in lines if r["event"] == "train_start"]
+        assert [s["start_step"] for s in starts] == [0, 15]
+        steps = [r["step"] for r in lines if r["event"] == "train_step"]
+        assert steps == [5, 10, 15, 20, 25]
+
+    def test_the_default_task_learns(self, config: dict[str, Any]) -> None:
+        """Its default 200 steps take the loss from ln(32) to well under half of that."""
+        config = {**config, "train": {"device": "cpu"}, "logging": {**config["logging"], "every_steps": 1}}
+        result, info = train_from_config(config)
+        losses = [r["loss"] for r in records(info.run_dir / "metrics.jsonl") if r["event"] == "train_step"]
+        assert len(losses) == 200
+        assert losses[0] == pytest.approx(math.log(32), rel=0.1)
+        assert sum(losses[-20:]) / 20 < 0.5 * losses[0]
+        assert result.final_loss == losses[-1]
+
+    def test_the_logging_section_configures_the_logger(self, config: dict[str, Any], run_dir: Path) -> None:
+        """level, file, json_file and every_steps reach the MetricLogger."""
+        config = with_logging(
+            config,
+            level="WARNING",
+            file="{run_dir}/log.txt",
+            json_file="{run_dir}/m/x.jsonl",
+            every_steps=10,
+            hooks=[{"type": JOURNAL, "path": "{run_dir}/journal.jsonl"}],
+        )
+        train_from_config(with_train(config, precision="fp32"))
+        assert (run_dir / "log.txt").read_text() == ""  # nothing at WARNING on an aligned model
+        assert [r["step"] for r in records(run_dir / "m" / "x.jsonl") if r["event"] == "train_step"] == [
+            10,
+            20,
+        ]
+        assert [e["step"] for e in journal(run_dir / "journal.jsonl") if e["event"] == "train_step"] == [
+            10,
+            20,
+        ]
+
+    def test_shape_warnings_reach_the_text_log_at_warning(
+        self, config: dict[str, Any], run_dir: Path
+    ) -> None:
+        """A hidden size of 100: level=WARNING still shows the shape warnings."""
+        config = with_logging({**config, "model": {"hidden": 100}}, level="WARNING", file="{run_dir}/log.txt")
+        train_from_config(with_train(config, steps=1))
+        lines = (run_dir / "log.txt").read_text().splitlines()
+        assert len(lines) == 4  # the embedding, both sides of the hidden layer, the output's input
+        assert all(" | WARNING | shape_warning field=" in line for line in lines)
+
+    def test_a_bad_device_is_a_config_error(self, config: dict[str, Any]) -> None:
+        """train.device that torch can't use is named."""
+        with pytest.raises(ConfigError, match=r"^config: train.device: can't use 'gpu': "):
+            build_runtime(with_train(config, device="gpu"))
+
+    @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+    def test_cuda_without_a_gpu_is_a_config_error(self, config: dict[str, Any]) -> None:
+        """device: cuda on a CPU-only build is named, not a traceback from deep inside torch."""
+        with pytest.raises(ConfigError, match=r"^config: train.device: can't use 'cuda': "):
+            build_runtime(with_train(config, device="cuda"))
+
+
+class TestBuildLogger:
+    def test_hooks_are_built_in_order_with_their_arguments(
+        self, config: dict[str, Any], run_dir: Path
+    ) -> None:
+        """Each hooks entry is its factory called with the entry's other keys."""
+        logger = build_logger(
+            with_logging(
+                config,
+                hooks=[
+                    {"type": "tests.runtime.recording:RecordingHook", "a": 1},
+                    {"type": JOURNAL, "path": "{run_dir}/j.jsonl"},
+                ],
+            )
+        )
+        try:
+            first, second = logger.hooks
+            assert isinstance(first, RecordingHook)
+            assert first.kwargs == {"a": 1}
+            assert type(second).__name__ == "JournalHook"
+        finally:
+            logger.close()
+        assert journal(run_dir / "j.jsonl") == [{"event": "close"}]
+
+    def test_a_failing_hook_closes_the_ones_before_it(self, config: dict[str, Any], run_dir: Path) -> None:
+        """The second hook's factory raises: the first is closed, the error names entry 1."""
+        hooks = [
+            {"type": JOURNAL, "path": "{run_dir}/j.jsonl"},
+            {"type": "tests.runtime.recording:broken_factory"},
+        ]
+        before = open_fds()
+        with pytest.raises(
+            ConfigError,
+            match=r"logging.hooks\[1\]: tests.runtime.recording:broken_factory hook "
+            r"can't be created: RuntimeError: this factory always fails",
+        ):
+            build_logger(with_logging(config, hooks=hooks))
+        assert journal(run_dir / "j.jsonl") == [{"event": "close"}]
+        assert open_fds() == before
+
+    def test_a_factory_must_return_a_hook(self, config: dict[str, Any]) -> None:
+        """A factory returning something that can't take events is refused, naming the entry."""
+        with pytest.raises(ConfigError, match=r"logging.hooks\[0\]: hook 'int' is neither a TrainingHook"):
+            build_logger(with_logging(config, hooks=[{"type": "tests.runtime.recording:not_a_hook"}]))
+
+
+class TestTrainFromConfigCloses:
+    @pytest.fixture(autouse=True)
+    def _warm(self, config: dict[str, Any], tmp_path: Path) -> None:
+        """One run first, so the descriptors torch opens once per process are open before we count."""
+        train_from_config({**config, "run_dir": str(tmp_path / "warm-up")})
+
+    def test_no_file_is_left_open(self, config: dict[str, Any], run_dir: Path) -> None:
+        """After train_from_config, every descriptor it opened (text log, JSONL, a hook's file) is closed."""
+        config = with_logging(
+            config, file="{run_dir}/log.txt", hooks=[{"type": JOURNAL, "path": "{run_dir}/j"}]
+        )
+        before = open_fds()
+        train_from_config(config)
+        assert open_fds() == before
+        assert journal(run_dir / "j")[-1] == {"event": "close"}
+
+    def test_no_file_is_left_open_when_training_raises(self, config: dict[str, Any], run_dir: Path) -> None:
+        """A hook failing under strict_hooks ends training; the logger and every hook are still closed."""
+        config = with_logging(
+            config,
+            file="{run_dir}/log.txt",
+            strict_hooks=True,
+            hooks=[{"type": JOURNAL, "path": "{run_dir}/j", "fail_on": "train_step"}],
+        )
+        before = open_fds()
+        with (
+            pytest.raises(HookError, match="JournalHook fails on train_step"),
+            pytest.warns(match="JournalHook"),
+        ):
+            train_from_config(config)
+        assert open_fds() == before
+        assert [e["event"] for e in journal(run_dir / "j")][-2:] == ["train_step", "close"]
+
+    def test_repeated_runs_leave_nothing_open(self, config: dict[str, Any], tmp_path: Path) -> None:
+        """Three programmatic runs in a row: the descriptor table is as it was."""
+        before = open_fds()
+        for n in range(3):
+            train_from_config(with_train({**config, "run_dir": str(tmp_path / f"r{n}")}, steps=2))
+        assert open_fds() == before
