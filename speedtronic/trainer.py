@@ -282,6 +282,7 @@ class Trainer:
             "samples_per_s": result.samples_per_s,
             "tokens_per_s": result.tokens_per_s,
         })
+        self.logger.flush()  # hooks run on the logger's thread: when fit() returns, they have it all
         return result
 
     def _optimizer_step(self, batches: Iterator[Batch]) -> _Step:
