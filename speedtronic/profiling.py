@@ -5,8 +5,8 @@ configuration is never touched), whose stages live in ``speedtronic.processors``
 
     emit(event, payload)
       cadence rule (CadenceFilter.admits): a skipped train_step returns here, before any work
-      CopyPayload -> AddElapsed -> AddMemory -> ConvertValues
-        -> WriteText (stdlib logger: stdout, stream or file) -> WriteLines (JSONL file)
+      CopyPayload -> Redact -> AddElapsed -> AddMemory -> ConvertValues
+        -> WriteText (stdlib logger: stdout, stream or file) -> WriteLines (JSONL file), both CapLine'd
         -> DispatchHooks (final: each hook in order, failures isolated and counted)
 
 One lock serialises the chain, so ``emit`` is safe from several threads: lines never interleave and
@@ -40,13 +40,17 @@ from speedtronic.errors import (
 )
 from speedtronic.hooks import HookList, close_hook, hook_name
 from speedtronic.processors import (
+    DEFAULT_MAX_LINE_BYTES,
+    DEFAULT_SECRET_PATTERNS,
     AddElapsed,
     AddMemory,
     CadenceFilter,
+    CapLine,
     ConvertValues,
     CopyPayload,
     DispatchHooks,
     JSONLRenderer,
+    Redact,
     TextRenderer,
     WriteLines,
     WriteText,
@@ -80,6 +84,20 @@ def _drop(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> Eve
     raise structlog.DropEvent
 
 
+def _capped(renderer: Any, max_line_bytes: int | None) -> Any:
+    return CapLine(renderer, max_line_bytes) if max_line_bytes else renderer
+
+
+def _redactor(redact: bool | Iterable[str]) -> list[Redact]:
+    if redact is True:
+        return [Redact(DEFAULT_SECRET_PATTERNS)]
+    if redact is False:
+        return []
+    if isinstance(redact, str):
+        raise TypeError(f"redact= takes a list of patterns, not one string: use [{redact!r}]")
+    return [Redact(redact)]
+
+
 def _is_power_of_two(n: int) -> bool:
     return n & (n - 1) == 0
 
@@ -97,6 +115,10 @@ class MetricLogger:
         hooks: hooks to call for every delivered event (more can be appended to ``.hooks``).
         device: accelerator whose memory ``memory_bytes`` reports (default: the current one).
         strict_hooks: re-raise a hook's failure as ``HookError`` after reporting it (for tests).
+        redact: hide the values of secret-looking keys from every sink and hook: ``True`` for
+            ``DEFAULT_SECRET_PATTERNS``, your own ``fnmatch`` patterns, or ``False``.
+        max_line_bytes: longest text line and JSONL record (newline included); longer ones have their
+            largest values truncated with a marker. ``None`` or ``0``: no limit.
 
     Use it as a context manager, or call ``close()``; loggers left open are closed at exit.
     """
@@ -112,6 +134,8 @@ class MetricLogger:
         *,
         device: Any = None,
         strict_hooks: bool = False,
+        redact: bool | Iterable[str] = True,
+        max_line_bytes: int | None = DEFAULT_MAX_LINE_BYTES,
     ) -> None:
         levelno = _parse_level(level)
         self._cadence = CadenceFilter(every_steps)
@@ -142,10 +166,10 @@ class MetricLogger:
             ) from None
 
         elapsed = AddElapsed()
-        sinks: list[Any] = [WriteText(self.text_logger, TextRenderer())]
+        sinks: list[Any] = [WriteText(self.text_logger, _capped(TextRenderer(), max_line_bytes))]
         if self._json is not None:
-            sinks.append(WriteLines(self._json.write, JSONLRenderer(as_bytes=True)))
-        chain = [CopyPayload(), elapsed, AddMemory(device), ConvertValues(), *sinks]
+            sinks.append(WriteLines(self._json.write, _capped(JSONLRenderer(as_bytes=True), max_line_bytes)))
+        chain = [CopyPayload(), *_redactor(redact), elapsed, AddMemory(device), ConvertValues(), *sinks]
         self._chain = structlog.wrap_logger(
             None, processors=[*chain, DispatchHooks(self._hooks, self._hook_failed)]
         ).bind()
@@ -153,6 +177,7 @@ class MetricLogger:
             None, processors=[CopyPayload(), elapsed, ConvertValues(), *sinks, _drop]
         ).bind()
         _lifecycle.remember(self)
+        _lifecycle.guard_across_fork(self)
 
     # -- public API ---------------------------------------------------------------------------
 
