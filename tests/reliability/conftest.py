@@ -20,7 +20,7 @@ def python(code: str, *args: str, timeout: float = 30, **kwargs: Any) -> subproc
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=_env(),
+        env=child_env(),
         cwd=ROOT,
         **kwargs,
     )
@@ -33,13 +33,13 @@ def popen(code: str, **kwargs: Any) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=_env(),
+        env=child_env(),
         cwd=ROOT,
         **kwargs,
     )
 
 
-def _env() -> dict[str, str]:
+def child_env() -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("PYTHONUNBUFFERED", None)  # the children's stdout buffering is part of what is tested
     return env
