@@ -46,7 +46,9 @@ for rep in range(reps):
 print(json.dumps(last))
 """
 
-TEXT_LINE = re.compile(rb"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| INFO \| train_step step=(\d+) blob=x+ elapsed_s=\S+")
+TEXT_LINE = re.compile(
+    rb"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| INFO \| train_step step=(\d+) blob=x+ elapsed_s=\S+"
+)
 
 
 class TestSigkill:
@@ -64,7 +66,7 @@ class TestSigkill:
             assert last + 1 <= len(steps) <= last + 2
             assert rest == b"" or len(steps) == last + 1  # a torn tail is only ever the event in flight
             torn += rest != b""
-            text_lines, text_rest = complete_lines(tmp_path / f"{rep}.log")
+            text_lines, _text_rest = complete_lines(tmp_path / f"{rep}.log")
             text_steps = []
             for line in text_lines:
                 match = TEXT_LINE.fullmatch(line)

@@ -79,9 +79,10 @@ class TestFaultyHooks:
 
     def test_strict_hooks_raise_hook_error(self) -> None:
         """strict_hooks=True makes the first failure fatal, with the original as its cause."""
+        logger = MetricLogger(stream=io.StringIO(), hooks=[AlwaysRaises()], strict_hooks=True)
         with pytest.warns(HookFailureWarning), pytest.raises(HookError) as raised:
-            with MetricLogger(stream=io.StringIO(), hooks=[AlwaysRaises()], strict_hooks=True) as logger:
-                logger.emit("train_step", {"step": 0})
+            logger.emit("train_step", {"step": 0})
+        logger.close()
         assert isinstance(raised.value.__cause__, RuntimeError)
 
 
@@ -104,10 +105,12 @@ class TestEscalation:
         ``speedtronic.HookFailureWarning`` there; the message prefix works, as does pytest's -W.)
         """
         relaxed = python(FAILING_RUN)
-        assert relaxed.returncode == 0 and "finished" in relaxed.stdout, relaxed.stderr
+        assert relaxed.returncode == 0, relaxed.stderr
+        assert "finished" in relaxed.stdout
         strict = python(FAILING_RUN, "-W", "error:speedtronic hook")
         assert strict.returncode == 1
-        assert "HookFailureWarning" in strict.stderr and "finished" not in strict.stdout
+        assert "HookFailureWarning" in strict.stderr
+        assert "finished" not in strict.stdout
 
     def test_simplefilter_makes_hook_failures_fatal(self) -> None:
         """warnings.simplefilter("error", HookFailureWarning) in code: a failing hook raises."""
@@ -115,7 +118,8 @@ class TestEscalation:
         code += "warnings.simplefilter('error', speedtronic.HookFailureWarning)\n" + FAILING_RUN
         strict = python(code)
         assert strict.returncode == 1
-        assert "HookFailureWarning" in strict.stderr and "finished" not in strict.stdout
+        assert "HookFailureWarning" in strict.stderr
+        assert "finished" not in strict.stdout
 
     def test_pytest_dash_w_error_fails_the_test(self, tmp_path: Path) -> None:
         """pytest -W error::speedtronic.HookFailureWarning turns a failing hook into a failed test."""
@@ -127,7 +131,7 @@ class TestEscalation:
             "        logger.emit('train_step', {'step': 1})\n"
         )
         args = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(test_file)]
-        strict = _pytest(args + ["-W", "error::speedtronic.HookFailureWarning"], tmp_path)
+        strict = _pytest([*args, "-W", "error::speedtronic.HookFailureWarning"], tmp_path)
         assert strict.returncode == 1, strict.stdout
         assert "HookFailureWarning" in strict.stdout
         lenient = _pytest(args, tmp_path)
