@@ -192,12 +192,15 @@ class Redact:
         return hit
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+        cache = self._cache
         for key, value in event_dict.items():
-            if key == "event":
-                continue
-            if self._secret(key):
-                event_dict[key] = self._replacement
-            elif _kind(value) != _LEAF:
+            hit = cache.get(key) if type(key) is str else None
+            if hit is None:
+                hit = self._secret(key)
+            if hit:
+                if key != "event":
+                    event_dict[key] = self._replacement
+            elif type(value) not in _PLAIN and _kind(value) != _LEAF:
                 event_dict[key] = self._scrub(value, 1)
         return event_dict
 
