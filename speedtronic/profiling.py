@@ -139,6 +139,9 @@ class MetricLogger:
     ) -> None:
         levelno = _parse_level(level)
         self._cadence = CadenceFilter(every_steps)
+        redactor = _redactor(redact)  # arguments are checked before any file is opened
+        text_renderer = _capped(TextRenderer(), max_line_bytes)
+        json_renderer = _capped(JSONLRenderer(as_bytes=True), max_line_bytes)
         if file is not None and stream is not None:
             raise ValueError("pass either file= or stream= for the text log, not both")
         self._hooks = HookList(hooks or ())
@@ -166,10 +169,10 @@ class MetricLogger:
             ) from None
 
         elapsed = AddElapsed()
-        sinks: list[Any] = [WriteText(self.text_logger, _capped(TextRenderer(), max_line_bytes))]
+        sinks: list[Any] = [WriteText(self.text_logger, text_renderer)]
         if self._json is not None:
-            sinks.append(WriteLines(self._json.write, _capped(JSONLRenderer(as_bytes=True), max_line_bytes)))
-        chain = [CopyPayload(), *_redactor(redact), elapsed, AddMemory(device), ConvertValues(), *sinks]
+            sinks.append(WriteLines(self._json.write, json_renderer))
+        chain = [CopyPayload(), *redactor, elapsed, AddMemory(device), ConvertValues(), *sinks]
         self._chain = structlog.wrap_logger(
             None, processors=[*chain, DispatchHooks(self._hooks, self._hook_failed)]
         ).bind()

@@ -92,10 +92,11 @@ class TestConfiguration:
         assert len(text.splitlines()[0]) > 100_000
 
     @pytest.mark.parametrize("bad", [100, -1, 2.5, True])
-    def test_bad_cap_refused_at_construction(self, bad: Any) -> None:
-        """A cap below 1,024 bytes or not an int fails at construction, naming the argument."""
+    def test_bad_cap_refused_at_construction(self, bad: Any, tmp_path: Path) -> None:
+        """A cap below 1,024 bytes or not an int fails at construction, before any file is created."""
         with pytest.raises(ValueError, match="max_line_bytes"):
-            MetricLogger(stream=io.StringIO(), max_line_bytes=bad)
+            MetricLogger(file=tmp_path / "t.log", json_file=tmp_path / "m.jsonl", max_line_bytes=bad)
+        assert list(tmp_path.iterdir()) == []
 
 
 class TestCapLineProcessor:
