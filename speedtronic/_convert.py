@@ -4,23 +4,46 @@ Two conversions live here, each used by exactly one processor:
 - ``to_python`` (``ConvertValues``): tensors and numpy values become Python numbers and lists. It runs
   only for events that pass the cadence, so skipped steps never force a device sync.
 - ``json_safe`` (``JSONLRenderer``'s slow path): anything becomes strict-JSON-ready data.
+
+A value that can't be written as itself is replaced by a marker string: ``Converted`` (written as its
+text: bytes, a set, NaN, an int beyond 64 bits) or ``Truncated`` (cut short: too long, too deep, too
+many elements). ``json_safe_record`` lists the top-level keys holding either in the record's
+``"_speedtronic"`` field, so a reader can tell a marker from a string the trainer logged.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["MAX_DEPTH", "MAX_ELEMENTS", "int_text", "json_safe", "safe_str", "to_python"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_ELEMENTS",
+    "NOTE_KEY",
+    "Converted",
+    "Truncated",
+    "int_text",
+    "json_safe",
+    "json_safe_mapping",
+    "json_safe_record",
+    "safe_str",
+    "to_python",
+    "truncate",
+    "unique_key",
+]
 
 MAX_DEPTH = 32
 """Containers nested deeper than this are cut (this also ends circular references)."""
 
 MAX_ELEMENTS = 1024
 """Tensors and arrays with more elements are summarised instead of listed."""
+
+NOTE_KEY = "_speedtronic"
+"""The JSONL field naming what was converted or truncated: ``{"converted": [...], "truncated": [...]}``."""
 
 _PLAIN: frozenset[type] = frozenset({str, int, float, bool, type(None)})
 _INT64_MIN = -(2**63)
@@ -35,6 +58,44 @@ def safe_str(value: object) -> str:
         return str(value)
     except Exception:
         return f"<unprintable {type(value).__qualname__}>"
+
+
+class Converted(str):
+    """A value written as its text because JSON can't hold it (``b"\\x00"``, ``{1, 2}``, NaN...)."""
+
+
+class Truncated(str):
+    """A marker standing in for a value cut short: too long for a line, too deep, too many elements."""
+
+
+def truncate(value: Any, keep: int) -> Truncated:
+    """``<truncated: str of 3,000,000 chars; first 20 chars: xxxxxxxxxxxxxxxxxxxx>``.
+
+    Keeps the first ``keep`` characters of the value's text; a container's text is made from its first
+    ``keep`` items only, so a multi-megabyte list is never turned into text whole.
+    """
+    what = _describe(value)
+    if keep <= 0:
+        return Truncated(f"<truncated: {what}>")
+    if isinstance(value, str):
+        head = value[:keep]
+    elif isinstance(value, Mapping):
+        head = safe_str(dict(itertools.islice(value.items(), keep)))[:keep]
+    elif isinstance(value, list | tuple | set | frozenset):
+        head = safe_str(list(itertools.islice(value, keep)))[:keep]
+    else:
+        head = safe_str(value)[:keep]
+    return Truncated(f"<truncated: {what}; first {len(head):,} chars: {head}>")
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, str):
+        return f"str of {len(value):,} chars"
+    if isinstance(value, bytes | bytearray):
+        return f"{type(value).__name__} of {len(value):,} bytes"
+    if isinstance(value, Mapping | list | tuple | set | frozenset):
+        return f"{type(value).__name__} of {len(value):,} items"
+    return type(value).__qualname__
 
 
 def int_text(value: int) -> str:
@@ -82,8 +143,8 @@ def _unchanged(value: Any, depth: int) -> Any:
     return value
 
 
-def _summary(kind: str, shape: Any, dtype: object) -> str:
-    return f"<{kind} shape={list(shape)!r} dtype={dtype}>"
+def _summary(kind: str, shape: Any, dtype: object) -> Truncated:
+    return Truncated(f"<{kind} shape={list(shape)!r} dtype={dtype}>")
 
 
 def _tensor(value: Any, depth: int) -> Any:
@@ -95,14 +156,14 @@ def _tensor(value: Any, depth: int) -> Any:
             return _summary("tensor", value.shape, value.dtype)
         return value.cpu().tolist()
     except Exception:
-        return safe_str(value)
+        return Converted(safe_str(value))
 
 
 def _numpy_scalar(value: Any, depth: int) -> Any:
     try:
         return value.item()
     except Exception:
-        return safe_str(value)
+        return Converted(safe_str(value))
 
 
 def _numpy_array(value: Any, depth: int) -> Any:
@@ -111,7 +172,7 @@ def _numpy_array(value: Any, depth: int) -> Any:
     try:
         return value.tolist()
     except Exception:
-        return safe_str(value)
+        return Converted(safe_str(value))
 
 
 def _mapping(value: Mapping[Any, Any], depth: int) -> Any:
@@ -129,6 +190,16 @@ def _sequence(value: list[Any] | tuple[Any, ...], depth: int) -> Any:
 # -- json_safe: anything to strict JSON --------------------------------------------------------
 
 
+class _Marks:
+    """Whether the value being made safe held something converted or truncated."""
+
+    __slots__ = ("converted", "truncated")
+
+    def __init__(self) -> None:
+        self.converted = False
+        self.truncated = False
+
+
 def json_safe(value: Any, depth: int = 0) -> Any:
     """Return ``value`` as data orjson writes as strict JSON with nothing lost silently.
 
@@ -136,38 +207,95 @@ def json_safe(value: Any, depth: int = 0) -> Any:
     objects JSON can't hold become their ``str()``; lone surrogates become ``\\udXXX`` text; keys
     become unique strings; containers deeper than ``MAX_DEPTH`` become a marker string.
     """
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, str):
-        return _clean_text(str(value))
-    if isinstance(value, float):
-        return float(value) if math.isfinite(value) else _non_finite(value)
-    if isinstance(value, int):
-        return int(value) if _INT64_MIN <= value <= _UINT64_MAX else int_text(value)
-    if isinstance(value, Mapping | list | tuple) and depth >= MAX_DEPTH:
-        return f"<truncated: nested deeper than {MAX_DEPTH} levels>"
-    if isinstance(value, Mapping):
-        return json_safe_mapping(value, depth + 1)
-    if isinstance(value, list | tuple):
-        return [json_safe(item, depth + 1) for item in value]
-    return _clean_text(safe_str(value))
+    return _safe(value, depth, _Marks())
 
 
 def json_safe_mapping(value: Mapping[Any, Any], depth: int = 0) -> dict[str, Any]:
     """A mapping with unique string keys and ``json_safe`` values."""
+    return _safe_mapping(value, depth, _Marks())
+
+
+def json_safe_record(record: Mapping[Any, Any]) -> dict[str, Any]:
+    """``json_safe_mapping`` of a whole record, plus ``NOTE_KEY`` naming the keys that were changed.
+
+    A key is listed under ``"converted"`` when it or anything inside its value was written as text (a
+    non-string or colliding key, NaN, a set, bytes, a huge int, a lone surrogate), under
+    ``"truncated"`` when something in its value was cut short. The note goes before ``timestamp``.
+    """
     out: dict[str, Any] = {}
+    converted: list[str] = []
+    truncated: list[str] = []
+    for key, item in _items(record):
+        marks = _Marks()
+        name = unique_key(out, key)
+        out[name] = _safe(item, 0, marks)
+        if marks.converted or name != key:
+            converted.append(name)
+        if marks.truncated:
+            truncated.append(name)
+    if converted or truncated:
+        timestamp = out.pop("timestamp", _ABSENT)
+        note = {"converted": converted, "truncated": truncated}
+        out[unique_key(out, NOTE_KEY)] = {k: v for k, v in note.items() if v}
+        if timestamp is not _ABSENT:
+            out["timestamp"] = timestamp
+    return out
+
+
+_ABSENT = object()
+_DEEP = f"<truncated: nested deeper than {MAX_DEPTH} levels>"
+
+
+def _safe(value: Any, depth: int, marks: _Marks) -> Any:
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, str):
+        if isinstance(value, Truncated):
+            marks.truncated = True
+        elif isinstance(value, Converted):
+            marks.converted = True
+        return _clean_text(str(value), marks)
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return float(value)
+        marks.converted = True
+        return _non_finite(value)
+    if isinstance(value, int):
+        if _INT64_MIN <= value <= _UINT64_MAX:
+            return int(value)
+        marks.converted = True
+        return int_text(value)
+    if isinstance(value, Mapping | list | tuple) and depth >= MAX_DEPTH:
+        marks.truncated = True
+        return _DEEP
+    if isinstance(value, Mapping):
+        return _safe_mapping(value, depth + 1, marks)
+    if isinstance(value, list | tuple):
+        return [_safe(item, depth + 1, marks) for item in value]
+    marks.converted = True
+    return _clean_text(safe_str(value), marks)
+
+
+def _items(value: Mapping[Any, Any]) -> list[tuple[Any, Any]]:
     try:
-        items = list(value.items())
+        return list(value.items())
     except Exception:
-        return {"<unreadable mapping>": safe_str(value)}
-    for key, item in items:
-        out[unique_key(out, key)] = json_safe(item, depth)
+        return [("<unreadable mapping>", Converted(safe_str(value)))]
+
+
+def _safe_mapping(value: Mapping[Any, Any], depth: int, marks: _Marks) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, item in _items(value):
+        name = unique_key(out, key)
+        if name != key:
+            marks.converted = True
+        out[name] = _safe(item, depth, marks)
     return out
 
 
 def unique_key(taken: Mapping[str, Any], key: object) -> str:
     """``key`` as a string not yet in ``taken``: ``1`` and ``"1"`` become ``"1"`` and ``"1#2"``."""
-    text = _clean_text(key if type(key) is str else _key_text(key))
+    text = _clean_text(key if type(key) is str else _key_text(key), _Marks())
     candidate, n = text, 1
     while candidate in taken:
         n += 1
@@ -187,5 +315,8 @@ def _non_finite(value: float) -> str:
     return _NON_FINITE.get(value, "NaN")
 
 
-def _clean_text(text: str) -> str:
+def _clean_text(text: str, marks: _Marks) -> str:
+    if _SURROGATE.search(text) is None:
+        return text
+    marks.converted = True
     return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)

@@ -1,27 +1,45 @@
-"""The library's one piece of process state: loggers still open when the interpreter exits.
+"""The library's process state: loggers still open at exit, and the locks that must survive a fork.
 
 Each open ``MetricLogger`` is held weakly; at exit, the ones the user forgot are closed, so their
 files are flushed, their queued events delivered and their hooks (a W&B run, a TensorBoard writer)
 finished. That has to happen before an SDK's own exit handler tears the SDK down; ``atexit`` runs
 handlers last-registered-first, so ``run_first_at_exit()`` moves ours to the front again. It runs
 whenever a logger is created, and SDK-backed hooks call it after registering their own handler.
+
+``os.fork`` copies only the forking thread. A lock another thread held at that moment would stay held
+in the child forever, so every guarded lock (a logger's, a file's) is taken before the fork (waiting
+at most ``FORK_WAIT_S`` for an ``emit`` in flight to finish, so the child sees no half-written state)
+and is new in the child. The child also forgets the parent's loggers: it may log through them, but its
+exit doesn't close them, so a DataLoader worker never finishes the parent's W&B run or writes a
+TensorBoard writer's buffered events a second time.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import os
+import threading
 import weakref
-from typing import Protocol
+from typing import Any, Protocol
 
-__all__ = ["forget", "remember", "run_first_at_exit"]
+__all__ = ["FORK_WAIT_S", "close_all", "forget", "guard_across_fork", "remember", "run_first_at_exit"]
+
+FORK_WAIT_S = 1.0
+"""How long a fork waits for each guarded lock before going ahead without it."""
 
 
 class _Closable(Protocol):
     def close(self) -> None: ...
 
 
+class _Locked(Protocol):
+    _lock: Any
+
+
 _open: weakref.WeakSet[_Closable] = weakref.WeakSet()
+_guarded: weakref.WeakKeyDictionary[_Locked, None] = weakref.WeakKeyDictionary()
+_held: list[Any] = []
 
 
 def remember(logger: _Closable) -> None:
@@ -31,15 +49,48 @@ def remember(logger: _Closable) -> None:
 
 def run_first_at_exit() -> None:
     """Make closing the open loggers the next exit handler to run (before those registered so far)."""
-    atexit.unregister(_close_open_loggers)
-    atexit.register(_close_open_loggers)
+    atexit.unregister(close_all)
+    atexit.register(close_all)
 
 
 def forget(logger: _Closable) -> None:
     _open.discard(logger)
 
 
-def _close_open_loggers() -> None:
+def guard_across_fork(owner: _Locked) -> None:
+    """Take ``owner._lock`` (an ``RLock``) around every fork, and give the child a new one."""
+    _guarded[owner] = None
+
+
+@atexit.register
+def close_all() -> None:
+    """Close every logger still open (at exit, or from ``speedtronic.lifecycle.close_on_signals``)."""
     for logger in list(_open):
-        with contextlib.suppress(Exception):  # at exit, a failing close must not stop the others
+        with contextlib.suppress(Exception):  # a failing close must not stop the others
             logger.close()
+
+
+def _before_fork() -> None:
+    # Newest first: a logger is guarded after its files, and emit takes the logger's lock first.
+    for owner in reversed(list(_guarded)):
+        lock = owner._lock
+        if lock.acquire(timeout=FORK_WAIT_S):
+            _held.append(lock)
+
+
+def _after_fork_in_parent() -> None:
+    while _held:
+        _held.pop().release()
+
+
+def _after_fork_in_child() -> None:
+    _held.clear()
+    for owner in list(_guarded):
+        owner._lock = threading.RLock()
+    _open.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child
+    )

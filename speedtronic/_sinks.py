@@ -1,6 +1,9 @@
 """Where rendered lines go: the JSONL file and the text log's stdlib logger.
 
-Both report I/O failures to a callback instead of raising: a full disk must not end a training run.
+Both files are a ``LineFile``: ``O_APPEND``, one ``write(2)`` per line straight to the OS (no
+user-space buffer, so a killed or forked process never loses or repeats a buffered line), a torn tail
+mended with a newline, a file rotated away by logrotate followed, and I/O failures reported to a
+callback instead of raised: a full disk must not end a training run.
 """
 
 from __future__ import annotations
@@ -14,101 +17,231 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-__all__ = ["JSONLFile", "LineRecord", "open_text_logger"]
+from speedtronic import _lifecycle
+from speedtronic.processors import JSONLRenderer, LineRecord, TextRenderer
+
+__all__ = ["ROTATION_CHECK_S", "JSONLFile", "LineFile", "open_text_logger"]
 
 OnWriteError = Callable[[OSError, str], None]
+RenderNote = Callable[[int, str], bytes]
+"""``(lost_records, error) -> line``: the note written where records were lost."""
+
+ROTATION_CHECK_S = 1.0
+"""How often a ``LineFile`` compares its path's inode with its open file's (one ``stat`` each)."""
+
+_FLAGS = os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
 
 
-class JSONLFile:
+def _json_note(lost: int, error: str) -> bytes:
+    fields = {"event": "logging_error", "error": error, "lost_records": lost}
+    return bytes(JSONLRenderer(as_bytes=True)(None, "error", fields))
+
+
+def _text_note(lost: int, error: str) -> bytes:
+    fields = {"event": "logging_error", "error": error, "lost_records": lost}
+    return TextRenderer()(None, "error", fields).encode("utf-8", "backslashreplace")
+
+
+class LineFile:
     """An append-only file receiving one whole line per ``write``, each reaching the OS at once.
 
-    Opened with ``O_APPEND``, so each record is one ``write(2)`` at the end of the file; there is no
-    user-space buffer, so a killed process loses at most the record being written. A file whose last
-    line is torn (a killed writer) gets a newline first, so the next record starts on its own line.
+    - Opened with ``O_APPEND``, so each line is one ``write(2)`` at the current end of the file, also
+      after another process appended or logrotate truncated it (``copytruncate``: no NUL holes).
+    - A file whose last line is torn (a killed writer) gets a newline first.
+    - Every ``ROTATION_CHECK_S`` seconds, one ``stat`` of the path: when it names another file (logrotate
+      ``create`` moved ours away) or none, the path is reopened; lines written in between went to the
+      moved file, so none is lost.
+    - A failed write (disk full) is reported to ``on_error`` and the line counted as lost; the bytes of
+      a line written only in part are kept and completed first when writing works again, followed by
+      a ``note`` line saying how many lines were lost, so the file never holds a broken line in its
+      middle.
     """
 
-    def __init__(self, path: str | os.PathLike[str], on_error: OnWriteError) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        on_error: OnWriteError,
+        note: RenderNote = _json_note,
+        *,
+        check_every_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.path = Path(path)
         self._on_error = on_error
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
-        self._fd: int | None = os.open(self.path, flags, 0o644)
+        self._note = note
+        self._every = ROTATION_CHECK_S if check_every_s is None else check_every_s
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._pending = b""  # the unwritten rest of a line written in part
+        self._lost = 0  # lines dropped since the last successful write
+        self._error = ""  # the error of the last write, "" when it succeeded
+        self._last_error = ""
+        self._fd: int | None = self._open()
+        self._identity = _identity(os.fstat(self._fd))
         self._torn = _ends_torn(self._fd)
+        self._next_check = clock() + self._every
+        _lifecycle.guard_across_fork(self)
+
+    def _open(self) -> int:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(self.path, _FLAGS, 0o644)
+
+    @property
+    def lost(self) -> int:
+        """Lines dropped by the current run of failures (0 once writing works again)."""
+        return self._lost
 
     def write(self, line: bytes) -> None:
-        """Append ``line`` plus a newline; on failure, report it and make sure the next starts clean."""
-        fd = self._fd
-        if fd is None:
-            raise ValueError(f"JSONL file {self.path} is closed")
-        data = b"\n" + line + b"\n" if self._torn else line + b"\n"
+        """Append ``line`` plus a newline; on failure, report it and keep the file whole."""
+        with self._lock:
+            fd = self._fd
+            if fd is None:
+                raise ValueError(f"{self.path} is closed")
+            if self._clock() >= self._next_check:
+                fd = self._follow_rotation(fd)
+            if (self._pending or self._lost) and not self._recover(fd):
+                self._lost += 1
+                return
+            data = b"\n" + line + b"\n" if self._torn else line + b"\n"
+            written = self._put(fd, data)
+            if written == 0 and self._error:
+                self._lost += 1
+
+    def _recover(self, fd: int) -> bool:
+        """Finish a line written in part, then write the note of what was lost; True when done."""
+        if self._pending and not self._finish_pending(fd):
+            return False
+        if self._lost:
+            lost, self._lost = self._lost, 0
+            if self._put(fd, self._note(lost, self._last_error) + b"\n") == 0 and self._error:
+                self._lost = lost  # the note failed whole: still that many lost
+            if self._error:  # the rest of a note written in part is pending, like a line's
+                return False
+        return True
+
+    def _finish_pending(self, fd: int) -> bool:
+        pending, self._pending = self._pending, b""
+        if self._put(fd, pending) == 0 and self._error:
+            self._pending = pending
+        return not self._error
+
+    def _put(self, fd: int, data: bytes) -> int:
+        """Write all of ``data``; on an error keep what was not written in ``_pending`` and report."""
         written = 0
+        self._error = ""
         try:
             while written < len(data):
                 written += os.write(fd, data[written:])
-            self._torn = False
         except OSError as error:
-            self._torn = self._torn or written > 0
+            self._error = self._last_error = f"{type(error).__name__}: {error}"
+            if written:
+                self._pending = data[written:]
             self._on_error(error, str(self.path))
+        else:
+            self._torn = False
+        return written
+
+    def _follow_rotation(self, fd: int) -> int:
+        self._next_check = self._clock() + self._every
+        try:
+            if _identity(os.stat(self.path)) == self._identity:
+                return fd
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return fd
+        try:
+            new = self._open()
+        except OSError:
+            return fd  # keep writing to the moved file; try again at the next check
+        if self._pending:
+            self._finish_pending(fd)
+            self._pending = b""
+        self._fd = new
+        os.close(fd)
+        self._identity = _identity(os.fstat(new))
+        self._torn = _ends_torn(new)
+        return new
 
     def close(self) -> None:
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            os.close(fd)
+        with self._lock:
+            fd, self._fd = self._fd, None
+            if fd is not None:
+                if self._pending:
+                    self._finish_pending(fd)
+                os.close(fd)
+
+
+class JSONLFile(LineFile):
+    """The JSONL file: a ``LineFile`` whose note of lost records is a ``logging_error`` record."""
+
+    def __init__(self, path: str | os.PathLike[str], on_error: OnWriteError) -> None:
+        super().__init__(path, on_error, _json_note)
+
+
+def _identity(stat: os.stat_result) -> tuple[int, int]:
+    return stat.st_dev, stat.st_ino
 
 
 def _ends_torn(fd: int) -> bool:
     size = os.fstat(fd).st_size
-    return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
+    if size == 0:
+        return False
+    try:
+        return os.pread(fd, 1, size - 1) != b"\n"
+    except OSError:  # write-only or not seekable (a pipe, /dev/full): nothing to mend
+        return False
 
 
-class LineRecord(logging.LogRecord):
-    """A ``LogRecord`` for a line that is already formatted, built without ``LogRecord``'s costly parts.
+class _LineFileHandler(logging.Handler):
+    """A logging handler writing each formatted record as one line of a ``LineFile``."""
 
-    It carries every attribute a ``logging.Formatter`` reads, so handlers a user adds to
-    ``MetricLogger.text_logger`` format it as usual; there is just no caller (``pathname``,
-    ``lineno``, ``funcName`` are empty) because the line is about an event, not a call site.
-    """
-
-    def __init__(self, name: str, levelno: int, line: str) -> None:
-        now = time.time()
-        self.name, self.msg, self.args = name, line, None
-        self.levelno, self.levelname = levelno, logging.getLevelName(levelno)
-        self.pathname = self.filename = self.module = ""
-        self.lineno, self.funcName = 0, ""
-        self.exc_info = self.exc_text = self.stack_info = None
-        self.created, self.msecs = now, int(now % 1 * 1000)
-        self.relativeCreated = (now - logging._startTime) * 1000  # type: ignore[attr-defined]  # stdlib's
-        self.thread, self.threadName = threading.get_ident(), ""
-        self.process, self.processName = os.getpid(), ""
-        self.taskName = None
-
-
-class _LineWriter:
-    """Writes a ``LineRecord``'s line as is; any other record (or a set formatter) goes the usual way."""
-
-    formatter: logging.Formatter | None
-    on_error: OnWriteError
+    def __init__(self, path: str | os.PathLike[str], on_error: OnWriteError) -> None:
+        super().__init__()
+        self.on_error = on_error
+        self.file = LineFile(path, on_error, _text_note)
+        self.baseFilename = str(self.file.path)
 
     def emit(self, record: logging.LogRecord) -> None:
-        if self.formatter is not None or type(record) is not LineRecord:
-            logging.StreamHandler.emit(self, record)  # type: ignore[arg-type]  # a StreamHandler mixin
-            return
         try:
-            stream = self.stream  # type: ignore[attr-defined]  # StreamHandler's
-            stream.write(record.msg + "\n")
-            stream.flush()
+            line = _preformatted(self, record) or self.format(record)
+            data = line.encode("utf-8", "backslashreplace")
         except Exception:
-            self.handleError(record)  # type: ignore[attr-defined]  # Handler's
+            self.handleError(record)
+            return
+        self.file.write(data)
 
-
-class _ReportingFileHandler(_LineWriter, logging.FileHandler):
     def handleError(self, record: logging.LogRecord) -> None:  # stdlib's name
         _report_current(self.on_error, self.baseFilename)
 
+    def close(self) -> None:
+        self.file.close()
+        super().close()
 
-class _ReportingStreamHandler(_LineWriter, logging.StreamHandler):  # type: ignore[type-arg]  # IO[str]
+
+class _ReportingStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]  # IO[str]
+    on_error: OnWriteError
+
+    def emit(self, record: logging.LogRecord) -> None:
+        line = _preformatted(self, record)
+        if line is None:
+            super().emit(record)
+            return
+        try:
+            self.stream.write(line + "\n")
+            self.stream.flush()
+        except Exception:
+            self.handleError(record)
+
     def handleError(self, record: logging.LogRecord) -> None:  # stdlib's name
         _report_current(self.on_error, getattr(self.stream, "name", "<stream>"))
+
+
+def _preformatted(handler: logging.Handler, record: logging.LogRecord) -> str | None:
+    """The line of a ``LineRecord`` when the handler has no formatter of its own, else ``None``."""
+    if handler.formatter is None and type(record) is LineRecord:
+        return str(record.msg)
+    return None
 
 
 def _report_current(on_error: OnWriteError, where: str) -> None:
@@ -125,16 +258,15 @@ def open_text_logger(
 ) -> tuple[logging.Logger, logging.Handler]:
     """A stdlib logger of its own, outside logging's registry, that never propagates to the root.
 
-    It writes to ``file`` (appended, UTF-8, parent directories created) or ``stream`` (default
-    stdout). The caller owns it and closes the returned handler.
+    It writes to ``file`` (a ``LineFile``: appended, UTF-8, parent directories created) or ``stream``
+    (default stdout; flushed after every line). The caller owns it and closes the returned handler.
     """
-    handler: _ReportingFileHandler | _ReportingStreamHandler
+    handler: _LineFileHandler | _ReportingStreamHandler
     if file is not None:
-        Path(file).parent.mkdir(parents=True, exist_ok=True)
-        handler = _ReportingFileHandler(file, mode="a", encoding="utf-8")
+        handler = _LineFileHandler(file, on_error)
     else:
         handler = _ReportingStreamHandler(stream if stream is not None else sys.stdout)
-    handler.on_error = on_error
+        handler.on_error = on_error
     logger = logging.Logger(name, level)
     logger.propagate = False
     logger.addHandler(handler)

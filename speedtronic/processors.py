@@ -6,8 +6,9 @@ final stage of ``MetricLogger``'s chain (``DispatchHooks``) consumes the event a
 
 ``MetricLogger`` runs them in this order::
 
-    CopyPayload -> AddElapsed -> AddMemory -> [AddRank] -> ConvertValues
-      -> WriteText(TextRenderer) -> WriteLines(JSONLRenderer) -> DispatchHooks
+    CopyPayload -> Redact -> AddElapsed -> AddMemory -> [AddRank] -> ConvertValues
+      -> WriteText(CapLine(TextRenderer)) -> WriteLines(CapLine(JSONLRenderer))
+      -> HandOff (to the hook thread, which runs DispatchHooks) or DispatchHooks
 
 (``CadenceFilter``'s rule runs before the chain, so a skipped step costs one comparison.)
 """
@@ -15,32 +16,49 @@ final stage of ``MetricLogger``'s chain (``DispatchHooks``) consumes the event a
 from __future__ import annotations
 
 import contextvars
+import dataclasses
+import fnmatch
 import logging
+import os
+import re
 import sys
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+import types
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
 import structlog
 from structlog.typing import EventDict, WrappedLogger
 
-from speedtronic._convert import json_safe_mapping, safe_str, to_python
+from speedtronic._convert import (
+    MAX_DEPTH,
+    Truncated,
+    json_safe_record,
+    safe_str,
+    to_python,
+    truncate,
+)
 from speedtronic._memory import MemoryProbe, resolve_probe
-from speedtronic._sinks import LineRecord
 from speedtronic._text import format_fields, format_key, quote
 
 __all__ = [
+    "DEFAULT_MAX_LINE_BYTES",
+    "DEFAULT_SECRET_PATTERNS",
     "EVENT_LEVELS",
     "AddElapsed",
     "AddMemory",
     "AddRank",
     "CadenceFilter",
+    "CapLine",
     "ConvertValues",
     "CopyPayload",
     "DispatchHooks",
     "HandOff",
     "JSONLRenderer",
+    "LineRecord",
+    "Redact",
     "TextRenderer",
     "WriteLines",
     "WriteText",
@@ -102,6 +120,137 @@ class CopyPayload:
         for key, value in payload.items():
             fields["payload_event" if key == "event" else key] = value
         return fields
+
+DEFAULT_SECRET_PATTERNS: tuple[str, ...] = (
+    "*api_key*",
+    "*apikey*",
+    "*api-key*",
+    "*access_key*",
+    "*private_key*",
+    "*password*",
+    "*passwd*",
+    "*secret*",
+    "*token",
+    "*authorization*",
+    "*cookie*",
+    "*credential*",
+)
+"""Key patterns ``Redact`` hides by default (``fnmatch`` style, case-insensitive).
+
+``*token`` matches ``token``, ``hf_token``, ``access_token`` but not ``tokens_per_s`` or
+``num_tokens``, which are training metrics, not secrets.
+"""
+
+REDACTED = "[REDACTED]"
+_LEAF, _MAPPING, _SEQUENCE, _FIELDS = range(4)
+_kinds: dict[type, int] = {}
+
+
+def _kind(value: Any) -> int:
+    kind = type(value)
+    known = _kinds.get(kind)
+    if known is None:
+        known = _kinds[kind] = _classify(kind)
+    return known
+
+
+def _classify(kind: type) -> int:
+    if kind in _PLAIN:
+        return _LEAF
+    if issubclass(kind, Mapping):
+        return _MAPPING
+    if issubclass(kind, list | tuple):
+        return _SEQUENCE
+    argparse = sys.modules.get("argparse")
+    if dataclasses.is_dataclass(kind) or issubclass(kind, types.SimpleNamespace) or (
+        argparse is not None and issubclass(kind, argparse.Namespace)
+    ):
+        return _FIELDS
+    return _LEAF
+
+
+class Redact:
+    """Replaces the value of every key matching a secret pattern with ``replacement``, at any depth.
+
+    Keys are matched case-insensitively against ``fnmatch`` patterns (default
+    ``DEFAULT_SECRET_PATTERNS``), in the payload and inside nested mappings, lists, tuples,
+    dataclasses and namespaces (a logged ``args`` or config object). The caller's containers are
+    never changed: a container holding a secret is copied (a dataclass or namespace becomes a dict of
+    its fields), one holding none is passed on as it is. Nesting deeper than ``MAX_DEPTH`` is cut, so a
+    secret can't hide below the depth this looks at. The event name is never redacted.
+    """
+
+    __slots__ = ("_cache", "_match", "_replacement")
+
+    def __init__(self, patterns: Iterable[str] = DEFAULT_SECRET_PATTERNS, replacement: str = REDACTED):
+        patterns = list(patterns)
+        if not all(isinstance(p, str) for p in patterns):
+            raise TypeError(f"Redact(patterns=...) takes strings, got {patterns!r}")
+        regex = "|".join(fnmatch.translate(p) for p in patterns) or "(?!)"
+        self._match = re.compile(regex, re.IGNORECASE | re.DOTALL).match
+        self._replacement = replacement
+        self._cache: dict[str, bool] = {}
+
+    def _secret(self, key: object) -> bool:
+        if type(key) is not str:
+            return self._match(safe_str(key)) is not None
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._match(key) is not None
+            if len(self._cache) < 4096:
+                self._cache[key] = hit
+        return hit
+
+    def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+        cache = self._cache
+        for key, value in event_dict.items():
+            hit = cache.get(key) if type(key) is str else None
+            if hit is None:
+                hit = self._secret(key)
+            if hit:
+                if key != "event":
+                    event_dict[key] = self._replacement
+            elif type(value) not in _PLAIN and _kind(value) != _LEAF:
+                event_dict[key] = self._scrub(value, 1)
+        return event_dict
+
+    def _scrub(self, value: Any, depth: int) -> Any:
+        """``value`` with its secrets replaced: the same object when it holds none."""
+        kind = _kind(value)
+        if kind == _LEAF:
+            return value
+        if depth > MAX_DEPTH:
+            return Truncated(f"<truncated: nested deeper than {MAX_DEPTH} levels>")
+        if kind == _FIELDS:
+            fields = _fields(value)
+            scrubbed = self._scrub_mapping(fields, depth)
+            return value if scrubbed is fields else scrubbed
+        if kind == _MAPPING:
+            return self._scrub_mapping(value, depth)
+        items = list(value)
+        new = [self._scrub(item, depth + 1) for item in items]
+        if all(a is b for a, b in zip(new, items, strict=True)):
+            return value
+        return new if isinstance(value, list) else tuple(new)
+
+    def _scrub_mapping(self, value: Mapping[Any, Any], depth: int) -> Any:
+        try:
+            items = list(value.items())
+        except Exception:
+            return value
+        changed = False
+        out: dict[Any, Any] = {}
+        for key, item in items:
+            new = self._replacement if self._secret(key) else self._scrub(item, depth + 1)
+            changed = changed or new is not item
+            out[key] = new
+        return out if changed else value
+
+
+def _fields(value: Any) -> dict[str, Any]:
+    if dataclasses.is_dataclass(value):
+        return {f.name: getattr(value, f.name, None) for f in dataclasses.fields(value)}
+    return dict(vars(value))
 
 
 class CadenceFilter:
@@ -248,7 +397,9 @@ class TextRenderer:
         return f"{self._seconds(self._clock())} | {level} | {event}{format_fields(event_dict)}"
 
 
-_ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+_ORJSON_OPTIONS = (
+    orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
+)
 _LINE_SEPARATORS = ((b"\xe2\x80\xa8", b"\\u2028"), (b"\xe2\x80\xa9", b"\\u2029"))
 
 
@@ -258,7 +409,9 @@ class JSONLRenderer:
     ``timestamp`` (UTC, RFC 3339, milliseconds) is added when absent. NaN and infinities become
     ``"NaN"``/``"Infinity"``/``"-Infinity"`` (never ``null``); values JSON can't hold become their
     ``str()``; keys become unique strings; U+2028, U+2029 and U+0085 are escaped so ``splitlines()``
-    readers see one line. Returns ``str``, or ``bytes`` with ``as_bytes=True`` (for binary sinks).
+    readers see one line. A record in which anything was converted or truncated says so in a
+    ``"_speedtronic": {"converted": [keys], "truncated": [keys]}`` field, just before ``timestamp``.
+    Returns ``str``, or ``bytes`` with ``as_bytes=True`` (for binary sinks).
     """
 
     __slots__ = ("_clock", "_finish", "_seconds")
@@ -284,18 +437,24 @@ def _identity(data: bytes) -> bytes:
 
 
 def _dumps(record: dict[Any, Any]) -> bytes:
-    """orjson directly when the record is plain; ``json_safe`` first when it isn't.
+    """orjson directly when the record is plain; ``json_safe_record`` first when it isn't.
 
     orjson writes NaN and infinities as ``null``, so output containing ``null`` is redone the careful
-    way, as is any record orjson refuses (non-string keys, lone surrogates, huge ints, deep nesting).
+    way, as is any record orjson refuses (non-string keys, lone surrogates, huge ints, deep nesting)
+    or would need to convert (any type it doesn't write natively, and the ``Converted``/``Truncated``
+    marker strings), so every conversion is noted in the record.
     """
     try:
-        data = orjson.dumps(record, default=safe_str, option=_ORJSON_OPTIONS)
+        data = orjson.dumps(record, default=_refuse, option=_ORJSON_OPTIONS)
     except (TypeError, ValueError):
         data = b"null"
     if b"null" in data:
-        data = orjson.dumps(json_safe_mapping(record), default=safe_str, option=_ORJSON_OPTIONS)
+        data = orjson.dumps(json_safe_record(record), default=safe_str, option=_ORJSON_OPTIONS)
     return data
+
+
+def _refuse(value: object) -> Any:
+    raise TypeError(type(value).__qualname__)
 
 
 def _escape_line_breaks(data: bytes) -> bytes:
@@ -305,6 +464,114 @@ def _escape_line_breaks(data: bytes) -> bytes:
     if b"\xc2\x85" in data:
         data = data.replace(b"\xc2\x85", b"\\u0085")
     return data
+
+
+DEFAULT_MAX_LINE_BYTES = 32_000
+"""Longest line written, newline included: below Fluent Bit's default 32 KiB line buffer (it stops
+tailing a file on a longer line) and far below Vector's 100 KiB."""
+
+_MIN_LINE_BYTES = 1024
+_MAX_SHRUNK = 16  # values truncated one by one before falling back to the record's outline
+_OUTLINE_KEEP = 32  # short scalar fields kept in an outline
+
+
+class CapLine:
+    """Wraps a renderer so no line exceeds ``max_bytes`` (newline included), keeping it valid.
+
+    A line that fits costs one length check. A longer one is rendered again with its largest values,
+    one at a time, replaced by ``truncate`` markers (``<truncated: str of 3,000,000 chars; first 900
+    chars: ...>``) until it fits, so the record keeps its other fields and stays strict JSON. If that
+    is not enough (thousands of fields, a huge key) the line becomes the record's outline: the event,
+    up to 32 short numeric fields and ``"_dropped": "<truncated: N fields ...>"``.
+    """
+
+    __slots__ = ("_limit", "_render")
+
+    def __init__(self, renderer: structlog.typing.Processor, max_bytes: int = DEFAULT_MAX_LINE_BYTES):
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < _MIN_LINE_BYTES:
+            raise ValueError(f"max_line_bytes must be an int >= {_MIN_LINE_BYTES}, got {max_bytes!r}")
+        self._render = renderer
+        self._limit = max_bytes - 1  # the sink adds the newline
+
+    def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> Any:
+        line = self._render(logger, method_name, event_dict)
+        if self._excess(line) <= 0:
+            return line
+        return self._shrink(logger, method_name, event_dict, line)
+
+    def _excess(self, line: Any) -> int:
+        if isinstance(line, str):
+            if len(line) * 4 <= self._limit:  # UTF-8 takes at most 4 bytes a character
+                return 0
+            line = line.encode("utf-8", "surrogatepass")
+        return len(line) - self._limit
+
+    def _shrink(self, logger: WrappedLogger, method_name: str, event_dict: EventDict, line: Any) -> Any:
+        fields = dict(event_dict)
+        sizes = {key: _text_size(value) for key, value in fields.items() if key != "event"}
+        largest = sorted(sizes, key=sizes.__getitem__, reverse=True)[:_MAX_SHRUNK]
+        excess = self._excess(line)
+        for key in largest:
+            keep = max(0, sizes[key] - excess - 256)
+            while True:
+                fields[key] = truncate(event_dict[key], keep)
+                line = self._render(logger, method_name, fields)
+                excess = self._excess(line)
+                if excess <= 0:
+                    return line
+                if keep == 0:
+                    break
+                keep = max(0, keep - excess)  # each character dropped saves at least one byte
+        outline = _outline(event_dict, self._limit)
+        line = self._render(logger, method_name, outline)
+        if self._excess(line) > 0:
+            line = self._render(logger, method_name, {k: outline[k] for k in ("event", "_dropped")})
+        return line
+
+
+def _text_size(value: Any) -> int:
+    if isinstance(value, str | bytes):
+        return len(value)
+    if isinstance(value, Mapping | list | tuple | set | frozenset):
+        return 16 * len(value)  # an estimate: only the order of the candidates depends on it
+    return len(safe_str(value))
+
+
+def _outline(event_dict: EventDict, limit: int) -> EventDict:
+    event = safe_str(event_dict.get("event", ""))
+    outline: EventDict = {"event": truncate(event, 200) if len(event) > 256 else event}
+    kept = 0
+    for key, value in event_dict.items():
+        if kept == _OUTLINE_KEEP:
+            break
+        if key != "event" and type(key) is str and len(key) <= 64 and type(value) in (int, float, bool):
+            outline[key] = value
+            kept += 1
+    dropped = len(event_dict) - len(outline)
+    outline["_dropped"] = Truncated(f"<truncated: {dropped:,} fields did not fit in {limit + 1:,} bytes>")
+    return outline
+
+
+class LineRecord(logging.LogRecord):
+    """A ``LogRecord`` for a line that is already formatted, built without ``LogRecord``'s costly parts.
+
+    It carries every attribute a ``logging.Formatter`` reads, so handlers a user adds to
+    ``MetricLogger.text_logger`` format it as usual; there is just no caller (``pathname``,
+    ``lineno``, ``funcName`` are empty) because the line is about an event, not a call site.
+    """
+
+    def __init__(self, name: str, levelno: int, line: str) -> None:
+        now = time.time()
+        self.name, self.msg, self.args = name, line, None
+        self.levelno, self.levelname = levelno, logging.getLevelName(levelno)
+        self.pathname = self.filename = self.module = ""
+        self.lineno, self.funcName = 0, ""
+        self.exc_info = self.exc_text = self.stack_info = None
+        self.created, self.msecs = now, int(now % 1 * 1000)
+        self.relativeCreated = (now - logging._startTime) * 1000  # type: ignore[attr-defined]  # stdlib's
+        self.thread, self.threadName = threading.get_ident(), ""
+        self.process, self.processName = os.getpid(), ""
+        self.taskName = None
 
 
 class WriteText:

@@ -5,8 +5,8 @@ configuration is never touched), whose stages live in ``speedtronic.processors``
 
     emit(event, payload)
       cadence rule (CadenceFilter.admits): a skipped train_step returns here, before any work
-      CopyPayload -> AddElapsed -> AddMemory -> ConvertValues
-        -> WriteText (stdlib logger: stdout, stream or file) -> WriteLines (JSONL file)
+      CopyPayload -> Redact -> AddElapsed -> AddMemory -> [AddRank] -> ConvertValues
+        -> WriteText (stdlib logger: stdout, stream or file) -> WriteLines (JSONL file), both CapLine'd
         -> HandOff (final: to the hook thread, which runs DispatchHooks)
            or DispatchHooks (final, with background_hooks=False: hooks on the emitting thread)
 
@@ -45,15 +45,19 @@ from speedtronic.errors import (
 )
 from speedtronic.hooks import HookList, close_hook, hook_name
 from speedtronic.processors import (
+    DEFAULT_MAX_LINE_BYTES,
+    DEFAULT_SECRET_PATTERNS,
     AddElapsed,
     AddMemory,
     AddRank,
     CadenceFilter,
+    CapLine,
     ConvertValues,
     CopyPayload,
     DispatchHooks,
     HandOff,
     JSONLRenderer,
+    Redact,
     TextRenderer,
     WriteLines,
     WriteText,
@@ -102,6 +106,19 @@ def _own_chain(processors: list[Any]) -> Any:
     ).bind()
 
 
+def _capped(renderer: Any, max_line_bytes: int | None) -> Any:
+    return CapLine(renderer, max_line_bytes) if max_line_bytes else renderer
+
+
+def _redactor(redact: bool | Iterable[str]) -> list[Redact]:
+    if redact is True:
+        return [Redact(DEFAULT_SECRET_PATTERNS)]
+    if redact is False:
+        return []
+    if isinstance(redact, str):
+        raise TypeError(f"redact= takes a list of patterns, not one string: use [{redact!r}]")
+    return [Redact(redact)]
+
 
 def _is_power_of_two(n: int) -> bool:
     return n & (n - 1) == 0
@@ -130,6 +147,10 @@ class MetricLogger:
             ``json_file`` as ``<stem>.rank<r><suffix>``.
         lead_rank: the rank whose text log and hooks run (default 0); ``None`` runs them on every
             rank. Other ranks write their JSONL only.
+        redact: hide the values of secret-looking keys from every sink and hook: ``True`` for
+            ``DEFAULT_SECRET_PATTERNS``, your own ``fnmatch`` patterns, or ``False``.
+        max_line_bytes: longest text line and JSONL record (newline included); longer ones have their
+            largest values truncated with a marker. ``None`` or ``0``: no limit.
 
     Use it as a context manager, or call ``close()``; loggers left open are closed at exit.
     """
@@ -150,9 +171,14 @@ class MetricLogger:
         close_timeout_s: float = 30.0,
         rank: RankInfo | None = None,
         lead_rank: int | None = 0,
+        redact: bool | Iterable[str] = True,
+        max_line_bytes: int | None = DEFAULT_MAX_LINE_BYTES,
     ) -> None:
         levelno = _parse_level(level)
         self._cadence = CadenceFilter(every_steps)
+        redactor = _redactor(redact)  # arguments are checked before any file is opened
+        text_renderer = _capped(TextRenderer(), max_line_bytes)
+        json_renderer = _capped(JSONLRenderer(as_bytes=True), max_line_bytes)
         if file is not None and stream is not None:
             raise ValueError("pass either file= or stream= for the text log, not both")
         self._hooks = HookList(hooks or ())
@@ -188,11 +214,11 @@ class MetricLogger:
             ) from None
 
         elapsed = AddElapsed()
-        sinks: list[Any] = [WriteText(self.text_logger, TextRenderer())] if self.is_lead else []
+        sinks: list[Any] = [WriteText(self.text_logger, text_renderer)] if self.is_lead else []
         if self._json is not None:
-            sinks.append(WriteLines(self._json.write, JSONLRenderer(as_bytes=True)))
+            sinks.append(WriteLines(self._json.write, json_renderer))
         ranked = [AddRank(self.rank.rank, self.rank.world_size)] if self.rank.distributed else []
-        chain = [CopyPayload(), elapsed, AddMemory(device), *ranked, ConvertValues(), *sinks]
+        chain = [CopyPayload(), *redactor, elapsed, AddMemory(device), *ranked, ConvertValues(), *sinks]
         self._delivery: BackgroundDelivery | None = None
         if not self.is_lead:
             final: Any = _drop
@@ -209,6 +235,7 @@ class MetricLogger:
         self._chain = _own_chain([*chain, final])
         self._report_chain = _own_chain([CopyPayload(), elapsed, *ranked, ConvertValues(), *sinks, _drop])
         _lifecycle.remember(self)
+        _lifecycle.guard_across_fork(self)
 
     # -- public API ---------------------------------------------------------------------------
 

@@ -8,9 +8,10 @@ JSON, a JSON value that is not an object, or an object without an ``"event"`` na
 counted in a ``Skipped`` with its line number. Only a path that can't be read raises ``RunError``.
 
 The writer's conventions are undone here, once: ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` become
-floats again (strict JSON can't tell them from strings that happened to hold that text; the writer
-only produces them for floats), and ``timestamp`` is set apart from the payload, so
-``Record.payload`` is exactly what a live hook received.
+floats again: exactly in the keys the record's ``"_speedtronic": {"converted": [...]}`` note names
+when it has one (so a string that happens to read "NaN" stays a string), everywhere in a record
+without one (JSONL from another writer). ``timestamp`` and the note are set apart from the payload,
+so ``Record.payload`` is exactly what a live hook received.
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ class Record(NamedTuple):
     """The record's integer ``rank`` key; 0 for records without one (a single-process run)."""
     source: Path
     line: int
+    notes: dict[str, Any] | None = None
+    """The writer's ``_speedtronic`` note: which keys it converted or truncated."""
 
 
 class Skipped:
@@ -218,8 +221,15 @@ def _parse(raw: bytes, source: Path, number: int, skipped: Skipped) -> Record | 
         skipped.add_line(source, number, "no event name")
         return None
     timestamp = fields.pop("timestamp", None)
+    notes = fields.pop("_speedtronic", None)
+    notes = notes if type(notes) is dict else None
     if any(hint in raw for hint in _NON_FINITE_HINTS):
-        fields = _restore_non_finite(fields)
+        converted = notes.get("converted") if notes is not None else None
+        if type(converted) is not list:
+            fields = _restore_non_finite(fields)
+        for key in converted or ():
+            if type(key) is str and key in fields:
+                fields[key] = _restore_non_finite(fields[key])
     rank = fields.get("rank")
     return Record(
         event,
@@ -228,6 +238,7 @@ def _parse(raw: bytes, source: Path, number: int, skipped: Skipped) -> Record | 
         rank if type(rank) is int else 0,
         source,
         number,
+        notes,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import math
 import tracemalloc
 from pathlib import Path
@@ -152,3 +153,16 @@ def test_a_large_run_is_summarised_in_constant_memory(tmp_path: Path) -> None:
     assert summary.records == 100_000
     assert summary.step_max == 99_999
     assert peak < path.stat().st_size / 10, peak
+
+
+def test_the_writers_note_says_which_nan_strings_were_floats(tmp_path: Path) -> None:
+    """A logged string "NaN" stays a string; a NaN float logged beside it reads back as a float."""
+    from speedtronic.profiling import MetricLogger
+
+    path = tmp_path / "m.jsonl"
+    with MetricLogger(stream=io.StringIO(), json_file=path) as logger:
+        logger.emit("train_step", {"step": 1, "loss": math.nan, "label": "NaN"})
+    (record,) = read_records(path)
+    assert math.isnan(record.payload["loss"])
+    assert record.payload["label"] == "NaN"
+    assert record.notes == {"converted": ["loss"]}

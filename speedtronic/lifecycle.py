@@ -1,0 +1,45 @@
+"""Opt-in process lifecycle helpers. speedtronic installs no signal handler unless asked to.
+
+Without help, a default SIGTERM (a scheduler's preemption, ``kill``) ends Python at once: no
+``finally``, no ``atexit``. Every record ``emit`` returned for is already in the files (each reaches
+the OS before ``emit`` returns), but hooks are not closed, so a W&B run is left unfinished and a
+TensorBoard writer's buffer is lost. ``close_on_signals()`` closes every open logger first.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import threading
+from types import FrameType
+from typing import Any
+
+from speedtronic import _lifecycle
+
+__all__ = ["close_on_signals"]
+
+
+def close_on_signals(*signums: int) -> None:
+    """On SIGTERM (or each of ``signums``), close every open ``MetricLogger``, then do what the signal
+    would have done without this: call the previous Python handler, or end the process by the signal
+    itself (so a scheduler still sees "killed by SIGTERM"). An ignored signal stays ignored.
+
+    Call it from the main thread (Python's rule for signal handlers). Don't chain it onto a handler that
+    keeps training after the signal: the loggers are closed by then.
+    """
+    for signum in signums or (signal.SIGTERM,):
+        previous = signal.getsignal(signum)
+        signal.signal(signum, functools.partial(_close_then, previous))
+
+
+def _close_then(previous: Any, signum: int, frame: FrameType | None) -> None:
+    if previous == signal.SIG_IGN:
+        return
+    _lifecycle.close_all()
+    if callable(previous):
+        previous(signum, frame)
+        return
+    signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_kill(threading.get_ident(), signum)  # delivered to this thread, before returning
+    os._exit(128 + signum)  # reached only if the signal is blocked; the loggers are closed already

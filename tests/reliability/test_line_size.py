@@ -1,0 +1,128 @@
+"""Every line below a log shipper's limit: long values truncated with a marker, the line still valid."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from speedtronic.processors import DEFAULT_MAX_LINE_BYTES, CapLine, JSONLRenderer, TextRenderer
+from speedtronic.profiling import MetricLogger
+from tests.reliability.conftest import read_records, strict_loads
+
+HOSTILE: dict[str, dict[Any, Any]] = {
+    "huge_string": {"step": 5, "loss": 0.25, "blob": "x" * 3_000_000},
+    "huge_list": {"step": 5, "ids": list(range(200_000))},
+    "huge_dict": {"step": 5, "table": {f"k{i}": i for i in range(50_000)}},
+    "many_medium_fields": {f"f{i}": "y" * 1_000 for i in range(100)},
+    "thousands_of_fields": {f"f{i}": i for i in range(20_000)},
+    "huge_key": {"k" * 100_000: 1, "step": 5},
+    "emoji": {"step": 5, "text": "\N{GRINNING FACE}" * 200_000},
+    "escapes_expand": {"step": 5, "nul": "\x00" * 100_000, "esc": "\x1b" * 50_000},
+    "two_big_values": {"a": "a" * 40_000, "b": "b" * 40_000, "step": 5},
+}
+
+
+def emit_all(tmp_path: Path, payload: dict[Any, Any], **options: Any) -> tuple[bytes, bytes, list[Any]]:
+    text, jsonl = tmp_path / "t.log", tmp_path / "m.jsonl"
+    seen: list[Any] = []
+    with MetricLogger(file=text, json_file=jsonl, hooks=[lambda e, p: seen.append(p)], **options) as log:
+        log.emit("custom", payload)
+        log.emit("after", {"ok": True})
+    return text.read_bytes(), jsonl.read_bytes(), seen
+
+
+class TestDefaultCap:
+    @pytest.mark.parametrize("case", list(HOSTILE))
+    def test_every_line_fits_and_stays_valid(self, case: str, tmp_path: Path) -> None:
+        """Each hostile payload: every text line and JSONL record is <= 32,000 bytes and strict JSON."""
+        text, jsonl, _ = emit_all(tmp_path, HOSTILE[case])
+        for data in (text, jsonl):
+            lines = data.split(b"\n")
+            assert lines.pop() == b""
+            assert len(lines) == 2
+            assert all(len(line) + 1 <= DEFAULT_MAX_LINE_BYTES for line in lines), [len(x) for x in lines]
+        first, second = (strict_loads(line) for line in jsonl.splitlines())
+        assert first["event"] == "custom"
+        assert second["event"] == "after"
+        assert first["_speedtronic"]["truncated"]
+        assert b"<truncated: " in text.split(b"\n")[0]
+
+    def test_other_fields_are_kept(self, tmp_path: Path) -> None:
+        """Only the long value is cut: step and loss keep their values, the marker says what was cut."""
+        _, jsonl, hooked = emit_all(tmp_path, HOSTILE["huge_string"])
+        record = strict_loads(jsonl.splitlines()[0])
+        assert (record["step"], record["loss"]) == (5, 0.25)
+        assert record["blob"].startswith("<truncated: str of 3,000,000 chars; first ")
+        assert record["blob"].endswith("xxx>")
+        assert record["_speedtronic"] == {"truncated": ["blob"]}
+        assert len(hooked[0]["blob"]) == 3_000_000  # hooks get the value whole: the cap is for lines
+
+    def test_the_largest_value_goes_first(self, tmp_path: Path) -> None:
+        """Of two long values, only as many are cut as needed, largest first."""
+        _, jsonl, _ = emit_all(tmp_path, {"small": "s" * 2_000, "big": "b" * 100_000, "step": 1})
+        record = strict_loads(jsonl.splitlines()[0])
+        assert record["small"] == "s" * 2_000
+        assert record["_speedtronic"] == {"truncated": ["big"]}
+
+    def test_outline_when_fields_alone_are_too_many(self, tmp_path: Path) -> None:
+        """20,000 fields: the record keeps the event, short numeric fields, and counts what was dropped."""
+        _, jsonl, _ = emit_all(tmp_path, HOSTILE["thousands_of_fields"])
+        record = strict_loads(jsonl.splitlines()[0])
+        assert record["f0"] == 0
+        assert record["f31"] == 31
+        assert "f32" not in record
+        assert record["_dropped"].startswith("<truncated: ")
+        assert "_dropped" in record["_speedtronic"]["truncated"]
+
+
+class TestConfiguration:
+    def test_smaller_cap(self, tmp_path: Path) -> None:
+        """max_line_bytes=4096: every line is at most 4,096 bytes."""
+        text, jsonl, _ = emit_all(tmp_path, HOSTILE["two_big_values"], max_line_bytes=4096)
+        assert max(len(line) + 1 for line in (text + jsonl).splitlines()) <= 4096
+
+    @pytest.mark.parametrize("off", [None, 0])
+    def test_cap_disabled(self, off: Any, tmp_path: Path) -> None:
+        """max_line_bytes=None (or 0) writes the record whole."""
+        text, jsonl, _ = emit_all(tmp_path, {"blob": "x" * 100_000}, max_line_bytes=off)
+        assert strict_loads(jsonl.splitlines()[0])["blob"] == "x" * 100_000
+        assert len(text.splitlines()[0]) > 100_000
+
+    @pytest.mark.parametrize("bad", [100, -1, 2.5, True])
+    def test_bad_cap_refused_at_construction(self, bad: Any, tmp_path: Path) -> None:
+        """A cap below 1,024 bytes or not an int fails at construction, before any file is created."""
+        with pytest.raises(ValueError, match="max_line_bytes"):
+            MetricLogger(file=tmp_path / "t.log", json_file=tmp_path / "m.jsonl", max_line_bytes=bad)
+        assert list(tmp_path.iterdir()) == []
+
+
+class TestCapLineProcessor:
+    def test_wraps_any_renderer(self) -> None:
+        """CapLine works on str and bytes renderers in any structlog chain."""
+        event = {"event": "x", "v": "é" * 5_000}
+        line = CapLine(JSONLRenderer(), 2_000)(None, "info", dict(event))
+        assert len(line.encode()) < 2_000
+        assert strict_loads(line)["_speedtronic"] == {"truncated": ["v"]}
+        assert len(CapLine(JSONLRenderer(as_bytes=True), 2_000)(None, "info", dict(event))) < 2_000
+        text = CapLine(TextRenderer(), 2_000)(None, "info", dict(event))
+        assert len(text.encode()) < 2_000
+        assert "v=\"<truncated: str of 5,000 chars" in text
+
+    def test_fitting_line_is_unchanged(self) -> None:
+        """A line within the cap is the renderer's own output."""
+        renderer = JSONLRenderer(clock=lambda: 0.0)
+        event = {"event": "x", "step": 1}
+        assert CapLine(renderer)(None, "info", dict(event)) == renderer(None, "info", dict(event))
+
+
+def test_jsonl_file_has_no_line_over_the_cap_after_many_events(tmp_path: Path) -> None:
+    """Mixed sizes over many events: no line over the cap, every record readable."""
+    jsonl = tmp_path / "m.jsonl"
+    with MetricLogger(stream=io.StringIO(), json_file=jsonl) as logger:
+        for i in range(200):
+            logger.emit("train_step", {"step": i, "blob": "z" * (i * 397)})
+    assert [r["step"] for r in read_records(jsonl)] == list(range(200))
+    assert max(len(line) for line in jsonl.read_bytes().split(b"\n")) < DEFAULT_MAX_LINE_BYTES

@@ -1,0 +1,156 @@
+"""Odd and hostile payloads beyond the core's: emit never raises, JSONL is strict, changes are noted."""
+
+from __future__ import annotations
+
+import decimal
+import io
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from speedtronic.profiling import MetricLogger
+from tests.reliability.conftest import read_records
+
+
+def _nested_lists(levels: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def _nested_dicts(levels: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(levels):
+        value = {"d": value}
+    return value
+
+
+def log_one(path: Path, payload: dict[Any, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Emit ``payload``; the JSONL record and the hook's payload."""
+    seen: list[dict[str, Any]] = []
+    with MetricLogger(stream=io.StringIO(), json_file=path, hooks=[lambda e, p: seen.append(p)]) as logger:
+        logger.emit("custom", payload)
+        assert logger.write_errors == 0
+    (record,) = read_records(path)
+    return record, seen[0]
+
+
+def note(record: dict[str, Any]) -> dict[str, list[str]]:
+    return dict(record.get("_speedtronic", {}))
+
+
+class TestArraysAndTensors:
+    def test_non_contiguous_numpy_arrays(self, jsonl_path: Path) -> None:
+        """Transposed, strided and 0-d arrays are written as their values."""
+        import numpy as np
+
+        grid = np.arange(12, dtype=np.float32).reshape(3, 4)
+        record, hooked = log_one(
+            jsonl_path,
+            {"t": grid.T, "strided": grid[::2, ::3], "zero_d": np.array(7), "f16": np.float16(0.5)},
+        )
+        assert record["t"] == grid.T.tolist()
+        assert record["strided"] == [[0.0, 3.0], [8.0, 11.0]]
+        assert (record["zero_d"], record["f16"]) == (7, 0.5)
+        assert hooked["t"] == grid.T.tolist()
+        assert note(record) == {}
+
+    def test_nd_bf16_and_grad_tensors(self, jsonl_path: Path) -> None:
+        """n-d bf16, requires_grad and non-contiguous tensors become exact lists."""
+        import torch
+
+        bf16 = torch.tensor([[1.5, -2.0], [0.25, 3.0]], dtype=torch.bfloat16)
+        grad = torch.ones(2, 2, requires_grad=True) * 2
+        record, _ = log_one(jsonl_path, {"bf16": bf16, "grad": grad, "t": torch.arange(6).reshape(2, 3).T})
+        assert record["bf16"] == [[1.5, -2.0], [0.25, 3.0]]
+        assert record["grad"] == [[2.0, 2.0], [2.0, 2.0]]
+        assert record["t"] == [[0, 3], [1, 4], [2, 5]]
+
+    def test_large_tensor_is_summarised_and_noted(self, jsonl_path: Path) -> None:
+        """A tensor above 1,024 elements is a shape summary, listed as truncated."""
+        import torch
+
+        record, _ = log_one(jsonl_path, {"weights": torch.zeros(64, 64)})
+        assert record["weights"] == "<tensor shape=[64, 64] dtype=torch.float32>"
+        assert note(record) == {"truncated": ["weights"]}
+
+
+class TestKeys:
+    def test_none_nan_and_null_keys_never_collide(self, jsonl_path: Path) -> None:
+        """None, "None", "null", two NaN keys and "NaN": six distinct keys, six values, no duplicates."""
+        payload = {None: 1, "None": 2, "null": 3, float("nan"): 4, float("nan"): 5, "NaN": 6}
+        assert len(payload) == 6  # two NaN objects are two keys
+        record, _ = log_one(jsonl_path, payload)  # read_records refuses duplicate keys
+        values = {k: v for k, v in record.items() if k not in ("event", "elapsed_s", "timestamp")}
+        values.pop("_speedtronic")
+        assert values == {"None": 1, "None#2": 2, "null": 3, "NaN": 4, "NaN#2": 5, "NaN#3": 6}
+        assert note(record) == {"converted": ["None", "None#2", "NaN", "NaN#2", "NaN#3"]}
+
+    def test_renamed_keys_are_listed(self, jsonl_path: Path) -> None:
+        """A non-string or colliding key is listed under converted; plain keys are not."""
+        record, _ = log_one(jsonl_path, {"step": 1, 1: "int", "1": "str"})
+        assert record["1"] == "int"
+        assert record["1#2"] == "str"
+        assert note(record) == {"converted": ["1", "1#2"]}
+
+
+class TestDepthAndSize:
+    @pytest.mark.parametrize("make", [_nested_lists, _nested_dicts], ids=["lists", "dicts"])
+    def test_nesting_deeper_than_orjson_allows(self, make: Any, jsonl_path: Path) -> None:
+        """1,000 levels (orjson refuses 255): the record is written, cut at 32 levels, noted."""
+        record, _ = log_one(jsonl_path, {"deep": make(1_000), "step": 3})
+        assert record["step"] == 3
+        assert note(record) == {"truncated": ["deep"]}
+        assert "nested deeper than 32 levels" in jsonl_path.read_text()
+
+    def test_multi_megabyte_list(self, jsonl_path: Path) -> None:
+        """A 1,000,000-item list is truncated with a marker naming its size; the hook gets it whole."""
+        big = list(range(1_000_000))
+        record, hooked = log_one(jsonl_path, {"ids": big, "step": 1})
+        assert record["step"] == 1
+        assert record["ids"].startswith("<truncated: list of 1,000,000 items; first ")
+        assert note(record) == {"truncated": ["ids"]}
+        assert hooked["ids"] == big
+
+    def test_circular_reference(self, jsonl_path: Path) -> None:
+        """A dict containing itself is cut at the depth limit and noted."""
+        loop: dict[str, Any] = {"name": "loop"}
+        loop["self"] = loop
+        record, _ = log_one(jsonl_path, {"loop": loop})
+        assert record["loop"]["name"] == "loop"
+        assert note(record) == {"truncated": ["loop"]}
+
+
+class TestConversionNotes:
+    def test_non_finite_and_text_nan_are_told_apart(self, jsonl_path: Path) -> None:
+        """loss=NaN is "NaN" listed as converted; a logged string "NaN" is not listed; None is null."""
+        record, _ = log_one(jsonl_path, {"loss": math.nan, "label": "NaN", "grad": None, "lr": -math.inf})
+        values = (record["loss"], record["label"], record["grad"], record["lr"])
+        assert values == ("NaN", "NaN", None, "-Infinity")
+        assert note(record) == {"converted": ["loss", "lr"]}
+
+    def test_values_written_as_text_are_listed(self, jsonl_path: Path) -> None:
+        """bytes, sets, Decimal, huge ints and lone surrogates are converted, and say so."""
+        payload = {
+            "ok": 1,
+            "raw": b"\x00\xff",
+            "tags": {"a"},
+            "price": decimal.Decimal("1.10"),
+            "big": 2**70,
+            "text": "a\ud800b",
+            "nested": {"inner": {1, 2}},
+        }
+        record, _ = log_one(jsonl_path, payload)
+        assert record["price"] == "1.10"
+        assert record["big"] == str(2**70)
+        assert record["text"] == "a\\ud800b"
+        assert note(record) == {"converted": ["raw", "tags", "price", "big", "text", "nested"]}
+        assert list(record)[-2:] == ["_speedtronic", "timestamp"]
+
+    def test_plain_record_has_no_note(self, jsonl_path: Path) -> None:
+        """An ordinary record carries no _speedtronic field."""
+        record, _ = log_one(jsonl_path, {"step": 1, "loss": 0.5, "tags": ["a", "b"], "cfg": {"lr": 1e-3}})
+        assert "_speedtronic" not in record

@@ -1,0 +1,120 @@
+"""External log rotation: moved away (logrotate create) or truncated (copytruncate), nothing lost."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from speedtronic import _sinks
+from speedtronic._sinks import LineFile
+from speedtronic.profiling import MetricLogger
+from tests.reliability.conftest import read_records
+
+
+@pytest.fixture
+def check_every_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loggers created in the test compare inodes on every write instead of once a second."""
+    monkeypatch.setattr(_sinks, "ROTATION_CHECK_S", 0.0)
+
+
+def emit(logger: MetricLogger, steps: range) -> None:
+    for step in steps:
+        logger.emit("train_step", {"step": step})
+
+
+def text_steps(path: Path) -> list[int]:
+    data = path.read_bytes()
+    assert data.endswith(b"\n")
+    assert b"\0" not in data
+    return [int(line.split(b"step=")[1].split(b" ")[0]) for line in data.splitlines()]
+
+
+def json_steps(path: Path) -> list[int]:
+    assert b"\0" not in path.read_bytes()
+    return [r["step"] for r in read_records(path)]
+
+
+@pytest.mark.usefixtures("check_every_write")
+class TestByHand:
+    def test_moved_away_then_recreated(self, tmp_path: Path) -> None:
+        """rename(2) like logrotate's create: old records stay in the moved file, new ones in a new one."""
+        text, jsonl = tmp_path / "t.log", tmp_path / "m.jsonl"
+        with MetricLogger(file=text, json_file=jsonl) as logger:
+            emit(logger, range(5))
+            text.rename(tmp_path / "t.log.1")
+            jsonl.rename(tmp_path / "m.jsonl.1")
+            emit(logger, range(5, 10))
+        assert json_steps(tmp_path / "m.jsonl.1") == [0, 1, 2, 3, 4]
+        assert json_steps(jsonl) == [5, 6, 7, 8, 9]
+        assert text_steps(tmp_path / "t.log.1") == [0, 1, 2, 3, 4]
+        assert text_steps(text) == [5, 6, 7, 8, 9]
+
+    def test_truncated_in_place(self, tmp_path: Path) -> None:
+        """copytruncate: the copy has the old records; the truncated file continues at 0, no NUL hole."""
+        text, jsonl = tmp_path / "t.log", tmp_path / "m.jsonl"
+        with MetricLogger(file=text, json_file=jsonl) as logger:
+            emit(logger, range(5))
+            for path in (text, jsonl):
+                shutil.copy(path, f"{path}.1")
+                with open(path, "r+b") as f:
+                    f.truncate(0)
+            emit(logger, range(5, 10))
+        assert json_steps(jsonl) == [5, 6, 7, 8, 9]  # starts at offset 0: the O_APPEND end
+        assert text_steps(text) == [5, 6, 7, 8, 9]
+        assert json_steps(tmp_path / "m.jsonl.1") == [0, 1, 2, 3, 4]
+
+    def test_deleted_file_is_recreated(self, tmp_path: Path) -> None:
+        """A log removed under the writer is created again; later records are not written to nowhere."""
+        jsonl = tmp_path / "m.jsonl"
+        with MetricLogger(stream=io.StringIO(), json_file=jsonl) as logger:
+            emit(logger, range(3))
+            jsonl.unlink()
+            emit(logger, range(3, 6))
+        assert json_steps(jsonl) == [3, 4, 5]
+
+
+class TestCheckInterval:
+    def test_checked_once_per_interval(self, tmp_path: Path) -> None:
+        """Between checks, records go to the moved file (not lost); after the next one, to the new file."""
+        now = [0.0]
+        path = tmp_path / "m.jsonl"
+        errors: list[Any] = []
+        log = LineFile(path, lambda e, w: errors.append(e), clock=lambda: now[0])
+        log.write(b'{"step":0}')
+        path.rename(tmp_path / "m.jsonl.1")
+        now[0] = 0.5
+        log.write(b'{"step":1}')  # within the second: still the moved file
+        now[0] = 1.0
+        log.write(b'{"step":2}')  # checked: reopened at the path
+        log.close()
+        assert json_steps(tmp_path / "m.jsonl.1") == [0, 1]
+        assert json_steps(path) == [2]
+        assert errors == []
+
+
+LOGROTATE = shutil.which("logrotate") or shutil.which("/usr/sbin/logrotate")
+
+
+@pytest.mark.skipif(LOGROTATE is None, reason="logrotate is not installed (apt-get install logrotate)")
+@pytest.mark.usefixtures("check_every_write")
+class TestRealLogrotate:
+    @pytest.mark.parametrize("mode", ["create", "copytruncate"])
+    def test_logrotate(self, mode: str, tmp_path: Path) -> None:
+        """The real logrotate -f, in create and copytruncate mode: every record in the right file."""
+        text, jsonl = tmp_path / "t.log", tmp_path / "m.jsonl"
+        config = tmp_path / "rotate.conf"
+        config.write_text(f"{tmp_path}/*.log {tmp_path}/*.jsonl {{\n  rotate 3\n  {mode}\n  missingok\n}}\n")
+        with MetricLogger(file=text, json_file=jsonl) as logger:
+            emit(logger, range(5))
+            assert LOGROTATE is not None
+            subprocess.run([LOGROTATE, "-f", "-s", str(tmp_path / "state"), str(config)], check=True)
+            emit(logger, range(5, 10))
+        assert json_steps(tmp_path / "m.jsonl.1") == [0, 1, 2, 3, 4]
+        assert json_steps(jsonl) == [5, 6, 7, 8, 9]
+        assert text_steps(tmp_path / "t.log.1") == [0, 1, 2, 3, 4]
+        assert text_steps(text) == [5, 6, 7, 8, 9]
