@@ -48,6 +48,7 @@ __all__ = [
 ]
 
 BUILTIN_HOOKS: Mapping[str, str] = {
+    "progress": "speedtronic.progress:ProgressHook",
     "structlog": "speedtronic.integrations:StructlogHook",
     "tensorboard": "speedtronic.integrations:TensorboardHook",
     "wandb": "speedtronic.integrations:WandbHook",

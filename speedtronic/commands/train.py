@@ -1,12 +1,15 @@
 """``speedtronic train``: the main job, the reference trainer on a config (default: the embedded one).
 
 Text log lines go to stdout (or ``logging.file``); the closing summary goes to stderr, so stdout stays
-pure log lines.
+pure log lines. When stdout is a terminal (and tqdm is installed), a live progress bar takes stdout
+instead and the text log goes to ``{run_dir}/train.log`` unless the config names a file; piped or
+in CI, the plain text log stays on stdout. ``--no-progress`` keeps the plain log on a terminal too.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +19,7 @@ if TYPE_CHECKING:
     from speedtronic.runtime import RunInfo
     from speedtronic.trainer import FitResult
 
-__all__ = ["add_parser", "run", "summary"]
+__all__ = ["add_parser", "run", "summary", "with_progress"]
 
 
 def add_parser(subparsers: Any) -> None:
@@ -34,7 +37,29 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--resume", action="store_true", help="continue from the latest checkpoint in the run directory"
     )
+    parser.add_argument(
+        "--no-progress", action="store_true", help="plain text log on stdout even on a terminal"
+    )
     parser.set_defaults(func=run)
+
+
+def with_progress(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with a progress bar on stdout and the text log moved to a file (unless it has one)."""
+    logging = dict(config["logging"])
+    if logging["file"] is None:
+        logging["file"] = "{run_dir}/train.log"
+    logging["hooks"] = [*logging["hooks"], {"type": "progress"}]
+    return {**config, "logging": logging}
+
+
+def _progress_wanted(args: argparse.Namespace) -> bool:
+    from speedtronic.progress import progress_wanted
+
+    return (
+        not args.no_progress
+        and progress_wanted(sys.stdout)
+        and importlib.util.find_spec("tqdm") is not None
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
         overrides["train"] = train
     try:
         config = runtime.load_config(args.config, overrides)
+        if _progress_wanted(args):
+            config = runtime.load_config(with_progress(config))
         result, info = runtime.train_from_config(config)
     except runtime.ConfigError as error:
         raise CommandError(str(error)) from None
