@@ -228,8 +228,8 @@ class TestConfigErrors:
         with pytest.raises(ConfigError) as caught:
             load_config({"logging": {"hooks": [{"type": "wandbb"}]}})
         assert str(caught.value) == (
-            "config: logging.hooks[0].type: unknown hook type 'wandbb'; known types: recorder, structlog, "
-            "tensorboard, wandb, or 'package.module:factory'"
+            "config: logging.hooks[0].type: unknown hook type 'wandbb'; known types: progress, recorder, "
+            "structlog, tensorboard, wandb, or 'package.module:factory'"
         )
 
     def test_a_factory_that_cant_be_imported_is_named(self) -> None:
