@@ -93,6 +93,7 @@ def format_fields(event_dict: Mapping[Any, Any]) -> str:
     """
     parts: list[str] = []
     safe = _SAFE.fullmatch
+    prefixes = _key_prefixes
     for key, value in event_dict.items():
         if key == "event":
             continue
@@ -103,5 +104,13 @@ def format_fields(event_dict: Mapping[Any, Any]) -> str:
             text = value
         else:
             text = format_value(value)
-        parts += (" ", _key_tokens.get(key) or format_key(key), "=", text)
+        prefix = prefixes.get(key) if type(key) is str else None
+        if prefix is None:
+            prefix = f" {format_key(key)}="
+            if type(key) is str and len(prefixes) < _KEY_CACHE_SIZE:
+                prefixes[key] = prefix
+        parts += (prefix, text)
     return "".join(parts)
+
+
+_key_prefixes: dict[str, str] = {}
