@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from speedtronic.hooks import HookList, close_hook
+from speedtronic.hooks import CallbackList
 from speedtronic.processors import DispatchHooks
 from speedtronic.runs import RankChoice, Skipped, read_records
 
@@ -63,32 +63,20 @@ def replay_run(
     silently lost points would not look like the live run. Raises ``speedtronic.runs.RunError`` for a
     run that can't be read.
     """
-    checked = HookList(hooks)
+    checked = CallbackList(hooks)  # checks each hook; closes all of them even after one fails
     result = ReplayResult()
-    dispatch = DispatchHooks(checked)
+    dispatch = DispatchHooks(checked.callbacks)
     try:
         for record in read_records(path, result.skipped, rank=rank):
             if record.event in LOGGER_RECORDS:
                 result.not_replayed[record.event] += 1
                 continue
-            dispatch.deliver(checked, {"event": record.event, **record.payload})
+            dispatch.deliver(checked.callbacks, {"event": record.event, **record.payload})
             result.replayed[record.event] += 1
     finally:
         if close:
-            _close_all(checked)
+            checked.close()
     return result
-
-
-def _close_all(hooks: Sequence[Any]) -> None:
-    """Close every hook, even after one fails; the first failure is raised afterwards."""
-    first: Exception | None = None
-    for hook in hooks:
-        try:
-            close_hook(hook)
-        except Exception as error:
-            first = first or error
-    if first is not None:
-        raise first
 
 
 def tensorboard_events(log_dir: str | os.PathLike[str]) -> list[Path]:
