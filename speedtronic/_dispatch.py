@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +25,9 @@ WAKE_INTERVAL_S = 0.05
 
 WAKE_BATCH = 256
 """Events waiting that wake the worker before the interval is up."""
+
+WAKE_GAP_S = 0.001
+"""An event wakes the worker at once if the last wake-up was at least this long ago."""
 
 _STOP = object()
 _live: weakref.WeakSet[BackgroundDelivery] = weakref.WeakSet()
@@ -49,6 +53,7 @@ class BackgroundDelivery:
         self._queue: collections.deque[Any] = collections.deque()
         self._wake = threading.Event()
         self._room = threading.Event()
+        self._next_wake = 0.0
         self._submitted = 0  # written by submitters only (under the logger's lock)
         self._delivered = 0  # written by the worker only
         self._thread: threading.Thread | None = None
@@ -67,7 +72,9 @@ class BackgroundDelivery:
             self._wait_for_room()
         queue.append(item)
         self._submitted += 1
-        if len(queue) == self._batch:  # once per crossing: Event.set takes a lock
+        now = time.monotonic()
+        if now >= self._next_wake or len(queue) == self._batch:  # Event.set takes a lock: rarely
+            self._next_wake = now + WAKE_GAP_S
             self._wake.set()
 
     def flush(self, timeout: float | None) -> bool:

@@ -13,6 +13,7 @@ import json
 import os
 import struct
 import threading
+import time
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -156,13 +157,31 @@ _BLOCK = 32768
 _FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
 
 
-def read_wandb_run(path: str | os.PathLike[str]) -> WandbOfflineRun:
+def read_wandb_run(path: str | os.PathLike[str], *, wait_s: float = 30.0) -> WandbOfflineRun:
     """Read an offline run (its ``offline-run-*`` directory or its ``.wandb`` file) back.
 
     W&B has no public reader for offline runs; this one decodes the transaction log (LevelDB log
     blocks of ``wandb_internal_pb2.Record``), so tests can assert what reached the run without
     patching the SDK. Needs wandb (for the protobuf classes).
+
+    W&B's service process writes the log asynchronously, so right after ``run.finish()`` (or
+    ``WandbHook.close()``) it may still be incomplete on a busy machine: this waits up to ``wait_s``
+    seconds for the run's exit record, then returns what is there.
     """
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            run = _read_wandb_run(Path(path))
+        except ValueError:
+            if time.monotonic() >= deadline:
+                raise
+        else:
+            if run.exit_code is not None or time.monotonic() >= deadline:
+                return run
+        time.sleep(0.05)
+
+
+def _read_wandb_run(location: Path) -> WandbOfflineRun:
     try:
         from wandb.proto import wandb_internal_pb2
     except ModuleNotFoundError as error:
@@ -170,7 +189,6 @@ def read_wandb_run(path: str | os.PathLike[str]) -> WandbOfflineRun:
             "speedtronic.testing.read_wandb_run requires wandb: pip install 'speedtronic[wandb]'",
             name="wandb",
         ) from error
-    location = Path(path)
     if location.is_dir():
         files = sorted(location.glob("*.wandb"))
         if len(files) != 1:

@@ -27,10 +27,18 @@ class TensorboardHook:
     calls ``close()`` (or ``MetricLogger.close()``) loses none. After ``close()``, writing raises
     ``RuntimeError``; no second event file is ever created.
 
+    With ``process=True`` the event file is written by a process of its own
+    (``speedtronic.integrations._tensorboard_process``): the hook only serialises each event and
+    sends it down a pipe, so tensorboard's pure-Python record checksums no longer compete with
+    training for the GIL. That costs one interpreter start (about a second, once) and is worth it for
+    long runs; a training process that is killed still gets every point it sent written, since the
+    writer closes the file when the pipe ends.
+
     Args:
         log_dir: directory for the event file (created if missing).
         flush_secs: longest time a written point waits in memory before it reaches the file.
         max_queue: events buffered for the writer thread before ``on_event`` waits for it.
+        process: write the event file from a separate process (see above).
     """
 
     def __init__(
@@ -39,6 +47,7 @@ class TensorboardHook:
         *,
         flush_secs: float = 2.0,
         max_queue: int = 100,
+        process: bool = False,
     ) -> None:
         try:
             from tensorboard.compat.proto.event_pb2 import Event
@@ -54,7 +63,13 @@ class TensorboardHook:
             ) from error
         self._event, self._summary = Event, Summary
         self.log_dir = os.fspath(log_dir)
-        self._writer = EventFileWriter(self.log_dir, max_queue_size=max_queue, flush_secs=flush_secs)
+        self._writer: Any
+        if process:
+            from speedtronic.integrations._tensorboard_process import ProcessWriter
+
+            self._writer = ProcessWriter(self.log_dir, flush_secs=flush_secs, max_queue=max_queue)
+        else:
+            self._writer = EventFileWriter(self.log_dir, max_queue_size=max_queue, flush_secs=flush_secs)
         self._counters: dict[str, int] = {}
         self._closed = False
 

@@ -187,3 +187,72 @@ class TestDefaults:
         hook.close()
         assert hook.log_dir == "runs/tensorboard"
         assert len(event_files(tmp_path / "runs" / "tensorboard")) == 1
+
+
+class TestWriterProcess:
+    """TensorboardHook(process=True): the same file, written by a child interpreter."""
+
+    def test_same_points_as_the_in_process_writer(self, tmp_path: Path) -> None:
+        """Both writers give EventAccumulator the same tags, steps and values; one file each."""
+        events = [("train_step", {"step": s, "loss": 1.0 / s, "lr": 0.1}) for s in range(1, 30)]
+        events.append(("outer_step", {"outer_step": 1, "deltas_included": 2}))
+        for process in (False, True):
+            with MetricLogger(stream=io.StringIO(), hooks=[TensorboardHook(tmp_path / str(process),
+                                                                           process=process)]) as lg:
+                for event, payload in events:
+                    lg.emit(event, {**payload, "elapsed_s": 0.0})
+        assert scalars(tmp_path / "True") == scalars(tmp_path / "False")
+        assert scalars(tmp_path / "True")["train_step/loss"][0] == (1, 1.0)
+        assert len(event_files(tmp_path / "True")) == 1
+
+    def test_flush_makes_points_readable_before_close(self, log_dir: Path) -> None:
+        hook = TensorboardHook(log_dir, process=True, flush_secs=60)
+        hook.on_event("train_step", {"step": 3, "loss": 0.5})
+        hook.flush()
+        assert scalars(log_dir)["train_step/loss"] == [(3, 0.5)]
+        hook.close()
+        hook.close()  # idempotent
+        with pytest.raises(RuntimeError, match="closed"):
+            hook.on_event("train_step", {"step": 4, "loss": 0.4})
+        assert len(event_files(log_dir)) == 1
+
+    def test_a_killed_training_process_keeps_every_point_it_sent(self, log_dir: Path) -> None:
+        """SIGKILL the parent: the writer reads the end of its pipe and closes the file whole."""
+        script = textwrap.dedent(
+            f"""
+            import os, signal, sys
+            from speedtronic.integrations import TensorboardHook
+            hook = TensorboardHook({str(log_dir)!r}, process=True, flush_secs=60)
+            for step in range(100):
+                hook.on_event("train_step", {{"step": step, "loss": float(step)}})
+            print("sent", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+            """
+        )
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+        assert done.returncode == -signal.SIGKILL, done.stderr
+        assert "sent" in done.stdout
+        for _ in range(100):  # the orphaned writer finishes on its own
+            points = scalars(log_dir).get("train_step/loss", [])
+            if len(points) == 100:
+                break
+            __import__("time").sleep(0.1)
+        assert [step for step, _ in points] == list(range(100))
+
+    def test_the_users_main_module_is_not_run_again(self, tmp_path: Path) -> None:
+        """A script without a __main__ guard runs once (multiprocessing's spawn would rerun it)."""
+        marker = tmp_path / "runs.txt"
+        script = tmp_path / "train.py"
+        script.write_text(textwrap.dedent(
+            f"""
+            from speedtronic.integrations import TensorboardHook
+            with open({str(marker)!r}, "a") as f:
+                f.write("ran\\n")
+            hook = TensorboardHook({str(tmp_path / "tb")!r}, process=True)
+            hook.on_event("train_step", {{"step": 1, "loss": 1.0}})
+            hook.close()
+            """
+        ))
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert marker.read_text() == "ran\n"
