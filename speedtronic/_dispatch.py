@@ -1,9 +1,10 @@
 """Background hook delivery: slow hooks (a TensorBoard writer, W&B) run off the training thread.
 
 One worker thread per logger calls the hooks, so they still never run concurrently and see events
-in the order they were emitted. Submitting is a ``deque.append``: the worker is not woken per event
-(each wake-up would cost the training thread a GIL hand-off) but every ``WAKE_INTERVAL_S`` or when
-``WAKE_BATCH`` events are waiting, and then delivers everything queued. The queue is bounded: when
+in the order they were emitted. Submitting is a ``deque.append``: the worker is woken by an event
+only if it was last woken ``WAKE_GAP_S`` ago or more (each wake-up costs the submitting thread a lock
+and, in a tight loop, a GIL hand-off), else when ``WAKE_BATCH`` events are waiting or every
+``WAKE_INTERVAL_S``; it then delivers everything queued. The queue is bounded: when
 it is full, ``submit`` blocks until there is room (it never drops). ``close`` drains within a
 timeout and says how many events it could not deliver.
 """
