@@ -263,10 +263,8 @@ class OuterLoop:
         if self._closed:
             return
         self._closed = True
-        try:
+        with contextlib.suppress(queue.Full):  # an exchange is stuck: the join below says so
             self._jobs.put(None, timeout=timeout)
-        except queue.Full:
-            pass
         self._thread.join(timeout)
         if self._thread.is_alive():
             warnings.warn(

@@ -1,7 +1,7 @@
 """``speedtronic train``: the main job, the reference trainer on a config (default: the embedded one).
 
 Text log lines go to stdout (or ``logging.file``); the closing summary goes to stderr, so stdout stays
-pure log lines.
+pure log lines. Under ``torchrun`` both come from rank 0 only.
 """
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(
             f"speedtronic train requires {error.name}: pip install 'speedtronic[torch]'"
         ) from None
-    print(summary(result, info), file=sys.stderr)
+    if info.rank.rank == 0:  # one summary per job
+        print(summary(result, info), file=sys.stderr)
     return 0
 
 
