@@ -175,9 +175,15 @@ class OuterLoop:
             self._outstanding += 1
         self._jobs.put_nowait(_Job(packed, step, base_generation))  # agreed idle: the queue is empty
 
-    def _finish(self, trainer: Trainer) -> None:
-        """At ``fit()``'s end: wait for the exchange in flight (every rank queued it), load the result."""
+    def wait(self) -> None:
+        """Block until this rank's exchange in flight, if any, is done (every rank queued the same
+        ones, so it completes). Called from an ``after_optimizer_step`` callback one step before each
+        boundary, it makes every boundary upload: synchronous DiLoCo, one step late."""
         self._jobs.join()
+
+    def _finish(self, trainer: Trainer) -> None:
+        """At ``fit()``'s end: wait for the exchange in flight, then load its result."""
+        self.wait()
         if self._synced_generation > self.generation:
             self._baseline = self._synced.detach().clone()
             self.generation = self._synced_generation
