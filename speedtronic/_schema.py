@@ -82,6 +82,9 @@ SCHEMA: Section = {
         "compile": Value("true, false or a torch.compile backend name", lambda v: isinstance(v, (bool, str))),
         "seed": _integer(0),
         "resume": _BOOL,
+        "outer_every": _integer(0),
+        "outer_lr": _POSITIVE,
+        "outer_momentum": _number("a number from 0 to less than 1", lambda v: 0 <= v < 1),
     },
     "logging": {
         "level": Value(
@@ -94,6 +97,7 @@ SCHEMA: Section = {
         "hooks": _HOOKS,
         "validate": _BOOL,
         "strict_hooks": _BOOL,
+        "lead_rank": _optional(_integer(0)),
     },
 }
 """Every key a config may have."""

@@ -17,12 +17,20 @@ __all__ = ["SuccessorTask", "successor_model"]
 
 
 class SuccessorTask:
-    """An endless iterable of ``(tokens, targets)`` batches, both ``(batch_size, seq_len)`` int64."""
+    """An endless iterable of ``(tokens, targets)`` batches, both ``(batch_size, seq_len)`` int64.
 
-    def __init__(self, vocab_size: int, seq_len: int, batch_size: int, noise: float, seed: int) -> None:
+    ``shard`` (a rank) draws its own stream of batches of the same task: the successor rule comes from
+    ``seed`` alone, and shard 0 draws exactly what a single process does.
+    """
+
+    def __init__(
+        self, vocab_size: int, seq_len: int, batch_size: int, noise: float, seed: int, shard: int = 0
+    ) -> None:
         self.vocab_size, self.seq_len, self.batch_size, self.noise = vocab_size, seq_len, batch_size, noise
         self._generator = torch.Generator().manual_seed(seed)
         self.successor = torch.randperm(vocab_size, generator=self._generator)
+        if shard:
+            self._generator.manual_seed(seed * 1_000_003 + shard)
 
     def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
         shape = (self.batch_size, self.seq_len)

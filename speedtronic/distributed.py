@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-__all__ = ["RankInfo", "aggregate", "detect_rank", "rank_path"]
+__all__ = ["RankInfo", "aggregate", "detect_rank", "is_lead", "rank_path"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,12 @@ def _int(text: str | None, default: int) -> int:
         return int(text) if text is not None else default
     except ValueError:
         return default
+
+
+def is_lead(rank: RankInfo, lead_rank: int | None = 0) -> bool:
+    """Whether ``rank`` runs the text log and the hooks: it is ``lead_rank``, or ``lead_rank`` is ``None``
+    (every rank). ``MetricLogger.is_lead`` and ``build_logger`` (which builds hooks only there) ask this."""
+    return lead_rank is None or rank.rank == lead_rank
 
 
 def rank_path(path: str | os.PathLike[str], rank: int) -> Path:

@@ -91,8 +91,7 @@ Real: TypeAlias = float | DeviceScalar
 # -- training (speedtronic.trainer.Trainer) ------------------------------------------------------
 
 
-class TrainStartPayload(TypedDict):
-    """``train_start``: once per ``fit()``, before the first step."""
+class _TrainStartRequired(TypedDict):
 
     start_step: int
     """Steps already done (0, or the step of the checkpoint resumed from)."""
@@ -105,6 +104,17 @@ class TrainStartPayload(TypedDict):
     """Microbatches accumulated per optimizer step."""
     parameters: int
     """Trainable parameters."""
+
+
+class TrainStartPayload(_TrainStartRequired, total=False):
+    """``train_start``: once per ``fit()``, before the first step."""
+
+    world_size: int
+    """Processes in the job (present when more than one)."""
+    rank: int
+    """This process's rank (present when more than one)."""
+    outer_every: int
+    """Inner steps per outer (DiLoCo) step, when the outer loop is on."""
 
 
 class _TrainStepRequired(TypedDict):
@@ -209,55 +219,69 @@ class ShapeWarningPayload(_ShapeWarningRequired, total=False):
 
 class _OuterStepRequired(TypedDict):
     outer_step: int
+    """The synced parameters' generation after this update (1 for the first outer step)."""
     candidates: int
-    """Deltas found for this outer step."""
+    """Deltas expected: one per rank."""
     included: int
-    """Deltas included in the outer update."""
+    """Deltas averaged into the update (a rank whose delta was not finite is left out)."""
 
 
 class OuterStepPayload(_OuterStepRequired, total=False):
-    """``outer_step``: one outer (DiLoCo) update was applied."""
+    """``outer_step``: the outer optimizer applied one averaged delta to the synced parameters.
+
+    Emitted by the exchange thread; the training thread loads the result at the next outer boundary.
+    """
 
     step: int
-    """The local inner step when the outer step was applied."""
+    """The inner step at which the averaged deltas were taken."""
+    lag: int
+    """Outer steps the synced parameters had moved on since the deltas' baseline (0 or 1)."""
+    checksum: str
+    """SHA-256 prefix of the synced parameters after the update: equal on every rank."""
 
 
 class _DeltaUploadRequired(TypedDict):
     local_step: int
+    """The inner step at which the delta was taken (or was due)."""
     base_outer_step: int
-    """The outer step the delta was computed against."""
+    """The outer step (generation of synced parameters) the delta was computed against."""
 
 
 class DeltaUploadQueuedPayload(_DeltaUploadRequired, total=False):
-    """``delta_upload_queued``: a delta was handed to the background uploader."""
+    """``delta_upload_queued``: a delta was handed to the exchange thread."""
 
     in_flight: int
+    """Exchanges outstanding on this rank, this one included."""
+    checksum: str
+    """SHA-256 prefix of the parameters the model continues from: equal on every rank."""
 
 
 class DeltaUploadedPayload(_DeltaUploadRequired, total=False):
-    """``delta_uploaded``: a delta upload finished."""
+    """``delta_uploaded``: a delta's all-reduce finished."""
 
     bytes: int
     upload_s: float
 
 
 class DeltaUploadSkippedPayload(_DeltaUploadRequired):
-    """``delta_upload_skipped`` (WARNING): a delta was not uploaded."""
+    """``delta_upload_skipped`` (WARNING): a delta was due but not uploaded."""
 
-    reason: str
-    """``"overflow"`` (the queue was full) or ``"in_flight"`` (an upload was still running)."""
+    reason: Literal["overflow", "in_flight"]
+    """``"in_flight"``: the previous exchange was still running on some rank; ``"overflow"``: it was
+    still waiting in the size-1 queue (its thread had not started it)."""
 
 
 class DeltaUploadFailedPayload(_DeltaUploadRequired):
-    """``delta_upload_failed`` (ERROR): an upload raised."""
+    """``delta_upload_failed`` (ERROR): an exchange raised; no outer step came of it."""
 
     error: str
 
 
 class DeltaUploadStalePayload(_DeltaUploadRequired):
-    """``delta_upload_stale`` (WARNING): a delta's baseline is older than the current one."""
+    """``delta_upload_stale`` (WARNING): a delta is applied to synced parameters newer than its baseline."""
 
     baseline_generation: int
+    """The synced parameters' generation the delta is applied to (newer than ``base_outer_step``)."""
 
 
 class _OooBackpropRequired(TypedDict):

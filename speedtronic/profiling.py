@@ -35,7 +35,7 @@ from speedtronic import _lifecycle
 from speedtronic._dispatch import BackgroundDelivery
 from speedtronic._memory import resolve_probe
 from speedtronic._sinks import JSONLFile, open_text_logger
-from speedtronic.distributed import RankInfo, detect_rank, rank_path
+from speedtronic.distributed import RankInfo, detect_rank, is_lead, rank_path
 from speedtronic.errors import (
     HookError,
     HookFailureWarning,
@@ -194,7 +194,7 @@ class MetricLogger:
         self._deferred: collections.deque[tuple[object, Exception, str]] = collections.deque()
         number = next(_ids)
         self.rank = rank if rank is not None else detect_rank()
-        self.is_lead = lead_rank is None or self.rank.rank == lead_rank
+        self.is_lead = is_lead(self.rank, lead_rank)
         """Whether this process runs the text log and the hooks."""
         if json_file is not None:
             json_file = rank_path(json_file, self.rank.rank)

@@ -7,6 +7,12 @@ the config it returns is exactly what runs; ``build_runtime`` and ``train_from_c
 config too and load it first.
 
 Importing this module does not import torch; building a runtime does (``speedtronic[torch]``).
+
+Under ``torchrun`` (``WORLD_SIZE`` > 1) ``build_runtime`` initialises the process group (gloo on the
+CPU, nccl on CUDA with ``LOCAL_RANK``'s GPU), agrees on rank 0's run directory, gives each rank its own
+data stream, and wraps the model in DDP, or, with ``train.outer_every``, attaches the DiLoCo outer
+loop instead (``speedtronic.outer``). Hooks are built on the lead rank only; ``train_from_config``
+destroys the group at the end.
 """
 
 from __future__ import annotations
@@ -19,11 +25,13 @@ import math
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from speedtronic import _launch
 from speedtronic._schema import SCHEMA, ConfigError, validate
+from speedtronic.distributed import RankInfo, detect_rank, is_lead, rank_path
 from speedtronic.hooks import as_callback, close_hook
 from speedtronic.profiling import MetricLogger
 
@@ -90,6 +98,9 @@ def default_config() -> dict[str, Any]:
             "compile": False,
             "seed": 0,
             "resume": False,
+            "outer_every": 0,
+            "outer_lr": 0.7,
+            "outer_momentum": 0.9,
         },
         "logging": {
             "level": "INFO",
@@ -99,6 +110,7 @@ def default_config() -> dict[str, Any]:
             "hooks": default_hooks(),
             "validate": False,
             "strict_hooks": False,
+            "lead_rank": 0,
         },
     }
 
@@ -194,12 +206,13 @@ def _copy(value: Any) -> Any:
     return value
 
 
-def _resolve_run_dir(config: dict[str, Any]) -> dict[str, Any]:
+def _resolve_run_dir(config: dict[str, Any], placeholder: str = _RUN_DIR) -> dict[str, Any]:
+    """Put ``run_dir`` for ``placeholder`` in the logging paths and hook arguments."""
     run_dir = config["run_dir"]
 
     def resolve(value: Any) -> Any:
         if isinstance(value, str):
-            return value.replace(_RUN_DIR, run_dir)
+            return value.replace(placeholder, run_dir)
         if isinstance(value, dict):
             return {key: resolve(item) for key, item in value.items()}
         if isinstance(value, list):
@@ -250,17 +263,21 @@ def build_logger(config: Mapping[str, Any], *, device: Any = None) -> MetricLogg
     """The ``MetricLogger`` the ``logging:`` section describes, with its ``hooks:`` constructed in order.
 
     Creates the run directory first, so a hook can write there. ``device`` is where memory is
-    measured (default: ``train.device``). If a hook or the logger can't be created, the hooks already
-    created are closed and a ``ConfigError`` names the entry.
+    measured (default: ``train.device``). In a multi-process job (``detect_rank()``) the hooks are
+    constructed on the lead rank only (``logging.lead_rank``, default 0; ``null``: every rank): a
+    ``WandbHook`` creates its W&B run when built. If a hook or the logger can't be created, the hooks
+    already created are closed and a ``ConfigError`` names the entry.
     """
     config = load_config(config)
     logging = config["logging"]
+    rank = detect_rank()
+    specs = logging["hooks"] if is_lead(rank, logging["lead_rank"]) else []
     if device is None and config["train"]["device"] != "auto":
         device = config["train"]["device"]
     Path(config["run_dir"]).mkdir(parents=True, exist_ok=True)  # hooks may write there
     hooks: list[Any] = []
     try:
-        for index, spec in enumerate(logging["hooks"]):
+        for index, spec in enumerate(specs):
             hooks.append(_build_hook(index, spec))
         if logging["file"] is not None:
             Path(logging["file"]).parent.mkdir(parents=True, exist_ok=True)
@@ -273,6 +290,8 @@ def build_logger(config: Mapping[str, Any], *, device: Any = None) -> MetricLogg
                 hooks=hooks,
                 device=device,
                 strict_hooks=logging["strict_hooks"],
+                rank=rank,
+                lead_rank=logging["lead_rank"],
             )
         except (ValueError, OSError) as error:
             raise ConfigError("config", "logging", str(error)) from None
@@ -314,78 +333,122 @@ class RunInfo:
     checkpoint_dir: Path
     files: dict[str, str]
     """What the run writes, by label (``"text log"``, ``"metrics"``, ``"checkpoints"``, ...)."""
+    rank: RankInfo = field(default_factory=RankInfo)
+    """This process's place in the job."""
+    owns_process_group: bool = False
+    """Whether ``build_runtime`` initialised ``torch.distributed`` (``train_from_config`` destroys it)."""
 
 
 def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[Trainer, RunInfo]:
     """A ``Trainer`` for the config, its ``logger`` built by ``build_logger``, and where the run goes.
 
-    The caller owns ``trainer.logger``: close it when done (``train_from_config`` does).
+    The caller owns ``trainer.logger`` and ``trainer.outer`` (with ``train.outer_every``) and, when
+    ``info.owns_process_group``, the process group: ``train_from_config`` closes all three.
     """
     from speedtronic.trainer import Trainer, resolve_device  # noqa: I001  # first: it names the extra
     import torch
 
     from speedtronic import _task
+    from speedtronic.outer import OuterLoop
 
     config = load_config(config)
     train = config["train"]
+    rank = detect_rank()
     try:
-        device = resolve_device(train["device"])
+        device = _launch.device_for_rank(resolve_device(train["device"]), rank)
     except (RuntimeError, AssertionError) as error:  # torch.device(), or CUDA in a CPU build
         raise ConfigError("config", "train.device", f"can't use {train['device']!r}: {error}") from None
-    torch.manual_seed(train["seed"])
-    data = config["data"]
-    task = _task.SuccessorTask(
-        data["vocab_size"], data["seq_len"], train["batch_size"], data["noise"], train["seed"]
-    )
-    model = _task.successor_model(data["vocab_size"], config["model"]["hidden"]).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=train["lr"])
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, warmup_cosine(train["warmup_steps"], train["steps"])
-    )
-    run_dir = Path(config["run_dir"])
-    info = RunInfo(
-        run_dir=run_dir,
-        config=config,
-        device=str(device),
-        checkpoint_dir=run_dir / "checkpoints",
-        files=_files(config, run_dir / "checkpoints"),
-    )
-    logger = build_logger(config, device=device)
+    owns_group = _launch.init_process_group(rank, device)
+    logger = None
+    outer: OuterLoop | None = None
     try:
-        trainer = Trainer(
-            model,
-            optimizer,
-            task,
-            steps=train["steps"],
-            scheduler=scheduler,
-            logger=logger,
-            device=device,
-            precision=train["precision"],
-            grad_accum=train["grad_accum"],
-            max_grad_norm=train["max_grad_norm"],
-            compile=train["compile"],
-            checkpoint_dir=info.checkpoint_dir,
-            checkpoint_every=train["checkpoint_every"],
-            resume=train["resume"],
-            validate_events=config["logging"]["validate"],
+        rank = detect_rank()
+        shared = _launch.shared_run_dir(config["run_dir"])
+        if shared != config["run_dir"]:
+            own, config["run_dir"] = config["run_dir"], shared
+            config = _resolve_run_dir(config, placeholder=own)
+        torch.manual_seed(train["seed"])
+        data = config["data"]
+        task = _task.SuccessorTask(
+            data["vocab_size"], data["seq_len"], train["batch_size"], data["noise"], train["seed"],
+            shard=rank.rank,
         )
-        _write_config(run_dir / "config.yaml", config)
-    except ValueError as error:
-        logger.close()
-        raise ConfigError("config", "train", str(error)) from None
+        model: torch.nn.Module = _task.successor_model(data["vocab_size"], config["model"]["hidden"])
+        model = model.to(device)
+        if rank.distributed and not train["outer_every"]:
+            model = torch.nn.parallel.DistributedDataParallel(
+                model, device_ids=[device.index] if device.type == "cuda" else None
+            )
+        optimizer = torch.optim.AdamW(model.parameters(), lr=train["lr"])
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, warmup_cosine(train["warmup_steps"], train["steps"])
+        )
+        run_dir = Path(config["run_dir"])
+        info = RunInfo(
+            run_dir=run_dir,
+            config=config,
+            device=str(device),
+            checkpoint_dir=run_dir / "checkpoints",
+            files=_files(config, run_dir / "checkpoints", rank),
+            rank=rank,
+            owns_process_group=owns_group,
+        )
+        logger = build_logger(config, device=device)
+        try:
+            trainer = Trainer(
+                model,
+                optimizer,
+                task,
+                steps=train["steps"],
+                scheduler=scheduler,
+                logger=logger,
+                device=device,
+                precision=train["precision"],
+                grad_accum=train["grad_accum"],
+                max_grad_norm=train["max_grad_norm"],
+                compile=train["compile"],
+                checkpoint_dir=info.checkpoint_dir,
+                checkpoint_every=train["checkpoint_every"],
+                resume=train["resume"],
+                validate_events=config["logging"]["validate"],
+            )
+            if train["outer_every"]:
+                outer = OuterLoop(
+                    trainer, train["outer_every"], lr=train["outer_lr"], momentum=train["outer_momentum"]
+                )
+        except ValueError as error:
+            raise ConfigError("config", "train", str(error)) from None
+        if rank.rank == 0:  # one writer
+            _write_config(run_dir / "config.yaml", config)
     except BaseException:
-        logger.close()
+        _launch.shutdown(
+            [step for step in (
+                outer.close if outer is not None else None,
+                logger.close if logger is not None else None,
+                _launch.destroy_process_group if owns_group else None,
+            ) if step is not None],
+            quiet=True,
+        )
         raise
     return trainer, info
 
 
 def train_from_config(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[FitResult, RunInfo]:
-    """Build, fit, and close the logger and its hooks, also when training raises."""
+    """Build, fit, then close the outer loop, the logger and its hooks, and destroy the process group
+    this call set up, also when training raises (a failure while closing then never hides its error)."""
     trainer, info = build_runtime(config)
+    steps = [step for step in (
+        trainer.outer.close if trainer.outer is not None else None,
+        trainer.logger.close,
+        _launch.destroy_process_group if info.owns_process_group else None,
+    ) if step is not None]
     try:
-        return trainer.fit(), info
-    finally:
-        trainer.logger.close()
+        result = trainer.fit()
+    except BaseException:
+        _launch.shutdown(steps, quiet=True)
+        raise
+    _launch.shutdown(steps, quiet=False)
+    return result, info
 
 
 def warmup_cosine(warmup_steps: int, total_steps: int, floor: float = 0.1) -> Callable[[int], float]:
@@ -400,11 +463,11 @@ def warmup_cosine(warmup_steps: int, total_steps: int, floor: float = 0.1) -> Ca
     return factor
 
 
-def _files(config: Mapping[str, Any], checkpoint_dir: Path) -> dict[str, str]:
+def _files(config: Mapping[str, Any], checkpoint_dir: Path, rank: RankInfo) -> dict[str, str]:
     logging = config["logging"]
     files = {"text log": logging["file"] or "stdout"}
     if logging["json_file"] is not None:
-        files["metrics"] = logging["json_file"]
+        files["metrics"] = str(rank_path(logging["json_file"], rank.rank))
     if config["train"]["checkpoint_every"]:
         files["checkpoints"] = str(checkpoint_dir)
     for spec in logging["hooks"]:

@@ -1,14 +1,20 @@
 """``Trainer``: a compact, real PyTorch training loop that produces the catalog's training events.
 
 One ``fit()`` emits ``train_start``, ``shape_profile`` (and a ``shape_warning`` per poorly aligned layer
-size), ``compile`` when ``torch.compile`` was asked for, a ``train_step`` per optimizer step, a
+size), ``ooo_backprop`` (out-of-order backward: always off here, with the reason), ``compile`` when
+``torch.compile`` was asked for, a ``train_step`` per optimizer step, a
 ``checkpoint`` every ``checkpoint_every`` steps and at the end, and ``train_end``. Losses and grad norms
 are passed to the logger as detached 0-d tensors: the trainer never calls ``.item()`` on a step, so the
 logger's cadence decides when the device syncs.
 
 Each step is ``_optimizer_step`` (microbatches, clipping, optimizer and schedule) followed by the
-``after_optimizer_step`` callbacks, then the event and the checkpoint: an outer loop (DiLoCo) or a
-distributed wrapper attaches there and at ``_accumulating`` without changing ``fit()``.
+``after_optimizer_step`` callbacks, then the event and the checkpoint: the outer loop
+(``speedtronic.outer.OuterLoop``) attaches there, to ``at_fit_start`` and to ``before_fit_end``.
+
+Under ``torch.distributed`` (an initialised process group) the trainer is rank-aware: a
+``DistributedDataParallel`` model skips the gradient all-reduce on all but the last microbatch
+(``no_sync``), checkpoints hold the unwrapped module and are written by rank 0 alone, every rank waits
+at a barrier before reading one to resume, and ``train_start`` carries ``world_size`` and ``rank``.
 """
 
 from __future__ import annotations
@@ -21,11 +27,13 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 try:
     import torch
+    import torch.distributed as dist
     from torch import Tensor, nn
+    from torch.nn.parallel import DistributedDataParallel
 except ModuleNotFoundError as error:  # pragma: no cover - exercised by a subprocess test
     if error.name != "torch":
         raise
@@ -37,17 +45,22 @@ from speedtronic import _shapes
 from speedtronic.events import (
     CompilePayload,
     Event,
+    TrainStartPayload,
     TrainStepPayload,
     ValidatePayloads,
 )
 from speedtronic.processors import CadenceFilter
 from speedtronic.profiling import MetricLogger
 
+if TYPE_CHECKING:
+    from speedtronic.outer import OuterLoop
+
 __all__ = ["PRECISIONS", "FitResult", "Trainer", "latest_checkpoint", "resolve_device", "token_cross_entropy"]
 
 PRECISIONS = ("fp32", "bf16")
 _MAX_SHAPE_WARNINGS = 16
 _CHECKPOINT_NAME = re.compile(r"step_(\d+)\.pt")
+_OOO_BACKPROP_OFF = "not implemented by the reference trainer: backward runs in autograd's order"
 
 Batch = tuple[Tensor, Tensor]
 LossFn = Callable[[Tensor, Tensor], Tensor]
@@ -195,6 +208,18 @@ class Trainer:
         self.logger = logger if logger is not None else MetricLogger(device=self.device)
         self.after_optimizer_step: list[Callable[[Trainer], None]] = []
         """Called with the trainer after each optimizer step, before its ``train_step`` event."""
+        self.at_fit_start: list[Callable[[Trainer], None]] = []
+        """Called when ``fit()`` starts, after resuming (if asked) and before ``train_start``."""
+        self.before_fit_end: list[Callable[[Trainer], None]] = []
+        """Called once the last step is done, before the final checkpoint and ``train_end``."""
+        self.outer: OuterLoop | None = None
+        """The outer loop attached to this trainer, if any (``speedtronic.outer.OuterLoop``)."""
+        self.module: nn.Module = (
+            self.model.module if isinstance(self.model, DistributedDataParallel) else self.model
+        )
+        """The model itself, unwrapped from DDP: what checkpoints hold."""
+        grouped = dist.is_available() and dist.is_initialized()
+        self.rank, self.world_size = (dist.get_rank(), dist.get_world_size()) if grouped else (0, 1)
 
         self.step = 0
         self.samples = 0
@@ -217,16 +242,24 @@ class Trainer:
         started = time.perf_counter()
         if self.resume:
             self._resume()
+        for callback in self.at_fit_start:
+            callback(self)
         start_step, start_samples, start_tokens = self.step, self.samples, self.tokens
-        self._emit(Event.TRAIN_START, {
+        start: TrainStartPayload = {
             "start_step": start_step,
             "target_step": self.target_step,
             "device": str(self.device),
             "precision": self.precision,
             "grad_accum": self.grad_accum,
             "parameters": sum(p.numel() for p in self.model.parameters() if p.requires_grad),
-        })
+        }
+        if self.world_size > 1:
+            start["world_size"], start["rank"] = self.world_size, self.rank
+        if self.outer is not None:
+            start["outer_every"] = self.outer.every
+        self.emit(Event.TRAIN_START, start)
         self._profile_shapes()
+        self.emit(Event.OOO_BACKPROP, {"enabled": False, "reason": _OOO_BACKPROP_OFF})
         cadence = CadenceFilter(self.logger.every_steps)
         batches = self._batches()
         window = _Window()
@@ -254,11 +287,13 @@ class Trainer:
                 "microbatches": self.grad_accum,
                 "grad_norm": done.grad_norm,
             }
-            self._emit(Event.TRAIN_STEP, payload)
+            self.emit(Event.TRAIN_STEP, payload)
             if cadence.admits(Event.TRAIN_STEP, payload):
                 window.restart()
             if self.checkpoint_every and self.step % self.checkpoint_every == 0:
                 self.save_checkpoint()
+        for callback in self.before_fit_end:
+            callback(self)
         if self.checkpoint_every and self.step > start_step and self.step % self.checkpoint_every:
             self.save_checkpoint()
 
@@ -274,7 +309,7 @@ class Trainer:
             tokens_per_s=round((self.tokens - start_tokens) / duration, 3),
             checkpoint=self.checkpoint,
         )
-        self._emit(Event.TRAIN_END, {
+        self.emit(Event.TRAIN_END, {
             "step": result.step,
             "steps_run": result.steps_run,
             "duration_s": result.duration_s,
@@ -312,8 +347,11 @@ class Trainer:
         return loss.detach().float()
 
     def _accumulating(self, last: bool) -> contextlib.AbstractContextManager[Any]:
-        """Context for one microbatch's backward; DDP's ``no_sync()`` for all but the last goes here."""
-        return contextlib.nullcontext()
+        """Context for one microbatch's backward: DDP's ``no_sync()`` for all but the last, so the
+        gradients are all-reduced once per optimizer step."""
+        if last or not isinstance(self.model, DistributedDataParallel):
+            return contextlib.nullcontext()
+        return self.model.no_sync()
 
     # -- compile -------------------------------------------------------------------------------
 
@@ -334,23 +372,30 @@ class Trainer:
             loss = self._microbatch(inputs, targets)
         else:
             payload["compile_s"] = round(time.perf_counter() - started, 6)
-        self._emit(Event.COMPILE, payload)
+        self.emit(Event.COMPILE, payload)
         return loss
 
     # -- checkpoints ---------------------------------------------------------------------------
 
     def save_checkpoint(self) -> Path:
-        """Write ``step_<N>.pt`` (atomically: a partial file never looks like a checkpoint)."""
+        """Write ``step_<N>.pt`` (atomically: a partial file never looks like a checkpoint).
+
+        In a multi-process job rank 0 is the one writer (and emits ``checkpoint``); the other ranks
+        only note the path.
+        """
         if self.checkpoint_dir is None:
             raise ValueError("save_checkpoint() needs a checkpoint_dir")
         started = time.perf_counter()
-        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         path = self.checkpoint_dir / f"step_{self.step:08d}.pt"
+        if self.rank != 0:
+            self.checkpoint = path
+            return path
+        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         state = {
             "step": self.step,
             "samples": self.samples,
             "tokens": self.tokens,
-            "model": self.model.state_dict(),
+            "model": self.module.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
         }
@@ -358,7 +403,7 @@ class Trainer:
         torch.save(state, partial)
         os.replace(partial, path)
         self.checkpoint = path
-        self._emit(Event.CHECKPOINT, {
+        self.emit(Event.CHECKPOINT, {
             "step": self.step, "path": str(path), "save_s": round(time.perf_counter() - started, 6)
         })
         return path
@@ -366,7 +411,7 @@ class Trainer:
     def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
         """Restore model, optimizer, schedule, step and counters from a checkpoint."""
         state = torch.load(path, map_location=self.device, weights_only=True)
-        self.model.load_state_dict(state["model"])
+        self.module.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         if self.scheduler is not None and state["scheduler"] is not None:
             self.scheduler.load_state_dict(state["scheduler"])
@@ -374,6 +419,9 @@ class Trainer:
         self.checkpoint = Path(path)
 
     def _resume(self) -> None:
+        if self.world_size > 1:  # every rank looks for the latest checkpoint at the same point of the job
+            on_gpu = dist.get_backend() == "nccl" and self.device.index is not None
+            dist.barrier(device_ids=[self.device.index] if on_gpu else None)
         found = latest_checkpoint(self.checkpoint_dir) if self.checkpoint_dir is not None else None
         if found is not None:
             self.load_checkpoint(found)
@@ -395,22 +443,23 @@ class Trainer:
 
     def _profile_shapes(self) -> None:
         alignment = _shapes.alignment_for(self.device.type, self.precision)
-        misaligned = _shapes.misaligned(self.model, alignment)
-        self._emit(Event.SHAPE_PROFILE, {
+        misaligned = _shapes.misaligned(self.module, alignment)
+        self.emit(Event.SHAPE_PROFILE, {
             "device": str(self.device),
             "precision": self.precision,
             "alignment": alignment,
             "warnings": len(misaligned),
         })
         for field, value in misaligned[:_MAX_SHAPE_WARNINGS]:
-            self._emit(Event.SHAPE_WARNING, {
+            self.emit(Event.SHAPE_WARNING, {
                 "field": field,
                 "value": value,
                 "alignment": alignment,
                 "suggested": -(-value // alignment) * alignment,
             })
 
-    def _emit(self, event: Event, payload: Any) -> None:
+    def emit(self, event: Event, payload: Any) -> None:
+        """Check ``payload`` against the catalog (with ``validate_events``), then log it; thread-safe."""
         if self._validator is not None:
             self._validator.check(event, payload)
         self.logger.emit(event, payload)

@@ -4,6 +4,7 @@ Text log lines go to stdout (or ``logging.file``); the closing summary goes to s
 pure log lines. When stdout is a terminal (and tqdm is installed), a live progress bar takes stdout
 instead and the text log goes to ``{run_dir}/train.log`` unless the config names a file; piped or
 in CI, the plain text log stays on stdout. ``--no-progress`` keeps the plain log on a terminal too.
+Under ``torchrun`` the log, the bar and the summary come from rank 0 only.
 """
 
 from __future__ import annotations
@@ -88,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(
             f"speedtronic train requires {error.name}: pip install 'speedtronic[torch]'"
         ) from None
-    print(summary(result, info), file=sys.stderr)
+    if info.rank.rank == 0:  # one summary per job
+        print(summary(result, info), file=sys.stderr)
     return 0
 
 

@@ -11,7 +11,9 @@ import pytest
 
 from speedtronic.cli import main
 
-LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| (INFO|WARNING) \| \w+( \S+=\S+)*")
+LOG_LINE = re.compile(
+    r'\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| (INFO|WARNING) \| \w+( \S+=("(?:[^"\\]|\\.)*"|\S+))*'
+)
 
 
 def speedtronic(*args: str, cwd: Path, code: str | None = None) -> subprocess.CompletedProcess[str]:

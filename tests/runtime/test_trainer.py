@@ -66,6 +66,7 @@ class TestEvents:
         assert journal == [
             ("train_start", None),
             ("shape_profile", None),
+            ("ooo_backprop", None),
             ("train_step", 1),
             ("train_step", 2),
             ("checkpoint", 2),
@@ -89,6 +90,7 @@ class TestEvents:
             "train_start",
             "shape_profile",
             "shape_warning",
+            "ooo_backprop",
             "compile",
             "train_step",
             "checkpoint",
@@ -212,7 +214,8 @@ class TestCheckpoints:
         trainer, hook = make_trainer(tmp_path, steps=2, checkpoint_every=2, resume=True)
         result = fit(trainer)
         assert (result.steps_run, result.final_loss) == (0, None)
-        assert [event for event, _ in hook.events] == ["train_start", "shape_profile", "train_end"]
+        events = [event for event, _ in hook.events]
+        assert events == ["train_start", "shape_profile", "ooo_backprop", "train_end"]
 
     def test_resume_without_a_checkpoint_starts_at_zero(self, tmp_path: Path) -> None:
         """resume=True with an empty checkpoint directory trains from step 0."""
