@@ -3,7 +3,7 @@
 Two conversions live here, each used by exactly one processor:
 - ``to_python`` (``ConvertValues``): tensors and numpy values become Python numbers and lists. It runs
   only for events that pass the cadence, so skipped steps never force a device sync.
-- ``json_safe`` (``JSONLRenderer``'s slow path): anything becomes strict-JSON-ready data.
+- ``json_safe_record`` (``JSONLRenderer``'s slow path): anything becomes strict-JSON-ready data.
 
 A value that can't be written as itself is replaced by a marker string: ``Converted`` (written as its
 text: bytes, a set, NaN, an int beyond 64 bits) or ``Truncated`` (cut short: too long, too deep, too
@@ -27,9 +27,8 @@ __all__ = [
     "Converted",
     "Truncated",
     "int_text",
-    "json_safe",
-    "json_safe_mapping",
     "json_safe_record",
+    "non_finite_text",
     "safe_str",
     "to_python",
     "truncate",
@@ -200,23 +199,12 @@ class _Marks:
         self.truncated = False
 
 
-def json_safe(value: Any, depth: int = 0) -> Any:
-    """Return ``value`` as data orjson writes as strict JSON with nothing lost silently.
+def json_safe_record(record: Mapping[Any, Any]) -> dict[str, Any]:
+    """``record`` as data orjson writes as strict JSON with nothing lost silently, plus ``NOTE_KEY``.
 
     Non-finite floats become ``"NaN"``/``"Infinity"``/``"-Infinity"``; integers beyond 64 bits and
     objects JSON can't hold become their ``str()``; lone surrogates become ``\\udXXX`` text; keys
     become unique strings; containers deeper than ``MAX_DEPTH`` become a marker string.
-    """
-    return _safe(value, depth, _Marks())
-
-
-def json_safe_mapping(value: Mapping[Any, Any], depth: int = 0) -> dict[str, Any]:
-    """A mapping with unique string keys and ``json_safe`` values."""
-    return _safe_mapping(value, depth, _Marks())
-
-
-def json_safe_record(record: Mapping[Any, Any]) -> dict[str, Any]:
-    """``json_safe_mapping`` of a whole record, plus ``NOTE_KEY`` naming the keys that were changed.
 
     A key is listed under ``"converted"`` when it or anything inside its value was written as text (a
     non-string or colliding key, NaN, a set, bytes, a huge int, a lone surrogate), under
@@ -259,7 +247,7 @@ def _safe(value: Any, depth: int, marks: _Marks) -> Any:
         if math.isfinite(value):
             return float(value)
         marks.converted = True
-        return _non_finite(value)
+        return non_finite_text(value)
     if isinstance(value, int):
         if _INT64_MIN <= value <= _UINT64_MAX:
             return int(value)
@@ -305,13 +293,14 @@ def unique_key(taken: Mapping[str, Any], key: object) -> str:
 
 def _key_text(key: object) -> str:
     if isinstance(key, float) and not math.isfinite(key):
-        return _non_finite(key)
+        return non_finite_text(key)
     if isinstance(key, int) and not isinstance(key, bool):
         return int_text(key)
     return safe_str(key)
 
 
-def _non_finite(value: float) -> str:
+def non_finite_text(value: float) -> str:
+    """How strict JSON records a non-finite float: ``"NaN"``, ``"Infinity"`` or ``"-Infinity"``."""
     return _NON_FINITE.get(value, "NaN")
 
 

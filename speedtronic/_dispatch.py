@@ -51,6 +51,8 @@ class BackgroundDelivery:
         self._queue: collections.deque[Any] = collections.deque()
         self._wake = threading.Event()
         self._room = threading.Event()
+        self._stopping = False  # close() was called: flush() no longer waits
+        self._stopped = False  # close() timed out: the worker delivers nothing more
         self._submitted = 0  # written by submitters only (under the logger's lock)
         self._delivered = 0  # written by the worker only
         self._thread: threading.Thread | None = None
@@ -73,23 +75,38 @@ class BackgroundDelivery:
             self._wake.set()
 
     def flush(self, timeout: float | None) -> bool:
-        """Wait until everything submitted so far is delivered; False if ``timeout`` ran out."""
-        if self._thread is None:
-            return True
+        """Wait until everything submitted so far is delivered; False if ``timeout`` ran out.
+
+        Doesn't wait where waiting could never end: with no worker, once ``close`` has been called,
+        or on the worker itself (a hook that flushes its own logger).
+        """
+        thread = self._thread
+        if thread is None or self._stopping or not thread.is_alive() or thread is threading.current_thread():
+            return self.pending == 0
         done = threading.Event()
         self._queue.append(done)
         self._wake.set()
         return done.wait(timeout)
 
     def close(self, timeout: float | None) -> int:
-        """Deliver what is queued (up to ``timeout`` seconds), stop the worker; return undelivered."""
+        """Deliver what is queued (up to ``timeout`` seconds), stop the worker; return undelivered.
+
+        Past the timeout the worker delivers nothing more: what is still queued is dropped and
+        counted, so no hook receives an event after ``close`` returns (a hook still inside
+        ``on_event`` finishes that one call).
+        """
         thread = self._thread
+        self._stopping = True
         if thread is None:
             return 0
         self._queue.append(_STOP)
         self._wake.set()
         thread.join(timeout)
-        return self.pending if thread.is_alive() else 0
+        if not thread.is_alive():
+            return 0
+        self._stopped = True
+        self._queue.clear()
+        return self.pending
 
     def _wait_for_room(self) -> None:
         while len(self._queue) >= self._maxsize and self._thread is not None:
@@ -108,7 +125,7 @@ class BackgroundDelivery:
             wake.clear()
             while queue:
                 item = queue.popleft()
-                if item is _STOP:
+                if item is _STOP or self._stopped:
                     return
                 if isinstance(item, threading.Event):
                     item.set()
@@ -119,6 +136,8 @@ class BackgroundDelivery:
                     self.fatal = error
                 self._delivered += 1
             room.set()
+            if self._stopped:
+                return
 
 
 def _after_fork_in_child() -> None:

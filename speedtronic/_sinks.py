@@ -86,11 +86,6 @@ class LineFile:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         return os.open(self.path, _FLAGS, 0o644)
 
-    @property
-    def lost(self) -> int:
-        """Lines dropped by the current run of failures (0 once writing works again)."""
-        return self._lost
-
     def write(self, line: bytes) -> None:
         """Append ``line`` plus a newline; on failure, report it and keep the file whole."""
         with self._lock:

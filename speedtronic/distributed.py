@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -40,12 +40,12 @@ def detect_rank(environ: Mapping[str, str] | None = None) -> RankInfo:
     Environment: ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` (torchrun), then SLURM's
     ``SLURM_PROCID``/``SLURM_NTASKS``/``SLURM_LOCALID``.
     """
+    env = os.environ if environ is None else environ
     torch = sys.modules.get("torch")
     dist = getattr(torch, "distributed", None) if torch is not None else None
     if dist is not None and dist.is_available() and dist.is_initialized():
-        local = _int((environ or os.environ).get("LOCAL_RANK"), 0)
+        local = _int(env.get("LOCAL_RANK"), 0)
         return RankInfo(dist.get_rank(), dist.get_world_size(), local, "torch.distributed")
-    env = os.environ if environ is None else environ
     for rank_key, size_key, local_key, source in (
         ("RANK", "WORLD_SIZE", "LOCAL_RANK", "env:RANK"),
         ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "env:SLURM_PROCID"),
@@ -79,28 +79,31 @@ def rank_path(path: str | os.PathLike[str], rank: int) -> Path:
 Op = Literal["mean", "sum", "max", "min"]
 
 
-def aggregate(payload: Mapping[str, Any], op: Op = "mean", *, group: Any = None,
-              device: Any = None) -> dict[str, Any]:
+def aggregate(payload: Mapping[str, Any], op: Op = "mean", *, keep: Collection[str] = ("step",),
+              group: Any = None, device: Any = None) -> dict[str, Any]:
     """Reduce a payload's numeric values across ranks with ONE collective; call it on every rank.
 
     Numbers (int, float, 0-d tensors, numpy scalars; not bools) are packed into one float64 tensor
-    and all-reduced (``mean`` is a sum divided by the world size); every other value is returned as
-    this rank's own. Keys must be the same on every rank, in the same order. Without an initialised
-    process group it returns the payload's numbers as they are. Never called inside ``emit``: a rank
-    that skipped a step would leave the others waiting forever.
+    and all-reduced (``mean`` is a sum divided by the world size); the keys in ``keep`` (the
+    ``step``, which the cadence and the trackers need as an int) and every other value are this
+    rank's own. ``sum``, ``max`` and ``min`` of ints stay ints. Keys must be the same on every rank,
+    in the same order. Without an initialised process group the numbers are this rank's (tensors as
+    Python numbers). It costs one collective, and a device sync for tensors, per call: call it on the
+    steps you log, never inside ``emit``, where a rank that skipped a step would leave the others
+    waiting forever.
     """
     import torch
     import torch.distributed as dist
 
-    numeric = [key for key, value in payload.items() if _is_number(value)]
+    numeric = [key for key, value in payload.items() if key not in keep and _is_number(value)]
     out = dict(payload)
     if not numeric:
         return out
-    values = [float(payload[key].item() if hasattr(payload[key], "item") else payload[key])
-              for key in numeric]
+    values = [payload[key].item() if hasattr(payload[key], "item") else payload[key] for key in numeric]
     if not (dist.is_available() and dist.is_initialized()):
         out.update(zip(numeric, values, strict=True))
         return out
+    values = [float(value) for value in values]
     if device is None:
         device = "cuda" if dist.get_backend(group) == "nccl" else "cpu"
     packed = torch.tensor(values, dtype=torch.float64, device=device)

@@ -22,6 +22,7 @@ __all__ = [
     "close_hook",
     "hook_name",
     "on_event",
+    "target_of",
 ]
 
 Callback = Callable[[str, dict[str, Any]], None]
@@ -44,10 +45,19 @@ def hook_name(hook: object) -> str:
     return name if isinstance(name, str) else type(hook).__qualname__
 
 
+def target_of(hook: Any) -> Any:
+    """What calling ``hook`` means: its ``on_event`` when that is callable, else the hook itself.
+
+    The one rule every caller uses (registration, ``DispatchHooks``, ``CallbackList``); cheap, so it
+    runs per event. ``as_callback`` adds the signature check, once, when a hook is registered.
+    """
+    method = getattr(hook, "on_event", None)
+    return method if callable(method) else hook
+
+
 def as_callback(hook: object) -> Callback:
     """Return the ``(event, payload)`` callable for ``hook``, or raise ``TypeError`` naming it."""
-    method = getattr(hook, "on_event", None)
-    target = method if callable(method) else hook
+    target = target_of(hook)
     if not callable(target):
         raise TypeError(
             f"hook {hook_name(hook)!r} is neither a TrainingHook (an object with "
@@ -60,7 +70,7 @@ def as_callback(hook: object) -> Callback:
     try:
         signature.bind("event", {})
     except TypeError as exc:
-        shown = f"{hook_name(hook)}.on_event" if target is method else hook_name(hook)
+        shown = hook_name(hook) if target is hook else f"{hook_name(hook)}.on_event"
         raise TypeError(
             f"hook {shown!r} can't be called as (event, payload): {exc}; "
             "wrap a function with another signature in speedtronic.hooks.on_event(...)"
@@ -135,7 +145,7 @@ class CallbackList:
         return iter(self.callbacks)
 
     def on_event(self, event: str, payload: dict[str, Any]) -> None:
-        self._each(lambda cb: as_callback(cb)(event, dict(payload)))
+        self._each(lambda cb: target_of(cb)(event, dict(payload)))
 
     def close(self) -> None:
         self._each(close_hook)
@@ -167,17 +177,18 @@ def on_event(callback: Callable[..., Any]) -> Callback:
       a required keyword is not passed to it, so such a function subscribes to events of that shape.
     """
     params = list(inspect.signature(callback).parameters.values())
-    positional = [p for p in params if p.kind in _POSITIONAL and p.default is p.empty]
+    every_positional = [p for p in params if p.kind in _POSITIONAL]  # f(event, payload=None) is two
+    positional = [p for p in every_positional if p.default is p.empty]
     keyword_only = [p for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]
     var_positional = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params)
     var_keyword = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
     if keyword_only or var_keyword:
         wrapper = _keyword_style(callback, positional, keyword_only, var_keyword)
-    elif len(positional) >= 2 or var_positional:
+    elif len(every_positional) >= 2 or var_positional:
         def wrapper(event: str, payload: dict[str, Any]) -> None:
             callback(event, payload)
-    elif len(positional) == 1:
+    elif len(every_positional) == 1:
         def wrapper(event: str, payload: dict[str, Any]) -> None:
             callback(payload)
     else:

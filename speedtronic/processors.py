@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 import types
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -33,15 +34,19 @@ import structlog
 from structlog.typing import EventDict, WrappedLogger
 
 from speedtronic._convert import (
+    _PLAIN,
     MAX_DEPTH,
     Truncated,
     json_safe_record,
     safe_str,
     to_python,
     truncate,
+    unique_key,
 )
 from speedtronic._memory import MemoryProbe, resolve_probe
 from speedtronic._text import format_fields, format_key, quote
+from speedtronic.errors import LoggingFailureWarning
+from speedtronic.hooks import target_of
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
@@ -103,7 +108,7 @@ class CopyPayload:
 
     The caller's mapping is copied, never mutated, and its keys may be of any type (``**kwargs`` would
     allow only strings). A payload key ``"event"`` can't overwrite the event name: it is kept as
-    ``"payload_event"``.
+    ``"payload_event"`` (``"payload_event#2"`` if the payload has that key too).
     """
 
     __slots__ = ("_key",)
@@ -116,9 +121,11 @@ class CopyPayload:
         event = str(event_dict.pop("event", ""))
         if "event" not in payload:
             return {"event": event, **event_dict, **payload}
-        fields: EventDict = {"event": event, **event_dict}  # rare: rename in place, keep the order
+        # Rare: rename in place, keeping the order, to a name no other key has ("payload_event#2"...).
+        renamed = unique_key({key: None for key in payload if type(key) is str}, "payload_event")
+        fields: EventDict = {"event": event, **event_dict}
         for key, value in payload.items():
-            fields["payload_event" if key == "event" else key] = value
+            fields[renamed if key == "event" else key] = value
         return fields
 
 DEFAULT_SECRET_PATTERNS: tuple[str, ...] = (
@@ -311,10 +318,12 @@ class AddRank:
 class AddMemory:
     """Adds ``memory_bytes`` allocated on the accelerator, when one is in use.
 
-    The probe is chosen once, at the first event (by then the trainer has imported torch and placed
-    its model): CUDA reads ``torch.cuda.memory_allocated(device)``, MPS
+    The probe is chosen once: here when torch is already imported (an explicit ``device`` that torch
+    refuses raises now, not at step 10,000), else at the first event (by then the trainer has
+    imported torch and placed its model). CUDA reads ``torch.cuda.memory_allocated(device)``, MPS
     ``torch.mps.current_allocated_memory()``. With no accelerator, or torch never imported, the key is
-    not added: a CPU build's ``memory_allocated()`` of 0 is not a reading.
+    not added: a CPU build's ``memory_allocated()`` of 0 is not a reading. A device refused at the
+    first event is warned about once (``LoggingFailureWarning``) and reports nothing.
     """
 
     __slots__ = ("_device", "_probe")
@@ -322,11 +331,20 @@ class AddMemory:
     def __init__(self, device: Any = None) -> None:
         self._device = device
         self._probe: MemoryProbe = self._resolve
-        if device is None and _cuda_initialised():
-            self._probe = resolve_probe(None)  # fix the current device now, on the creating thread
+        if (device is not None and "torch" in sys.modules) or (device is None and _cuda_initialised()):
+            self._probe = resolve_probe(device)  # now, on the creating thread: its current device
 
     def _resolve(self) -> int | None:
-        self._probe = resolve_probe(self._device)
+        try:
+            self._probe = resolve_probe(self._device)
+        except Exception as error:
+            self._probe = _no_reading
+            warnings.warn(
+                f"AddMemory(device={self._device!r}): {type(error).__name__}: {error}; "
+                "memory_bytes is not reported",
+                LoggingFailureWarning,
+                stacklevel=2,
+            )
         return self._probe()
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
@@ -337,12 +355,15 @@ class AddMemory:
         return event_dict
 
 
+def _no_reading() -> int | None:
+    return None
+
+
 def _cuda_initialised() -> bool:
     torch = sys.modules.get("torch")
     return bool(torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized())
 
 
-_PLAIN = frozenset({str, int, float, bool, type(None)})
 
 
 class ConvertValues:
@@ -671,6 +692,6 @@ class DispatchHooks:
             payload = dict(event_dict)
             payload.pop("event", None)
             try:
-                getattr(hook, "on_event", hook)(event, payload)
+                target_of(hook)(event, payload)
             except Exception as error:
                 self._on_error(hook, error, event)

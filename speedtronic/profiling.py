@@ -120,6 +120,11 @@ def _redactor(redact: bool | Iterable[str]) -> list[Redact]:
     return [Redact(redact)]
 
 
+def _check_positive(name: str, value: object, kinds: type | tuple[type, ...]) -> None:
+    if isinstance(value, bool) or not isinstance(value, kinds) or not value > 0:  # type: ignore[operator]  # a number here
+        raise ValueError(f"{name} must be a number > 0, got {value!r}")
+
+
 def _is_power_of_two(n: int) -> bool:
     return n & (n - 1) == 0
 
@@ -175,7 +180,13 @@ class MetricLogger:
         max_line_bytes: int | None = DEFAULT_MAX_LINE_BYTES,
     ) -> None:
         levelno = _parse_level(level)
-        self._cadence = CadenceFilter(every_steps)
+        self._cadence = CadenceFilter(every_steps)  # arguments are checked before any file is opened
+        _check_positive("hook_queue_size", hook_queue_size, int)
+        _check_positive("close_timeout_s", close_timeout_s, (int, float))
+        try:
+            memory = AddMemory(device)
+        except Exception as error:
+            raise ValueError(f"MetricLogger(device={device!r}): {type(error).__name__}: {error}") from None
         redactor = _redactor(redact)  # arguments are checked before any file is opened
         text_renderer = _capped(TextRenderer(), max_line_bytes)
         json_renderer = _capped(JSONLRenderer(as_bytes=True), max_line_bytes)
@@ -218,7 +229,7 @@ class MetricLogger:
         if self._json is not None:
             sinks.append(WriteLines(self._json.write, json_renderer))
         ranked = [AddRank(self.rank.rank, self.rank.world_size)] if self.rank.distributed else []
-        chain = [CopyPayload(), *redactor, elapsed, AddMemory(device), *ranked, ConvertValues(), *sinks]
+        chain = [CopyPayload(), *redactor, elapsed, memory, *ranked, ConvertValues(), *sinks]
         self._delivery: BackgroundDelivery | None = None
         if not self.is_lead:
             final: Any = _drop
@@ -280,6 +291,8 @@ class MetricLogger:
         Returns ``False`` if ``timeout`` (seconds) ran out first. With ``background_hooks=False``
         there is nothing to wait for.
         """
+        if self._closed:
+            return True
         delivered = self._delivery.flush(timeout) if self._delivery is not None else True
         with self._lock:
             if not self._closed:
@@ -336,14 +349,16 @@ class MetricLogger:
         with self._lock:
             if self._closed:
                 raise LoggerClosedError(f"emit({event!r}) raced close(); the event was not logged")
-            if self._deferred or (self._delivery is not None and self._delivery.fatal is not None):
-                self._report_deferred()
             try:
                 getattr(self._chain, level_for(event))(event, payload=payload)
             except (HookError, SpeedtronicWarning):
                 raise
             except Exception as error:
                 self._write_failed(error, f"rendering {event!r}")
+            # Earlier background failures are reported after this event is written: reporting may
+            # raise (an escalated warning, a hook's SystemExit), and must not cost the event.
+            if self._deferred or (self._delivery is not None and self._delivery.fatal is not None):
+                self._report_deferred()
 
     def _refuse(self, event: str, payload: Mapping[Any, Any]) -> bool:
         raise LoggerClosedError(f"emit({event!r}) on a closed MetricLogger; create a new one")

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable
 from typing import IO, Any
 
-from speedtronic._text import format_key, format_value
+from speedtronic._text import format_fields, format_key, format_value
 from speedtronic.processors import EVENT_LEVELS
 from speedtronic.runs import rate_keys
 
@@ -108,7 +108,7 @@ class ProgressHook:
         self.close()
 
     def _trouble(self, event: str, payload: dict[str, Any]) -> None:
-        fields = "".join(f" {format_key(key)}={format_value(value)}" for key, value in payload.items())
+        fields = format_fields(payload)
         level = EVENT_LEVELS[event].upper()
         self._tqdm.write(f"{level} | {event}{fields}", file=self._file)
 

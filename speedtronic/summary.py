@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from speedtronic._convert import non_finite_text
 from speedtronic.processors import level_for
 from speedtronic.runs import RankChoice, Record, Skipped, as_number, rate_keys, read_records, run_files
 
@@ -156,9 +157,7 @@ class RunSummary:
 
 
 def _json_float(value: float | None) -> float | str | None:
-    if value is None or math.isfinite(value):
-        return value
-    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    return value if value is None or math.isfinite(value) else non_finite_text(value)
 
 
 def summarize_run(

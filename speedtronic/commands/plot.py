@@ -11,6 +11,8 @@ from speedtronic.commands._runs import add_rank_argument, rank_choice, report_sk
 from speedtronic.plotting import DEFAULT_KEYS, NothingToPlot, plot_runs
 from speedtronic.runs import RunError
 
+__all__ = ["add_parser", "run"]
+
 
 def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(

@@ -11,6 +11,8 @@ from speedtronic.commands._runs import add_rank_argument, rank_choice, report_sk
 from speedtronic.replay import ReplayRefused, replay_run, tensorboard_hook, wandb_hook
 from speedtronic.runs import RunError, run_files
 
+__all__ = ["add_parser", "run"]
+
 
 def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(

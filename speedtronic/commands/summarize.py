@@ -13,6 +13,8 @@ from speedtronic.commands._runs import add_rank_argument, rank_choice, report_sk
 from speedtronic.runs import RunError
 from speedtronic.summary import format_summaries, summarize_run
 
+__all__ = ["add_parser", "run"]
+
 
 def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(

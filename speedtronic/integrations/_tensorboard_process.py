@@ -16,7 +16,9 @@ error) on stdout, one line, once started and after each flush and close.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
 import signal
 import struct
 import subprocess
@@ -39,7 +41,11 @@ class ProcessWriter:
             [sys.executable, "-m", __name__, os.fspath(log_dir), str(flush_secs), str(max_queue)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0,
         )
-        self._reply("start")
+        try:
+            self._reply("start")
+        except BaseException:
+            self._end(kill=True)
+            raise
 
     def add_event(self, event: Any) -> None:
         self._send(_EVENT, event.SerializeToString())
@@ -55,23 +61,34 @@ class ProcessWriter:
             self._send(_CLOSE)
             self._reply("close")
         finally:
-            assert self._process.stdin is not None
-            self._process.stdin.close()
-            try:
-                self._process.wait(self._timeout_s)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
-            assert self._process.stdout is not None
-            self._process.stdout.close()
+            self._end(kill=False)
+
+    def _end(self, *, kill: bool) -> None:
+        """Close both pipes and reap the child (killed when asked, or when it won't end in time)."""
+        process = self._process
+        assert process.stdin is not None
+        assert process.stdout is not None
+        with contextlib.suppress(OSError):
+            process.stdin.close()
+        if kill:
+            process.kill()
+        try:
+            process.wait(self._timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        process.stdout.close()
 
     def _send(self, kind: bytes, data: bytes = b"") -> None:
         assert self._process.stdin is not None
         self._process.stdin.write(_HEADER.pack(len(data) + 1) + kind + data)
 
     def _reply(self, what: str) -> None:
-        assert self._process.stdout is not None
-        reply = self._process.stdout.readline().strip()
+        stdout = self._process.stdout
+        assert stdout is not None
+        if not select.select([stdout], [], [], self._timeout_s)[0]:
+            raise TimeoutError(f"TensorBoard writer process: no answer to {what} in {self._timeout_s} s")
+        reply = stdout.readline().strip()
         if reply != b"ok":
             code = self._process.poll()
             detail = reply.decode(errors="replace") or f"ended with exit code {code}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import os
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -77,6 +78,7 @@ class WandbHook:
         self.run.define_metric("*", step_metric="step")
         self._training = False
         self._closed = False
+        self._pid = os.getpid()
         atexit.register(self._close_at_exit)
         _lifecycle.run_first_at_exit()  # a logger still holding events for this hook closes first
 
@@ -113,8 +115,10 @@ class WandbHook:
 
     def _close_at_exit(self) -> None:
         # Registered after wandb's own teardown, so it runs before it (atexit is LIFO) and the run
-        # is finished with this hook's exit code rather than whatever W&B assumes.
-        self.close()
+        # is finished with this hook's exit code rather than whatever W&B assumes. A forked child
+        # (a DataLoader worker) inherits the handler; the run is the parent's to finish.
+        if os.getpid() == self._pid:
+            self.close()
 
     def __repr__(self) -> str:
         return f"<WandbHook {'closed' if self._closed else 'open'} run={self.run!r}>"

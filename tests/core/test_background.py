@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from speedtronic import LoggingFailureWarning
+from speedtronic import HookFailureWarning, LoggingFailureWarning
 from speedtronic.profiling import MetricLogger
 from tests.conftest import read_jsonl
 
@@ -162,3 +162,75 @@ print(pid)
     assert (tmp_path / f"{child}.txt").read_text().split() == ["child"]
     parents = [p for p in tmp_path.iterdir() if p.name != f"{child}.txt"]
     assert [p.read_text().split() for p in parents] == [["parent0", "parent1", "parent2"]]
+
+
+class Slow:
+    """A hook that takes its time and notices overlapping calls, including close()."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds, self.active, self.overlaps = seconds, 0, 0
+        self.events: list[int] = []
+        self.closed_at_events: int | None = None
+
+    def on_event(self, event: str, payload: dict[str, Any]) -> None:
+        self.active += 1
+        self.overlaps += self.active > 1
+        __import__("time").sleep(self.seconds)
+        self.events.append(payload["step"])
+        self.active -= 1
+
+    def close(self) -> None:
+        self.closed_at_events = len(self.events)
+
+
+def test_after_a_close_timeout_no_event_reaches_a_hook(jsonl_path: Path) -> None:
+    """Past close_timeout_s the rest is dropped and counted: nothing is delivered after close()."""
+    import time
+
+    hook = Slow(0.05)
+    logger = MetricLogger(stream=io.StringIO(), json_file=jsonl_path, hooks=[hook], close_timeout_s=0.12)
+    for step in range(20):
+        logger.emit("train_step", {"step": step})
+    with pytest.warns(LoggingFailureWarning, match="not delivered"):
+        logger.close()
+    delivered_at_close = len(hook.events)
+    time.sleep(0.3)
+    assert len(hook.events) <= delivered_at_close + 1  # at most the call that was in flight
+    (report,) = [r for r in read_jsonl(jsonl_path) if r["event"] == "hook_error"]
+    assert report["undelivered"] >= 20 - delivered_at_close - 1
+
+
+def test_flush_after_close_returns_at_once() -> None:
+    """flush() on a closed logger never waits for a hook thread that is gone."""
+    logger = MetricLogger(stream=io.StringIO(), hooks=[lambda e, p: None])
+    logger.emit("a", {})
+    logger.close()
+    assert logger.flush() is True
+
+
+def test_a_hook_that_flushes_its_own_logger_does_not_deadlock() -> None:
+    """flush() from the hook thread returns instead of waiting for itself."""
+    results: list[bool] = []
+    logger = MetricLogger(stream=io.StringIO())
+    logger.hooks.append(lambda e, p: results.append(logger.flush(timeout=5)))
+    logger.emit("a", {})
+    assert logger.flush(timeout=10)
+    logger.close()
+    assert len(results) == 1
+
+
+def test_an_escalated_report_never_costs_the_event_being_emitted(jsonl_path: Path) -> None:
+    """A deferred hook failure raising (under -W error) at the next emit: that event is written first."""
+
+    def bad(event: str, payload: dict[str, Any]) -> None:
+        raise ValueError("boom")
+
+    logger = MetricLogger(stream=io.StringIO(), json_file=jsonl_path, hooks=[bad])
+    logger.emit("a", {})
+    assert logger._delivery is not None
+    assert logger._delivery.flush(10)  # delivered (and failed) on the hook thread, not yet reported
+    with pytest.raises(HookFailureWarning):
+        logger.emit("b", {})
+    with pytest.warns(HookFailureWarning):
+        logger.close()
+    assert [r["event"] for r in read_jsonl(jsonl_path) if r["event"] != "hook_error"] == ["a", "b"]

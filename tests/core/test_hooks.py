@@ -145,3 +145,14 @@ class TestOnEvent:
         f.__signature__ = None  # type: ignore[attr-defined]  # changing it later changes nothing
         wrapped("e", {"x": 1})
         assert calls == [{"x": 1}]
+
+
+def test_on_event_with_an_optional_payload_parameter_gets_both() -> None:
+    """f(event, payload=None) has two positional parameters: it is called (event, payload)."""
+    out: list[tuple[Any, Any]] = []
+
+    def f(event: str, payload: dict[str, Any] | None = None) -> None:
+        out.append((event, payload))
+
+    on_event(f)("train_step", {"step": 1})
+    assert out == [("train_step", {"step": 1})]

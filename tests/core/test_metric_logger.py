@@ -447,3 +447,25 @@ class TestBadArguments:
             with pytest.raises(TypeError, match="neither a TrainingHook"):
                 logger.hooks.append(42)
             assert list(logger.hooks) == []
+
+
+class TestArgumentsCheckedBeforeFilesOpen:
+    def test_a_device_torch_refuses_fails_at_construction(self, tmp_path: Path) -> None:
+        """device="gpu" is a ValueError naming the argument, not an event lost at every emit."""
+        import torch  # noqa: F401  # with torch imported the device is resolved at construction
+
+        with pytest.raises(ValueError, match=r"MetricLogger\(device='gpu'\)"):
+            MetricLogger(file=tmp_path / "t.log", device="gpu")
+        assert not (tmp_path / "t.log").exists()
+
+    @pytest.mark.parametrize(
+        "bad", [{"hook_queue_size": 0}, {"close_timeout_s": -1}, {"hook_queue_size": 1.5}]
+    )
+    def test_bad_queue_options_open_no_file(self, tmp_path: Path, bad: dict[str, Any]) -> None:
+        import os
+
+        before = len(os.listdir("/proc/self/fd"))
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            MetricLogger(file=tmp_path / "t.log", json_file=tmp_path / "m.jsonl", **bad)
+        assert len(os.listdir("/proc/self/fd")) == before
+        assert not (tmp_path / "m.jsonl").exists()

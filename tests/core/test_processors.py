@@ -341,3 +341,9 @@ def test_level_for() -> None:
         "warning",
     ]
     assert level_for("delta_upload_failed") == "error"
+
+
+def test_payload_event_rename_never_overwrites_a_payload_event_key() -> None:
+    """{"event": ..., "payload_event": ...}: both values survive."""
+    ed = CopyPayload()(None, "info", {"payload": {"event": "user", "payload_event": "mine"}, "event": "x"})
+    assert ed == {"event": "x", "payload_event#2": "user", "payload_event": "mine"}

@@ -90,8 +90,9 @@ def test_aggregate_without_process_group() -> None:
 
     from speedtronic.distributed import aggregate
 
-    out = aggregate({"loss": torch.tensor(2.5), "n": 3, "flag": True, "name": "x"})
-    assert out == {"loss": 2.5, "n": 3.0, "flag": True, "name": "x"}
+    out = aggregate({"step": 7, "loss": torch.tensor(2.5), "n": 3, "flag": True, "name": "x"})
+    assert out == {"step": 7, "loss": 2.5, "n": 3, "flag": True, "name": "x"}
+    assert (type(out["step"]), type(out["n"])) == (int, int)
 
 
 WORKER = textwrap.dedent(
@@ -111,8 +112,11 @@ WORKER = textwrap.dedent(
     with MetricLogger(json_file=os.path.join(out, "deep", "dir", "metrics.jsonl"), hooks=[hook]) as lg:
         for step in range(1, 4):
             local = {"step": step, "loss": torch.tensor(float(rank + step)), "tokens": 10 * (rank + 1)}
-            lg.emit("train_step", aggregate(local, "mean"))
+            averaged = aggregate(local, "mean")
+            assert averaged["step"] == step and type(averaged["step"]) is int, averaged
+            lg.emit("train_step", averaged)
         summed = aggregate({"tokens": 10 * (rank + 1), "step": 3}, "sum")
+        assert summed == {"tokens": 30, "step": 3} and type(summed["tokens"]) is int, summed
         lg.emit("train_end", summed)
         maxed = aggregate({"loss": float(rank)}, "max")
         assert maxed == {"loss": 1.0}, maxed

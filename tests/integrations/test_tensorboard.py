@@ -256,3 +256,17 @@ class TestWriterProcess:
         done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         assert marker.read_text() == "ran\n"
+
+
+def test_a_writer_process_that_cant_start_leaves_nothing_running(tmp_path: Path) -> None:
+    """A log_dir that is a file: the error names the writer process, and no child is left behind."""
+    import gc
+    import warnings
+
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)
+        with pytest.raises(RuntimeError, match="TensorBoard writer process failed at start"):
+            TensorboardHook(blocker, process=True)
+        gc.collect()
