@@ -154,6 +154,40 @@ def speedtronic_skipped(d: Path) -> tuple[Callable[[dict[str, Any]], None], Call
     return emit, logger.close
 
 
+def peer_loggers() -> dict[str, Any]:
+    """Lightning's CSVLogger and torchtune's DiskLogger, where installed (not dependencies)."""
+    peers: dict[str, Any] = {}
+    try:
+        from lightning.pytorch.loggers import CSVLogger  # type: ignore[import-not-found]
+    except ImportError:
+        print("    (Lightning not installed: its CSVLogger is not measured)")
+    else:
+        def csv_logger(d: Path) -> tuple[Callable[[dict[str, Any]], None], Callable[[], None]]:
+            logger = CSVLogger(str(d), name="csv")
+
+            def emit(payload: dict[str, Any]) -> None:
+                logger.log_metrics(payload, step=payload["step"])
+
+            return emit, logger.finalize  # type: ignore[return-value]
+
+        peers["Lightning CSVLogger"] = csv_logger
+    try:
+        from torchtune.training.metric_logging import DiskLogger  # type: ignore[import-not-found]
+    except ImportError:
+        print("    (torchtune not installed: its DiskLogger is not measured)")
+    else:
+        def disk_logger(d: Path) -> tuple[Callable[[dict[str, Any]], None], Callable[[], None]]:
+            logger = DiskLogger(str(d))
+
+            def emit(payload: dict[str, Any]) -> None:
+                logger.log_dict(payload, step=payload["step"])
+
+            return emit, logger.close
+
+        peers["torchtune DiskLogger"] = disk_logger
+    return peers
+
+
 def interleaved(candidates: dict[str, Any], events: int, rounds: int) -> Result:
     """Median microseconds per event of each candidate, alternating candidates within each round."""
     samples: dict[str, list[float]] = {name: [] for name in candidates}
@@ -198,6 +232,7 @@ def goal_full_and_skip(report: Report, events: int, rounds: int) -> None:
             "speedtronic (background hooks)": speedtronic_logger(True),
             "speedtronic (hooks inside emit)": speedtronic_logger(False),
             "speedtronic skipped step": speedtronic_skipped,
+            **peer_loggers(),
         },
         events,
         rounds,
