@@ -39,8 +39,7 @@ class BackgroundDelivery:
     """
 
     def __init__(self, deliver: Callable[[Any], None], maxsize: int, name: str) -> None:
-        if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 1:
-            raise ValueError(f"hook_queue_size must be an integer >= 1, got {maxsize!r}")
+        # maxsize is MetricLogger(hook_queue_size=...), checked there before any file is opened.
         self._deliver, self._maxsize, self._name = deliver, maxsize, name
         self._batch = min(WAKE_BATCH, max(1, maxsize // 2))
         self.fatal: BaseException | None = None

@@ -9,12 +9,13 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["MemoryProbe", "resolve_probe"]
+__all__ = ["MemoryProbe", "no_reading", "resolve_probe"]
 
 MemoryProbe = Callable[[], "int | None"]
 
 
-def _no_reading() -> int | None:
+def no_reading() -> int | None:
+    """The probe where there is nothing to read: no accelerator, or torch never imported."""
     return None
 
 
@@ -28,7 +29,7 @@ def resolve_probe(device: Any = None) -> MemoryProbe:
     """
     torch = sys.modules.get("torch")
     if torch is None:
-        return _no_reading
+        return no_reading
     if device is None:
         return _default_probe(torch)
     target = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
@@ -37,7 +38,7 @@ def resolve_probe(device: Any = None) -> MemoryProbe:
         return _cuda_probe(torch, index)
     if target.type == "mps" and _mps_available(torch):
         return _mps_probe(torch)
-    return _no_reading
+    return no_reading
 
 
 def _default_probe(torch: Any) -> MemoryProbe:
@@ -45,7 +46,7 @@ def _default_probe(torch: Any) -> MemoryProbe:
         return _cuda_probe(torch, torch.cuda.current_device())
     if _mps_available(torch) and torch.mps.current_allocated_memory() > 0:
         return _mps_probe(torch)
-    return _no_reading
+    return no_reading
 
 
 def _mps_available(torch: Any) -> bool:

@@ -43,7 +43,7 @@ from speedtronic._convert import (
     truncate,
     unique_key,
 )
-from speedtronic._memory import MemoryProbe, resolve_probe
+from speedtronic._memory import MemoryProbe, no_reading, resolve_probe
 from speedtronic._text import format_fields, format_key, quote
 from speedtronic.errors import LoggingFailureWarning
 from speedtronic.hooks import target_of
@@ -338,7 +338,7 @@ class AddMemory:
         try:
             self._probe = resolve_probe(self._device)
         except Exception as error:
-            self._probe = _no_reading
+            self._probe = no_reading
             warnings.warn(
                 f"AddMemory(device={self._device!r}): {type(error).__name__}: {error}; "
                 "memory_bytes is not reported",
@@ -353,10 +353,6 @@ class AddMemory:
             if reading is not None:
                 event_dict["memory_bytes"] = reading
         return event_dict
-
-
-def _no_reading() -> int | None:
-    return None
 
 
 def _cuda_initialised() -> bool:
