@@ -20,7 +20,7 @@ from typing import IO
 from speedtronic import _lifecycle
 from speedtronic.processors import JSONLRenderer, LineRecord, TextRenderer
 
-__all__ = ["ROTATION_CHECK_S", "JSONLFile", "LineFile", "open_text_logger"]
+__all__ = ["ROTATION_CHECK_S", "TORN_SETTLE_S", "JSONLFile", "LineFile", "open_text_logger"]
 
 OnWriteError = Callable[[OSError, str], None]
 RenderNote = Callable[[int, str], bytes]
@@ -97,6 +97,8 @@ class LineFile:
             if (self._pending or self._lost) and not self._recover(fd):
                 self._lost += 1
                 return
+            if self._torn:  # looked torn when opened: look again now, another process may have
+                self._torn = _ends_torn(fd)  # been mid-append then and finished since
             data = b"\n" + line + b"\n" if self._torn else line + b"\n"
             written = self._put(fd, data)
             if written == 0 and self._error:
@@ -178,12 +180,23 @@ def _identity(stat: os.stat_result) -> tuple[int, int]:
     return stat.st_dev, stat.st_ino
 
 
+TORN_SETTLE_S = 0.002
+"""How long a tail that looks torn must stay unchanged to count as torn (see ``_ends_torn``)."""
+
+
 def _ends_torn(fd: int) -> bool:
-    size = os.fstat(fd).st_size
-    if size == 0:
-        return False
+    """Whether the file ends in a line a writer that is gone left unfinished.
+
+    A tail without its newline may also be another process's append in progress (the file grows
+    page by page during a large write): that one is only torn if the file stays the same size for
+    ``TORN_SETTLE_S``. Mending a live append would leave a blank line in the file.
+    """
     try:
-        return os.pread(fd, 1, size - 1) != b"\n"
+        size = os.fstat(fd).st_size
+        if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+            return False
+        time.sleep(TORN_SETTLE_S)
+        return os.fstat(fd).st_size == size and os.pread(fd, 1, size - 1) != b"\n"
     except OSError:  # write-only or not seekable (a pipe, /dev/full): nothing to mend
         return False
 
