@@ -1,4 +1,4 @@
-"""Where rendered lines go: the JSONL file and the text log's stdlib logger.
+"""Where rendered lines go: the JSONL file and the text log (a file or a stream).
 
 Both files are a ``LineFile``: ``O_APPEND``, one ``write(2)`` per line straight to the OS (no
 user-space buffer, so a killed or forked process never loses or repeats a buffered line), a torn tail
@@ -8,7 +8,6 @@ callback instead of raised: a full disk must not end a training run.
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 import threading
@@ -18,9 +17,11 @@ from pathlib import Path
 from typing import IO
 
 from speedtronic import _lifecycle
-from speedtronic.processors import JSONLRenderer, LineRecord, TextRenderer
+from speedtronic.processors import JSONLRenderer, TextRenderer
 
-__all__ = ["ROTATION_CHECK_S", "TORN_SETTLE_S", "JSONLFile", "LineFile", "open_text_logger"]
+__all__ = [
+    "ROTATION_CHECK_S", "TORN_SETTLE_S", "JSONLFile", "LineFile", "TextFile", "TextStream", "open_text_sink"
+]
 
 OnWriteError = Callable[[OSError, str], None]
 RenderNote = Callable[[int, str], bytes]
@@ -89,19 +90,43 @@ class LineFile:
     def write(self, line: bytes) -> None:
         """Append ``line`` plus a newline; on failure, report it and keep the file whole."""
         with self._lock:
-            fd = self._fd
-            if fd is None:
-                raise ValueError(f"{self.path} is closed")
-            if self._clock() >= self._next_check:
-                fd = self._follow_rotation(fd)
-            if (self._pending or self._lost) and not self._recover(fd):
-                self._lost += 1
-                return
-            if self._torn:  # looked torn when opened: look again now, another process may have
-                self._torn = _ends_torn(fd)  # been mid-append then and finished since
-            data = b"\n" + line + b"\n" if self._torn else line + b"\n"
-            written = self._put(fd, data)
-            if written == 0 and self._error:
+            self.write_held(line)
+
+    def write_held(self, line: bytes) -> None:
+        """``write`` for an owner whose own lock serialises every write (``MetricLogger``'s)."""
+        fd = self._fd
+        if fd is None:
+            raise ValueError(f"{self.path} is closed")
+        if self._clock() >= self._next_check:
+            fd = self._follow_rotation(fd)
+        data = line + b"\n"
+        if self._pending or self._lost or self._torn:
+            self._write_carefully(fd, data)
+            return
+        try:
+            written = os.write(fd, data)
+        except OSError:
+            written = 0  # _put tries again, and reports what it gets
+        if written != len(data):
+            self._put_rest(fd, data, written)
+
+    def _write_carefully(self, fd: int, data: bytes) -> None:
+        """``write`` with something to deal with first: a line written in part, lost lines, a torn tail."""
+        if (self._pending or self._lost) and not self._recover(fd):
+            self._lost += 1
+            return
+        if self._torn:  # looked torn when opened: look again now, another process may have
+            self._torn = _ends_torn(fd)  # been mid-append then and finished since
+        self._put_rest(fd, b"\n" + data if self._torn else data, 0)
+
+    def _put_rest(self, fd: int, data: bytes, written: int) -> None:
+        """Write ``data`` past its first ``written`` bytes; on failure, count the line as lost, or keep
+        its rest pending when part of it is already in the file."""
+        rest = data[written:]
+        if self._put(fd, rest) == 0 and self._error:
+            if written:
+                self._pending = rest
+            else:
                 self._lost += 1
 
     def _recover(self, fd: int) -> bool:
@@ -201,81 +226,58 @@ def _ends_torn(fd: int) -> bool:
         return False
 
 
-class _LineFileHandler(logging.Handler):
-    """A logging handler writing each formatted record as one line of a ``LineFile``."""
+class TextFile(LineFile):
+    """The text log in a file: a ``LineFile`` taking ``str`` lines, its note of lost lines a text line."""
 
     def __init__(self, path: str | os.PathLike[str], on_error: OnWriteError) -> None:
-        super().__init__()
-        self.on_error = on_error
-        self.file = LineFile(path, on_error, _text_note)
-        self.baseFilename = str(self.file.path)
+        super().__init__(path, on_error, _text_note)
 
-    def emit(self, record: logging.LogRecord) -> None:
+    def write_text(self, line: str) -> None:
+        """Append ``line`` (no newline); the caller serialises calls, as ``MetricLogger``'s lock does."""
+        self.write_held(line.encode("utf-8", "backslashreplace"))
+
+    def flush(self) -> None:
+        """Nothing to do: every line reached the OS when it was written."""
+
+
+class TextStream:
+    """The text log on a text stream (default stdout): one ``write`` and a ``flush`` per line.
+
+    A failing stream (closed, a broken pipe) is reported to ``on_error``, never raised. The stream is
+    the caller's: ``close`` flushes it and leaves it open.
+    """
+
+    def __init__(self, stream: IO[str], on_error: OnWriteError) -> None:
+        self._stream = stream
+        self._on_error = on_error
+        self._name = str(getattr(stream, "name", "<stream>"))
+
+    def write_text(self, line: str) -> None:
+        """Write ``line`` and a newline, then flush; the caller serialises calls."""
         try:
-            line = _preformatted(self, record) or self.format(record)
-            data = line.encode("utf-8", "backslashreplace")
-        except Exception:
-            self.handleError(record)
-            return
-        self.file.write(data)
+            self._stream.write(line + "\n")
+            self._stream.flush()
+        except Exception as error:
+            self._failed(error)
 
-    def handleError(self, record: logging.LogRecord) -> None:  # stdlib's name
-        _report_current(self.on_error, self.baseFilename)
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except Exception as error:
+            self._failed(error)
 
     def close(self) -> None:
-        self.file.close()
-        super().close()
+        self.flush()
+
+    def _failed(self, error: Exception) -> None:
+        self._on_error(error if isinstance(error, OSError) else OSError(str(error)), self._name)
 
 
-class _ReportingStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]  # IO[str]
-    on_error: OnWriteError
-
-    def emit(self, record: logging.LogRecord) -> None:
-        line = _preformatted(self, record)
-        if line is None:
-            super().emit(record)
-            return
-        try:
-            self.stream.write(line + "\n")
-            self.stream.flush()
-        except Exception:
-            self.handleError(record)
-
-    def handleError(self, record: logging.LogRecord) -> None:  # stdlib's name
-        _report_current(self.on_error, getattr(self.stream, "name", "<stream>"))
-
-
-def _preformatted(handler: logging.Handler, record: logging.LogRecord) -> str | None:
-    """The line of a ``LineRecord`` when the handler has no formatter of its own, else ``None``."""
-    if handler.formatter is None and type(record) is LineRecord:
-        return str(record.msg)
-    return None
-
-
-def _report_current(on_error: OnWriteError, where: str) -> None:
-    error = sys.exc_info()[1]
-    on_error(error if isinstance(error, OSError) else OSError(str(error)), str(where))
-
-
-def open_text_logger(
-    name: str,
-    level: int,
-    file: str | os.PathLike[str] | None,
-    stream: IO[str] | None,
-    on_error: OnWriteError,
-) -> tuple[logging.Logger, logging.Handler]:
-    """A stdlib logger of its own, outside logging's registry, that never propagates to the root.
-
-    It writes to ``file`` (a ``LineFile``: appended, UTF-8, parent directories created) or ``stream``
-    (default stdout; flushed after every line). The caller owns it and closes the returned handler.
-    """
-    handler: _LineFileHandler | _ReportingStreamHandler
+def open_text_sink(
+    file: str | os.PathLike[str] | None, stream: IO[str] | None, on_error: OnWriteError
+) -> TextFile | TextStream:
+    """Where the text log goes: ``file`` (appended, UTF-8, parent directories created) or ``stream``
+    (default stdout). No stdlib logger is involved: the lines never reach logging's handlers."""
     if file is not None:
-        handler = _LineFileHandler(file, on_error)
-    else:
-        handler = _ReportingStreamHandler(stream if stream is not None else sys.stdout)
-        handler.on_error = on_error
-    logger = logging.Logger(name, level)
-    logger.propagate = False
-    logger.addHandler(handler)
-    return logger, handler
+        return TextFile(file, on_error)
+    return TextStream(stream if stream is not None else sys.stdout, on_error)

@@ -13,6 +13,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import orjson
+
 from speedtronic._convert import int_text, safe_str
 
 __all__ = ["format_fields", "format_key", "format_value", "quote"]
@@ -39,7 +41,8 @@ def quote(text: str) -> str:
 
 
 def _format_float(value: float) -> str:
-    return repr(value)
+    text = orjson.dumps(value)
+    return repr(value) if text == b"null" else text.decode()  # NaN and infinities: nan, inf, -inf
 
 
 def _format_int(value: int) -> str:
@@ -64,7 +67,8 @@ _FORMATTERS: dict[type, Callable[[Any], str]] = {
 
 
 def format_value(value: Any) -> str:
-    """Floats as ``repr`` (shortest round-trip), ints in decimal, strings quoted when unsafe."""
+    """Floats as JSON writes them (shortest round-trip: ``0.0003``, ``1e-7``) or ``nan``/``inf``/``-inf``;
+    ints in decimal; strings quoted when unsafe."""
     return _FORMATTERS.get(type(value), _format_other)(value)
 
 
@@ -88,22 +92,51 @@ def format_key(key: object) -> str:
 def format_fields(event_dict: Mapping[Any, Any]) -> str:
     """`` key=value`` for every key but ``"event"``, each with a leading space, in order.
 
-    The common types are handled inline (this runs for every logged event); anything else goes
-    through ``format_value``.
+    Most events are numbers only, under keys seen before (a ``train_step``): those are written in one
+    go, orjson formatting every value, into a template cached per key sequence. Anything else (a
+    string, NaN, a huge int, ``"event"`` not first) takes ``_format_each``; both write the same text.
     """
+    shape = tuple(event_dict)
+    template = _templates.get(shape)
+    if template is None:
+        template = _template_for(shape)
+    if template:
+        values = list(event_dict.values())
+        del values[0]  # the event's name: first, or there would be no template
+        try:
+            numbers = orjson.dumps(values, option=orjson.OPT_PASSTHROUGH_SUBCLASS)[1:-1]
+        except TypeError:  # a type orjson doesn't write natively, or an int beyond 64 bits
+            numbers = b"?"
+        # Only ints and finite floats leave nothing here (strings have quotes, NaN becomes null).
+        if not numbers.translate(None, _NUMBER_BYTES):
+            return template % tuple(numbers.decode().split(","))
+    return _format_each(event_dict)
+
+
+_NUMBER_BYTES = b"0123456789.,+-e"
+_TEMPLATE_CACHE_SIZE = 1024
+_templates: dict[tuple[Any, ...], str] = {}
+
+
+def _template_for(shape: tuple[Any, ...]) -> str:
+    """``" step=%s loss=%s"`` for ``("event", "step", "loss")``; ``""`` when ``"event"`` is not first."""
+    if not shape or shape[0] != "event" or "event" in shape[1:]:
+        return ""
+    template = "".join(f" {format_key(key)}=".replace("%", "%%") + "%s" for key in shape[1:])
+    if len(_templates) < _TEMPLATE_CACHE_SIZE and all(type(key) is str for key in shape):
+        _templates[shape] = template
+    return template
+
+
+def _format_each(event_dict: Mapping[Any, Any]) -> str:
+    """``format_fields``, one value at a time: the common types inline, the rest by ``format_value``."""
     parts: list[str] = []
     safe = _SAFE.fullmatch
     prefixes = _key_prefixes
     for key, value in event_dict.items():
         if key == "event":
             continue
-        kind = type(value)
-        if kind is float:
-            text = repr(value)
-        elif kind is str and safe(value):
-            text = value
-        else:
-            text = format_value(value)
+        text = value if type(value) is str and safe(value) else format_value(value)
         prefix = prefixes.get(key) if type(key) is str else None
         if prefix is None:
             prefix = f" {format_key(key)}="

@@ -6,7 +6,7 @@ configuration is never touched), whose stages live in ``speedtronic.processors``
     emit(event, payload)
       cadence rule (CadenceFilter.admits): a skipped train_step returns here, before any work
       CopyPayload -> Redact -> AddElapsed -> AddMemory -> [AddRank] -> ConvertValues
-        -> WriteText (stdlib logger: stdout, stream or file) -> WriteLines (JSONL file), both CapLine'd
+        -> WriteText (text file or stream) -> WriteLines (JSONL file), both CapLine'd
         -> HandOff (final: to the hook thread, which runs DispatchHooks)
            or DispatchHooks (final, with background_hooks=False: hooks on the emitting thread)
 
@@ -34,7 +34,7 @@ from structlog.typing import EventDict, WrappedLogger
 from speedtronic import _lifecycle
 from speedtronic._dispatch import BackgroundDelivery
 from speedtronic._memory import resolve_probe
-from speedtronic._sinks import JSONLFile, open_text_logger
+from speedtronic._sinks import JSONLFile, open_text_sink
 from speedtronic.distributed import RankInfo, detect_rank, is_lead, rank_path
 from speedtronic.errors import (
     HookError,
@@ -47,6 +47,7 @@ from speedtronic.hooks import HookList, close_hook, hook_name
 from speedtronic.processors import (
     DEFAULT_MAX_LINE_BYTES,
     DEFAULT_SECRET_PATTERNS,
+    EVENT_LEVELS,
     AddElapsed,
     AddMemory,
     AddRank,
@@ -91,19 +92,33 @@ def _drop(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> Eve
     raise structlog.DropEvent
 
 
-def _own_chain(processors: list[Any]) -> Any:
-    """A bound structlog logger over ``processors`` that ignores the global structlog configuration.
+class _Chain(structlog.BoundLoggerBase):
+    """A structlog bound logger that takes the event's level as an argument and the payload whole.
+
+    ``_process_event`` is structlog's documented entry point for custom wrapper classes: it builds
+    the event dict and runs the processors. Calling it directly skips a level method's ``**kwargs``
+    repacking and ``_proxy_to_logger``. The chain's last stage consumes the event (it raises
+    ``DropEvent``, or returns the event dict to be ignored here): nothing reaches a wrapped logger.
+    """
+
+    def run(self, method_name: str, event: str, payload: Mapping[Any, Any]) -> None:
+        try:  # noqa: SIM105  # contextlib.suppress costs more than the rest of this method
+            self._process_event(method_name, event, {"payload": payload})
+        except structlog.DropEvent:
+            pass
+
+
+def _own_chain(processors: list[Any]) -> _Chain:
+    """A bound logger over ``processors`` that ignores the global structlog configuration.
 
     ``wrap_logger`` would otherwise take the wrapper and context classes from
     ``structlog.configure()``: an application's level filter must not silence our events.
     """
-    return structlog.wrap_logger(
-        None,
-        processors=processors,
-        wrapper_class=structlog.make_filtering_bound_logger(logging.NOTSET),
-        context_class=dict,
+    chain: _Chain = structlog.wrap_logger(
+        None, processors=processors, wrapper_class=_Chain, context_class=dict,
         cache_logger_on_first_use=False,
     ).bind()
+    return chain
 
 
 def _capped(renderer: Any, max_line_bytes: int | None) -> Any:
@@ -211,23 +226,21 @@ class MetricLogger:
             json_file = rank_path(json_file, self.rank.rank)
 
         try:
-            self.text_logger, self._handler = open_text_logger(
-                f"speedtronic.metrics.{number}", levelno, file, stream, self._write_failed
-            )
+            self._text = open_text_sink(file, stream, self._write_failed)
         except OSError as error:
             raise ValueError(f"MetricLogger(file={str(file)!r}): can't open it: {error}") from None
         try:
             self._json = JSONLFile(json_file, self._write_failed) if json_file is not None else None
         except OSError as error:
-            self._handler.close()
+            self._text.close()
             raise ValueError(
                 f"MetricLogger(json_file={str(json_file)!r}): can't open it: {error}"
             ) from None
 
         elapsed = AddElapsed()
-        sinks: list[Any] = [WriteText(self.text_logger, text_renderer)] if self.is_lead else []
+        sinks: list[Any] = [WriteText(self._text.write_text, text_renderer, levelno)] if self.is_lead else []
         if self._json is not None:
-            sinks.append(WriteLines(self._json.write, json_renderer))
+            sinks.append(WriteLines(self._json.write_held, json_renderer))  # under self._lock
         ranked = [AddRank(self.rank.rank, self.rank.world_size)] if self.rank.distributed else []
         chain = [CopyPayload(), *redactor, elapsed, memory, *ranked, ConvertValues(), *sinks]
         self._delivery: BackgroundDelivery | None = None
@@ -240,9 +253,9 @@ class MetricLogger:
                 hook_queue_size,
                 name=f"speedtronic-hooks-{number}",
             )
-            final = HandOff(self._hooks, self._delivery.submit)
+            final = HandOff(self._hooks, self._delivery.submit, final=False)
         else:
-            final = DispatchHooks(self._hooks, self._hook_failed)
+            final = DispatchHooks(self._hooks, self._hook_failed, final=False)
         self._chain = _own_chain([*chain, final])
         self._report_chain = _own_chain([CopyPayload(), elapsed, *ranked, ConvertValues(), *sinks, _drop])
         _lifecycle.remember(self)
@@ -297,7 +310,7 @@ class MetricLogger:
         with self._lock:
             if not self._closed:
                 self._report_deferred()
-                self._handler.flush()
+                self._text.flush()
         return delivered
 
     def close(self) -> None:
@@ -317,9 +330,7 @@ class MetricLogger:
                     step()
                 except BaseException as error:
                     errors.append(error)
-            self._handler.flush()
-            self._handler.close()
-            self.text_logger.removeHandler(self._handler)
+            self._text.close()
             if self._json is not None:
                 self._json.close()
             _lifecycle.forget(self)
@@ -350,7 +361,7 @@ class MetricLogger:
             if self._closed:
                 raise LoggerClosedError(f"emit({event!r}) raced close(); the event was not logged")
             try:
-                getattr(self._chain, level_for(event))(event, payload=payload)
+                self._chain.run(EVENT_LEVELS.get(event, "info"), event, payload)
             except (HookError, SpeedtronicWarning):
                 raise
             except Exception as error:
@@ -456,4 +467,4 @@ class MetricLogger:
 
     def _report(self, event: str, fields: dict[str, Any]) -> None:
         """Write a record of the logger's own (never passed to hooks) to the text log and JSONL."""
-        getattr(self._report_chain, level_for(event))(event, payload=fields)
+        self._report_chain.run(level_for(event), event, fields)

@@ -153,7 +153,7 @@ class TestConvertValues:
 
 class TestTextRenderer:
     def test_renders_the_documented_line(self) -> None:
-        """time | LEVEL | event key=value ..., floats as repr."""
+        """time | LEVEL | event key=value ..., floats in their shortest round-trip form."""
         line = TextRenderer()(None, "info", {"event": "train_step", "step": 1, "loss": 1.2, "lr": 3e-4})
         match = LINE.fullmatch(line)
         assert match is not None
@@ -189,6 +189,41 @@ class TestTextRenderer:
         line = TextRenderer()(None, "info", {"event": "e", "k": value})
         assert line.endswith(f" | INFO | e k={text}")
 
+    @pytest.mark.parametrize(
+        ("value", "text"),
+        [
+            (1e-7, "1e-7"),
+            (1e16, "1e+16"),
+            (-0.0, "-0.0"),
+            (2.0, "2.0"),
+            (math.inf, "inf"),
+            (-math.inf, "-inf"),
+            (2**64 - 1, str(2**64 - 1)),
+            (2**64, str(2**64)),
+            (-(2**63), str(-(2**63))),
+            pytest.param(2**16609, "<int of 16610 bits>", id="beyond-the-int-str-limit"),
+            (False, "False"),
+        ],
+    )
+    def test_numbers_alone_and_among_strings_read_the_same(self, value: object, text: str) -> None:
+        """A numbers-only event (written in one go) and one with a string (value by value) agree."""
+        alone = TextRenderer()(None, "info", {"event": "e", "n": value, "m": 1})
+        mixed = TextRenderer()(None, "info", {"event": "e", "n": value, "m": "one"})
+        assert alone.endswith(f" | INFO | e n={text} m=1")
+        assert mixed.endswith(f" | INFO | e n={text} m=one")
+
+    def test_key_order_and_event_position(self) -> None:
+        """Keys keep their order wherever ``event`` sits, also for a key sequence seen before."""
+        for _ in range(2):
+            first = TextRenderer()(None, "info", {"event": "e", "b": 1, "a": 2.5})
+            middle = TextRenderer()(None, "info", {"b": 1, "event": "e", "a": 2.5})
+            assert first.endswith(" e b=1 a=2.5") and middle.endswith(" e b=1 a=2.5")
+
+    def test_percent_in_keys_is_literal(self) -> None:
+        """A key with ``%`` in it is written as it is (the cached template escapes it)."""
+        for _ in range(2):
+            assert TextRenderer()(None, "info", {"event": "e", "top%1": 0.5}).endswith(" e top%1=0.5")
+
     def test_unsafe_keys_are_quoted(self) -> None:
         """A key holding '=' or a newline can't fake a field."""
         line = TextRenderer()(None, "info", {"event": "e", "a=b\nc": 1, 2: "x"})
@@ -223,6 +258,16 @@ class TestJSONLRenderer:
             None,
         )
 
+    def test_timestamp_follows_the_clock_across_milliseconds_and_seconds(self) -> None:
+        """The per-millisecond cache never serves a stale time, also across a second's edge."""
+        now = [0.9995]
+        renderer = JSONLRenderer(clock=lambda: now[0])
+        stamps = []
+        for t in (0.9995, 0.9999, 1.0, 1.0004, 1.0015, 61.25):
+            now[0] = t
+            stamps.append(json.loads(renderer(None, "info", {"event": "x"}))["timestamp"][14:])
+        assert stamps == ["00:00.999Z", "00:00.999Z", "00:01.000Z", "00:01.000Z", "00:01.001Z", "01:01.250Z"]
+
     def test_as_bytes(self) -> None:
         """as_bytes=True returns bytes for binary sinks."""
         assert isinstance(JSONLRenderer(as_bytes=True)(None, "info", {"event": "x"}), bytes)
@@ -239,19 +284,22 @@ class TestJSONLRenderer:
 
 
 class TestWriteText:
-    def test_logs_through_the_stdlib_logger_at_the_event_level(self) -> None:
-        """The rendered line goes to the given logger at the method's level."""
-        records: list[logging.LogRecord] = []
-        logger = logging.Logger("t", logging.INFO)
-        handler = logging.Handler()
-        handler.emit = records.append  # type: ignore[method-assign]  # a journal handler
-        logger.addHandler(handler)
-        stage = WriteText(logger)
-        stage(None, "warning", {"event": "shape_warning"})
+    def test_writes_lines_at_or_above_its_level(self) -> None:
+        """The rendered line goes to ``write`` when the method's level reaches the threshold."""
+        lines: list[str] = []
+        stage = WriteText(lines.append, level=logging.INFO)
+        ed = {"event": "shape_warning"}
+        assert stage(None, "warning", ed) is ed
         stage(None, "debug", {"event": "hidden"})
-        assert [(r.levelname, r.getMessage().split(" | ")[2]) for r in records] == [
-            ("WARNING", "shape_warning")
-        ]
+        assert [line.split(" | ")[1:] for line in lines] == [["WARNING", "shape_warning"]]
+
+    def test_below_the_level_nothing_is_rendered(self) -> None:
+        """A filtered level costs no rendering: the renderer is never called."""
+        def renderer(logger: object, method_name: str, event_dict: dict[str, object]) -> str:
+            raise AssertionError("rendered")
+
+        stage = WriteText(print, renderer, level=logging.WARNING)
+        stage(None, "info", {"event": "train_step"})
 
 
 class TestWriteLines:
@@ -278,6 +326,13 @@ class TestDispatchHooks:
         with pytest.raises(structlog.DropEvent):
             DispatchHooks([Obj(), fn])(None, "info", {"event": "e", "a": 1})
         assert journal == ["obj e {'a': 1}", "fn e {'a': 1}"]
+
+    def test_not_final_returns_the_event(self) -> None:
+        """``final=False`` (MetricLogger's chain end) delivers the same and hands the event back."""
+        journal: list[str] = []
+        ed = {"event": "e", "a": 1}
+        assert DispatchHooks([lambda e, p: journal.append(e)], final=False)(None, "info", ed) is ed
+        assert journal == ["e"]
 
     def test_failures_isolated(self) -> None:
         """A failing hook is reported and the next still runs."""
