@@ -28,17 +28,23 @@ WAKE_BATCH = 256
 """Events waiting that wake the worker before the interval is up."""
 
 _STOP = object()
+
+
+class _Flushed(threading.Event):
+    """Queued by ``flush``: set by the worker once everything before it is delivered."""
 _live: weakref.WeakSet[BackgroundDelivery] = weakref.WeakSet()
 
 
 class BackgroundDelivery:
-    """Calls ``deliver(item)`` for each submitted item, in order, on a worker thread of its own.
+    """Runs each submitted ``(context, *args)`` as ``context.run(deliver, *args)``, in order, on a
+    worker thread of its own.
 
-    ``deliver`` must not raise ``Exception`` (the hook stage catches those); anything else it raises
-    is kept in ``fatal`` for the submitting side to re-raise, and delivery goes on.
+    ``context`` is a ``contextvars.Context`` (the submitter's copy). ``deliver`` must not raise
+    ``Exception`` (the hook stage catches those); anything else it raises is kept in ``fatal`` for the
+    submitting side to re-raise, and delivery goes on.
     """
 
-    def __init__(self, deliver: Callable[[Any], None], maxsize: int, name: str) -> None:
+    def __init__(self, deliver: Callable[..., None], maxsize: int, name: str) -> None:
         # maxsize is MetricLogger(hook_queue_size=...), checked there before any file is opened.
         self._deliver, self._maxsize, self._name = deliver, maxsize, name
         self._batch = min(WAKE_BATCH, max(1, maxsize // 2))
@@ -61,8 +67,8 @@ class BackgroundDelivery:
         """Items submitted but not yet delivered."""
         return self._submitted - self._delivered
 
-    def submit(self, item: Any) -> None:
-        """Queue ``item``; blocks while ``maxsize`` items are waiting."""
+    def submit(self, item: tuple[Any, ...]) -> None:
+        """Queue ``(context, *args)``; blocks while ``maxsize`` items are waiting."""
         if self._thread is None:
             self._start()
         queue = self._queue
@@ -82,7 +88,7 @@ class BackgroundDelivery:
         thread = self._thread
         if thread is None or self._stopping or not thread.is_alive() or thread is threading.current_thread():
             return self.pending == 0
-        done = threading.Event()
+        done = _Flushed()
         self._queue.append(done)
         self._wake.set()
         return done.wait(timeout)
@@ -124,13 +130,15 @@ class BackgroundDelivery:
             wake.clear()
             while queue:
                 item = queue.popleft()
-                if item is _STOP or self._stopped:
+                if self._stopped:
                     return
-                if isinstance(item, threading.Event):
+                if type(item) is not tuple:  # a flush's marker, or _STOP
+                    if item is _STOP:
+                        return
                     item.set()
                     continue
                 try:
-                    deliver(item)
+                    item[0].run(deliver, *item[1:])
                 except BaseException as error:  # a hook's SystemExit: hand it to the emitting thread
                     self.fatal = error
                 self._delivered += 1

@@ -40,7 +40,7 @@ def _json_note(lost: int, error: str) -> bytes:
 
 def _text_note(lost: int, error: str) -> bytes:
     fields = {"event": "logging_error", "error": error, "lost_records": lost}
-    return TextRenderer()(None, "error", fields).encode("utf-8", "backslashreplace")
+    return bytes(TextRenderer(as_bytes=True)(None, "error", fields))
 
 
 class LineFile:
@@ -227,14 +227,14 @@ def _ends_torn(fd: int) -> bool:
 
 
 class TextFile(LineFile):
-    """The text log in a file: a ``LineFile`` taking ``str`` lines, its note of lost lines a text line."""
+    """The text log in a file: a ``LineFile`` whose note of lost lines is a text line."""
 
     def __init__(self, path: str | os.PathLike[str], on_error: OnWriteError) -> None:
         super().__init__(path, on_error, _text_note)
 
-    def write_text(self, line: str) -> None:
-        """Append ``line`` (no newline); the caller serialises calls, as ``MetricLogger``'s lock does."""
-        self.write_held(line.encode("utf-8", "backslashreplace"))
+    accepts_bytes = True
+    put = LineFile.write_held
+    """Append a rendered line (UTF-8 bytes, no newline); the caller serialises calls."""
 
     def flush(self) -> None:
         """Nothing to do: every line reached the OS when it was written."""
@@ -252,8 +252,10 @@ class TextStream:
         self._on_error = on_error
         self._name = str(getattr(stream, "name", "<stream>"))
 
-    def write_text(self, line: str) -> None:
-        """Write ``line`` and a newline, then flush; the caller serialises calls."""
+    accepts_bytes = False
+
+    def put(self, line: str) -> None:
+        """Write a rendered line and a newline, then flush; the caller serialises calls."""
         try:
             self._stream.write(line + "\n")
             self._stream.flush()

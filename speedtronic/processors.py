@@ -95,6 +95,7 @@ _LEVEL_NAMES = {
     "critical": "CRITICAL",
     "fatal": "CRITICAL",
 }
+_INFO = logging.INFO
 _LEVEL_NUMBERS: dict[str, int] = {
     method: logging.getLevelName(name) for method, name in _LEVEL_NAMES.items()
 }
@@ -356,7 +357,7 @@ class AddMemory:
         return self._probe()
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
-        if "memory_bytes" not in event_dict:
+        if self._probe is not no_reading and "memory_bytes" not in event_dict:  # no_reading: no GPU
             reading = self._probe()
             if reading is not None:
                 event_dict["memory_bytes"] = reading
@@ -410,19 +411,50 @@ class TextRenderer:
     Local time; the level from the method name; then the event and every other key in order. Floats
     as JSON writes them (shortest round-trip: ``0.0003``, ``1e-7``), or ``nan``/``inf``/``-inf``;
     strings are bare when safe, else quoted with escapes, so the result is always exactly one line
-    (see ``speedtronic._text``).
+    (see ``speedtronic._text``). ``str``, or UTF-8 ``bytes`` with ``as_bytes=True``; with
+    ``max_line_bytes``, no longer than that once a newline is added (as ``CapLine`` does it).
     """
 
-    __slots__ = ("_clock", "_seconds")
+    __slots__ = ("_as_bytes", "_cap", "_clock", "_fits", "_heads", "_second", "_seconds")
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.time,
+        *,
+        as_bytes: bool = False,
+        max_line_bytes: int | None = None,
+    ) -> None:
         self._clock = clock
         self._seconds = _SecondCache("%Y-%m-%d %H:%M:%S", time.localtime)
+        self._second = -1
+        self._heads: dict[tuple[str, str], str] = {}  # (event, method) -> "time | LEVEL | event", this second
+        self._as_bytes = as_bytes
+        uncapped = TextRenderer(clock, as_bytes=as_bytes) if max_line_bytes else None
+        self._cap, self._fits = _line_cap(uncapped, max_line_bytes)
 
-    def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> str:
+    def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> Any:
+        second = int(self._clock())
+        event = event_dict.get("event", "")
+        fresh = second == self._second and type(event) is str
+        head = self._heads.get((event, method_name)) if fresh else None
+        if head is None:
+            head = self._head(second, method_name, event)
+        line = head + format_fields(event_dict)
+        if self._as_bytes:
+            line = line.encode("utf-8", "backslashreplace")  # type: ignore[assignment]  # bytes now
+        if len(line) > self._fits:
+            return self._cap.fit(logger, method_name, event_dict, line)  # type: ignore[union-attr]
+        return line
+
+    def _head(self, second: int, method_name: str, event: Any) -> str:
+        if second != self._second:
+            self._second = second
+            self._heads.clear()
         level = _LEVEL_NAMES.get(method_name) or quote(method_name.upper())
-        event = format_key(event_dict.get("event", ""))
-        return f"{self._seconds(self._clock())} | {level} | {event}{format_fields(event_dict)}"
+        head = f"{self._seconds(second)} | {level} | {format_key(event)}"
+        if type(event) is str and len(self._heads) < 256:
+            self._heads[event, method_name] = head
+        return head
 
 
 _ORJSON_OPTIONS = (
@@ -439,20 +471,31 @@ class JSONLRenderer:
     ``str()``; keys become unique strings; U+2028, U+2029 and U+0085 are escaped so ``splitlines()``
     readers see one line. A record in which anything was converted or truncated says so in a
     ``"_speedtronic": {"converted": [keys], "truncated": [keys]}`` field, just before ``timestamp``.
-    Returns ``str``, or ``bytes`` with ``as_bytes=True`` (for binary sinks).
+    Returns ``str``, or ``bytes`` with ``as_bytes=True`` (for binary sinks); with ``max_line_bytes``,
+    no longer than that once a newline is added (as ``CapLine`` does it).
     """
 
-    __slots__ = ("_as_bytes", "_clock", "_milliseconds")
+    __slots__ = ("_as_bytes", "_cap", "_clock", "_fits", "_millis", "_seconds", "_stamp")
 
-    def __init__(self, *, as_bytes: bool = False, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        *,
+        as_bytes: bool = False,
+        clock: Callable[[], float] = time.time,
+        max_line_bytes: int | None = None,
+    ) -> None:
         self._clock = clock
-        self._milliseconds = _MillisecondCache()
+        self._seconds = _SecondCache("%Y-%m-%dT%H:%M:%S", time.gmtime)
+        self._millis, self._stamp = -1, ""  # the timestamp, formatted once per millisecond
         self._as_bytes = as_bytes
+        uncapped = JSONLRenderer(as_bytes=as_bytes, clock=clock) if max_line_bytes else None
+        self._cap, self._fits = _line_cap(uncapped, max_line_bytes)
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> Any:
         record = {"event": event_dict.get("event"), **event_dict}
         if "timestamp" not in record:
-            record["timestamp"] = self._milliseconds(self._clock())
+            millis = int(self._clock() * 1000)
+            record["timestamp"] = self._stamp if millis == self._millis else self._timestamp(millis)
         try:
             data = orjson.dumps(record, option=_ORJSON_OPTIONS)
         except (TypeError, ValueError):  # orjson refused it: json_safe_record converts it
@@ -461,24 +504,15 @@ class JSONLRenderer:
             data = _careful_dumps(record)
         if not data.isascii():
             data = _escape_line_breaks(data)
-        return data if self._as_bytes else data.decode()
+        line = data if self._as_bytes else data.decode()
+        if len(line) > self._fits:
+            return self._cap.fit(logger, method_name, event_dict, line)  # type: ignore[union-attr]
+        return line
 
-
-class _MillisecondCache:
-    """RFC 3339 UTC timestamps with milliseconds, formatted once per millisecond."""
-
-    __slots__ = ("_last", "_seconds", "_text")
-
-    def __init__(self) -> None:
-        self._seconds = _SecondCache("%Y-%m-%dT%H:%M:%S", time.gmtime)
-        self._last, self._text = -1, ""
-
-    def __call__(self, now: float) -> str:
-        millis = int(now * 1000)
-        if millis != self._last:
-            second, fraction = divmod(millis, 1000)
-            self._last, self._text = millis, f"{self._seconds(second)}.{fraction:03d}Z"
-        return self._text
+    def _timestamp(self, millis: int) -> str:
+        second, fraction = divmod(millis, 1000)
+        self._millis, self._stamp = millis, f"{self._seconds(second)}.{fraction:03d}Z"
+        return self._stamp
 
 
 def _careful_dumps(record: dict[Any, Any]) -> bytes:
@@ -529,7 +563,13 @@ class CapLine:
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> Any:
         line = self._render(logger, method_name, event_dict)
-        if len(line) * 4 <= self._limit or self._excess(line) <= 0:  # UTF-8: 4 bytes a char at most
+        if len(line) * 4 <= self._limit:  # fits for sure: UTF-8 takes at most 4 bytes a character
+            return line
+        return self.fit(logger, method_name, event_dict, line)
+
+    def fit(self, logger: WrappedLogger, method_name: str, event_dict: EventDict, line: Any) -> Any:
+        """``line``, rendered from ``event_dict``, made to fit (the same line when it does already)."""
+        if self._excess(line) <= 0:
             return line
         return self._shrink(logger, method_name, event_dict, line)
 
@@ -563,6 +603,15 @@ class CapLine:
         return line
 
 
+def _line_cap(uncapped: Any, max_line_bytes: int | None) -> tuple[CapLine | None, int]:
+    """A renderer's own line cap: the ``CapLine`` over its uncapped twin, and the length (characters
+    or bytes) up to which a line fits for sure, so a line that does costs one comparison."""
+    if not max_line_bytes:
+        return None, sys.maxsize
+    cap = CapLine(uncapped, max_line_bytes)
+    return cap, (max_line_bytes - 1) // 4
+
+
 def _text_size(value: Any) -> int:
     if isinstance(value, str | bytes):
         return len(value)
@@ -590,16 +639,16 @@ class WriteText:
     """Renders the text line and hands it to ``write`` when the event's level is at least ``level``.
 
     The line is rendered only then, so ``level="WARNING"`` costs nothing for ``info`` events.
-    ``write`` gets the line without its newline (``MetricLogger`` passes its text file's or
-    stream's ``write_text``). Returns the event dict for the next stage.
+    ``write`` gets the line as rendered, without its newline (``MetricLogger`` passes its text
+    file's or stream's ``put``). Returns the event dict for the next stage.
     """
 
     __slots__ = ("_level", "_render", "_write")
 
     def __init__(
         self,
-        write: Callable[[str], object],
-        renderer: Callable[[WrappedLogger, str, EventDict], str] | None = None,
+        write: Callable[[Any], object],
+        renderer: structlog.typing.Processor | None = None,
         level: int = logging.INFO,
     ):
         self._write = write
@@ -607,7 +656,7 @@ class WriteText:
         self._level = level
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
-        if _LEVEL_NUMBERS.get(method_name, logging.INFO) >= self._level:
+        if _LEVEL_NUMBERS.get(method_name, _INFO) >= self._level:
             self._write(self._render(logger, method_name, event_dict))
         return event_dict
 

@@ -52,7 +52,6 @@ from speedtronic.processors import (
     AddMemory,
     AddRank,
     CadenceFilter,
-    CapLine,
     ConvertValues,
     CopyPayload,
     DispatchHooks,
@@ -95,15 +94,20 @@ def _drop(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> Eve
 class _Chain(structlog.BoundLoggerBase):
     """A structlog bound logger that takes the event's level as an argument and the payload whole.
 
-    ``_process_event`` is structlog's documented entry point for custom wrapper classes: it builds
-    the event dict and runs the processors. Calling it directly skips a level method's ``**kwargs``
-    repacking and ``_proxy_to_logger``. The chain's last stage consumes the event (it raises
-    ``DropEvent``, or returns the event dict to be ignored here): nothing reaches a wrapped logger.
+    ``run`` does what structlog's ``_process_event`` does for a logger with no bound context: the
+    event dict ``{"payload": ..., "event": ...}`` through every processor in order, a
+    ``structlog.DropEvent`` ending it early. What it leaves out is the context merge (this logger
+    binds none) and the call of a wrapped logger: the chain's last stage consumes the event. Measured:
+    a level method (``log.info(event, payload=...)``) costs 1.1 µs more per event, ``_process_event``
+    0.4 µs more.
     """
 
     def run(self, method_name: str, event: str, payload: Mapping[Any, Any]) -> None:
-        try:  # noqa: SIM105  # contextlib.suppress costs more than the rest of this method
-            self._process_event(method_name, event, {"payload": payload})
+        event_dict: Any = {"payload": payload, "event": event}
+        logger = self._logger
+        try:
+            for processor in self._processors:
+                event_dict = processor(logger, method_name, event_dict)
         except structlog.DropEvent:
             pass
 
@@ -119,10 +123,6 @@ def _own_chain(processors: list[Any]) -> _Chain:
         cache_logger_on_first_use=False,
     ).bind()
     return chain
-
-
-def _capped(renderer: Any, max_line_bytes: int | None) -> Any:
-    return CapLine(renderer, max_line_bytes) if max_line_bytes else renderer
 
 
 def _redactor(redact: bool | Iterable[str]) -> list[Redact]:
@@ -203,8 +203,8 @@ class MetricLogger:
         except Exception as error:
             raise ValueError(f"MetricLogger(device={device!r}): {type(error).__name__}: {error}") from None
         redactor = _redactor(redact)  # arguments are checked before any file is opened
-        text_renderer = _capped(TextRenderer(), max_line_bytes)
-        json_renderer = _capped(JSONLRenderer(as_bytes=True), max_line_bytes)
+        text_renderer = TextRenderer(as_bytes=file is not None, max_line_bytes=max_line_bytes)
+        json_renderer = JSONLRenderer(as_bytes=True, max_line_bytes=max_line_bytes)
         if file is not None and stream is not None:
             raise ValueError("pass either file= or stream= for the text log, not both")
         self._hooks = HookList(hooks or ())
@@ -238,7 +238,7 @@ class MetricLogger:
             ) from None
 
         elapsed = AddElapsed()
-        sinks: list[Any] = [WriteText(self._text.write_text, text_renderer, levelno)] if self.is_lead else []
+        sinks: list[Any] = [WriteText(self._text.put, text_renderer, levelno)] if self.is_lead else []
         if self._json is not None:
             sinks.append(WriteLines(self._json.write_held, json_renderer))  # under self._lock
         ranked = [AddRank(self.rank.rank, self.rank.world_size)] if self.rank.distributed else []
@@ -249,7 +249,7 @@ class MetricLogger:
         elif background_hooks and not strict_hooks:
             on_hook_thread = DispatchHooks(self._hooks, self._defer_failure)
             self._delivery = BackgroundDelivery(
-                lambda item: item[0].run(on_hook_thread.deliver, item[1], item[2]),
+                on_hook_thread.deliver,
                 hook_queue_size,
                 name=f"speedtronic-hooks-{number}",
             )
@@ -294,9 +294,24 @@ class MetricLogger:
         try:
             admitted = self._admits(event, payload)  # after close(), this raises LoggerClosedError
         except AttributeError:
-            admitted = True  # not a mapping: _log says so
-        if admitted:
-            self._log(event, payload)
+            admitted = True  # not a mapping: said below
+        if not admitted:
+            return
+        if type(payload) is not dict and not isinstance(payload, Mapping):
+            raise TypeError(f"emit({event!r}): payload must be a mapping, got {type(payload).__name__}")
+        with self._lock:
+            if self._closed:
+                raise LoggerClosedError(f"emit({event!r}) raced close(); the event was not logged")
+            try:
+                self._chain.run(EVENT_LEVELS.get(event, "info"), event, payload)
+            except (HookError, SpeedtronicWarning):
+                raise
+            except Exception as error:
+                self._write_failed(error, f"rendering {event!r}")
+            # Earlier background failures are reported after this event is written: reporting may
+            # raise (an escalated warning, a hook's SystemExit), and must not cost the event.
+            if self._deferred or (self._delivery is not None and self._delivery.fatal is not None):
+                self._report_deferred()
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until the hooks have received every event emitted so far, then report their failures.
@@ -353,23 +368,6 @@ class MetricLogger:
         return f"<MetricLogger {state} every_steps={self.every_steps} hooks={len(self._hooks)}>"
 
     # -- the event path -------------------------------------------------------------------------
-
-    def _log(self, event: str, payload: Mapping[Any, Any]) -> None:
-        if type(payload) is not dict and not isinstance(payload, Mapping):
-            raise TypeError(f"emit({event!r}): payload must be a mapping, got {type(payload).__name__}")
-        with self._lock:
-            if self._closed:
-                raise LoggerClosedError(f"emit({event!r}) raced close(); the event was not logged")
-            try:
-                self._chain.run(EVENT_LEVELS.get(event, "info"), event, payload)
-            except (HookError, SpeedtronicWarning):
-                raise
-            except Exception as error:
-                self._write_failed(error, f"rendering {event!r}")
-            # Earlier background failures are reported after this event is written: reporting may
-            # raise (an escalated warning, a hook's SystemExit), and must not cost the event.
-            if self._deferred or (self._delivery is not None and self._delivery.fatal is not None):
-                self._report_deferred()
 
     def _refuse(self, event: str, payload: Mapping[Any, Any]) -> bool:
         raise LoggerClosedError(f"emit({event!r}) on a closed MetricLogger; create a new one")
