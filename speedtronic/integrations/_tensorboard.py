@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from speedtronic._convert import to_python
+
+if TYPE_CHECKING:
+    from speedtronic.integrations._tensorboard_process import ProcessWriter
 
 __all__ = ["TensorboardHook"]
 
@@ -28,11 +32,11 @@ class TensorboardHook:
     ``RuntimeError``; no second event file is ever created.
 
     With ``process=True`` the event file is written by a process of its own
-    (``speedtronic.integrations._tensorboard_process``): the hook only serialises each event and
-    sends it down a pipe, so tensorboard's pure-Python record checksums no longer compete with
-    training for the GIL. That costs one interpreter start (about a second, once) and is worth it for
-    long runs; a training process that is killed still gets every point it sent written, since the
-    writer closes the file when the pipe ends.
+    (``speedtronic.integrations._tensorboard_process``): the hook only sends each event's scalars
+    down a pipe, and the child builds the protobuf messages and computes tensorboard's pure-Python
+    record checksums, so neither competes with training for the GIL. That costs one interpreter
+    start (about a second, once) and is worth it for long runs; a training process that is killed
+    still gets every point it sent written, since the writer closes the file when the pipe ends.
 
     Args:
         log_dir: directory for the event file (created if missing).
@@ -61,15 +65,17 @@ class TensorboardHook:
                 "pip install 'speedtronic[tensorboard]'",
                 name="tensorboard",
             ) from error
-        self._event, self._summary = Event, Summary
         self.log_dir = os.fspath(log_dir)
-        self._writer: Any
-        if process:
-            from speedtronic.integrations._tensorboard_process import ProcessWriter
+        self._writer: ProcessWriter | _InProcessWriter
+        # Imported here: the writer process runs that module as __main__, which must not be imported
+        # before (by this package's __init__).
+        from speedtronic.integrations._tensorboard_process import ProcessWriter, scalar_event
 
+        if process:
             self._writer = ProcessWriter(self.log_dir, flush_secs=flush_secs, max_queue=max_queue)
         else:
-            self._writer = EventFileWriter(self.log_dir, max_queue_size=max_queue, flush_secs=flush_secs)
+            writer = EventFileWriter(self.log_dir, max_queue_size=max_queue, flush_secs=flush_secs)
+            self._writer = _InProcessWriter(writer, functools.partial(scalar_event, Event, Summary))
         self._counters: dict[str, int] = {}
         self._closed = False
 
@@ -81,14 +87,14 @@ class TensorboardHook:
         if type(step) is not int:
             step = self._counters.get(event, 0)
             self._counters[event] = step + 1
-        values = [
-            self._summary.Value(tag=f"{event}/{key}", simple_value=value)
-            for key, value in ((key, to_python(raw)) for key, raw in payload.items())
-            if type(value) in (int, float)
-        ]
+        tags, values = [], []
+        for key, raw in payload.items():
+            value = to_python(raw)
+            if type(value) in (int, float):
+                tags.append(f"{event}/{key}")
+                values.append(value)
         if values:
-            summary = self._summary(value=values)
-            self._writer.add_event(self._event(wall_time=time.time(), step=step, summary=summary))
+            self._writer.add_scalars(time.time(), step, tags, values)
 
     def flush(self) -> None:
         """Block until every point written so far is in the file."""
@@ -103,3 +109,19 @@ class TensorboardHook:
 
     def __repr__(self) -> str:
         return f"<TensorboardHook {'closed' if self._closed else 'open'} log_dir={self.log_dir!r}>"
+
+
+class _InProcessWriter:
+    """tensorboard's ``EventFileWriter`` (a writer thread in this process) behind ``add_scalars``."""
+
+    def __init__(self, writer: Any, make_event: Callable[[float, int, list[str], list[Any]], Any]) -> None:
+        self._writer, self._make_event = writer, make_event
+
+    def add_scalars(self, wall_time: float, step: int, tags: list[str], values: list[Any]) -> None:
+        self._writer.add_event(self._make_event(wall_time, step, tags, values))
+
+    def flush(self) -> None:
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()

@@ -9,14 +9,21 @@ and does the rest. The pipe is the bound: when the child falls behind, ``add_eve
 is dropped). If the training process dies, the child reads the end of the pipe and closes the file
 with everything it was sent.
 
-Protocol, parent to child on stdin: frames of a 4-byte big-endian length, then a kind byte (``E``
-event, ``F`` flush, ``C`` close) and the event's serialised bytes. The child answers ``ok`` (or an
-error) on stdout, one line, once started and after each flush and close.
+The training process doesn't even build the protobuf messages: a frame carries the event's scalars
+as ``marshal`` data (``(wall_time, step, tags, values)``: C code, NaN and infinities kept; both ends
+run the same interpreter), and the child builds the ``Event`` with ``scalar_event``, the function
+the in-process writer uses too. Measured in ``benchmarks/bench.py``: 4 µs per event on the hook
+thread instead of 17 µs with the messages built there.
+
+Protocol, parent to child on stdin: frames of a 4-byte big-endian length, then a kind byte (``S``
+scalars, ``F`` flush, ``C`` close) and the scalars. The child answers ``ok`` (or an error) on stdout,
+one line, once started and after each flush and close.
 """
 
 from __future__ import annotations
 
 import contextlib
+import marshal
 import os
 import select
 import signal
@@ -25,14 +32,23 @@ import subprocess
 import sys
 from typing import IO, Any
 
-__all__ = ["ProcessWriter", "main"]
+__all__ = ["ProcessWriter", "main", "scalar_event"]
 
-_EVENT, _FLUSH, _CLOSE = b"E", b"F", b"C"
+_SCALARS, _FLUSH, _CLOSE = b"S", b"F", b"C"
 _HEADER = struct.Struct(">I")
 
 
+def scalar_event(
+    event_type: Any, summary_type: Any, wall_time: float, step: int, tags: list[str], values: list[Any]
+) -> Any:
+    """One TensorBoard ``Event`` holding a scalar (float32 ``simple_value``) for each tag."""
+    scalars = zip(tags, values, strict=True)
+    summary = summary_type(value=[summary_type.Value(tag=tag, simple_value=value) for tag, value in scalars])
+    return event_type(wall_time=wall_time, step=step, summary=summary)
+
+
 class ProcessWriter:
-    """``EventFileWriter``'s interface (``add_event``, ``flush``, ``close``) over a writer process."""
+    """A TensorBoard event file written by a child process: ``add_scalars``, ``flush``, ``close``."""
 
     def __init__(self, log_dir: str, *, flush_secs: float, max_queue: int, timeout_s: float = 60.0):
         self._timeout_s = timeout_s
@@ -47,8 +63,9 @@ class ProcessWriter:
             self._end(kill=True)
             raise
 
-    def add_event(self, event: Any) -> None:
-        self._send(_EVENT, event.SerializeToString())
+    def add_scalars(self, wall_time: float, step: int, tags: list[str], values: list[Any]) -> None:
+        """Have the child write one ``Event`` with these scalars (see ``scalar_event``)."""
+        self._send(_SCALARS, marshal.dumps((wall_time, step, tags, values)))
 
     def flush(self) -> None:
         """Return once the child has written everything sent so far to the file."""
@@ -112,6 +129,7 @@ def main(argv: list[str]) -> int:
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     try:
         from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.compat.proto.summary_pb2 import Summary
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
         writer = EventFileWriter(log_dir, max_queue_size=max_queue, flush_secs=flush_secs)
@@ -128,8 +146,8 @@ def main(argv: list[str]) -> int:
             if frame is None:  # the training process is gone: keep what it sent
                 break
             kind = frame[:1]
-            if kind == _EVENT:
-                writer.add_event(Event.FromString(frame[1:]))
+            if kind == _SCALARS:
+                writer.add_event(scalar_event(Event, Summary, *marshal.loads(frame[1:])))
             elif kind == _FLUSH:
                 writer.flush()
                 stdout.write(b"ok\n")

@@ -59,9 +59,14 @@ class TestTensorboardHook:
         assert "checkpoint/path" not in points
         assert len(event_files(log_dir)) == 1
 
-    def test_numbers_are_written_and_everything_else_skipped(self, log_dir: Path) -> None:
-        """ints, floats, 0-d tensors and numpy scalars are scalars; bools, strings, lists are not."""
-        hook = TensorboardHook(log_dir)
+    @pytest.mark.parametrize("process", [False, True], ids=["in-process", "writer-process"])
+    def test_numbers_are_written_and_everything_else_skipped(self, log_dir: Path, process: bool) -> None:
+        """ints, floats, 0-d tensors and numpy scalars are scalars; bools, strings, lists are not.
+
+        The same with the writer process, where the scalars cross the pipe and the child builds the
+        records: NaN stays NaN and an int beyond 64 bits still arrives, as a float32.
+        """
+        hook = TensorboardHook(log_dir, process=process)
         hook.on_event(
             "eval",
             {
@@ -71,6 +76,7 @@ class TestTensorboardHook:
                 "tensor": torch.tensor(2.5),
                 "numpy": np.float32(0.75),
                 "nan": float("nan"),
+                "huge": 2**70,
                 "flag": True,
                 "name": "val",
                 "history": [1.0, 2.0],
@@ -80,11 +86,12 @@ class TestTensorboardHook:
         hook.close()
 
         points = scalars(log_dir)
-        assert set(points) == {f"eval/{key}" for key in ("step", "int", "float", "tensor", "numpy", "nan")}
+        assert set(points) == {f"eval/{key}" for key in ("step", "int", "float", "tensor", "numpy", "nan", "huge")}
         assert points["eval/int"] == [(7, 3.0)]
         assert points["eval/tensor"] == [(7, 2.5)]
         assert points["eval/numpy"] == [(7, 0.75)]
         assert np.isnan(points["eval/nan"][0][1])
+        assert points["eval/huge"] == [(7, float(np.float32(2**70)))]
 
     def test_events_without_a_step_count_per_event_name(self, log_dir: Path) -> None:
         """Without an integer step, each event name has its own counter from 0."""
