@@ -86,7 +86,8 @@ class TestTensorboardHook:
         hook.close()
 
         points = scalars(log_dir)
-        assert set(points) == {f"eval/{key}" for key in ("step", "int", "float", "tensor", "numpy", "nan", "huge")}
+        numbers = ("step", "int", "float", "tensor", "numpy", "nan", "huge")
+        assert set(points) == {f"eval/{key}" for key in numbers}
         assert points["eval/int"] == [(7, 3.0)]
         assert points["eval/tensor"] == [(7, 2.5)]
         assert points["eval/numpy"] == [(7, 0.75)]
