@@ -61,6 +61,7 @@ from speedtronic.processors import (
     TextRenderer,
     WriteLines,
     WriteText,
+    bound_call,
     level_for,
 )
 
@@ -102,11 +103,13 @@ class _Chain(structlog.BoundLoggerBase):
     0.4 µs more.
     """
 
+    _steps: tuple[Callable[..., Any], ...]  # the processors, each in its quickest form to call
+
     def run(self, method_name: str, event: str, payload: Mapping[Any, Any]) -> None:
         event_dict: Any = {"payload": payload, "event": event}
         logger = self._logger
         try:
-            for processor in self._processors:
+            for processor in self._steps:
                 event_dict = processor(logger, method_name, event_dict)
         except structlog.DropEvent:
             pass
@@ -122,6 +125,7 @@ def _own_chain(processors: list[Any]) -> _Chain:
         None, processors=processors, wrapper_class=_Chain, context_class=dict,
         cache_logger_on_first_use=False,
     ).bind()
+    chain._steps = tuple(bound_call(processor) for processor in chain._processors)
     return chain
 
 
