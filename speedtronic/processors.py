@@ -735,10 +735,12 @@ class HandOff:
 class DispatchHooks:
     """Final stage: calls each hook with ``(event, payload)``, then consumes the event.
 
-    Each hook gets its own copy of the payload, so one hook's mutation can't reach the next. A hook's
-    ``Exception`` goes to ``on_error(hook, error, event)`` and the remaining hooks still run;
-    ``BaseException`` (KeyboardInterrupt, SystemExit) propagates. Raises ``structlog.DropEvent``;
-    with ``final=False`` returns the event dict instead (see ``HandOff``).
+    Each hook gets a payload of its own, so one hook's mutation can't reach the next: the last hook
+    gets the event dict itself, less ``"event"`` (this is the last stage: nothing reads it after),
+    the others a copy each. A hook's ``Exception`` goes to ``on_error(hook, error, event)`` and the
+    remaining hooks still run; ``BaseException`` (KeyboardInterrupt, SystemExit) propagates. Raises
+    ``structlog.DropEvent``; with ``final=False`` returns the event dict instead (see ``HandOff``),
+    as the last hook left it.
     """
 
     __slots__ = ("_final", "_hooks", "_on_error")
@@ -757,11 +759,13 @@ class DispatchHooks:
         return event_dict
 
     def deliver(self, hooks: Sequence[Any], event_dict: EventDict) -> None:
-        """Call each of ``hooks`` with the event, isolating their failures."""
-        event = event_dict.get("event", "")
+        """Call each of ``hooks`` with the event, isolating their failures; ``event_dict`` becomes
+        the last hook's payload."""
+        event = event_dict.pop("event", "")
+        copies = len(hooks) - 1
         for hook in hooks:
-            payload = dict(event_dict)
-            payload.pop("event", None)
+            payload = dict(event_dict) if copies else event_dict
+            copies -= 1
             try:
                 target_of(hook)(event, payload)
             except Exception as error:
