@@ -36,8 +36,8 @@ _live: weakref.WeakSet[BackgroundDelivery] = weakref.WeakSet()
 
 
 class BackgroundDelivery:
-    """Runs each submitted ``(context, *args)`` as ``context.run(deliver, *args)``, in order, on a
-    worker thread of its own.
+    """Runs each submitted ``(context, hooks, event_dict)`` as ``context.run(deliver, hooks,
+    event_dict)``, in order, on a worker thread of its own.
 
     ``context`` is a ``contextvars.Context`` (the submitter's copy). ``deliver`` must not raise
     ``Exception`` (the hook stage catches those); anything else it raises is kept in ``fatal`` for the
@@ -67,8 +67,8 @@ class BackgroundDelivery:
         """Items submitted but not yet delivered."""
         return self._submitted - self._delivered
 
-    def submit(self, item: tuple[Any, ...]) -> None:
-        """Queue ``(context, *args)``; blocks while ``maxsize`` items are waiting."""
+    def submit(self, item: tuple[Any, Any, Any]) -> None:
+        """Queue ``(context, hooks, event_dict)``; blocks while ``maxsize`` items are waiting."""
         if self._thread is None:
             self._start()
         queue = self._queue
@@ -137,8 +137,9 @@ class BackgroundDelivery:
                         return
                     item.set()
                     continue
+                context, hooks, event_dict = item
                 try:
-                    item[0].run(deliver, *item[1:])
+                    context.run(deliver, hooks, event_dict)
                 except BaseException as error:  # a hook's SystemExit: hand it to the emitting thread
                     self.fatal = error
                 self._delivered += 1
