@@ -255,7 +255,7 @@ def goal_full_and_skip(report: Report, events: int, rounds: int) -> None:
         events,
         rounds,
     )
-    print(f"    {'':34s} {'median':>8s}    {'/ hand-written':>14s} {'/ stdlib':>9s}  (ratios: per-round medians)")
+    print(f"    {'':34s} {'median':>8s}    {'/ hand-written':>14s} {'/ stdlib':>9s}  (per-round ratios)")
     for name, values in samples.items():
         print(f"    {name:34s} {statistics.median(values):8.2f} µs "
               f"{ratio(samples, name, 'hand-written'):13.2f}x {ratio(samples, name, 'stdlib logging'):8.2f}x")
