@@ -17,7 +17,7 @@ import orjson
 
 from speedtronic._convert import int_text, safe_str
 
-__all__ = ["format_fields", "format_key", "format_value", "quote"]
+__all__ = ["format_fields", "format_fields_utf8", "format_key", "format_value", "quote"]
 
 _SAFE = re.compile(r"[A-Za-z0-9_.,:/@%+\-\[\]()<>]+")
 _UNSAFE = re.compile('[\\\\"\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]')
@@ -90,11 +90,17 @@ def format_key(key: object) -> str:
 
 
 def format_fields(event_dict: Mapping[Any, Any]) -> str:
-    """`` key=value`` for every key but ``"event"``, each with a leading space, in order.
+    """`` key=value`` for every key but ``"event"``, each with a leading space, in order."""
+    return format_fields_utf8(event_dict).decode()
+
+
+def format_fields_utf8(event_dict: Mapping[Any, Any]) -> bytes:
+    """``format_fields``, UTF-8 encoded: what a text file gets.
 
     Most events are numbers only, under keys seen before (a ``train_step``): those are written in one
-    go, orjson formatting every value, into a template cached per key sequence. Anything else (a
-    string, NaN, a huge int, ``"event"`` not first) takes ``_format_each``; both write the same text.
+    go, orjson formatting every value (as bytes: no decoding and encoding again), into a template
+    cached per key sequence. Anything else (a string, NaN, a huge int, ``"event"`` not first) takes
+    ``_format_each``; both write the same text.
     """
     shape = tuple(event_dict)
     template = _templates.get(shape)
@@ -109,20 +115,21 @@ def format_fields(event_dict: Mapping[Any, Any]) -> str:
             numbers = b"?"
         # Only ints and finite floats leave nothing here (strings have quotes, NaN becomes null).
         if not numbers.translate(None, _NUMBER_BYTES):
-            return template % tuple(numbers.decode().split(","))
-    return _format_each(event_dict)
+            return template % tuple(numbers.split(b","))
+    return _format_each(event_dict).encode("utf-8", "backslashreplace")
 
 
 _NUMBER_BYTES = b"0123456789.,+-e"
 _TEMPLATE_CACHE_SIZE = 1024
-_templates: dict[tuple[Any, ...], str] = {}
+_templates: dict[tuple[Any, ...], bytes] = {}
 
 
-def _template_for(shape: tuple[Any, ...]) -> str:
-    """``" step=%s loss=%s"`` for ``("event", "step", "loss")``; ``""`` when ``"event"`` is not first."""
+def _template_for(shape: tuple[Any, ...]) -> bytes:
+    """``b" step=%s loss=%s"`` for ``("event", "step", "loss")``; empty when ``"event"`` isn't first."""
     if not shape or shape[0] != "event" or "event" in shape[1:]:
-        return ""
-    template = "".join(f" {format_key(key)}=".replace("%", "%%") + "%s" for key in shape[1:])
+        return b""
+    text = "".join(f" {format_key(key)}=".replace("%", "%%") + "%s" for key in shape[1:])
+    template = text.encode("utf-8", "backslashreplace")
     if len(_templates) < _TEMPLATE_CACHE_SIZE and all(type(key) is str for key in shape):
         _templates[shape] = template
     return template

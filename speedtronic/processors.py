@@ -42,7 +42,7 @@ from speedtronic._convert import (
     unique_key,
 )
 from speedtronic._memory import MemoryProbe, no_reading, resolve_probe
-from speedtronic._text import format_fields, format_key, quote
+from speedtronic._text import format_fields_utf8, format_key, quote
 from speedtronic.errors import LoggingFailureWarning
 
 __all__ = [
@@ -441,7 +441,7 @@ class TextRenderer:
         self._clock = clock
         self._seconds = _SecondCache("%Y-%m-%d %H:%M:%S", time.localtime)
         self._second = -1
-        self._heads: dict[tuple[str, str], str] = {}  # (event, method) -> "time | LEVEL | event", this second
+        self._heads: dict[tuple[str, str], bytes] = {}  # (event, method): b"time | LEVEL | event" this second
         self._as_bytes = as_bytes
         uncapped = TextRenderer(clock, as_bytes=as_bytes) if max_line_bytes else None
         self._cap, self._fits = _line_cap(uncapped, max_line_bytes)
@@ -453,19 +453,19 @@ class TextRenderer:
         head = self._heads.get((event, method_name)) if fresh else None
         if head is None:
             head = self._head(second, method_name, event)
-        line = head + format_fields(event_dict)
-        if self._as_bytes:
-            line = line.encode("utf-8", "backslashreplace")  # type: ignore[assignment]  # bytes now
+        line: Any = head + format_fields_utf8(event_dict)
+        if not self._as_bytes:
+            line = line.decode()
         if len(line) > self._fits:
             return self._cap.fit(logger, method_name, event_dict, line)  # type: ignore[union-attr]
         return line
 
-    def _head(self, second: int, method_name: str, event: Any) -> str:
+    def _head(self, second: int, method_name: str, event: Any) -> bytes:
         if second != self._second:
             self._second = second
             self._heads.clear()
         level = _LEVEL_NAMES.get(method_name) or quote(method_name.upper())
-        head = f"{self._seconds(second)} | {level} | {format_key(event)}"
+        head = f"{self._seconds(second)} | {level} | {format_key(event)}".encode("utf-8", "backslashreplace")
         if type(event) is str and len(self._heads) < 256:
             self._heads[event, method_name] = head
         return head
