@@ -514,7 +514,7 @@ class JSONLRenderer:
             data = orjson.dumps(record, option=_ORJSON_OPTIONS)
         except (TypeError, ValueError):  # orjson refused it: json_safe_record converts it
             data = b"null"
-        if b"null" in data:  # NaN, infinities, None and refused records: redone the careful way
+        if data.find(b"null") >= 0:  # NaN, infinities, None, refused records: redone the careful way
             data = _careful_dumps(record)
         if not data.isascii():
             data = _escape_line_breaks(data)
