@@ -128,7 +128,9 @@ class CopyPayload:
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
         payload = event_dict.pop(self._key, None) or {}
-        event = str(event_dict.pop("event", ""))
+        event = event_dict.pop("event", "")
+        if type(event) is not str:
+            event = str(event)
         if "event" not in payload:
             return {"event": event, **event_dict, **payload}
         # Rare: rename in place, keeping the order, to a name no other key has ("payload_event#2"...).
