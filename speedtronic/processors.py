@@ -1,13 +1,15 @@
 """Each stage of speedtronic's chain as a structlog processor, usable in any structlog chain.
 
 A processor is a callable ``(logger, method_name, event_dict) -> event_dict``: configured in
-``__init__``, straight-line in ``__call__``. A stage that filters raises ``structlog.DropEvent``; the
-final stage of ``MetricLogger``'s chain (``DispatchHooks``) consumes the event and raises it too.
+``__init__``, straight-line in ``__call__`` (a fast path for the common event is the one kind of
+branch: this runs for every logged step). A stage that filters raises ``structlog.DropEvent``; the
+final stage (``DispatchHooks`` or ``HandOff``) consumes the event and raises it too, or, in
+``MetricLogger``'s own chain (``final=False``), returns it to be ignored.
 
 ``MetricLogger`` runs them in this order::
 
     CopyPayload -> Redact -> AddElapsed -> AddMemory -> [AddRank] -> ConvertValues
-      -> WriteText(CapLine(TextRenderer)) -> WriteLines(CapLine(JSONLRenderer))
+      -> WriteText(TextRenderer) -> WriteLines(JSONLRenderer), both renderers line-capped
       -> HandOff (to the hook thread, which runs DispatchHooks) or DispatchHooks
 
 (``CadenceFilter``'s rule runs before the chain, so a skipped step costs one comparison.)

@@ -6,7 +6,7 @@ configuration is never touched), whose stages live in ``speedtronic.processors``
     emit(event, payload)
       cadence rule (CadenceFilter.admits): a skipped train_step returns here, before any work
       CopyPayload -> Redact -> AddElapsed -> AddMemory -> [AddRank] -> ConvertValues
-        -> WriteText (text file or stream) -> WriteLines (JSONL file), both CapLine'd
+        -> WriteText (text file or stream) -> WriteLines (JSONL file), each renderer line-capped
         -> HandOff (final: to the hook thread, which runs DispatchHooks)
            or DispatchHooks (final, with background_hooks=False: hooks on the emitting thread)
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from speedtronic import HookError, HookFailureWarning, LoggerClosedError
+from speedtronic.errors import LoggingFailureWarning
 from speedtronic.profiling import MetricLogger
 from tests.conftest import read_jsonl
 
@@ -169,6 +170,14 @@ class TestEmit:
         """A payload that is no mapping is a TypeError naming the event."""
         with MetricLogger(stream=io.StringIO()) as logger, pytest.raises(TypeError, match=r"'x'.*mapping"):
             logger.emit("x", [1, 2])  # type: ignore[arg-type]
+
+    def test_a_failing_stream_is_counted_not_raised(self) -> None:
+        """A text stream that can't be written (closed here) costs the line, never the run."""
+        stream = io.StringIO()
+        stream.close()
+        with pytest.warns(LoggingFailureWarning, match="1 record"), MetricLogger(stream=stream) as logger:
+            logger.emit("train_step", {"step": 1})
+            assert logger.write_errors == 1
 
     def test_no_root_logger_and_no_propagation(self, caplog: pytest.LogCaptureFixture) -> None:
         """The text log never goes through stdlib logging: caplog (on the root logger) sees nothing."""

@@ -21,6 +21,7 @@ from speedtronic.processors import (
     TextRenderer,
     WriteLines,
     WriteText,
+    bound_call,
     level_for,
 )
 
@@ -370,6 +371,31 @@ class TestDispatchHooks:
         with pytest.raises(structlog.DropEvent):
             DispatchHooks([mutate, lambda e, p: seen.append(p)])(None, "info", {"event": "e", "step": 1})
         assert seen == [{"step": 1}]
+
+
+    def test_later_hooks_mutating_cant_reach_earlier_payloads(self) -> None:
+        """Copies are taken before any hook runs; the last hook (given the dict itself) can't reach
+        the others' payloads either."""
+        seen: list[dict[str, object]] = []
+
+        def keep(event: str, payload: dict[str, object]) -> None:
+            seen.append(payload)
+
+        def mutate(event: str, payload: dict[str, object]) -> None:
+            payload["step"] = -1
+
+        DispatchHooks([keep, mutate, keep, mutate], final=False)(None, "info", {"event": "e", "step": 1})
+        assert seen == [{"step": 1}, {"step": 1}]
+
+
+class TestBoundCall:
+    def test_functions_as_they_are_instances_by_their_bound_call(self) -> None:
+        """A function is returned unchanged; a processor instance as its bound ``__call__``."""
+        stage = AddElapsed()
+        call = bound_call(stage)
+        assert bound_call(level_for) is level_for
+        assert call.__self__ is stage  # type: ignore[attr-defined]  # a bound method
+        assert "elapsed_s" in call(None, "info", {"event": "x"})
 
 
 class TestInAnyChain:
