@@ -178,6 +178,7 @@ class TestEmit:
         with pytest.warns(LoggingFailureWarning, match="1 record"), MetricLogger(stream=stream) as logger:
             logger.emit("train_step", {"step": 1})
             assert logger.write_errors == 1
+        assert logger.write_errors == 1  # close() flushing the closed stream loses nothing more
 
     def test_no_root_logger_and_no_propagation(self, caplog: pytest.LogCaptureFixture) -> None:
         """The text log never goes through stdlib logging: caplog (on the root logger) sees nothing."""
