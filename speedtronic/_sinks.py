@@ -106,9 +106,11 @@ class LineFile:
             return
         try:
             written = os.write(fd, data)
-        except OSError:
-            written = 0  # _put tries again, and reports what it gets
-        if written != len(data):
+        except OSError as error:
+            self._failed(error, b"")
+            self._lost += 1
+            return
+        if written != len(data):  # a short write (a nearly full disk): finish the line or keep its rest
             self._put_rest(fd, data, written)
 
     def _write_carefully(self, fd: int, data: bytes) -> None:
@@ -156,13 +158,17 @@ class LineFile:
             while written < len(data):
                 written += os.write(fd, data[written:])
         except OSError as error:
-            self._error = self._last_error = f"{type(error).__name__}: {error}"
-            if written:
-                self._pending = data[written:]
-            self._on_error(error, str(self.path))
+            self._failed(error, data[written:] if written else b"")
         else:
             self._torn = False
         return written
+
+    def _failed(self, error: OSError, rest: bytes) -> None:
+        """Report a failed write; ``rest``, when given, is the unwritten end of a line begun in the file."""
+        self._error = self._last_error = f"{type(error).__name__}: {error}"
+        if rest:
+            self._pending = rest
+        self._on_error(error, str(self.path))
 
     def _follow_rotation(self, fd: int) -> int:
         self._next_check = self._clock() + self._every
