@@ -48,9 +48,8 @@ def hook_name(hook: object) -> str:
 def target_of(hook: Any) -> Any:
     """What calling ``hook`` means: its ``on_event`` when that is callable, else the hook itself.
 
-    The one rule every caller uses (registration, ``CallbackList``, and ``DispatchHooks``, which
-    applies it inline, per hook and event); ``as_callback`` adds the signature check, once, when a
-    hook is registered.
+    The one rule every caller uses (registration, ``DispatchHooks``, ``CallbackList``); cheap, so it
+    runs per event. ``as_callback`` adds the signature check, once, when a hook is registered.
     """
     method = getattr(hook, "on_event", None)
     return method if callable(method) else hook

@@ -46,6 +46,7 @@ from speedtronic._convert import (
 from speedtronic._memory import MemoryProbe, no_reading, resolve_probe
 from speedtronic._text import format_fields_utf8, format_key, quote
 from speedtronic.errors import LoggingFailureWarning
+from speedtronic.hooks import target_of
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
@@ -770,7 +771,6 @@ class DispatchHooks:
             payload = dict(event_dict) if copies else event_dict
             copies -= 1
             try:
-                method = getattr(hook, "on_event", None)  # target_of's rule, inline: it runs so often
-                (method if callable(method) else hook)(event, payload)
+                target_of(hook)(event, payload)
             except Exception as error:
                 self._on_error(hook, error, event)
