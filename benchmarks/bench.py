@@ -191,18 +191,23 @@ def peer_loggers() -> dict[str, Any]:
 Samples = dict[str, list[float]]
 
 
+def rotated(names: list[str], start: int) -> list[str]:
+    """``names`` beginning at index ``start`` (mod their number): round ``r`` runs them in this order."""
+    start %= len(names)
+    return names[start:] + names[:start]
+
+
 def interleaved(candidates: dict[str, Any], events: int, rounds: int) -> Samples:
     """Microseconds per event of each candidate in each round.
 
-    Every round runs every candidate once, starting one candidate later than the round before (so no
-    candidate always runs first, or right after the same neighbour).
+    Every round runs every candidate once, starting one candidate later than the round before
+    (``rotated``), so no candidate always runs first.
     """
     samples: Samples = {name: [] for name in candidates}
     with tempfile.TemporaryDirectory() as tmp:
         live = {name: setup(Path(tmp)) for name, setup in candidates.items()}
-        names = list(live)
         for r in range(rounds):
-            for name in names[r % len(names):] + names[: r % len(names)]:
+            for name in rotated(list(live), r):
                 emit = live[name][0]
                 payloads = [dict(PAYLOAD, step=i) for i in range(events)]
                 t0 = time.perf_counter()
@@ -293,9 +298,8 @@ def goal_slow_hooks(report: Report, steps: int, rounds: int) -> None:
                                hooks=[TensorboardHook(log_dir=f"{tmp}/{process}", process=process)])
             for name, process in hooked.items()
         }
-        names = list(samples)
         for r in range(rounds):
-            for name in names[r % len(names):] + names[: r % len(names)]:
+            for name in rotated(list(samples), r):
                 logger = loggers.get(name)
                 t0 = time.perf_counter()
                 for step in range(steps):
