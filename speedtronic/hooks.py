@@ -48,8 +48,8 @@ def hook_name(hook: object) -> str:
 def target_of(hook: Any) -> Any:
     """What calling ``hook`` means: its ``on_event`` when that is callable, else the hook itself.
 
-    The one rule every caller uses (registration, ``DispatchHooks``, ``CallbackList``); cheap, so it
-    runs per event. ``as_callback`` adds the signature check, once, when a hook is registered.
+    The one rule every caller uses (``HookList.targets``, ``CallbackList``). ``as_callback`` adds the
+    signature check, once, when a hook is registered.
     """
     method = getattr(hook, "on_event", None)
     return method if callable(method) else hook
@@ -86,24 +86,43 @@ def close_hook(hook: object) -> None:
 
 
 class HookList(list[Any]):
-    """A list of hooks that checks each hook as it is added (append, insert, extend, assignment)."""
+    """A list of hooks that checks each hook as it is added (append, insert, extend, assignment).
+
+    ``targets`` is ``(hook, callable)`` for each hook, in order, resolved by ``target_of`` whenever
+    the list changes (any list method): what a logger calls per event, without resolving each hook's
+    ``on_event`` again. Replacing a registered hook's ``on_event`` attribute later has no effect.
+    """
+
+    targets: tuple[tuple[Any, Callback], ...]
 
     def __init__(self, hooks: Iterable[Any] = ()) -> None:
         super().__init__(_checked(hooks))
+        self._retarget()
+
+    def _retarget(self) -> None:
+        self.targets = tuple((hook, cast(Callback, target_of(hook))) for hook in self)
 
     def append(self, hook: Any) -> None:
         as_callback(hook)
         super().append(hook)
+        self._retarget()
 
     def insert(self, index: SupportsIndex, hook: Any) -> None:
         as_callback(hook)
         super().insert(index, hook)
+        self._retarget()
 
     def extend(self, hooks: Iterable[Any]) -> None:
         super().extend(_checked(hooks))
+        self._retarget()
 
     def __iadd__(self, hooks: Iterable[Any]) -> HookList:  # type: ignore[misc]  # list's returns Self
         self.extend(hooks)
+        return self
+
+    def __imul__(self, times: SupportsIndex) -> HookList:
+        super().__imul__(times)
+        self._retarget()
         return self
 
     @overload
@@ -116,6 +135,32 @@ class HookList(list[Any]):
         else:
             as_callback(hook)
             super().__setitem__(index, hook)
+        self._retarget()
+
+    def __delitem__(self, index: SupportsIndex | slice) -> None:
+        super().__delitem__(index)
+        self._retarget()
+
+    def pop(self, index: SupportsIndex = -1) -> Any:
+        hook = super().pop(index)
+        self._retarget()
+        return hook
+
+    def remove(self, hook: Any) -> None:
+        super().remove(hook)
+        self._retarget()
+
+    def clear(self) -> None:
+        super().clear()
+        self._retarget()
+
+    def sort(self, *, key: Callable[[Any], Any] | None = None, reverse: bool = False) -> None:
+        super().sort(key=key, reverse=reverse)
+        self._retarget()
+
+    def reverse(self) -> None:
+        super().reverse()
+        self._retarget()
 
 
 def _checked(hooks: Iterable[Any]) -> list[Any]:

@@ -494,7 +494,7 @@ class JSONLRenderer:
     no longer than that once a newline is added (as ``CapLine`` does it).
     """
 
-    __slots__ = ("_as_bytes", "_cap", "_clock", "_fits", "_millis", "_seconds", "_stamp")
+    __slots__ = ("_as_bytes", "_cap", "_clock", "_fits", "_millis", "_seconds", "_stamp", "_tail")
 
     def __init__(
         self,
@@ -505,22 +505,24 @@ class JSONLRenderer:
     ) -> None:
         self._clock = clock
         self._seconds = _SecondCache("%Y-%m-%dT%H:%M:%S", time.gmtime)
-        self._millis, self._stamp = -1, ""  # the timestamp, formatted once per millisecond
+        self._millis, self._stamp, self._tail = -1, "", b""  # the timestamp, formatted once per ms
         self._as_bytes = as_bytes
         uncapped = JSONLRenderer(as_bytes=as_bytes, clock=clock) if max_line_bytes else None
         self._cap, self._fits = _line_cap(uncapped, max_line_bytes)
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> Any:
-        record = {"event": event_dict.get("event"), **event_dict}
-        if "timestamp" not in record:
-            millis = int(self._clock() * 1000)
-            record["timestamp"] = self._stamp if millis == self._millis else self._timestamp(millis)
+        millis = int(self._clock() * 1000)
+        if millis != self._millis:
+            self._timestamp(millis)
         try:
-            data = orjson.dumps(record, option=_ORJSON_OPTIONS)
+            if "timestamp" in event_dict or next(iter(event_dict), None) != "event":
+                data = orjson.dumps(self._record(event_dict), option=_ORJSON_OPTIONS)
+            else:  # the common event: dumped as it is, the timestamp spliced in as its last field
+                data = orjson.dumps(event_dict, option=_ORJSON_OPTIONS)[:-1] + self._tail
         except (TypeError, ValueError):  # orjson refused it: json_safe_record converts it
             data = b"null"
         if data.find(b"null") >= 0:  # NaN, infinities, None, refused records: redone the careful way
-            data = _careful_dumps(record)
+            data = _careful_dumps(self._record(event_dict))
         if not data.isascii():
             data = _escape_line_breaks(data)
         line = data if self._as_bytes else data.decode()
@@ -528,10 +530,16 @@ class JSONLRenderer:
             return self._cap.fit(logger, method_name, event_dict, line)  # type: ignore[union-attr]
         return line
 
-    def _timestamp(self, millis: int) -> str:
+    def _record(self, event_dict: EventDict) -> dict[Any, Any]:
+        """The record as written: ``"event"`` first, ``timestamp`` last (the current one if absent)."""
+        record = {"event": event_dict.get("event"), **event_dict}
+        record.setdefault("timestamp", self._stamp)
+        return record
+
+    def _timestamp(self, millis: int) -> None:
         second, fraction = divmod(millis, 1000)
         self._millis, self._stamp = millis, f"{self._seconds(second)}.{fraction:03d}Z"
-        return self._stamp
+        self._tail = b',"timestamp":"' + self._stamp.encode() + b'"}'
 
 
 def _careful_dumps(record: dict[Any, Any]) -> bytes:
@@ -704,19 +712,40 @@ def _reraise(hook: Any, error: Exception, event: str) -> None:
     raise error
 
 
-Submission = tuple[contextvars.Context, tuple[Any, ...], EventDict]
+Targets = tuple[tuple[Any, Callable[[str, Any], object]], ...]
+"""``(hook, callable)`` for each hook, in order: what ``HookList.targets`` holds."""
+
+Submission = tuple[contextvars.Context, Targets, EventDict]
+
+
+class _Resolved:
+    """``targets`` of a plain sequence of hooks, resolved per event (a ``HookList`` keeps its own)."""
+
+    __slots__ = ("_hooks",)
+
+    def __init__(self, hooks: Sequence[Any]) -> None:
+        self._hooks = hooks
+
+    @property
+    def targets(self) -> Targets:
+        return tuple((hook, target_of(hook)) for hook in self._hooks)
+
+
+def _with_targets(hooks: Sequence[Any]) -> Any:
+    """``hooks`` itself when it keeps its ``targets`` (a ``HookList``), else a view resolving them."""
+    return hooks if isinstance(getattr(hooks, "targets", None), tuple) else _Resolved(hooks)
 
 
 class HandOff:
     """Final stage for background delivery: submits the event, then consumes it.
 
-    What is submitted is ``(context, hooks, event_dict)``: a copy of the emitting thread's
+    What is submitted is ``(context, targets, event_dict)``: a copy of the emitting thread's
     ``contextvars`` (so a hook forwarding to structlog still sees the application's bound context)
-    and the hooks as registered at emit time (so a hook added later never sees earlier events).
-    ``MetricLogger`` submits to its hook thread, which calls ``DispatchHooks.deliver`` inside that
-    context. With no hooks registered, nothing is submitted. Raises ``structlog.DropEvent``; with
-    ``final=False`` returns the event dict instead, for a wrapper that ends the chain itself
-    (``MetricLogger``'s: raising costs a third of a microsecond per event).
+    and the hooks as registered at emit time, as ``(hook, callable)`` pairs (so a hook added later
+    never sees earlier events). ``MetricLogger`` submits to its hook thread, which calls
+    ``DispatchHooks.deliver`` inside that context. With no hooks registered, nothing is submitted.
+    Raises ``structlog.DropEvent``; with ``final=False`` returns the event dict instead, for a wrapper
+    that ends the chain itself (``MetricLogger``'s: raising costs a third of a microsecond per event).
     """
 
     __slots__ = ("_final", "_hooks", "_submit")
@@ -724,13 +753,14 @@ class HandOff:
     def __init__(
         self, hooks: Sequence[Any], submit: Callable[[Submission], object], *, final: bool = True
     ) -> None:
-        self._hooks = hooks
+        self._hooks = _with_targets(hooks)
         self._submit = submit
         self._final = final
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
-        if self._hooks:
-            self._submit((contextvars.copy_context(), tuple(self._hooks), event_dict))
+        targets = self._hooks.targets
+        if targets:
+            self._submit((contextvars.copy_context(), targets, event_dict))
         if self._final:
             raise structlog.DropEvent
         return event_dict
@@ -752,25 +782,25 @@ class DispatchHooks:
     def __init__(
         self, hooks: Sequence[Any], on_error: OnHookError = _reraise, *, final: bool = True
     ) -> None:
-        self._hooks = hooks
+        self._hooks = _with_targets(hooks)
         self._on_error = on_error
         self._final = final
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
-        self.deliver(tuple(self._hooks), event_dict)
+        self.deliver(self._hooks.targets, event_dict)
         if self._final:
             raise structlog.DropEvent
         return event_dict
 
-    def deliver(self, hooks: Sequence[Any], event_dict: EventDict) -> None:
-        """Call each of ``hooks`` with the event, isolating their failures; ``event_dict`` becomes
-        the last hook's payload."""
+    def deliver(self, targets: Targets, event_dict: EventDict) -> None:
+        """Call each of ``targets`` (``(hook, callable)`` pairs, as in ``HookList.targets``) with the
+        event, isolating their failures; ``event_dict`` becomes the last hook's payload."""
         event = event_dict.pop("event", "")
-        copies = len(hooks) - 1
-        for hook in hooks:
+        copies = len(targets) - 1
+        for hook, target in targets:
             payload = dict(event_dict) if copies else event_dict
             copies -= 1
             try:
-                target_of(hook)(event, payload)
+                target(event, payload)
             except Exception as error:
                 self._on_error(hook, error, event)

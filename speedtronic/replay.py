@@ -71,7 +71,7 @@ def replay_run(
             if record.event in LOGGER_RECORDS:
                 result.not_replayed[record.event] += 1
                 continue
-            dispatch.deliver(checked.callbacks, {"event": record.event, **record.payload})
+            dispatch.deliver(checked.callbacks.targets, {"event": record.event, **record.payload})
             result.replayed[record.event] += 1
     finally:
         if close:

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from speedtronic.hooks import CallbackList, TrainingHook, as_callback, on_event
+from speedtronic.hooks import CallbackList, HookList, TrainingHook, as_callback, on_event
+from speedtronic.processors import DispatchHooks
 
 
 class Journal:
@@ -40,6 +41,72 @@ class TestTrainingHook:
 
         with pytest.raises(TypeError, match=r"Wrong\.on_event' can't be called as \(event, payload\)"):
             as_callback(Wrong())
+
+
+class TestHookList:
+    """``targets`` is what the logger calls per event: it must follow every change to the list."""
+
+    @staticmethod
+    def called(hooks: Any) -> list[str]:
+        out: list[str] = []
+        for hook, target in hooks.targets:
+            hook.out = out
+            target("e", {})
+        return out
+
+    def test_targets_follow_every_list_method(self) -> None:
+        a, b, c = Journal("a", []), Journal("b", []), Journal("c", [])
+        hooks = HookList([a])
+        hooks.append(b)
+        assert self.called(hooks) == ["a e", "b e"]
+        hooks.insert(0, c)
+        assert self.called(hooks) == ["c e", "a e", "b e"]
+        hooks.reverse()
+        assert self.called(hooks) == ["b e", "a e", "c e"]
+        hooks.sort(key=lambda hook: hook.name)
+        assert self.called(hooks) == ["a e", "b e", "c e"]
+        hooks.remove(b)
+        assert self.called(hooks) == ["a e", "c e"]
+        assert hooks.pop() is c
+        assert self.called(hooks) == ["a e"]
+        hooks += [b]
+        hooks.extend([c])
+        assert self.called(hooks) == ["a e", "b e", "c e"]
+        del hooks[1]
+        assert self.called(hooks) == ["a e", "c e"]
+        hooks[0] = b
+        hooks[1:] = [a]
+        assert self.called(hooks) == ["b e", "a e"]
+        hooks *= 2
+        assert self.called(hooks) == ["b e", "a e", "b e", "a e"]
+        hooks.clear()
+        assert hooks.targets == ()
+
+    def test_targets_pair_each_hook_with_what_calling_it_means(self) -> None:
+        journal = Journal("a", [])
+
+        def function(event: str, payload: dict[str, Any]) -> None: ...
+
+        assert HookList([journal, function]).targets == ((journal, journal.on_event), (function, function))
+
+    def test_a_refused_hook_leaves_targets_as_they_were(self) -> None:
+        hooks = HookList([Journal("a", [])])
+        before = hooks.targets
+        with pytest.raises(TypeError):
+            hooks.append(42)
+        with pytest.raises(TypeError):
+            hooks[0:1] = [42]
+        assert hooks.targets == before
+
+    def test_dispatch_over_a_plain_list_sees_later_changes(self) -> None:
+        """A plain list, not a HookList, is resolved per event: a hook appended later is called."""
+        out: list[str] = []
+        hooks: list[Any] = [Journal("a", out)]
+        dispatch = DispatchHooks(hooks, final=False)
+        dispatch(None, "info", {"event": "one"})
+        hooks.append(Journal("b", out))
+        dispatch(None, "info", {"event": "two"})
+        assert out == ["a one", "a two", "b two"]
 
 
 class TestCallbackList:

@@ -280,6 +280,29 @@ class TestJSONLRenderer:
         assert len(doc.splitlines()) == 1
         assert json.loads(doc)["s"] == "a\u2028b\u2029c\x85d"
 
+    @pytest.mark.parametrize(
+        "fields",
+        [
+            {"event": "x", "step": 1, "loss": 0.25},  # event first: dumped as is, timestamp spliced in
+            {"step": 1, "event": "x", "loss": 0.25},  # event not first: rebuilt
+            {"event": "x", "loss": math.nan},  # NaN: the careful path
+            {"event": "x", 7: "seven"},  # a key orjson refuses
+            {"step": 1},  # no event at all
+            {"event": "x", "timestamp": "t", "a": 1},  # a timestamp of the chain's own
+        ],
+    )
+    def test_every_path_writes_the_same_record_layout(self, fields: dict[Any, Any]) -> None:
+        """Whichever way a record is dumped: event first, the fields in order, then the timestamp
+        (a chain's own stays where it is), and the event dict is left as it was."""
+        given = dict(fields)
+        record = json.loads(JSONLRenderer(clock=lambda: 1.5)(None, "info", fields))
+        assert list(fields) == list(given)
+        added = [] if "timestamp" in given else ["timestamp"]
+        assert [k for k in record if k != "_speedtronic"] == (
+            ["event"] + [str(k) for k in given if k != "event"] + added
+        )
+        assert record["timestamp"] == given.get("timestamp", "1970-01-01T00:00:01.500Z")
+
     def test_existing_timestamp_kept(self) -> None:
         """A chain's own timestamp (e.g. structlog.processors.TimeStamper) is not replaced."""
         assert json.loads(JSONLRenderer()(None, "info", {"event": "x", "timestamp": "t"}))["timestamp"] == "t"
