@@ -17,7 +17,16 @@ import orjson
 
 from speedtronic._convert import int_text, safe_str
 
-__all__ = ["format_fields", "format_fields_utf8", "format_key", "format_value", "quote"]
+__all__ = [
+    "fields_template",
+    "fill_numbers",
+    "format_each_utf8",
+    "format_fields",
+    "format_fields_utf8",
+    "format_key",
+    "format_value",
+    "quote",
+]
 
 _SAFE = re.compile(r"[A-Za-z0-9_.,:/@%+\-\[\]()<>]+")
 _UNSAFE = re.compile('[\\\\"\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]')
@@ -98,24 +107,39 @@ def format_fields_utf8(event_dict: Mapping[Any, Any]) -> bytes:
     """``format_fields``, UTF-8 encoded: what a text file gets.
 
     Most events are numbers only, under keys seen before (a ``train_step``): those are written in one
-    go, orjson formatting every value (as bytes: no decoding and encoding again), into a template
-    cached per key sequence. Anything else (a string, NaN, a huge int, ``"event"`` not first) takes
-    ``_format_each``; both write the same text.
+    go (``fill_numbers``) into a template cached per key sequence (``fields_template``). Anything else
+    (a string, NaN, a huge int, ``"event"`` not first) takes ``_format_each``; both write the same text.
     """
-    shape = tuple(event_dict)
+    line = fill_numbers(fields_template(tuple(event_dict)), event_dict)
+    return line if line is not None else format_each_utf8(event_dict)
+
+
+def fields_template(shape: tuple[Any, ...]) -> bytes:
+    """``b" step=%s loss=%s"`` for the key sequence ``("event", "step", "loss")``, cached; empty when
+    ``"event"`` isn't first (such events are formatted value by value)."""
     template = _templates.get(shape)
-    if template is None:
-        template = _template_for(shape)
-    if template:
-        values = list(event_dict.values())
-        del values[0]  # the event's name: first, or there would be no template
-        try:
-            numbers = orjson.dumps(values, option=orjson.OPT_PASSTHROUGH_SUBCLASS)[1:-1]
-        except TypeError:  # a type orjson doesn't write natively, or an int beyond 64 bits
-            numbers = b"?"
-        # Only ints and finite floats leave nothing here (strings have quotes, NaN becomes null).
-        if not numbers.translate(None, _NUMBER_BYTES):
-            return template % tuple(numbers.split(b","))
+    return template if template is not None else _template_for(shape)
+
+
+def fill_numbers(template: bytes, event_dict: Mapping[Any, Any]) -> bytes | None:
+    """``template % values`` when every value but the event's name is an int or a finite float, each
+    written by orjson (one call for all of them, as bytes); ``None`` for any other event."""
+    if not template:
+        return None
+    values = list(event_dict.values())
+    del values[0]  # the event's name: first, or there would be no template
+    try:
+        numbers = orjson.dumps(values, option=orjson.OPT_PASSTHROUGH_SUBCLASS)[1:-1]
+    except TypeError:  # a type orjson doesn't write natively, or an int beyond 64 bits
+        return None
+    # Only ints and finite floats leave nothing here (strings have quotes, NaN becomes null).
+    if numbers.translate(None, _NUMBER_BYTES):
+        return None
+    return template % tuple(numbers.split(b","))
+
+
+def format_each_utf8(event_dict: Mapping[Any, Any]) -> bytes:
+    """``format_fields`` one value at a time, UTF-8 encoded: for events ``fill_numbers`` can't write."""
     return _format_each(event_dict).encode("utf-8", "backslashreplace")
 
 

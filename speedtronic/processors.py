@@ -44,7 +44,7 @@ from speedtronic._convert import (
     unique_key,
 )
 from speedtronic._memory import MemoryProbe, no_reading, resolve_probe
-from speedtronic._text import format_fields_utf8, format_key, quote
+from speedtronic._text import fields_template, fill_numbers, format_each_utf8, format_key, quote
 from speedtronic.errors import LoggingFailureWarning
 from speedtronic.hooks import target_of
 
@@ -434,7 +434,7 @@ class TextRenderer:
     ``max_line_bytes``, no longer than that once a newline is added (as ``CapLine`` does it).
     """
 
-    __slots__ = ("_as_bytes", "_cap", "_clock", "_fits", "_heads", "_second", "_seconds")
+    __slots__ = ("_as_bytes", "_cap", "_clock", "_fits", "_lines", "_second", "_seconds")
 
     def __init__(
         self,
@@ -446,34 +446,42 @@ class TextRenderer:
         self._clock = clock
         self._seconds = _SecondCache("%Y-%m-%d %H:%M:%S", time.localtime)
         self._second = -1
-        self._heads: dict[tuple[str, str], bytes] = {}  # (event, method): b"time | LEVEL | event" this second
+        # (key sequence, event, method) -> (line template, head), for this second: the template is
+        # b"time | LEVEL | event step=%s loss=%s", or b"" for keys formatted value by value.
+        self._lines: dict[tuple[Any, ...], tuple[bytes, bytes]] = {}
         self._as_bytes = as_bytes
         uncapped = TextRenderer(clock, as_bytes=as_bytes) if max_line_bytes else None
         self._cap, self._fits = _line_cap(uncapped, max_line_bytes)
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> Any:
         second = int(self._clock())
+        if second != self._second:
+            self._second = second
+            self._lines.clear()
         event = event_dict.get("event", "")
-        fresh = second == self._second and type(event) is str
-        head = self._heads.get((event, method_name)) if fresh else None
-        if head is None:
-            head = self._head(second, method_name, event)
-        line: Any = head + format_fields_utf8(event_dict)
+        shape = tuple(event_dict)
+        known = self._lines.get((shape, event, method_name)) if type(event) is str else None
+        template, head = known if known is not None else self._learn(shape, event, method_name)
+        line: Any = fill_numbers(template, event_dict)  # a numbers-only event: one % of the template
+        if line is None:
+            line = head + format_each_utf8(event_dict)
         if not self._as_bytes:
             line = line.decode()
         if len(line) > self._fits:
             return self._cap.fit(logger, method_name, event_dict, line)  # type: ignore[union-attr]
         return line
 
-    def _head(self, second: int, method_name: str, event: Any) -> bytes:
-        if second != self._second:
-            self._second = second
-            self._heads.clear()
+    def _learn(self, shape: tuple[Any, ...], event: Any, method_name: str) -> tuple[bytes, bytes]:
+        """The line template and head of this second for events of ``shape``, kept for the next ones
+        (up to 256 kinds a second)."""
         level = _LEVEL_NAMES.get(method_name) or quote(method_name.upper())
-        head = f"{self._seconds(second)} | {level} | {format_key(event)}".encode("utf-8", "backslashreplace")
-        if type(event) is str and len(self._heads) < 256:
-            self._heads[event, method_name] = head
-        return head
+        text = f"{self._seconds(self._second)} | {level} | {format_key(event)}"
+        head = text.encode("utf-8", "backslashreplace")
+        fields = fields_template(shape)
+        entry = (head.replace(b"%", b"%%") + fields if fields else b"", head)
+        if type(event) is str and len(self._lines) < 256:
+            self._lines[shape, event, method_name] = entry
+        return entry
 
 
 _ORJSON_OPTIONS = (

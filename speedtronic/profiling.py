@@ -88,6 +88,11 @@ def _parse_level(level: str | int) -> int:
     raise ValueError(f"level must be one of {', '.join(_LEVELS)} (or an int), got {level!r}")
 
 
+def _every_event(event: str, payload: Mapping[Any, Any]) -> bool:
+    """The cadence rule at ``every_steps=1``: every event passes, without looking at its payload."""
+    return True
+
+
 def _drop(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
     raise structlog.DropEvent
 
@@ -220,7 +225,9 @@ class MetricLogger:
         """Records that could not be written (I/O errors) or rendered; each failure is also warned."""
         self._lock = threading.RLock()
         self._closed = False
-        self._admits: Callable[[str, Mapping[Any, Any]], bool] = self._cadence.admits
+        self._admits: Callable[[str, Mapping[Any, Any]], bool] = (
+            self._cadence.admits if every_steps > 1 else _every_event  # the cadence's rule, at 1: True
+        )
         self._close_timeout_s = close_timeout_s
         self._deferred: collections.deque[tuple[object, Exception, str]] = collections.deque()
         number = next(_ids)

@@ -6,6 +6,7 @@ import json
 import logging
 import math
 import re
+from typing import Any
 
 import pytest
 import structlog
@@ -225,6 +226,26 @@ class TestTextRenderer:
         """A key with ``%`` in it is written as it is (the cached template escapes it)."""
         for _ in range(2):
             assert TextRenderer()(None, "info", {"event": "e", "top%1": 0.5}).endswith(" e top%1=0.5")
+
+    def test_a_reused_renderer_writes_what_a_fresh_one_does(self) -> None:
+        """Line templates are kept per key sequence, event and level, for one second: reused
+        across events and seconds, a renderer never puts one kind of line's head on another."""
+        kinds: list[tuple[str, dict[Any, Any]]] = [
+            ("info", {"event": "train_step", "step": 1, "loss": 0.5}),
+            ("info", {"event": "100%_done", "step": 1, "loss": 0.5}),  # % in the head
+            ("warning", {"event": "train_step", "step": 1, "loss": 0.5}),
+            ("info", {"event": "checkpoint", "step": 1, "loss": 0.5}),
+            ("info", {"event": "train_step", "step": 1, "loss": "high"}),  # same keys, a string
+            ("info", {"step": 1, "event": "train_step", "loss": 0.5}),  # event not first
+            ("info", {"event": 7, "step": 1}),  # an event that is no string
+        ]
+        now = [1_000.25]
+        renderer = TextRenderer(clock=lambda: now[0])
+        for t in (1_000.25, 1_000.75, 1_001.5):
+            now[0] = t
+            for method, fields in kinds * 2:
+                fresh = TextRenderer(clock=lambda: t)(None, method, dict(fields))  # noqa: B023  # called at once
+                assert renderer(None, method, dict(fields)) == fresh
 
     def test_unsafe_keys_are_quoted(self) -> None:
         """A key holding '=' or a newline can't fake a field."""
