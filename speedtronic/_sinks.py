@@ -32,6 +32,7 @@ ROTATION_CHECK_S = 1.0
 """How often a ``LineFile`` compares its path's inode with its open file's (one ``stat`` each)."""
 
 _FLAGS = os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+_INF = float("inf")
 
 
 def _json_note(lost: int, error: str) -> bytes:
@@ -82,6 +83,9 @@ class LineFile:
         self._identity = _identity(os.fstat(self._fd))
         self._torn = _ends_torn(self._fd)
         self._next_check = clock() + self._every
+        # Until this time, a write takes the fast path: no rotation check due, nothing to mend.
+        # Anything that leaves something to mend (or closes the file) sets it to -inf.
+        self._fast_until = -_INF if self._torn else self._next_check
         _lifecycle.guard_across_fork(self)
 
     def _open(self) -> int:
@@ -95,23 +99,35 @@ class LineFile:
 
     def write_held(self, line: bytes) -> None:
         """``write`` for an owner whose own lock serialises every write (``MetricLogger``'s)."""
-        fd = self._fd
-        if fd is None:
-            raise ValueError(f"{self.path} is closed")
-        if self._clock() >= self._next_check:
-            fd = self._follow_rotation(fd)
         data = line + b"\n"
-        if self._pending or self._lost or self._torn:
-            self._write_carefully(fd, data)
+        if self._clock() >= self._fast_until:  # a rotation check is due, or something to mend
+            self._write_slowly(data)
             return
+        fd: int = self._fd  # type: ignore[assignment]  # not None: closing ends the fast path
         try:
             written = os.write(fd, data)
         except OSError as error:
             self._failed(error, b"")
             self._lost += 1
+            self._fast_until = -_INF
             return
         if written != len(data):  # a short write (a nearly full disk): finish the line or keep its rest
             self._put_rest(fd, data, written)
+            self._fast_until = -_INF if self._pending or self._lost else self._next_check
+
+    def _write_slowly(self, data: bytes) -> None:
+        """``write_held`` off its fast path: check for rotation when due, mend what a failed write or
+        a killed writer left, then open the fast path again if nothing is left to mend."""
+        fd = self._fd
+        if fd is None:
+            raise ValueError(f"{self.path} is closed")
+        if self._clock() >= self._next_check:
+            fd = self._follow_rotation(fd)
+        if self._pending or self._lost or self._torn:
+            self._write_carefully(fd, data)
+        else:
+            self._put_rest(fd, data, 0)
+        self._fast_until = -_INF if self._pending or self._lost or self._torn else self._next_check
 
     def _write_carefully(self, fd: int, data: bytes) -> None:
         """``write`` with something to deal with first: a line written in part, lost lines, a torn tail."""
@@ -195,6 +211,7 @@ class LineFile:
     def close(self) -> None:
         with self._lock:
             fd, self._fd = self._fd, None
+            self._fast_until = -_INF
             if fd is not None:
                 if self._pending:
                     self._finish_pending(fd)

@@ -96,6 +96,29 @@ class TestCheckInterval:
         assert json_steps(path) == [2]
         assert errors == []
 
+    def test_checked_again_a_full_interval_after_a_check(self, tmp_path: Path) -> None:
+        """After a check, writes go straight to the file until the next interval is up."""
+        now = [0.0]
+        path, moved = tmp_path / "m.jsonl", tmp_path / "m.jsonl.1"
+        log = LineFile(path, lambda e, w: None, clock=lambda: now[0])
+        log.write(b'{"step":0}')
+        now[0] = 1.0
+        log.write(b'{"step":1}')  # checked here: the next check is at 2.0
+        path.rename(moved)
+        now[0] = 1.9
+        log.write(b'{"step":2}')
+        now[0] = 2.0
+        log.write(b'{"step":3}')
+        log.close()
+        assert json_steps(moved) == [0, 1, 2]
+        assert json_steps(path) == [3]
+
+    def test_a_write_after_close_names_the_file(self, tmp_path: Path) -> None:
+        log = LineFile(tmp_path / "m.jsonl", lambda e, w: None)
+        log.close()
+        with pytest.raises(ValueError, match=r"m\.jsonl is closed"):
+            log.write(b"{}")
+
 
 LOGROTATE = shutil.which("logrotate") or shutil.which("/usr/sbin/logrotate")
 
