@@ -202,7 +202,7 @@ class Redact:
     secret can't hide below the depth this looks at. The event name is never redacted.
     """
 
-    __slots__ = ("_cache", "_match", "_replacement", "_shapes")
+    __slots__ = ("_cache", "_match", "_replacement", "_safe")
 
     def __init__(self, patterns: Iterable[str] = DEFAULT_SECRET_PATTERNS, replacement: str = REDACTED):
         patterns = list(patterns)
@@ -212,7 +212,7 @@ class Redact:
         self._match = re.compile(regex, re.IGNORECASE | re.DOTALL).match
         self._replacement = replacement
         self._cache: dict[str, bool] = {}
-        self._shapes: dict[tuple[str, ...], bool] = {}
+        self._safe: set[str] = {"event"}  # string keys known not to be secret (the event's name never is)
 
     def _secret(self, key: object) -> bool:
         if type(key) is not str:
@@ -222,13 +222,14 @@ class Redact:
             hit = self._match(key) is not None
             if len(self._cache) < 4096:
                 self._cache[key] = hit
+                if not hit:
+                    self._safe.add(key)
         return hit
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
-        # The common event: keys seen before, none of them secret (one lookup), and plain values.
-        if self._shapes.get(tuple(event_dict)) and _PLAIN.issuperset(map(type, event_dict.values())):
+        # The common event: every key seen before and not secret, and plain values.
+        if self._safe.issuperset(event_dict) and _PLAIN.issuperset(map(type, event_dict.values())):
             return event_dict
-        self._learn_shape(event_dict)
         cache = self._cache
         for key, value in event_dict.items():
             hit = cache.get(key) if type(key) is str else None
@@ -240,12 +241,6 @@ class Redact:
             elif type(value) not in _PLAIN and _kind(value) != _LEAF:
                 event_dict[key] = self._scrub(value, 1)
         return event_dict
-
-    def _learn_shape(self, event_dict: EventDict) -> None:
-        """Remember whether this key sequence holds a secret key (up to 1,024 sequences of str keys)."""
-        shape = tuple(event_dict)
-        if shape not in self._shapes and len(self._shapes) < 1024 and all(type(k) is str for k in shape):
-            self._shapes[shape] = not any(self._secret(key) for key in shape if key != "event")
 
     def _scrub(self, value: Any, depth: int) -> Any:
         """``value`` with its secrets replaced: the same object when it holds none."""

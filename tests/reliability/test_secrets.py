@@ -121,3 +121,19 @@ class TestRedactProcessor:
     def test_training_metrics_are_not_secrets(self, key: str) -> None:
         """Token counts and similar metrics pass through the default patterns."""
         assert Redact(DEFAULT_SECRET_PATTERNS)(None, "info", {"event": "x", key: 5})[key] == 5
+
+    def test_a_reused_redactor_still_catches_what_it_has_not_seen(self) -> None:
+        """After many plain events, a new secret key, a secret nested in a known key, a non-string
+        key and a key first seen nested are each still redacted at the top level."""
+        redact = Redact()
+
+        def redacted(**fields: Any) -> dict[Any, Any]:
+            return dict(redact(None, "info", {"event": "train_step", **fields}))
+
+        for step in range(3):
+            assert redacted(step=step, loss=0.5)["loss"] == 0.5
+        assert redacted(step=3, hf_token=CANARY)["hf_token"] == "[REDACTED]"
+        assert redacted(step=4, loss={"password": CANARY})["loss"] == {"password": "[REDACTED]"}
+        assert redact(None, "info", {"event": "x", ("api_key",): CANARY})[("api_key",)] == "[REDACTED]"
+        redacted(outer={"db_password": "nested"})
+        assert redacted(db_password=CANARY)["db_password"] == "[REDACTED]"
