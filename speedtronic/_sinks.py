@@ -107,11 +107,13 @@ class LineFile:
         try:
             written = os.write(fd, data)
         except OSError as error:
-            self._failed(error, b"")
+            # The state first: reporting may raise (a warning escalated to an error).
             self._lost += 1
             self._fast_until = -_INF
+            self._failed(error, b"")
             return
         if written != len(data):  # a short write (a nearly full disk): finish the line or keep its rest
+            self._fast_until = -_INF  # until the rest is written, even if reporting a failure raises
             self._put_rest(fd, data, written)
             self._fast_until = -_INF if self._pending or self._lost else self._next_check
 

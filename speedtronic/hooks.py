@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol, SupportsIndex, cast, overload, runtime_checkable
 
@@ -85,44 +87,67 @@ def close_hook(hook: object) -> None:
         close()
 
 
+_changing = threading.RLock()
+"""Held while a ``HookList`` changes and rebuilds its ``targets`` (changes are rare; one lock for all)."""
+
+
+def _new_lock_in_child() -> None:
+    global _changing
+    _changing = threading.RLock()  # a fork may have copied it held by a thread that is gone
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_in_child)
+
+
 class HookList(list[Any]):
     """A list of hooks that checks each hook as it is added (append, insert, extend, assignment).
 
     ``targets`` is ``(hook, callable)`` for each hook, in order, resolved by ``target_of`` whenever
-    the list changes (any list method): what a logger calls per event, without resolving each hook's
-    ``on_event`` again. Replacing a registered hook's ``on_event`` attribute later has no effect.
+    the list changes (every list method, under a lock, so two threads changing it at once leave it
+    right): what a logger calls per event, without resolving each hook's ``on_event`` again. A hook
+    whose ``on_event`` attribute is replaced after it was added keeps being called through the one
+    it had, until the list changes.
     """
 
-    targets: tuple[tuple[Any, Callback], ...]
+    targets: tuple[tuple[Any, Callback], ...] = ()
 
     def __init__(self, hooks: Iterable[Any] = ()) -> None:
-        super().__init__(_checked(hooks))
-        self._retarget()
+        with _changing:
+            super().__init__(_checked(hooks))
+            self._retarget()
+
+    def __getstate__(self) -> None:
+        return None  # ``targets`` is rebuilt from the hooks when a copy or an unpickled list is filled
 
     def _retarget(self) -> None:
         self.targets = tuple((hook, cast(Callback, target_of(hook))) for hook in self)
 
     def append(self, hook: Any) -> None:
-        as_callback(hook)
-        super().append(hook)
-        self._retarget()
+        with _changing:
+            as_callback(hook)
+            super().append(hook)
+            self._retarget()
 
     def insert(self, index: SupportsIndex, hook: Any) -> None:
-        as_callback(hook)
-        super().insert(index, hook)
-        self._retarget()
+        with _changing:
+            as_callback(hook)
+            super().insert(index, hook)
+            self._retarget()
 
     def extend(self, hooks: Iterable[Any]) -> None:
-        super().extend(_checked(hooks))
-        self._retarget()
+        with _changing:
+            super().extend(_checked(hooks))
+            self._retarget()
 
     def __iadd__(self, hooks: Iterable[Any]) -> HookList:  # type: ignore[misc]  # list's returns Self
         self.extend(hooks)
         return self
 
     def __imul__(self, times: SupportsIndex) -> HookList:
-        super().__imul__(times)
-        self._retarget()
+        with _changing:
+            super().__imul__(times)
+            self._retarget()
         return self
 
     @overload
@@ -130,37 +155,46 @@ class HookList(list[Any]):
     @overload
     def __setitem__(self, index: slice, hook: Iterable[Any]) -> None: ...
     def __setitem__(self, index: SupportsIndex | slice, hook: Any) -> None:
-        if isinstance(index, slice):
-            super().__setitem__(index, _checked(hook))
-        else:
-            as_callback(hook)
-            super().__setitem__(index, hook)
-        self._retarget()
+        with _changing:
+            if isinstance(index, slice):
+                super().__setitem__(index, _checked(hook))
+            else:
+                as_callback(hook)
+                super().__setitem__(index, hook)
+            self._retarget()
 
     def __delitem__(self, index: SupportsIndex | slice) -> None:
-        super().__delitem__(index)
-        self._retarget()
+        with _changing:
+            super().__delitem__(index)
+            self._retarget()
 
     def pop(self, index: SupportsIndex = -1) -> Any:
-        hook = super().pop(index)
-        self._retarget()
+        with _changing:
+            hook = super().pop(index)
+            self._retarget()
         return hook
 
     def remove(self, hook: Any) -> None:
-        super().remove(hook)
-        self._retarget()
+        with _changing:
+            super().remove(hook)
+            self._retarget()
 
     def clear(self) -> None:
-        super().clear()
-        self._retarget()
+        with _changing:
+            super().clear()
+            self._retarget()
 
     def sort(self, *, key: Callable[[Any], Any] | None = None, reverse: bool = False) -> None:
-        super().sort(key=key, reverse=reverse)
-        self._retarget()
+        with _changing:
+            try:
+                super().sort(key=key, reverse=reverse)
+            finally:  # a comparison that fails part-way may leave the list reordered
+                self._retarget()
 
     def reverse(self) -> None:
-        super().reverse()
-        self._retarget()
+        with _changing:
+            super().reverse()
+            self._retarget()
 
 
 def _checked(hooks: Iterable[Any]) -> list[Any]:

@@ -164,6 +164,7 @@ DEFAULT_SECRET_PATTERNS: tuple[str, ...] = (
 """
 
 REDACTED = "[REDACTED]"
+_STR = frozenset({str})
 _LEAF, _MAPPING, _SEQUENCE, _FIELDS = range(4)
 _kinds: dict[type, int] = {}
 
@@ -227,8 +228,13 @@ class Redact:
         return hit
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
-        # The common event: every key seen before and not secret, and plain values.
-        if self._safe.issuperset(event_dict) and _PLAIN.issuperset(map(type, event_dict.values())):
+        # The common event: every key a str seen before and not secret, and plain values. (Keys are
+        # found in the set by equality: a str subclass equal to a safe key may look secret as text.)
+        if (
+            self._safe.issuperset(event_dict)
+            and _STR.issuperset(map(type, event_dict))
+            and _PLAIN.issuperset(map(type, event_dict.values()))
+        ):
             return event_dict
         cache = self._cache
         for key, value in event_dict.items():
@@ -474,7 +480,8 @@ class TextRenderer:
         head = text.encode("utf-8", "backslashreplace")
         fields = fields_template(shape)
         entry = (head.replace(b"%", b"%%") + fields if fields else b"", head)
-        if type(event) is str and len(self._lines) < 256:
+        # Only str keys: 1, 1.0 and True are one dict key, and write as three different tokens.
+        if type(event) is str and len(self._lines) < 256 and _STR.issuperset(map(type, shape)):
             self._lines[shape, event, method_name] = entry
         return entry
 

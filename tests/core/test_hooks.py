@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
+import threading
 from typing import Any
 
 import pytest
 
 from speedtronic.hooks import CallbackList, HookList, TrainingHook, as_callback, on_event
 from speedtronic.processors import DispatchHooks
+
+
+class Pickled:
+    """A hook that pickles, though its ``on_event`` (what ``targets`` holds) doesn't."""
+
+    on_event = staticmethod(lambda event, payload: None)
 
 
 class Journal:
@@ -97,6 +106,50 @@ class TestHookList:
         with pytest.raises(TypeError):
             hooks[0:1] = [42]
         assert hooks.targets == before
+
+    def test_two_threads_changing_it_at_once_leave_targets_right(self) -> None:
+        """Thread A appends while thread B removes: targets end as the list does (no lost update)."""
+        reading, removed = threading.Event(), threading.Event()
+
+        class Slow:
+            """Pauses thread A while targets are being rebuilt, to make the race happen every time."""
+
+            armed = False
+
+            @property
+            def on_event(self) -> Any:
+                if self.armed and threading.current_thread().name == "A":
+                    reading.set()
+                    removed.wait(0.5)  # with the lock, B can't remove meanwhile: this times out
+                return lambda event, payload: None
+
+        x, y, z = Slow(), Journal("y", []), Journal("z", [])
+        hooks = HookList([x, y])
+        x.armed = True
+        a = threading.Thread(target=hooks.append, args=(z,), name="A")
+        b = threading.Thread(target=lambda: (reading.wait(5), hooks.remove(x), removed.set()), name="B")
+        a.start()
+        b.start()
+        a.join()
+        b.join()
+        assert list(hooks) == [y, z]
+        assert [hook for hook, _ in hooks.targets] == [y, z]
+
+    def test_a_failed_sort_leaves_targets_as_the_list(self) -> None:
+        hooks = HookList([Journal("b", []), Journal("a", []), Journal("c", [])])
+        with pytest.raises(TypeError):
+            hooks.sort(key=lambda hook: 0 if hook.name == "c" else hook.name)  # "a" < 0 fails part-way
+        assert [hook for hook, _ in hooks.targets] == list(hooks)
+
+    def test_copies_and_pickles_rebuild_targets(self) -> None:
+        """A copy or an unpickled list resolves its own targets (the resolved callables aren't kept)."""
+        empty = copy.copy(HookList())
+        assert empty.targets == ()
+        hooks = HookList([Pickled()])
+        for twin in (copy.copy(hooks), copy.deepcopy(hooks), pickle.loads(pickle.dumps(hooks))):
+            ((hook, target),) = twin.targets
+            assert hook is twin[0]
+            assert target == twin[0].on_event
 
     def test_dispatch_over_a_plain_list_sees_later_changes(self) -> None:
         """A plain list, not a HookList, is resolved per event: a hook appended later is called."""

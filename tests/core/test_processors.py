@@ -238,6 +238,9 @@ class TestTextRenderer:
             ("info", {"event": "train_step", "step": 1, "loss": "high"}),  # same keys, a string
             ("info", {"step": 1, "event": "train_step", "loss": 0.5}),  # event not first
             ("info", {"event": 7, "step": 1}),  # an event that is no string
+            ("info", {"event": "eval", 1: 0.5}),  # 1, True and 1.0 are one dict key, three tokens
+            ("info", {"event": "eval", True: 0.5}),
+            ("info", {"event": "eval", 1.0: 0.5}),
         ]
         now = [1_000.25]
         renderer = TextRenderer(clock=lambda: now[0])

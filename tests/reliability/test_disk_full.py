@@ -154,3 +154,35 @@ class TestRealFilesystem:
         assert steps[-5:] == list(range(step, step + 5))
         assert steps == sorted(set(steps))
         assert notes[0]["lost_records"] == (step + 5) - len(steps)  # emitted minus written
+
+
+class TestRaisingReport:
+    """``on_error`` may raise: ``MetricLogger`` warns, and a test suite escalates warnings to errors."""
+
+    def test_a_line_left_half_written_is_finished_before_the_next(
+        self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    ) -> None:
+        """Two short writes, then ENOSPC, reported by raising: the next lines don't land inside it."""
+        script: list[Any] = [5, 3, "ENOSPC"]
+
+        def write(fd: int, data: bytes) -> int:
+            if not script:
+                return os.write(fd, data)
+            step = script.pop(0)
+            if step == "ENOSPC":
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return os.write(fd, bytes(data[:step]))
+
+        def escalated(error: OSError, where: str) -> None:
+            raise RuntimeError(f"could not write {where}: {error}")
+
+        monkeypatch.setattr(_sinks, "os", types.SimpleNamespace(**{**vars(os), "write": write}))
+        path = tmp_path / "m.jsonl"
+        log = _sinks.LineFile(path, escalated)
+        with pytest.raises(RuntimeError, match="No space left"):
+            log.write(b'{"a":1,"loss":0.5}')
+        log.write(b'{"b":2}')
+        log.close()
+        assert [strict_loads(line) for line in path.read_bytes().splitlines()][:2] == [
+            {"a": 1, "loss": 0.5}, {"b": 2}
+        ]

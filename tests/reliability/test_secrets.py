@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import enum
 import io
 import types
 from pathlib import Path
@@ -137,3 +138,13 @@ class TestRedactProcessor:
         assert redact(None, "info", {"event": "x", ("api_key",): CANARY})[("api_key",)] == "[REDACTED]"
         redacted(outer={"db_password": "nested"})
         assert redacted(db_password=CANARY)["db_password"] == "[REDACTED]"
+
+    def test_a_str_subclass_key_is_judged_by_its_text(self) -> None:
+        """An enum key equal to a safe key, but written as ``Col.PASSWORD``, is still redacted."""
+
+        class Col(str, enum.Enum):
+            PASSWORD = "pw"
+
+        redact = Redact()
+        redact(None, "info", {"event": "login", "pw": 1})  # "pw" is a safe key now
+        assert redact(None, "info", {"event": "login", Col.PASSWORD: CANARY})[Col.PASSWORD] == "[REDACTED]"
