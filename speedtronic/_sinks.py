@@ -78,6 +78,7 @@ class LineFile:
         self._pending = b""  # the unwritten rest of a line written in part
         self._lost = 0  # lines dropped since the last successful write
         self._error = ""  # the error of the last write, "" when it succeeded
+        self._unreported: list[OSError] = []  # failures of this write, for on_error once it is done
         self._last_error = ""
         self._fd: int | None = self._open()
         self._identity = _identity(os.fstat(self._fd))
@@ -107,15 +108,15 @@ class LineFile:
         try:
             written = os.write(fd, data)
         except OSError as error:
-            # The state first: reporting may raise (a warning escalated to an error).
             self._lost += 1
             self._fast_until = -_INF
             self._failed(error, b"")
+            self._report()
             return
         if written != len(data):  # a short write (a nearly full disk): finish the line or keep its rest
-            self._fast_until = -_INF  # until the rest is written, even if reporting a failure raises
             self._put_rest(fd, data, written)
             self._fast_until = -_INF if self._pending or self._lost else self._next_check
+            self._report()
 
     def _write_slowly(self, data: bytes) -> None:
         """``write_held`` off its fast path: check for rotation when due, mend what a failed write or
@@ -130,6 +131,7 @@ class LineFile:
         else:
             self._put_rest(fd, data, 0)
         self._fast_until = -_INF if self._pending or self._lost or self._torn else self._next_check
+        self._report()
 
     def _write_carefully(self, fd: int, data: bytes) -> None:
         """``write`` with something to deal with first: a line written in part, lost lines, a torn tail."""
@@ -182,11 +184,18 @@ class LineFile:
         return written
 
     def _failed(self, error: OSError, rest: bytes) -> None:
-        """Report a failed write; ``rest``, when given, is the unwritten end of a line begun in the file."""
+        """Note a failed write for ``_report``; ``rest``, when given, is the unwritten end of a line
+        begun in the file."""
         self._error = self._last_error = f"{type(error).__name__}: {error}"
         if rest:
             self._pending = rest
-        self._on_error(error, str(self.path))
+        self._unreported.append(error)
+
+    def _report(self) -> None:
+        """Hand this write's failures to ``on_error``, once the file's state is settled: reporting may
+        raise (a warning escalated to an error), and must not leave a line half-mended."""
+        while self._unreported:
+            self._on_error(self._unreported.pop(0), str(self.path))
 
     def _follow_rotation(self, fd: int) -> int:
         self._next_check = self._clock() + self._every
@@ -218,6 +227,7 @@ class LineFile:
                 if self._pending:
                     self._finish_pending(fd)
                 os.close(fd)
+            self._report()
 
 
 class JSONLFile(LineFile):

@@ -159,11 +159,12 @@ class TestRealFilesystem:
 class TestRaisingReport:
     """``on_error`` may raise: ``MetricLogger`` warns, and a test suite escalates warnings to errors."""
 
+    @pytest.mark.parametrize("steps", [[5, 3, "ENOSPC"], [5, "ENOSPC"]], ids=["two-short", "one-short"])
     def test_a_line_left_half_written_is_finished_before_the_next(
-        self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+        self, steps: list[Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     ) -> None:
-        """Two short writes, then ENOSPC, reported by raising: the next lines don't land inside it."""
-        script: list[Any] = [5, 3, "ENOSPC"]
+        """Short writes, then ENOSPC, reported by raising: the line is finished first, nothing lost."""
+        script = list(steps)
 
         def write(fd: int, data: bytes) -> int:
             if not script:
