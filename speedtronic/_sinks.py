@@ -109,14 +109,12 @@ class LineFile:
             written = os.write(fd, data)
         except OSError as error:
             self._lost += 1
-            self._fast_until = -_INF
             self._failed(error, b"")
-            self._report()
+            self._settle()
             return
         if written != len(data):  # a short write (a nearly full disk): finish the line or keep its rest
             self._put_rest(fd, data, written)
-            self._fast_until = -_INF if self._pending or self._lost else self._next_check
-            self._report()
+            self._settle()
 
     def _write_slowly(self, data: bytes) -> None:
         """``write_held`` off its fast path: check for rotation when due, mend what a failed write or
@@ -126,15 +124,18 @@ class LineFile:
             raise ValueError(f"{self.path} is closed")
         if self._clock() >= self._next_check:
             fd = self._follow_rotation(fd)
-        if self._pending or self._lost or self._torn:
-            self._write_carefully(fd, data)
-        else:
-            self._put_rest(fd, data, 0)
+        self._write_carefully(fd, data)
+        self._settle()
+
+    def _settle(self) -> None:
+        """After a write off the plain path: open the fast path again if nothing is left to mend,
+        then report this write's failures (reporting may raise, so the state comes first)."""
         self._fast_until = -_INF if self._pending or self._lost or self._torn else self._next_check
         self._report()
 
     def _write_carefully(self, fd: int, data: bytes) -> None:
-        """``write`` with something to deal with first: a line written in part, lost lines, a torn tail."""
+        """``write`` dealing first with what there is to mend: a line written in part, lost lines, a
+        torn tail (with nothing to mend, the line is simply written)."""
         if (self._pending or self._lost) and not self._recover(fd):
             self._lost += 1
             return
