@@ -13,7 +13,7 @@ import inspect
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol, SupportsIndex, cast, overload, runtime_checkable
+from typing import Any, Protocol, SupportsIndex, TypeVar, cast, overload, runtime_checkable
 
 __all__ = [
     "CallbackList",
@@ -24,6 +24,7 @@ __all__ = [
     "close_hook",
     "hook_name",
     "on_event",
+    "resolve_targets",
     "target_of",
 ]
 
@@ -100,6 +101,29 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_new_lock_in_child)
 
 
+def resolve_targets(hooks: Iterable[Any]) -> tuple[tuple[Any, Callback], ...]:
+    """``(hook, target_of(hook))`` for each hook, in order: what a logger calls per event."""
+    return tuple((hook, cast(Callback, target_of(hook))) for hook in hooks)
+
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _changes(method: _Method) -> _Method:
+    """``method`` of a ``HookList``, run under the lock, with ``targets`` rebuilt after it (also
+    after a failure part-way: a ``sort`` whose comparison fails may leave the list reordered)."""
+
+    @functools.wraps(method)
+    def changed(self: HookList, *args: Any, **kwargs: Any) -> Any:
+        with _changing:
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                self.targets = resolve_targets(self)
+
+    return cast(_Method, changed)
+
+
 class HookList(list[Any]):
     """A list of hooks that checks each hook as it is added (append, insert, extend, assignment).
 
@@ -112,89 +136,51 @@ class HookList(list[Any]):
 
     targets: tuple[tuple[Any, Callback], ...] = ()
 
+    @_changes
     def __init__(self, hooks: Iterable[Any] = ()) -> None:
-        with _changing:
-            super().__init__(_checked(hooks))
-            self._retarget()
+        super().__init__(_checked(hooks))
 
     def __getstate__(self) -> None:
         return None  # ``targets`` is rebuilt from the hooks when a copy or an unpickled list is filled
 
-    def _retarget(self) -> None:
-        self.targets = tuple((hook, cast(Callback, target_of(hook))) for hook in self)
-
+    @_changes
     def append(self, hook: Any) -> None:
-        with _changing:
-            as_callback(hook)
-            super().append(hook)
-            self._retarget()
+        as_callback(hook)
+        super().append(hook)
 
+    @_changes
     def insert(self, index: SupportsIndex, hook: Any) -> None:
-        with _changing:
-            as_callback(hook)
-            super().insert(index, hook)
-            self._retarget()
+        as_callback(hook)
+        super().insert(index, hook)
 
+    @_changes
     def extend(self, hooks: Iterable[Any]) -> None:
-        with _changing:
-            super().extend(_checked(hooks))
-            self._retarget()
+        super().extend(_checked(hooks))
 
     def __iadd__(self, hooks: Iterable[Any]) -> HookList:  # type: ignore[misc]  # list's returns Self
         self.extend(hooks)
-        return self
-
-    def __imul__(self, times: SupportsIndex) -> HookList:
-        with _changing:
-            super().__imul__(times)
-            self._retarget()
         return self
 
     @overload
     def __setitem__(self, index: SupportsIndex, hook: Any) -> None: ...
     @overload
     def __setitem__(self, index: slice, hook: Iterable[Any]) -> None: ...
+    @_changes
     def __setitem__(self, index: SupportsIndex | slice, hook: Any) -> None:
-        with _changing:
-            if isinstance(index, slice):
-                super().__setitem__(index, _checked(hook))
-            else:
-                as_callback(hook)
-                super().__setitem__(index, hook)
-            self._retarget()
+        if isinstance(index, slice):
+            super().__setitem__(index, _checked(hook))
+        else:
+            as_callback(hook)
+            super().__setitem__(index, hook)
 
-    def __delitem__(self, index: SupportsIndex | slice) -> None:
-        with _changing:
-            super().__delitem__(index)
-            self._retarget()
-
-    def pop(self, index: SupportsIndex = -1) -> Any:
-        with _changing:
-            hook = super().pop(index)
-            self._retarget()
-        return hook
-
-    def remove(self, hook: Any) -> None:
-        with _changing:
-            super().remove(hook)
-            self._retarget()
-
-    def clear(self) -> None:
-        with _changing:
-            super().clear()
-            self._retarget()
-
-    def sort(self, *, key: Callable[[Any], Any] | None = None, reverse: bool = False) -> None:
-        with _changing:
-            try:
-                super().sort(key=key, reverse=reverse)
-            finally:  # a comparison that fails part-way may leave the list reordered
-                self._retarget()
-
-    def reverse(self) -> None:
-        with _changing:
-            super().reverse()
-            self._retarget()
+    # The list methods that change it but add no hook: the list's own, under _changes.
+    __imul__ = _changes(list.__imul__)
+    __delitem__ = _changes(list.__delitem__)
+    pop = _changes(list.pop)
+    remove = _changes(list.remove)
+    clear = _changes(list.clear)
+    sort = _changes(list.sort)
+    reverse = _changes(list.reverse)
 
 
 def _checked(hooks: Iterable[Any]) -> list[Any]:

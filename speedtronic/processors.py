@@ -46,7 +46,7 @@ from speedtronic._convert import (
 from speedtronic._memory import MemoryProbe, no_reading, resolve_probe
 from speedtronic._text import fields_template, fill_numbers, format_each_utf8, format_key, quote
 from speedtronic.errors import LoggingFailureWarning
-from speedtronic.hooks import target_of
+from speedtronic.hooks import resolve_targets
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
@@ -738,7 +738,7 @@ class _Resolved:
 
     @property
     def targets(self) -> Targets:
-        return tuple((hook, target_of(hook)) for hook in self._hooks)
+        return resolve_targets(self._hooks)
 
 
 def _with_targets(hooks: Sequence[Any]) -> Any:
