@@ -27,16 +27,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import PAYLOAD, noop_hook, ratio, rotated  # benchmarks/bench.py, beside this script
+
 from speedtronic._dispatch import WAKE_BATCH
 from speedtronic.profiling import MetricLogger
-
-PAYLOAD = {
-    "step": 1, "loss": 1.2345, "lr": 3e-4, "grad_norm": 0.5, "samples_per_s": 1234.5, "microbatches": 4
-}
-
-
-def noop_hook(event: str, payload: dict[str, Any]) -> None:
-    pass
 
 
 class BatchOnThisThread:
@@ -75,7 +69,7 @@ def main() -> int:
         }
         names = list(loggers)
         for r in range(args.rounds):
-            for name in names[r % len(names):] + names[: r % len(names)]:
+            for name in rotated(names, r):
                 payloads = [dict(PAYLOAD, step=i) for i in range(args.events)]
                 emit = loggers[name].emit
                 t0 = time.perf_counter()
@@ -85,11 +79,10 @@ def main() -> int:
                 loggers[name].flush()
         for logger in loggers.values():
             logger.close()
-    inline = samples["hooks inside emit"]
     print(f"µs per event, median of {args.rounds} rounds x {args.events:,} events "
           "(ratios: medians of the ratios within each round)")
     for name, values in samples.items():
-        extra = statistics.median(a / b for a, b in zip(values, inline, strict=True)) - 1
+        extra = ratio(samples, name, "hooks inside emit") - 1
         print(f"  {name:34s} {statistics.median(values):7.2f}   {extra:+6.1%} vs hooks inside emit")
     return 0
 
