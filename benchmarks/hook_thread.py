@@ -29,7 +29,7 @@ from typing import Any
 
 from bench import PAYLOAD, noop_hook, ratio, rotated  # benchmarks/bench.py, beside this script
 
-from speedtronic._dispatch import WAKE_BATCH
+from speedtronic.hooks.background import WAKE_BATCH
 from speedtronic.profiling import MetricLogger
 
 

@@ -2,6 +2,6 @@
 
 import sys
 
-from speedtronic.cli import main
+from speedtronic.commands.cli import main
 
 sys.exit(main())

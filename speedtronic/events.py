@@ -88,7 +88,7 @@ Real: TypeAlias = float | DeviceScalar
 """A number, or a 0-d tensor the logger converts only for the events it logs."""
 
 
-# -- training (speedtronic.trainer.Trainer) ------------------------------------------------------
+# -- training (speedtronic.training.trainer.Trainer) ------------------------------------------------------
 
 
 class _TrainStartRequired(TypedDict):

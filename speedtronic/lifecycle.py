@@ -15,7 +15,7 @@ import threading
 from types import FrameType
 from typing import Any
 
-from speedtronic import _lifecycle
+from speedtronic import _exit_and_fork
 
 __all__ = ["close_on_signals"]
 
@@ -36,7 +36,7 @@ def close_on_signals(*signums: int) -> None:
 def _close_then(previous: Any, signum: int, frame: FrameType | None) -> None:
     if previous == signal.SIG_IGN:
         return
-    _lifecycle.close_all()
+    _exit_and_fork.close_all()
     if callable(previous):
         previous(signum, frame)
         return

@@ -31,10 +31,7 @@ from typing import IO, Any
 import structlog
 from structlog.typing import EventDict, WrappedLogger
 
-from speedtronic import _lifecycle
-from speedtronic._dispatch import BackgroundDelivery
-from speedtronic._memory import resolve_probe
-from speedtronic._sinks import JSONLFile, open_text_sink
+from speedtronic import _exit_and_fork
 from speedtronic.distributed import RankInfo, detect_rank, is_lead, rank_path
 from speedtronic.errors import (
     HookError,
@@ -44,6 +41,7 @@ from speedtronic.errors import (
     SpeedtronicWarning,
 )
 from speedtronic.hooks import HookList, close_hook, hook_name
+from speedtronic.hooks.background import BackgroundDelivery
 from speedtronic.processors import (
     DEFAULT_MAX_LINE_BYTES,
     DEFAULT_SECRET_PATTERNS,
@@ -64,6 +62,8 @@ from speedtronic.processors import (
     bound_call,
     level_for,
 )
+from speedtronic.processors.memory import resolve_probe
+from speedtronic.sinks import JSONLFile, open_text_sink
 
 __all__ = ["MetricLogger", "memory_usage_bytes"]
 
@@ -270,8 +270,8 @@ class MetricLogger:
             final = DispatchHooks(self._hooks, self._hook_failed, final=False)
         self._chain = _own_chain([*chain, final])
         self._report_chain = _own_chain([CopyPayload(), elapsed, *ranked, ConvertValues(), *sinks, _drop])
-        _lifecycle.remember(self)
-        _lifecycle.guard_across_fork(self)
+        _exit_and_fork.remember(self)
+        _exit_and_fork.guard_across_fork(self)
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -364,7 +364,7 @@ class MetricLogger:
             self._text.close()
             if self._json is not None:
                 self._json.close()
-            _lifecycle.forget(self)
+            _exit_and_fork.forget(self)
         if errors:
             raise errors[0]
 

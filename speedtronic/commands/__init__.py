@@ -1,1 +1,1 @@
-"""Subcommands of the ``speedtronic`` CLI, one module each (see ``speedtronic.cli``)."""
+"""Subcommands of the ``speedtronic`` CLI, one module each (see ``speedtronic.commands.cli``)."""

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import IO
 
-from speedtronic.cli import CommandError
+from speedtronic.commands.cli import CommandError
 from speedtronic.runs import RankChoice, Skipped
 
 __all__ = ["add_rank_argument", "rank_choice", "report_skipped"]

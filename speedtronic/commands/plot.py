@@ -6,10 +6,10 @@ import argparse
 import sys
 from typing import Any
 
-from speedtronic.cli import CommandError
 from speedtronic.commands._runs import add_rank_argument, rank_choice, report_skipped
-from speedtronic.plotting import DEFAULT_KEYS, NothingToPlot, plot_runs
+from speedtronic.commands.cli import CommandError
 from speedtronic.runs import RunError
+from speedtronic.runs.plot import DEFAULT_KEYS, NothingToPlot, plot_runs
 
 __all__ = ["add_parser", "run"]
 

@@ -6,10 +6,10 @@ import argparse
 import sys
 from typing import Any
 
-from speedtronic.cli import CommandError
 from speedtronic.commands._runs import add_rank_argument, rank_choice, report_skipped
-from speedtronic.replay import ReplayRefused, replay_run, tensorboard_hook, wandb_hook
+from speedtronic.commands.cli import CommandError
 from speedtronic.runs import RunError, run_files
+from speedtronic.runs.replay import ReplayRefused, replay_run, tensorboard_hook, wandb_hook
 
 __all__ = ["add_parser", "run"]
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import orjson
 
-from speedtronic.cli import CommandError
 from speedtronic.commands._runs import add_rank_argument, rank_choice, report_skipped
+from speedtronic.commands.cli import CommandError
 from speedtronic.runs import RunError
-from speedtronic.summary import format_summaries, summarize_run
+from speedtronic.runs.summary import format_summaries, summarize_run
 
 __all__ = ["add_parser", "run"]
 

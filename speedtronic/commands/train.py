@@ -14,11 +14,11 @@ import importlib.util
 import sys
 from typing import TYPE_CHECKING, Any
 
-from speedtronic.cli import CommandError
+from speedtronic.commands.cli import CommandError
 
 if TYPE_CHECKING:
     from speedtronic.runtime import RunInfo
-    from speedtronic.trainer import FitResult
+    from speedtronic.training.trainer import FitResult
 
 __all__ = ["add_parser", "run", "summary", "with_progress"]
 
@@ -54,7 +54,7 @@ def with_progress(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _progress_wanted(args: argparse.Namespace) -> bool:
-    from speedtronic.progress import progress_wanted
+    from speedtronic.integrations.progress import progress_wanted
 
     return (
         not args.no_progress

@@ -7,8 +7,8 @@ from typing import Any
 
 import structlog
 
-from speedtronic._convert import unique_key
 from speedtronic.processors import level_for
+from speedtronic.processors.convert import unique_key
 
 __all__ = ["StructlogHook"]
 

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from speedtronic._convert import to_python
+from speedtronic.processors.convert import to_python
 
 if TYPE_CHECKING:
     from speedtronic.integrations._tensorboard_process import ProcessWriter

@@ -7,8 +7,8 @@ import os
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from speedtronic import _lifecycle
-from speedtronic._convert import to_python, unique_key
+from speedtronic import _exit_and_fork
+from speedtronic.processors.convert import to_python, unique_key
 
 __all__ = ["WandbHook"]
 
@@ -80,7 +80,7 @@ class WandbHook:
         self._closed = False
         self._pid = os.getpid()
         atexit.register(self._close_at_exit)
-        _lifecycle.run_first_at_exit()  # a logger still holding events for this hook closes first
+        _exit_and_fork.run_first_at_exit()  # a logger still holding events for this hook closes first
 
     def on_event(self, event: str, payload: Mapping[Any, Any]) -> None:
         """Log one row: the payload's values (tensors as numbers), plus ``"event"``."""

@@ -17,8 +17,8 @@ from tests.runtime.recording import RecordingHook
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
-from speedtronic.outer import IDLE, IN_FLIGHT, OVERFLOW, OuterLoop, skip_reason  # noqa: E402
-from speedtronic.trainer import Trainer  # noqa: E402
+from speedtronic.training.outer import IDLE, IN_FLIGHT, OVERFLOW, OuterLoop, skip_reason  # noqa: E402
+from speedtronic.training.trainer import Trainer  # noqa: E402
 
 INNER_LR = 0.1
 EVERY = 2

@@ -107,7 +107,7 @@ WORKER = textwrap.dedent(
     import json, os, sys, warnings
     import torch
     from speedtronic.events import EventPayloadWarning
-    from speedtronic.outer import checksum
+    from speedtronic.training.outer import checksum
     from speedtronic.runtime import build_runtime
 
     warnings.simplefilter("error", EventPayloadWarning)  # a payload off the catalog fails the run

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from speedtronic.plotting import NothingToPlot, ema, plot_runs
+from speedtronic.runs.plot import NothingToPlot, ema, plot_runs
 from tests.readback.conftest import CLI, append, assert_one_line_error
 
 pytest.importorskip("matplotlib")

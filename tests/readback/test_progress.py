@@ -1,4 +1,4 @@
-"""speedtronic.progress: a real tqdm bar driven by a MetricLogger's events, and when it is wanted."""
+"""speedtronic.integrations.progress: a real tqdm bar driven by a MetricLogger's events."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
+from speedtronic.integrations.progress import ProgressHook, progress_wanted
 from speedtronic.profiling import MetricLogger
-from speedtronic.progress import ProgressHook, progress_wanted
 
 pytest.importorskip("tqdm")
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from speedtronic.replay import replay_run
+from speedtronic.runs.replay import replay_run
 from tests.readback.conftest import (
     CLI,
     EVENTS,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from speedtronic.runs import RunError, Skipped, rate_keys, read_records, run_files
-from speedtronic.summary import summarize_run
+from speedtronic.runs.summary import summarize_run
 from tests.readback.conftest import EVENTS, append, log_run, same
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from speedtronic.summary import format_summaries, summarize_run
+from speedtronic.runs.summary import format_summaries, summarize_run
 from tests.readback.conftest import CLI, append, assert_one_line_error
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from speedtronic import LoggingFailureWarning, _sinks
+from speedtronic import LoggingFailureWarning, sinks
 from speedtronic.profiling import MetricLogger
 from tests.reliability.conftest import read_records, strict_loads
 
@@ -61,7 +61,7 @@ class FakeDisk:
 @pytest.fixture
 def disk(monkeypatch: pytest.MonkeyPatch) -> FakeDisk:
     fake = FakeDisk(free=10**9)
-    monkeypatch.setattr(_sinks, "os", types.SimpleNamespace(**{**vars(os), "write": fake.write}))
+    monkeypatch.setattr(sinks, "os", types.SimpleNamespace(**{**vars(os), "write": fake.write}))
     return fake
 
 
@@ -177,9 +177,9 @@ class TestRaisingReport:
         def escalated(error: OSError, where: str) -> None:
             raise RuntimeError(f"could not write {where}: {error}")
 
-        monkeypatch.setattr(_sinks, "os", types.SimpleNamespace(**{**vars(os), "write": write}))
+        monkeypatch.setattr(sinks, "os", types.SimpleNamespace(**{**vars(os), "write": write}))
         path = tmp_path / "m.jsonl"
-        log = _sinks.LineFile(path, escalated)
+        log = sinks.LineFile(path, escalated)
         with pytest.raises(RuntimeError, match="No space left"):
             log.write(b'{"a":1,"loss":0.5}')
         log.write(b'{"b":2}')

@@ -10,16 +10,16 @@ from typing import Any
 
 import pytest
 
-from speedtronic import _sinks
-from speedtronic._sinks import LineFile
+from speedtronic import sinks
 from speedtronic.profiling import MetricLogger
+from speedtronic.sinks import LineFile
 from tests.reliability.conftest import read_records
 
 
 @pytest.fixture
 def check_every_write(monkeypatch: pytest.MonkeyPatch) -> None:
     """Loggers created in the test compare inodes on every write instead of once a second."""
-    monkeypatch.setattr(_sinks, "ROTATION_CHECK_S", 0.0)
+    monkeypatch.setattr(sinks, "ROTATION_CHECK_S", 0.0)
 
 
 def emit(logger: MetricLogger, steps: range) -> None:

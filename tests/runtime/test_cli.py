@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from speedtronic.cli import main
+from speedtronic.commands.cli import main
 
 LOG_LINE = re.compile(
     r'\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| (INFO|WARNING) \| \w+( \S+=("(?:[^"\\]|\\.)*"|\S+))*'
@@ -98,7 +98,7 @@ class TestTrainCommand:
             cwd=tmp_path,
             code=(
                 "import sys; sys.modules['torch'] = None\n"
-                "from speedtronic.cli import main; sys.exit(main(['train', '--run-dir', 'r']))"
+                "from speedtronic.commands.cli import main; sys.exit(main(['train', '--run-dir', 'r']))"
             ),
         )
         assert done.returncode == 2
@@ -113,7 +113,7 @@ def test_importing_speedtronic_does_not_import_torch(tmp_path: Path) -> None:
     done = speedtronic(
         cwd=tmp_path,
         code=(
-            "import sys, speedtronic, speedtronic.events, speedtronic.runtime, speedtronic.cli\n"
+            "import sys, speedtronic, speedtronic.events, speedtronic.runtime, speedtronic.commands.cli\n"
             "speedtronic.runtime.load_config({'logging': {'hooks': []}})\n"
             "print('torch' in sys.modules)"
         ),
@@ -122,12 +122,14 @@ def test_importing_speedtronic_does_not_import_torch(tmp_path: Path) -> None:
 
 
 def test_the_trainer_says_what_to_install_without_torch(tmp_path: Path) -> None:
-    """Importing speedtronic.trainer without torch raises ModuleNotFoundError naming the extra."""
+    """Importing speedtronic.training.trainer without torch raises ModuleNotFoundError naming the extra."""
     done = speedtronic(
         cwd=tmp_path,
         code=(
             "import sys; sys.modules['torch'] = None\n"
-            "try:\n    import speedtronic.trainer\nexcept ModuleNotFoundError as e:\n    print(e.name, e)"
+            "try:\n    import speedtronic.training.trainer\n"
+            "except ModuleNotFoundError as e:\n    print(e.name, e)"
         ),
     )
-    assert done.stdout == "torch speedtronic.trainer requires torch: pip install 'speedtronic[torch]'\n"
+    expected = "torch speedtronic.training.trainer requires torch: pip install 'speedtronic[torch]'\n"
+    assert done.stdout == expected

@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from speedtronic import runtime
-from speedtronic._schema import SCHEMA
 from speedtronic.events import PAYLOADS, Event
 from speedtronic.processors import level_for
+from speedtronic.training.config import SCHEMA
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "config.yaml"

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 import torch
 
-from speedtronic._task import SuccessorTask, successor_model
 from speedtronic.events import payload_problems
 from speedtronic.profiling import MetricLogger
-from speedtronic.trainer import FitResult, Trainer, latest_checkpoint
+from speedtronic.training.task import SuccessorTask, successor_model
+from speedtronic.training.trainer import FitResult, Trainer, latest_checkpoint
 
 from .recording import RecordingHook
 

@@ -14,9 +14,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from speedtronic._convert import non_finite_text
+from speedtronic.processors.convert import non_finite_text
 from speedtronic.processors import level_for
-from speedtronic.runs import RankChoice, Record, Skipped, as_number, rate_keys, read_records, run_files
+from speedtronic.runs.reader import RankChoice, Record, Skipped, as_number, rate_keys, read_records, run_files
 
 __all__ = ["RateStats", "RunSummary", "format_summaries", "summarize_run"]
 

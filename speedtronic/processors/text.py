@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from speedtronic._convert import int_text, safe_str
+from speedtronic.processors.convert import int_text, safe_str
 
 __all__ = [
     "fields_template",

@@ -9,7 +9,7 @@ logger's cadence decides when the device syncs.
 
 Each step is ``_optimizer_step`` (microbatches, clipping, optimizer and schedule) followed by the
 ``after_optimizer_step`` callbacks, then the event and the checkpoint: the outer loop
-(``speedtronic.outer.OuterLoop``) attaches there, to ``at_fit_start`` and to ``before_fit_end``.
+(``speedtronic.training.outer.OuterLoop``) attaches there, to ``at_fit_start`` and to ``before_fit_end``.
 
 Under ``torch.distributed`` (an initialised process group) the trainer is rank-aware: a
 ``DistributedDataParallel`` model skips the gradient all-reduce on all but the last microbatch
@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 try:
     import torch
@@ -38,10 +38,9 @@ except ModuleNotFoundError as error:  # pragma: no cover - exercised by a subpro
     if error.name != "torch":
         raise
     raise ModuleNotFoundError(
-        "speedtronic.trainer requires torch: pip install 'speedtronic[torch]'", name="torch"
+        "speedtronic.training.trainer requires torch: pip install 'speedtronic[torch]'", name="torch"
     ) from None
 
-from speedtronic import _shapes
 from speedtronic.events import (
     CompilePayload,
     Event,
@@ -51,9 +50,16 @@ from speedtronic.events import (
 )
 from speedtronic.processors import CadenceFilter
 from speedtronic.profiling import MetricLogger
+from speedtronic.training import shapes as _shapes
 
-if TYPE_CHECKING:
-    from speedtronic.outer import OuterLoop
+
+class OuterAttachment(Protocol):
+    """What the trainer needs of an outer loop attached to it (``speedtronic.training.outer.OuterLoop``
+    satisfies it): the outer loop depends on the trainer, never the other way round."""
+
+    every: int
+
+    def close(self) -> None: ...
 
 __all__ = ["PRECISIONS", "FitResult", "Trainer", "latest_checkpoint", "resolve_device", "token_cross_entropy"]
 
@@ -212,8 +218,8 @@ class Trainer:
         """Called when ``fit()`` starts, after resuming (if asked) and before ``train_start``."""
         self.before_fit_end: list[Callable[[Trainer], None]] = []
         """Called once the last step is done, before the final checkpoint and ``train_end``."""
-        self.outer: OuterLoop | None = None
-        """The outer loop attached to this trainer, if any (``speedtronic.outer.OuterLoop``)."""
+        self.outer: OuterAttachment | None = None
+        """The outer loop attached to this trainer, if any (``speedtronic.training.outer.OuterLoop``)."""
         self.module: nn.Module = (
             self.model.module if isinstance(self.model, DistributedDataParallel) else self.model
         )

@@ -33,7 +33,9 @@ import orjson
 import structlog
 from structlog.typing import EventDict, WrappedLogger
 
-from speedtronic._convert import (
+from speedtronic.errors import LoggingFailureWarning
+from speedtronic.hooks import resolve_targets
+from speedtronic.processors.convert import (
     _PLAIN,
     MAX_DEPTH,
     Truncated,
@@ -43,10 +45,8 @@ from speedtronic._convert import (
     truncate,
     unique_key,
 )
-from speedtronic._memory import MemoryProbe, no_reading, resolve_probe
-from speedtronic._text import fields_template, fill_numbers, format_each_utf8, format_key, quote
-from speedtronic.errors import LoggingFailureWarning
-from speedtronic.hooks import resolve_targets
+from speedtronic.processors.memory import MemoryProbe, no_reading, resolve_probe
+from speedtronic.processors.text import fields_template, fill_numbers, format_each_utf8, format_key, quote
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
@@ -431,7 +431,7 @@ class TextRenderer:
     Local time; the level from the method name; then the event and every other key in order. Floats
     as JSON writes them (shortest round-trip: ``0.0003``, ``1e-7``), or ``nan``/``inf``/``-inf``;
     strings are bare when safe, else quoted with escapes, so the result is always exactly one line
-    (see ``speedtronic._text``). ``str``, or UTF-8 ``bytes`` with ``as_bytes=True``; with
+    (see ``speedtronic.processors.text``). ``str``, or UTF-8 ``bytes`` with ``as_bytes=True``; with
     ``max_line_bytes``, no longer than that once a newline is added (as ``CapLine`` does it).
     """
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from speedtronic import _lifecycle
+from speedtronic import _exit_and_fork
 from speedtronic.processors import JSONLRenderer, TextRenderer
 
 __all__ = [
@@ -87,7 +87,7 @@ class LineFile:
         # Until this time, a write takes the fast path: no rotation check due, nothing to mend.
         # Anything that leaves something to mend (or closes the file) sets it to -inf.
         self._fast_until = -_INF if self._torn else self._next_check
-        _lifecycle.guard_across_fork(self)
+        _exit_and_fork.guard_across_fork(self)
 
     def _open(self) -> int:
         self.path.parent.mkdir(parents=True, exist_ok=True)

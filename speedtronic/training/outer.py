@@ -57,7 +57,7 @@ from speedtronic.errors import SpeedtronicWarning
 from speedtronic.events import Event
 
 if TYPE_CHECKING:
-    from speedtronic.trainer import Trainer
+    from speedtronic.training.trainer import Trainer
 
 __all__ = ["IDLE", "IN_FLIGHT", "OVERFLOW", "OuterLoop", "checksum", "skip_reason"]
 

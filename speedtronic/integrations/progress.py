@@ -21,8 +21,8 @@ import sys
 from collections.abc import Callable
 from typing import IO, Any
 
-from speedtronic._text import format_fields, format_key, format_value
 from speedtronic.processors import EVENT_LEVELS
+from speedtronic.processors.text import format_fields, format_key, format_value
 from speedtronic.runs import rate_keys
 
 __all__ = ["ProgressHook", "progress_wanted"]
@@ -52,7 +52,8 @@ class ProgressHook:
             from tqdm import tqdm
         except ModuleNotFoundError as error:
             raise ModuleNotFoundError(
-                "speedtronic.progress.ProgressHook requires tqdm: pip install 'speedtronic[progress]'",
+                "speedtronic.integrations.progress.ProgressHook requires tqdm: "
+                "pip install 'speedtronic[progress]'",
                 name="tqdm",
             ) from error
         self._tqdm = tqdm

@@ -19,7 +19,7 @@ from typing import Any
 
 from speedtronic.hooks import CallbackList
 from speedtronic.processors import DispatchHooks
-from speedtronic.runs import RankChoice, Skipped, read_records
+from speedtronic.runs.reader import RankChoice, Skipped, read_records
 
 __all__ = [
     "LOGGER_RECORDS",

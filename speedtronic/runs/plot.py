@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from speedtronic.runs import RankChoice, Skipped, as_number, read_records, run_files
+from speedtronic.runs.reader import RankChoice, Skipped, as_number, read_records, run_files
 
 __all__ = ["DEFAULT_KEYS", "NothingToPlot", "PlotResult", "Series", "ema", "plot_runs"]
 

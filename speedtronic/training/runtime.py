@@ -1,0 +1,485 @@
+"""From a config to a finished run: ``load_config``, ``build_logger``, ``build_runtime``, and
+``train_from_config``.
+
+A config is a mapping (or a YAML file of one) merged over ``default_config()``: the reference trainer
+on the default task. ``load_config`` checks every key and value and resolves the run directory, so
+the config it returns is exactly what runs; ``build_runtime`` and ``train_from_config`` accept a raw
+config too and load it first.
+
+Importing this module does not import torch; building a runtime does (``speedtronic[torch]``).
+
+Under ``torchrun`` (``WORLD_SIZE`` > 1) ``build_runtime`` initialises the process group (gloo on the
+CPU, nccl on CUDA with ``LOCAL_RANK``'s GPU), agrees on rank 0's run directory, gives each rank its own
+data stream, and wraps the model in DDP, or, with ``train.outer_every``, attaches the DiLoCo outer
+loop instead (``speedtronic.training.outer``). Hooks are built on the lead rank only; ``train_from_config``
+destroys the group at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.metadata
+import importlib.util
+import math
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from speedtronic.distributed import RankInfo, detect_rank, is_lead, rank_path
+from speedtronic.hooks import as_callback, close_hook
+from speedtronic.profiling import MetricLogger
+from speedtronic.training import launch as _launch
+from speedtronic.training.config import SCHEMA, ConfigError, validate
+
+if TYPE_CHECKING:
+    from speedtronic.training.trainer import FitResult, Trainer
+
+__all__ = [
+    "BUILTIN_HOOKS",
+    "HOOK_DEFAULTS",
+    "HOOK_ENTRY_POINT_GROUP",
+    "ConfigError",
+    "RunInfo",
+    "build_logger",
+    "build_runtime",
+    "default_config",
+    "default_hooks",
+    "hook_types",
+    "load_config",
+    "resolve_hook_type",
+    "train_from_config",
+    "warmup_cosine",
+]
+
+BUILTIN_HOOKS: Mapping[str, str] = {
+    "progress": "speedtronic.integrations.progress:ProgressHook",
+    "structlog": "speedtronic.integrations:StructlogHook",
+    "tensorboard": "speedtronic.integrations:TensorboardHook",
+    "wandb": "speedtronic.integrations:WandbHook",
+}
+"""Hook types every config knows, as ``module:factory``; imported only when a config uses them."""
+
+HOOK_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
+    "tensorboard": {"log_dir": "{run_dir}/tensorboard"},
+    "wandb": {"dir": "{run_dir}"},
+}
+"""Keyword arguments a built-in hook gets unless its config entry sets them: files under the run dir."""
+
+HOOK_ENTRY_POINT_GROUP = "speedtronic.hooks"
+"""Third-party packages register hook types here: ``name = "package.module:factory"``."""
+
+_RUN_DIR = "{run_dir}"
+
+
+def default_config() -> dict[str, Any]:
+    """The embedded default: the reference trainer learning a synthetic next-token task in seconds.
+
+    ``run_dir`` is a fresh ``runs/<timestamp>``; ``{run_dir}`` in a logging path or a hook's
+    argument stands for it. TensorBoard logging is on when it can be (see ``default_hooks``).
+    """
+    return {
+        "run_dir": _fresh_run_dir(),
+        "model": {"hidden": 64},
+        "data": {"vocab_size": 32, "seq_len": 16, "noise": 0.2},
+        "train": {
+            "steps": 200,
+            "lr": 0.001,
+            "warmup_steps": 20,
+            "batch_size": 32,
+            "grad_accum": 1,
+            "max_grad_norm": 1.0,
+            "precision": "fp32",
+            "device": "auto",
+            "checkpoint_every": 100,
+            "compile": False,
+            "seed": 0,
+            "resume": False,
+            "outer_every": 0,
+            "outer_lr": 0.7,
+            "outer_momentum": 0.9,
+        },
+        "logging": {
+            "level": "INFO",
+            "file": None,
+            "json_file": "{run_dir}/metrics.jsonl",
+            "every_steps": 20,
+            "hooks": default_hooks(),
+            "validate": False,
+            "strict_hooks": False,
+            "lead_rank": 0,
+        },
+    }
+
+
+def default_hooks() -> list[dict[str, Any]]:
+    """``[{type: tensorboard, ...}]`` when ``speedtronic.integrations.TensorboardHook`` and tensorboard
+    are both importable, else ``[]``. Checked when called, never at import."""
+    if importlib.util.find_spec("tensorboard") is None:
+        return []
+    try:
+        resolve_hook_type("tensorboard")
+    except LookupError:
+        return []
+    return [{"type": "tensorboard", **HOOK_DEFAULTS["tensorboard"]}]
+
+
+def _fresh_run_dir() -> str:
+    base = Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+    candidate, n = base, 1
+    while candidate.exists():
+        n += 1
+        candidate = base.with_name(f"{base.name}-{n}")
+    return str(candidate)
+
+
+# -- loading -------------------------------------------------------------------------------------
+
+
+def load_config(
+    source: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The config from a YAML file or a mapping, merged over ``default_config()``, checked, resolved.
+
+    ``overrides`` (the command line's options) are merged last. Raises ``ConfigError`` naming the
+    file, the key and what was expected. Loading a loaded config returns an equal one.
+    """
+    if source is None:
+        layer: Any = {}
+        name = "config"
+    elif isinstance(source, Mapping):
+        layer, name = source, "config"
+    else:
+        layer, name = _read_yaml(Path(source)), str(source)
+    config = default_config()
+    for layer_name, values in ((name, layer), ("command line", overrides or {})):
+        validate(values, SCHEMA, layer_name)
+        _merge(config, values)
+    for index, spec in enumerate(config["logging"]["hooks"]):
+        try:
+            resolve_hook_type(spec["type"])
+        except LookupError as error:
+            raise ConfigError(name, f"logging.hooks[{index}].type", str(error)) from None
+        config["logging"]["hooks"][index] = {**HOOK_DEFAULTS.get(spec["type"], {}), **spec}
+    return _resolve_run_dir(config)
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        import yaml
+    except ModuleNotFoundError:
+        raise ModuleNotFoundError(
+            "reading a YAML config requires PyYAML: pip install 'speedtronic[torch]'", name="yaml"
+        ) from None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(str(path), "", f"can't read it: {error}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or str(error)
+        raise ConfigError(str(path), where, f"invalid YAML: {problem}") from None
+    return {} if data is None else data
+
+
+def _merge(base: dict[str, Any], layer: Mapping[str, Any]) -> None:
+    """Merge ``layer`` into ``base``: mappings key by key, everything else (lists too) replaced."""
+    for key, value in layer.items():
+        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = _copy(value)
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {key: _copy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_copy(item) for item in value]
+    return value
+
+
+def _resolve_run_dir(config: dict[str, Any], placeholder: str = _RUN_DIR) -> dict[str, Any]:
+    """Put ``run_dir`` for ``placeholder`` in the logging paths and hook arguments."""
+    run_dir = config["run_dir"]
+
+    def resolve(value: Any) -> Any:
+        if isinstance(value, str):
+            return value.replace(placeholder, run_dir)
+        if isinstance(value, dict):
+            return {key: resolve(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [resolve(item) for item in value]
+        return value
+
+    config["logging"] = resolve(config["logging"])
+    return config
+
+
+# -- hooks ---------------------------------------------------------------------------------------
+
+
+def hook_types() -> dict[str, str]:
+    """Every hook type a config can name: the built-in ones, then the ``speedtronic.hooks`` entry points."""
+    known = dict(BUILTIN_HOOKS)
+    for entry_point in importlib.metadata.entry_points(group=HOOK_ENTRY_POINT_GROUP):
+        known.setdefault(entry_point.name, f"{entry_point.module}:{entry_point.attr}")
+    return known
+
+
+def resolve_hook_type(name: str) -> Callable[..., Any]:
+    """The factory for a hook type: a known name (``hook_types()``) or ``"package.module:factory"``.
+
+    Raises ``LookupError`` for an unknown name (listing the known ones) or a factory that can't be
+    imported.
+    """
+    known = hook_types()
+    target = name if ":" in name else known.get(name)
+    if target is None:
+        raise LookupError(
+            f"unknown hook type {name!r}; known types: {', '.join(sorted(known))}, "
+            "or 'package.module:factory'"
+        )
+    module_name, _, attribute = target.partition(":")
+    try:
+        found: Any = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError) as error:
+        raise LookupError(f"hook type {name!r} ({target}) can't be imported: {error}") from None
+    if not callable(found):
+        raise LookupError(f"hook type {name!r} ({target}) is not callable")
+    return found  # type: ignore[no-any-return]  # checked callable just above
+
+
+def build_logger(config: Mapping[str, Any], *, device: Any = None) -> MetricLogger:
+    """The ``MetricLogger`` the ``logging:`` section describes, with its ``hooks:`` constructed in order.
+
+    Creates the run directory first, so a hook can write there. ``device`` is where memory is
+    measured (default: ``train.device``). In a multi-process job (``detect_rank()``) the hooks are
+    constructed on the lead rank only (``logging.lead_rank``, default 0; ``null``: every rank): a
+    ``WandbHook`` creates its W&B run when built. If a hook or the logger can't be created, the hooks
+    already created are closed and a ``ConfigError`` names the entry.
+    """
+    config = load_config(config)
+    logging = config["logging"]
+    rank = detect_rank()
+    specs = logging["hooks"] if is_lead(rank, logging["lead_rank"]) else []
+    if device is None and config["train"]["device"] != "auto":
+        device = config["train"]["device"]
+    Path(config["run_dir"]).mkdir(parents=True, exist_ok=True)  # hooks may write there
+    hooks: list[Any] = []
+    try:
+        for index, spec in enumerate(specs):
+            hooks.append(_build_hook(index, spec))
+        if logging["file"] is not None:
+            Path(logging["file"]).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            return MetricLogger(
+                level=logging["level"],
+                file=logging["file"],
+                json_file=logging["json_file"],
+                every_steps=logging["every_steps"],
+                hooks=hooks,
+                device=device,
+                strict_hooks=logging["strict_hooks"],
+                rank=rank,
+                lead_rank=logging["lead_rank"],
+            )
+        except (ValueError, OSError) as error:
+            raise ConfigError("config", "logging", str(error)) from None
+    except BaseException:
+        for hook in reversed(hooks):
+            with contextlib.suppress(Exception):  # the original error is the one to report
+                close_hook(hook)
+        raise
+
+
+def _build_hook(index: int, spec: Mapping[str, Any]) -> Any:
+    kwargs = {key: value for key, value in spec.items() if key != "type"}
+    key = f"logging.hooks[{index}]"
+    try:
+        hook = resolve_hook_type(spec["type"])(**kwargs)
+    except Exception as error:
+        raise ConfigError(
+            "config", key, f"{spec['type']} hook can't be created: {type(error).__name__}: {error}"
+        ) from error
+    try:
+        as_callback(hook)
+    except TypeError as error:
+        close_hook(hook)
+        raise ConfigError("config", key, str(error)) from None
+    return hook
+
+
+# -- runtime -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """Where a run's files are, and what it runs with."""
+
+    run_dir: Path
+    config: dict[str, Any]
+    """The loaded config (also written to ``run_dir/config.yaml``)."""
+    device: str
+    checkpoint_dir: Path
+    files: dict[str, str]
+    """What the run writes, by label (``"text log"``, ``"metrics"``, ``"checkpoints"``, ...)."""
+    rank: RankInfo = field(default_factory=RankInfo)
+    """This process's place in the job."""
+    owns_process_group: bool = False
+    """Whether ``build_runtime`` initialised ``torch.distributed`` (``train_from_config`` destroys it)."""
+
+
+def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[Trainer, RunInfo]:
+    """A ``Trainer`` for the config, its ``logger`` built by ``build_logger``, and where the run goes.
+
+    The caller owns ``trainer.logger`` and ``trainer.outer`` (with ``train.outer_every``) and, when
+    ``info.owns_process_group``, the process group: ``train_from_config`` closes all three.
+    """
+    from speedtronic.training.trainer import Trainer, resolve_device  # noqa: I001  # first: it names the extra
+    import torch
+
+    from speedtronic.training import task as _task
+    from speedtronic.training.outer import OuterLoop
+
+    config = load_config(config)
+    train = config["train"]
+    rank = detect_rank()
+    try:
+        device = _launch.device_for_rank(resolve_device(train["device"]), rank)
+    except (RuntimeError, AssertionError) as error:  # torch.device(), or CUDA in a CPU build
+        raise ConfigError("config", "train.device", f"can't use {train['device']!r}: {error}") from None
+    owns_group = _launch.init_process_group(rank, device)
+    logger = None
+    outer: OuterLoop | None = None
+    try:
+        rank = detect_rank()
+        shared = _launch.shared_run_dir(config["run_dir"])
+        if shared != config["run_dir"]:
+            own, config["run_dir"] = config["run_dir"], shared
+            config = _resolve_run_dir(config, placeholder=own)
+        torch.manual_seed(train["seed"])
+        data = config["data"]
+        task = _task.SuccessorTask(
+            data["vocab_size"], data["seq_len"], train["batch_size"], data["noise"], train["seed"],
+            shard=rank.rank,
+        )
+        model: torch.nn.Module = _task.successor_model(data["vocab_size"], config["model"]["hidden"])
+        model = model.to(device)
+        if rank.distributed and not train["outer_every"]:
+            model = torch.nn.parallel.DistributedDataParallel(
+                model, device_ids=[device.index] if device.type == "cuda" else None
+            )
+        optimizer = torch.optim.AdamW(model.parameters(), lr=train["lr"])
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, warmup_cosine(train["warmup_steps"], train["steps"])
+        )
+        run_dir = Path(config["run_dir"])
+        info = RunInfo(
+            run_dir=run_dir,
+            config=config,
+            device=str(device),
+            checkpoint_dir=run_dir / "checkpoints",
+            files=_files(config, run_dir / "checkpoints", rank),
+            rank=rank,
+            owns_process_group=owns_group,
+        )
+        logger = build_logger(config, device=device)
+        try:
+            trainer = Trainer(
+                model,
+                optimizer,
+                task,
+                steps=train["steps"],
+                scheduler=scheduler,
+                logger=logger,
+                device=device,
+                precision=train["precision"],
+                grad_accum=train["grad_accum"],
+                max_grad_norm=train["max_grad_norm"],
+                compile=train["compile"],
+                checkpoint_dir=info.checkpoint_dir,
+                checkpoint_every=train["checkpoint_every"],
+                resume=train["resume"],
+                validate_events=config["logging"]["validate"],
+            )
+            if train["outer_every"]:
+                outer = OuterLoop(
+                    trainer, train["outer_every"], lr=train["outer_lr"], momentum=train["outer_momentum"]
+                )
+        except ValueError as error:
+            raise ConfigError("config", "train", str(error)) from None
+        if rank.rank == 0:  # one writer
+            _write_config(run_dir / "config.yaml", config)
+    except BaseException:
+        _launch.shutdown(
+            [step for step in (
+                outer.close if outer is not None else None,
+                logger.close if logger is not None else None,
+                _launch.destroy_process_group if owns_group else None,
+            ) if step is not None],
+            quiet=True,
+        )
+        raise
+    return trainer, info
+
+
+def train_from_config(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[FitResult, RunInfo]:
+    """Build, fit, then close the outer loop, the logger and its hooks, and destroy the process group
+    this call set up, also when training raises (a failure while closing then never hides its error)."""
+    trainer, info = build_runtime(config)
+    steps = [step for step in (
+        trainer.outer.close if trainer.outer is not None else None,
+        trainer.logger.close,
+        _launch.destroy_process_group if info.owns_process_group else None,
+    ) if step is not None]
+    try:
+        result = trainer.fit()
+    except BaseException:
+        _launch.shutdown(steps, quiet=True)
+        raise
+    _launch.shutdown(steps, quiet=False)
+    return result, info
+
+
+def warmup_cosine(warmup_steps: int, total_steps: int, floor: float = 0.1) -> Callable[[int], float]:
+    """LR factor per step: linear warm-up to 1, then a cosine down to ``floor`` at ``total_steps``."""
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return factor
+
+
+def _files(config: Mapping[str, Any], checkpoint_dir: Path, rank: RankInfo) -> dict[str, str]:
+    logging = config["logging"]
+    files = {"text log": logging["file"] or "stdout"}
+    if logging["json_file"] is not None:
+        files["metrics"] = str(rank_path(logging["json_file"], rank.rank))
+    if config["train"]["checkpoint_every"]:
+        files["checkpoints"] = str(checkpoint_dir)
+    for spec in logging["hooks"]:
+        if spec["type"] == "tensorboard" and "log_dir" in spec:
+            files["tensorboard"] = str(spec["log_dir"])
+    files["config"] = str(Path(config["run_dir"]) / "config.yaml")
+    return files
+
+
+def _write_config(path: Path, config: Mapping[str, Any]) -> None:
+    import yaml
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(dict(config), sort_keys=False), encoding="utf-8")
+
