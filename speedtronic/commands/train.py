@@ -5,14 +5,23 @@ pure log lines. When stdout is a terminal (and tqdm is installed), a live progre
 instead and the text log goes to ``{run_dir}/train.log`` unless the config names a file; piped or
 in CI, the plain text log stays on stdout. ``--no-progress`` keeps the plain log on a terminal too.
 Under ``torchrun`` the log, the bar and the summary come from rank 0 only.
+
+A run directory is one run: ``--resume`` continues the run recorded there (its own ``config.yaml``,
+with only what this command line passes applied on top); without it, a directory that holds a run is
+refused. Mistakes a user can make (a bad config, a path that can't be used) are one line
+``speedtronic: error: ...`` and exit code 2; warnings are one line ``speedtronic: warning: ...``.
+Records the logger could not write are counted in the closing summary, and the exit code is then 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import sys
-from typing import TYPE_CHECKING, Any
+import warnings
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, TextIO
 
 from speedtronic.commands.cli import CommandError
 
@@ -36,7 +45,9 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("--steps", metavar="N", type=int, help="train up to absolute step N")
     parser.add_argument(
-        "--resume", action="store_true", help="continue from the latest checkpoint in the run directory"
+        "--resume",
+        action="store_true",
+        help="continue the run in --run-dir from its latest checkpoint, with the config it recorded",
     )
     parser.add_argument(
         "--no-progress", action="store_true", help="plain text log on stdout even on a terminal"
@@ -76,22 +87,51 @@ def run(args: argparse.Namespace) -> int:
         train["resume"] = True
     if train:
         overrides["train"] = train
-    try:
-        config = runtime.load_config(args.config, overrides)
-        if _progress_wanted(args):
-            config = runtime.load_config(with_progress(config))
-        result, info = runtime.train_from_config(config)
-    except runtime.ConfigError as error:
-        raise CommandError(str(error)) from None
-    except ModuleNotFoundError as error:
-        if error.name not in ("torch", "yaml"):
-            raise
-        raise CommandError(
-            f"speedtronic train requires {error.name}: pip install 'speedtronic[torch]'"
-        ) from None
-    if info.rank.rank == 0:  # one summary per job
-        print(summary(result, info), file=sys.stderr)
-    return 0
+    with _one_line_warnings():
+        try:
+            config = runtime.load_config(args.config, overrides)
+            if config["train"]["resume"] and config["run_dir"] is None:
+                raise CommandError("--resume: name the run to continue with --run-dir")
+            if _progress_wanted(args):
+                config = runtime.load_config(with_progress(config))
+            result, info = runtime.train_from_config(config)
+        except runtime.ConfigError as error:
+            raise CommandError(str(error)) from None
+        except ModuleNotFoundError as error:
+            if error.name not in ("torch", "yaml"):
+                raise
+            raise CommandError(
+                f"speedtronic train requires {error.name}: pip install 'speedtronic[torch]'"
+            ) from None
+        except OSError as error:  # a file the run writes, made impossible by the user's file system
+            where = error.filename if error.filename is not None else args.run_dir
+            raise CommandError(f"{where}: {error.strerror or error}") from None
+    if info.rank.rank != 0:  # one summary per job
+        return 1 if info.write_errors else 0
+    if config["train"]["resume"] and result.resumed_from is None:
+        print(
+            f"speedtronic: warning: --resume: nothing to resume in {info.run_dir} (no readable "
+            "checkpoint); trained from step 0",
+            file=sys.stderr,
+        )
+    print(summary(result, info), file=sys.stderr)
+    return 1 if info.write_errors else 0
+
+
+@contextlib.contextmanager
+def _one_line_warnings() -> Iterator[None]:
+    """Show warnings as ``speedtronic: warning: ...``: a user's run has no source line to point at."""
+
+    def show(
+        message: Warning | str, category: type[Warning], filename: str, lineno: int,
+        file: TextIO | None = None, line: str | None = None,
+    ) -> None:
+        text = str(message).removeprefix("speedtronic: ").removeprefix("speedtronic ")
+        print(f"speedtronic: warning: {text}", file=file or sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
 
 
 def summary(result: FitResult, info: RunInfo) -> str:
@@ -103,8 +143,20 @@ def summary(result: FitResult, info: RunInfo) -> str:
         f"{result.tokens_per_s:,.0f} tokens/s",
         f"  {'run dir':<12} {info.run_dir}",
     ]
+    if result.resumed_from is not None:
+        lines.append(f"  {'resumed':<12} from {result.resumed_from}")
+    if info.config_changes:
+        lines.append(
+            f"  {'config':<12} revision {info.config_revision}: {'; '.join(info.config_changes)}"
+        )
     files = dict(info.files)
     if result.checkpoint is not None and "checkpoints" in files:
         files["checkpoints"] += f" (latest: {result.checkpoint.name})"
     lines += [f"  {label:<12} {where}" for label, where in files.items()]
+    if info.write_errors:
+        written = [files[label] for label in ("metrics", "text log") if label in files]
+        lines.append(
+            f"speedtronic train: {info.write_errors:,} record(s) could not be written to "
+            f"{' or '.join(written)}: the record of this run is incomplete"
+        )
     return "\n".join(lines)

@@ -1,16 +1,32 @@
-"""The config's keys and the values each one takes; errors name the file, the key and what was expected.
+"""The config, defined once: typed sections whose fields carry their default, their check and their doc.
 
-``SCHEMA`` mirrors ``speedtronic.runtime.default_config()``: a nested mapping of sections whose leaves
-are ``Value`` checks. ``validate`` walks one config layer (a file, the command line) against it.
+``Config`` and its sections (``ModelConfig``, ``DataConfig``, ``TrainConfig``, ``LoggingConfig``) are
+the schema. ``default_values()`` is their defaults as plain data, ``SCHEMA`` their checks as a nested
+mapping, and ``markdown_table()`` the reference table of ``docs/configuration.md`` (a test keeps the
+docs and ``examples/config.yaml`` equal to it). ``validate`` walks one config layer (a file, the
+command line) against ``SCHEMA``; errors name the file, the key and what was expected.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from typing import Any, TypeAlias
 
-__all__ = ["SCHEMA", "ConfigError", "Section", "Value", "validate"]
+__all__ = [
+    "SCHEMA",
+    "Config",
+    "ConfigError",
+    "DataConfig",
+    "LoggingConfig",
+    "ModelConfig",
+    "Section",
+    "TrainConfig",
+    "Value",
+    "default_values",
+    "markdown_table",
+    "validate",
+]
 
 
 class ConfigError(ValueError):
@@ -60,47 +76,167 @@ _HOOKS = Value(
     lambda v: isinstance(v, list),
     items={"type": Value("a hook type name or 'package.module:factory'", _PATH.check)},
 )
+_LEVEL = Value(
+    "one of DEBUG, INFO, WARNING, ERROR, CRITICAL",
+    lambda v: isinstance(v, str) and v.upper() in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"),
+)
 
-SCHEMA: Section = {
-    "run_dir": _PATH,
-    "model": {"hidden": _integer(1)},
-    "data": {
-        "vocab_size": _integer(2),
-        "seq_len": _integer(1),
-        "noise": _number("a number from 0 to 1", lambda v: 0 <= v <= 1),
-    },
-    "train": {
-        "steps": _integer(0),
-        "lr": _POSITIVE,
-        "warmup_steps": _integer(0),
-        "batch_size": _integer(1),
-        "grad_accum": _integer(1),
-        "max_grad_norm": _optional(_POSITIVE),
-        "precision": _choice("fp32", "bf16"),
-        "device": Value("'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'", lambda v: isinstance(v, str) and v != ""),
-        "checkpoint_every": _integer(0),
-        "compile": Value("true, false or a torch.compile backend name", lambda v: isinstance(v, (bool, str))),
-        "seed": _integer(0),
-        "resume": _BOOL,
-        "outer_every": _integer(0),
-        "outer_lr": _POSITIVE,
-        "outer_momentum": _number("a number from 0 to less than 1", lambda v: 0 <= v < 1),
-    },
-    "logging": {
-        "level": Value(
-            "one of DEBUG, INFO, WARNING, ERROR, CRITICAL",
-            lambda v: isinstance(v, str) and v.upper() in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"),
-        ),
-        "file": _optional(_PATH),
-        "json_file": _optional(_PATH),
-        "every_steps": _integer(1),
-        "hooks": _HOOKS,
-        "validate": _BOOL,
-        "strict_hooks": _BOOL,
-        "lead_rank": _optional(_integer(0)),
-    },
-}
-"""Every key a config may have."""
+
+def _meta(value: Value, doc: str, shown: str | None = None) -> dict[str, Any]:
+    """A key's check and one line of docs (``shown``: its default in words, for the docs)."""
+    return {"value": value, "doc": doc, "shown": shown}
+
+
+def _key(default: Any, value: Value, doc: str, *, shown: str | None = None) -> Any:
+    """A config key with an immutable default, its check and its docs."""
+    return field(default=default, metadata=_meta(value, doc, shown))
+
+
+@dataclass
+class ModelConfig:
+    """``model:`` the reference model (embedding, one hidden layer, logits)."""
+
+    hidden: int = _key(64, _integer(1), "hidden size; a multiple of 8 (16 for bf16) avoids a shape_warning")
+
+
+@dataclass
+class DataConfig:
+    """``data:`` the synthetic task: learn each token's fixed successor."""
+
+    vocab_size: int = _key(32, _integer(2), "tokens in the vocabulary")
+    seq_len: int = _key(16, _integer(1), "tokens per sequence")
+    noise: float = _key(
+        0.2, _number("a number from 0 to 1", lambda v: 0 <= v <= 1),
+        "share of targets replaced by random tokens (the loss floor rises with it)",
+    )
+
+
+@dataclass
+class TrainConfig:
+    """``train:`` the reference trainer."""
+
+    steps: int = _key(200, _integer(0), "the absolute step to train up to (`--steps N`)")
+    lr: float = _key(0.001, _POSITIVE, "peak learning rate (AdamW): linear warm-up, then cosine down to 10%")
+    warmup_steps: int = _key(20, _integer(0), "steps of linear warm-up")
+    schedule_steps: int | None = _key(
+        None, _optional(_integer(1)),
+        "where the cosine reaches its floor; null: `steps` when the run starts. A resumed run keeps "
+        "the recorded value, so extending it with a larger `--steps` trains on at the floor",
+    )
+    batch_size: int = _key(32, _integer(1), "sequences per microbatch")
+    grad_accum: int = _key(1, _integer(1), "microbatches per optimizer step")
+    max_grad_norm: float | None = _key(
+        1.0, _optional(_POSITIVE), "clip the gradient norm to this; null measures it without clipping"
+    )
+    precision: str = _key("fp32", _choice("fp32", "bf16"), "fp32, or bf16 autocast where the device has it")
+    device: str = _key(
+        "auto",
+        Value("'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'", lambda v: isinstance(v, str) and v != ""),
+        "auto: CUDA when present, else the CPU",
+    )
+    checkpoint_every: int = _key(
+        100, _integer(0), "save `checkpoints/step_<N>.pt` every N steps and at the end; 0: never"
+    )
+    keep_checkpoints: int = _key(3, _integer(0), "keep the newest N checkpoints; 0: keep all")
+    compile: bool | str = _key(
+        False,
+        Value("true, false or a torch.compile backend name", lambda v: isinstance(v, (bool, str))),
+        "true (torch.compile, inductor) or a backend name; a failure falls back to eager",
+    )
+    seed: int = _key(0, _integer(0), "seeds the model, the data and every RNG")
+    resume: bool = _key(False, _BOOL, "continue the run in `run_dir` from its latest checkpoint (`--resume`)")
+    outer_every: int = _key(
+        0, _integer(0), "DiLoCo: inner steps per outer step (torchrun jobs); 0: off (DDP when distributed)"
+    )
+    outer_lr: float = _key(0.7, _POSITIVE, "the outer optimizer's learning rate (DiLoCo paper: 0.7)")
+    outer_momentum: float = _key(
+        0.9, _number("a number from 0 to less than 1", lambda v: 0 <= v < 1),
+        "the outer optimizer's Nesterov momentum (0: plain SGD)",
+    )
+
+
+@dataclass
+class LoggingConfig:
+    """``logging:`` the ``MetricLogger`` and its hooks."""
+
+    level: str = _key("INFO", _LEVEL, "threshold of the text log only; JSONL and hooks get every event")
+    file: str | None = _key(None, _optional(_PATH), "text log to this file instead of stdout")
+    json_file: str | None = _key(
+        "{run_dir}/metrics.jsonl", _optional(_PATH), "one JSON object per event; null: no JSONL"
+    )
+    every_steps: int = _key(20, _integer(1), "log a train_step only when step % every_steps == 0")
+    hooks: list[dict[str, Any]] = field(default_factory=list, metadata=_meta(
+        _HOOKS, "hooks called for every logged event, each a type and its factory's arguments",
+        shown="tensorboard when installed",
+    ))
+    validate: bool = _key(False, _BOOL, "check every payload against speedtronic.events (for tests)")
+    strict_hooks: bool = _key(False, _BOOL, "a failing hook raises speedtronic.HookError instead of warning")
+    lead_rank: int | None = _key(
+        0, _optional(_integer(0)), "under torchrun: the rank with the text log and hooks; null: every rank"
+    )
+
+
+@dataclass
+class Config:
+    """A whole config. ``{run_dir}`` in a logging path or a hook's argument stands for the run directory."""
+
+    run_dir: str | None = _key(
+        None, _optional(_PATH), "where the run's files go (`--run-dir`); null: a fresh one",
+        shown="a fresh `runs/<YYYYmmdd-HHMMSS>`",
+    )
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+
+def default_values() -> dict[str, Any]:
+    """``Config()``'s defaults as plain data (``logging.hooks`` empty: the runtime adds TensorBoard)."""
+    return asdict(Config())
+
+
+def _schema(cls: type[Any]) -> dict[str, Any]:
+    section: dict[str, Any] = {}
+    for item in fields(cls):
+        if item.metadata:
+            section[item.name] = item.metadata["value"]
+        else:
+            assert is_dataclass(item.default_factory)  # a section: its default is its class
+            section[item.name] = _schema(item.default_factory)
+    return section
+
+
+SCHEMA: Section = _schema(Config)
+"""Every key a config may have, and its check: derived from ``Config``."""
+
+
+def markdown_table() -> str:
+    """The reference table of ``docs/configuration.md``: one row per key, derived from ``Config``."""
+    rows = ["| key | default | accepts | meaning |", "| --- | --- | --- | --- |"]
+
+    def walk(cls: type[Any], prefix: str) -> None:
+        for item in fields(cls):
+            if not item.metadata:
+                walk(item.default_factory, f"{prefix}{item.name}.")  # type: ignore[arg-type]  # a section
+                continue
+            meta = item.metadata
+            default = meta["shown"] or f"`{_yaml(_default_of(item))}`"
+            rows.append(f"| `{prefix}{item.name}` | {default} | {meta['value'].expected} | {meta['doc']} |")
+
+    walk(Config, "")
+    return "\n".join(rows)
+
+
+def _default_of(item: Any) -> Any:
+    return item.default_factory() if item.default is MISSING else item.default
+
+
+def _yaml(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def validate(layer: Any, section: Section, source: str, prefix: str = "") -> None:

@@ -5,11 +5,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from speedtronic.distributed import RankInfo
 
-__all__ = ["destroy_process_group", "device_for_rank", "init_process_group", "shared_run_dir", "shutdown"]
+__all__ = ["destroy_process_group", "device_for_rank", "init_process_group", "share_from_rank0", "shutdown"]
+
+T = TypeVar("T")
 
 
 def device_for_rank(device: Any, rank: RankInfo) -> Any:
@@ -34,15 +36,15 @@ def init_process_group(rank: RankInfo, device: Any) -> bool:
     return True
 
 
-def shared_run_dir(run_dir: str) -> str:
-    """Rank 0's ``run_dir``, on every rank: each rank picks a fresh ``runs/<timestamp>`` on its own."""
+def share_from_rank0(value: T) -> T:
+    """Rank 0's ``value`` on every rank (a picklable object); ``value`` itself outside a process group."""
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):
-        return run_dir
-    chosen = [run_dir]
+        return value
+    chosen = [value]
     dist.broadcast_object_list(chosen, src=0)
-    return str(chosen[0])
+    return chosen[0]
 
 
 def shutdown(steps: list[Any], *, quiet: bool) -> None:

@@ -33,9 +33,16 @@ So every rank's model holds the same parameters after every boundary that is not
 phase's progress reaches θ one outer step late. When ``fit()`` ends, the exchange in flight is waited
 for and its result loaded: the final model is the last θ (steps after the last boundary are dropped).
 
-Not done: DDP inside a worker; partial (Streaming DiLoCo) or quantised exchanges; θ and the outer
-momentum in checkpoints (a resumed run restarts the outer loop from the checkpoint's model); a
-collective that fails on some ranks but not on others (their θ would differ).
+A checkpoint holds the outer loop's state (``state_dict``: θ, its generation, the baseline and the
+outer optimizer's momentum), taken after waiting for the exchange in flight, so a resumed run goes on
+exactly as the uninterrupted one.
+
+``close()`` joins the exchange thread, then destroys the two gloo groups the loop created, so no
+collective of the thread outlives them and none of them is left for interpreter exit to tear down;
+``build_runtime`` closes the loop before it destroys the default group, on every path.
+
+Not done: DDP inside a worker; partial (Streaming DiLoCo) or quantised exchanges; a collective that
+fails on some ranks but not on others (their θ would differ).
 """
 
 from __future__ import annotations
@@ -128,6 +135,7 @@ class OuterLoop:
         self._lock = threading.Lock()
         self._outstanding = 0
         self._closed = False
+        self._restored = False
         self._thread = threading.Thread(target=self._run, name="speedtronic-outer", daemon=True)
         self._thread.start()
         trainer.at_fit_start.append(self._start)
@@ -138,7 +146,10 @@ class OuterLoop:
     # -- the training thread -------------------------------------------------------------------
 
     def _start(self, trainer: Trainer) -> None:
-        """At ``fit()``'s start (after a resume): every worker starts from rank 0's parameters."""
+        """At ``fit()``'s start: every worker starts from rank 0's parameters (a resumed loop goes on
+        from its checkpoint instead)."""
+        if self._restored:
+            return
         start = self._flatten()
         if self._control is not None:
             dist.broadcast(start, src=0, group=self._control)
@@ -188,6 +199,28 @@ class OuterLoop:
             self._baseline = self._synced.detach().clone()
             self.generation = self._synced_generation
             self._load(self._baseline)
+
+    def state_dict(self) -> dict[str, Any]:
+        """θ, its generation, the baseline and the outer optimizer, once the exchange in flight is done."""
+        self.wait()
+        return {
+            "generation": self.generation,
+            "baseline": self._baseline.clone(),
+            "synced": self._synced.detach().clone(),
+            "synced_generation": self._synced_generation,
+            "optimizer": self._outer.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Go on from a ``state_dict()``: ``fit()`` then keeps it instead of starting from the model."""
+        self.wait()
+        self.generation = state["generation"]
+        self._baseline = state["baseline"].cpu()
+        with torch.no_grad():
+            self._synced.copy_(state["synced"].cpu())
+        self._synced_generation = state["synced_generation"]
+        self._outer.load_state_dict(state["optimizer"])
+        self._restored = True
 
     def _state(self) -> int:
         with self._lock:
@@ -265,7 +298,14 @@ class OuterLoop:
     # -- lifetime ------------------------------------------------------------------------------
 
     def close(self, timeout: float = 30.0) -> None:
-        """Stop the exchange thread (after the exchange in flight, up to ``timeout`` s). Idempotent."""
+        """Stop the exchange thread (after the exchange in flight, up to ``timeout`` s), then destroy
+        the loop's own groups. Idempotent.
+
+        The thread is always joined before a group goes: a gloo group destroyed (or left to
+        interpreter exit) under a thread still inside one of its collectives aborts the process
+        ("terminate called without an active exception"). A thread still stuck after ``timeout``
+        keeps its groups, and the warning says so.
+        """
         if self._closed:
             return
         self._closed = True
@@ -274,7 +314,13 @@ class OuterLoop:
         self._thread.join(timeout)
         if self._thread.is_alive():
             warnings.warn(
-                f"speedtronic: the outer loop's exchange did not finish within {timeout} s",
+                f"speedtronic: the outer loop's exchange did not finish within {timeout} s; "
+                "its process groups are left alive",
                 SpeedtronicWarning,
                 stacklevel=2,
             )
+            return
+        groups, self.group, self._control = (self.group, self._control), None, None
+        for group in groups:
+            if group is not None and dist.is_initialized():
+                dist.destroy_process_group(group)

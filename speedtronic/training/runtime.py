@@ -23,9 +23,8 @@ import importlib.metadata
 import importlib.util
 import math
 import os
-import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +32,8 @@ from speedtronic.distributed import RankInfo, detect_rank, is_lead, rank_path
 from speedtronic.hooks import as_callback, close_hook
 from speedtronic.profiling import MetricLogger
 from speedtronic.training import launch as _launch
-from speedtronic.training.config import SCHEMA, ConfigError, validate
+from speedtronic.training import rundir as _rundir
+from speedtronic.training.config import SCHEMA, ConfigError, default_values, validate
 
 if TYPE_CHECKING:
     from speedtronic.training.trainer import FitResult, Trainer
@@ -43,6 +43,7 @@ __all__ = [
     "HOOK_DEFAULTS",
     "HOOK_ENTRY_POINT_GROUP",
     "ConfigError",
+    "RunDirError",
     "RunInfo",
     "build_logger",
     "build_runtime",
@@ -73,46 +74,20 @@ HOOK_ENTRY_POINT_GROUP = "speedtronic.hooks"
 """Third-party packages register hook types here: ``name = "package.module:factory"``."""
 
 _RUN_DIR = "{run_dir}"
+RunDirError = _rundir.RunDirError
 
 
 def default_config() -> dict[str, Any]:
-    """The embedded default: the reference trainer learning a synthetic next-token task in seconds.
+    """The embedded default (``speedtronic.training.config.Config``): the reference trainer learning a
+    synthetic next-token task in seconds.
 
-    ``run_dir`` is a fresh ``runs/<timestamp>``; ``{run_dir}`` in a logging path or a hook's
-    argument stands for it. TensorBoard logging is on when it can be (see ``default_hooks``).
+    ``run_dir`` is ``None``: the run claims a fresh ``runs/<timestamp>`` when it starts; ``{run_dir}``
+    in a logging path or a hook's argument stands for it. TensorBoard logging is on when it can be
+    (see ``default_hooks``).
     """
-    return {
-        "run_dir": _fresh_run_dir(),
-        "model": {"hidden": 64},
-        "data": {"vocab_size": 32, "seq_len": 16, "noise": 0.2},
-        "train": {
-            "steps": 200,
-            "lr": 0.001,
-            "warmup_steps": 20,
-            "batch_size": 32,
-            "grad_accum": 1,
-            "max_grad_norm": 1.0,
-            "precision": "fp32",
-            "device": "auto",
-            "checkpoint_every": 100,
-            "compile": False,
-            "seed": 0,
-            "resume": False,
-            "outer_every": 0,
-            "outer_lr": 0.7,
-            "outer_momentum": 0.9,
-        },
-        "logging": {
-            "level": "INFO",
-            "file": None,
-            "json_file": "{run_dir}/metrics.jsonl",
-            "every_steps": 20,
-            "hooks": default_hooks(),
-            "validate": False,
-            "strict_hooks": False,
-            "lead_rank": 0,
-        },
-    }
+    config = default_values()
+    config["logging"]["hooks"] = default_hooks()
+    return config
 
 
 def default_hooks() -> list[dict[str, Any]]:
@@ -127,15 +102,6 @@ def default_hooks() -> list[dict[str, Any]]:
     return [{"type": "tensorboard", **HOOK_DEFAULTS["tensorboard"]}]
 
 
-def _fresh_run_dir() -> str:
-    base = Path("runs") / time.strftime("%Y%m%d-%H%M%S")
-    candidate, n = base, 1
-    while candidate.exists():
-        n += 1
-        candidate = base.with_name(f"{base.name}-{n}")
-    return str(candidate)
-
-
 # -- loading -------------------------------------------------------------------------------------
 
 
@@ -145,8 +111,11 @@ def load_config(
 ) -> dict[str, Any]:
     """The config from a YAML file or a mapping, merged over ``default_config()``, checked, resolved.
 
-    ``overrides`` (the command line's options) are merged last. Raises ``ConfigError`` naming the
-    file, the key and what was expected. Loading a loaded config returns an equal one.
+    ``overrides`` (the command line's options) are merged last. A run that resumes (``train.resume``)
+    in a ``run_dir`` holding a ``config.yaml`` starts from that recorded config instead of the
+    defaults: only what ``source`` and ``overrides`` set is applied on top. ``train.schedule_steps``
+    left null becomes ``train.steps``. Raises ``ConfigError`` naming the file, the key and what was
+    expected. Loading a loaded config returns an equal one.
     """
     if source is None:
         layer: Any = {}
@@ -155,17 +124,43 @@ def load_config(
         layer, name = source, "config"
     else:
         layer, name = _read_yaml(Path(source)), str(source)
+    layers = ((name, layer), ("command line", overrides or {}))
     config = default_config()
-    for layer_name, values in ((name, layer), ("command line", overrides or {})):
+    for layer_name, values in layers:
         validate(values, SCHEMA, layer_name)
         _merge(config, values)
+    recorded = _recorded_config(config)
+    if recorded is not None:
+        moved_from, run_dir = recorded["run_dir"], config["run_dir"]
+        config = recorded
+        for _, values in layers:
+            _merge(config, values)
+        config["run_dir"] = run_dir
+        if moved_from not in (None, run_dir):  # the directory was moved: its paths move with it
+            config = _resolve_run_dir(config, placeholder=moved_from)
+    if config["train"]["schedule_steps"] is None:
+        config["train"]["schedule_steps"] = max(1, config["train"]["steps"])
     for index, spec in enumerate(config["logging"]["hooks"]):
         try:
             resolve_hook_type(spec["type"])
         except LookupError as error:
             raise ConfigError(name, f"logging.hooks[{index}].type", str(error)) from None
         config["logging"]["hooks"][index] = {**HOOK_DEFAULTS.get(spec["type"], {}), **spec}
-    return _resolve_run_dir(config)
+    return _resolve_run_dir(config) if config["run_dir"] is not None else config
+
+
+def _recorded_config(config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The config a resumed run recorded in ``run_dir/config.yaml`` (checked), or ``None``."""
+    if not config["train"]["resume"] or config["run_dir"] is None:
+        return None
+    path = Path(config["run_dir"]) / _rundir.CONFIG_NAME
+    if not path.is_file():
+        return None
+    recorded = default_config()
+    values = _read_yaml(path)
+    validate(values, SCHEMA, str(path))
+    _merge(recorded, values)
+    return recorded
 
 
 def _read_yaml(path: Path) -> Any:
@@ -269,18 +264,26 @@ def build_logger(config: Mapping[str, Any], *, device: Any = None) -> MetricLogg
     already created are closed and a ``ConfigError`` names the entry.
     """
     config = load_config(config)
+    if config["run_dir"] is None:
+        config["run_dir"] = str(_rundir.claim(None, resume=False))
+        config = _resolve_run_dir(config)
     logging = config["logging"]
     rank = detect_rank()
     specs = logging["hooks"] if is_lead(rank, logging["lead_rank"]) else []
     if device is None and config["train"]["device"] != "auto":
         device = config["train"]["device"]
-    Path(config["run_dir"]).mkdir(parents=True, exist_ok=True)  # hooks may write there
+    _rundir.claim(config["run_dir"], resume=True)  # created first: hooks may write there
     hooks: list[Any] = []
     try:
         for index, spec in enumerate(specs):
             hooks.append(_build_hook(index, spec))
         if logging["file"] is not None:
-            Path(logging["file"]).parent.mkdir(parents=True, exist_ok=True)
+            try:
+                Path(logging["file"]).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as error:
+                raise ConfigError(
+                    "config", "logging.file", f"can't create {error.filename}: {error.strerror}"
+                ) from None
         try:
             return MetricLogger(
                 level=logging["level"],
@@ -337,13 +340,22 @@ class RunInfo:
     """This process's place in the job."""
     owns_process_group: bool = False
     """Whether ``build_runtime`` initialised ``torch.distributed`` (``train_from_config`` destroys it)."""
+    config_revision: int = 1
+    """The revision of ``config.yaml`` this run wrote: 1, or more when a resume changed the config."""
+    config_changes: tuple[str, ...] = ()
+    """What a resume changed in the recorded config (``"train.steps: 20 -> 40"``)."""
+    write_errors: int = 0
+    """Records the logger could not write (set by ``train_from_config`` once the logger is closed)."""
 
 
 def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[Trainer, RunInfo]:
     """A ``Trainer`` for the config, its ``logger`` built by ``build_logger``, and where the run goes.
 
-    The caller owns ``trainer.logger`` and ``trainer.outer`` (with ``train.outer_every``) and, when
-    ``info.owns_process_group``, the process group: ``train_from_config`` closes all three.
+    The run directory is claimed first (``speedtronic.training.rundir.claim``): a fresh one when the
+    config names none, and one holding another run is refused unless ``train.resume``. The caller
+    owns ``trainer.logger`` and ``trainer.outer`` (with ``train.outer_every``) and, when
+    ``info.owns_process_group``, the process group: ``train_from_config`` closes all three, the outer
+    loop's thread first.
     """
     from speedtronic.training.trainer import Trainer, resolve_device  # noqa: I001  # first: it names the extra
     import torch
@@ -363,10 +375,10 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
     outer: OuterLoop | None = None
     try:
         rank = detect_rank()
-        shared = _launch.shared_run_dir(config["run_dir"])
-        if shared != config["run_dir"]:
-            own, config["run_dir"] = config["run_dir"], shared
-            config = _resolve_run_dir(config, placeholder=own)
+        config = _claim_run_dir(config, rank)
+        resumed = train["resume"] and rank.rank == 0  # the config's one writer says what changed
+        previous = _read_recorded(Path(config["run_dir"])) if resumed else None
+        changes = tuple(_rundir.config_changes(previous, config)) if previous is not None else ()
         torch.manual_seed(train["seed"])
         data = config["data"]
         task = _task.SuccessorTask(
@@ -381,9 +393,10 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
             )
         optimizer = torch.optim.AdamW(model.parameters(), lr=train["lr"])
         scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, warmup_cosine(train["warmup_steps"], train["steps"])
+            optimizer, warmup_cosine(train["warmup_steps"], train["schedule_steps"])
         )
         run_dir = Path(config["run_dir"])
+        revision = _rundir.record_config(run_dir, config) if rank.rank == 0 else 0  # one writer
         info = RunInfo(
             run_dir=run_dir,
             config=config,
@@ -392,6 +405,8 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
             files=_files(config, run_dir / "checkpoints", rank),
             rank=rank,
             owns_process_group=owns_group,
+            config_revision=revision,
+            config_changes=changes,
         )
         logger = build_logger(config, device=device)
         try:
@@ -409,21 +424,23 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
                 compile=train["compile"],
                 checkpoint_dir=info.checkpoint_dir,
                 checkpoint_every=train["checkpoint_every"],
+                keep_checkpoints=train["keep_checkpoints"],
                 resume=train["resume"],
                 validate_events=config["logging"]["validate"],
             )
+            trainer.start_notes["lr_schedule_steps"] = train["schedule_steps"]
+            if changes:
+                trainer.start_notes["config_changes"] = list(changes)
             if train["outer_every"]:
                 outer = OuterLoop(
                     trainer, train["outer_every"], lr=train["outer_lr"], momentum=train["outer_momentum"]
                 )
         except ValueError as error:
             raise ConfigError("config", "train", str(error)) from None
-        if rank.rank == 0:  # one writer
-            _write_config(run_dir / "config.yaml", config)
     except BaseException:
         _launch.shutdown(
             [step for step in (
-                outer.close if outer is not None else None,
+                outer.close if outer is not None else None,  # its thread joined before the group goes
                 logger.close if logger is not None else None,
                 _launch.destroy_process_group if owns_group else None,
             ) if step is not None],
@@ -433,9 +450,41 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
     return trainer, info
 
 
+def _claim_run_dir(config: dict[str, Any], rank: RankInfo) -> dict[str, Any]:
+    """Rank 0 claims the run directory; every rank gets its path, or the same error."""
+    claimed: str | None = None
+    problem: RunDirError | None = None
+    if rank.rank == 0:
+        try:
+            claimed = str(_rundir.claim(config["run_dir"], resume=config["train"]["resume"]))
+        except RunDirError as error:
+            problem = error
+    agreed, message = _launch.share_from_rank0((claimed, str(problem) if problem else None))
+    if problem is not None:
+        raise problem
+    if message is not None:
+        raise RunDirError(config["run_dir"] or "runs", f"rank 0 could not claim the run directory: {message}")
+    if config["run_dir"] is None:
+        config["run_dir"] = agreed
+        return _resolve_run_dir(config)
+    if agreed != config["run_dir"]:
+        own, config["run_dir"] = config["run_dir"], agreed
+        return _resolve_run_dir(config, placeholder=own)
+    return config
+
+
+def _read_recorded(run_dir: Path) -> dict[str, Any] | None:
+    path = run_dir / _rundir.CONFIG_NAME
+    if not path.is_file():
+        return None
+    recorded = _read_yaml(path)
+    return recorded if isinstance(recorded, dict) else None
+
+
 def train_from_config(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[FitResult, RunInfo]:
-    """Build, fit, then close the outer loop, the logger and its hooks, and destroy the process group
-    this call set up, also when training raises (a failure while closing then never hides its error)."""
+    """Build, fit, then close the outer loop (joining its thread), the logger and its hooks, and
+    destroy the process group this call set up, in that order, also when training raises (a failure
+    while closing then never hides its error). ``info.write_errors`` counts the records lost."""
     trainer, info = build_runtime(config)
     steps = [step for step in (
         trainer.outer.close if trainer.outer is not None else None,
@@ -448,7 +497,7 @@ def train_from_config(config: Mapping[str, Any] | str | os.PathLike[str]) -> tup
         _launch.shutdown(steps, quiet=True)
         raise
     _launch.shutdown(steps, quiet=False)
-    return result, info
+    return result, replace(info, write_errors=trainer.logger.write_errors)
 
 
 def warmup_cosine(warmup_steps: int, total_steps: int, floor: float = 0.1) -> Callable[[int], float]:
@@ -475,11 +524,3 @@ def _files(config: Mapping[str, Any], checkpoint_dir: Path, rank: RankInfo) -> d
             files["tensorboard"] = str(spec["log_dir"])
     files["config"] = str(Path(config["run_dir"]) / "config.yaml")
     return files
-
-
-def _write_config(path: Path, config: Mapping[str, Any]) -> None:
-    import yaml
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(dict(config), sort_keys=False), encoding="utf-8")
-

@@ -20,7 +20,8 @@ class SuccessorTask:
     """An endless iterable of ``(tokens, targets)`` batches, both ``(batch_size, seq_len)`` int64.
 
     ``shard`` (a rank) draws its own stream of batches of the same task: the successor rule comes from
-    ``seed`` alone, and shard 0 draws exactly what a single process does.
+    ``seed`` alone, and shard 0 draws exactly what a single process does. ``state_dict()`` is the
+    stream's position, so a resumed run draws the batches the uninterrupted one would have.
     """
 
     def __init__(
@@ -31,6 +32,12 @@ class SuccessorTask:
         self.successor = torch.randperm(vocab_size, generator=self._generator)
         if shard:
             self._generator.manual_seed(seed * 1_000_003 + shard)
+
+    def state_dict(self) -> dict[str, Tensor]:
+        return {"generator": self._generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        self._generator.set_state(state["generator"].cpu())
 
     def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
         shape = (self.batch_size, self.seq_len)

@@ -11,10 +11,20 @@ Each step is ``_optimizer_step`` (microbatches, clipping, optimizer and schedule
 ``after_optimizer_step`` callbacks, then the event and the checkpoint: the outer loop
 (``speedtronic.training.outer.OuterLoop``) attaches there, to ``at_fit_start`` and to ``before_fit_end``.
 
+A checkpoint holds everything the next step depends on: the model (unwrapped from DDP), the
+optimizer, the schedule, the step and counters, the RNG states (torch, CUDA, Python, numpy when
+imported), the data stream's position (``data.state_dict()`` when it has one, else the number of
+batches drawn) and the outer loop's state. So a run resumed from a checkpoint computes what the
+uninterrupted run did. The newest ``keep_checkpoints`` are kept; resuming skips a checkpoint that
+can't be read (a ``checkpoint_skipped`` event and a ``SpeedtronicWarning`` name it) for the next
+newest.
+
 Under ``torch.distributed`` (an initialised process group) the trainer is rank-aware: a
 ``DistributedDataParallel`` model skips the gradient all-reduce on all but the last microbatch
-(``no_sync``), checkpoints hold the unwrapped module and are written by rank 0 alone, every rank waits
-at a barrier before reading one to resume, and ``train_start`` carries ``world_size`` and ``rank``.
+(``no_sync``), rank 0 writes ``step_<N>.pt`` and emits ``checkpoint``, rank r > 0 writes its own state
+to ``step_<N>.rank<r>.pt`` (its data stream and RNGs differ, and so does its model under the outer
+loop), the ranks agree on the newest step every one of them can read before resuming, and
+``train_start`` carries ``world_size`` and ``rank``.
 """
 
 from __future__ import annotations
@@ -22,8 +32,11 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import random
 import re
+import sys
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +54,7 @@ except ModuleNotFoundError as error:  # pragma: no cover - exercised by a subpro
         "speedtronic.training.trainer requires torch: pip install 'speedtronic[torch]'", name="torch"
     ) from None
 
+from speedtronic.errors import SpeedtronicWarning
 from speedtronic.events import (
     CompilePayload,
     Event,
@@ -51,6 +65,7 @@ from speedtronic.events import (
 from speedtronic.processors import CadenceFilter
 from speedtronic.profiling import MetricLogger
 from speedtronic.training import shapes as _shapes
+from speedtronic.training.config import ConfigError
 
 
 class OuterAttachment(Protocol):
@@ -61,11 +76,17 @@ class OuterAttachment(Protocol):
 
     def close(self) -> None: ...
 
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
 __all__ = ["PRECISIONS", "FitResult", "Trainer", "latest_checkpoint", "resolve_device", "token_cross_entropy"]
 
 PRECISIONS = ("fp32", "bf16")
 _MAX_SHAPE_WARNINGS = 16
 _CHECKPOINT_NAME = re.compile(r"step_(\d+)\.pt")
+CHECKPOINT_SKIPPED = "checkpoint_skipped"
+"""The event naming a checkpoint that resuming could not read (``path``, ``error``)."""
 _OOO_BACKPROP_OFF = "not implemented by the reference trainer: backward runs in autograd's order"
 
 Batch = tuple[Tensor, Tensor]
@@ -112,6 +133,8 @@ class FitResult:
     tokens_per_s: float
     checkpoint: Path | None
     """The latest checkpoint written (or resumed from)."""
+    resumed_from: Path | None = None
+    """The checkpoint ``fit()`` resumed from; ``None`` when it started from scratch."""
 
 
 class _Step(NamedTuple):
@@ -161,9 +184,10 @@ class Trainer:
         max_grad_norm: clip the total gradient norm to this (``None``: measure it, never clip).
         compile: ``True`` for ``torch.compile``'s default backend, or a backend's name; if compiling
             fails, training goes on eagerly and the ``compile`` event says why.
-        checkpoint_dir: where ``step_<N>.pt`` files go (model, optimizer, schedule, step, counters).
+        checkpoint_dir: where ``step_<N>.pt`` files go (everything the next step depends on).
         checkpoint_every: save every this many steps, and at the end (0: never).
-        resume: start from the latest checkpoint in ``checkpoint_dir``, when there is one.
+        keep_checkpoints: keep the newest this many checkpoints, deleting older ones (0: keep all).
+        resume: start from the newest readable checkpoint in ``checkpoint_dir``, when there is one.
         validate_events: check every payload against ``speedtronic.events`` before emitting it.
     """
 
@@ -184,15 +208,16 @@ class Trainer:
         compile: bool | str = False,
         checkpoint_dir: str | os.PathLike[str] | None = None,
         checkpoint_every: int = 0,
+        keep_checkpoints: int = 0,
         resume: bool = False,
         validate_events: bool = False,
     ) -> None:
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-        if grad_accum < 1 or steps < 0 or checkpoint_every < 0:
+        if grad_accum < 1 or steps < 0 or checkpoint_every < 0 or keep_checkpoints < 0:
             raise ValueError(
-                f"need grad_accum >= 1, steps >= 0, checkpoint_every >= 0; got {grad_accum}, {steps}, "
-                f"{checkpoint_every}"
+                "need grad_accum >= 1, steps >= 0, checkpoint_every >= 0, keep_checkpoints >= 0; got "
+                f"{grad_accum}, {steps}, {checkpoint_every}, {keep_checkpoints}"
             )
         if checkpoint_every and checkpoint_dir is None:
             raise ValueError("checkpoint_every needs a checkpoint_dir")
@@ -210,6 +235,7 @@ class Trainer:
         self.compile = compile
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
         self.checkpoint_every = checkpoint_every
+        self.keep_checkpoints = keep_checkpoints
         self.resume = resume
         self.logger = logger if logger is not None else MetricLogger(device=self.device)
         self.after_optimizer_step: list[Callable[[Trainer], None]] = []
@@ -231,6 +257,12 @@ class Trainer:
         self.samples = 0
         self.tokens = 0
         self.checkpoint: Path | None = None
+        self.resumed_from: Path | None = None
+        self.start_notes: dict[str, Any] = {}
+        """Extra keys for ``train_start`` (the runtime adds the LR schedule's horizon, config changes)."""
+        self._drawn = 0
+        """Batches drawn from ``data`` so far (a resumed run skips as many of a data without state)."""
+        self._skip = 0
         self._validator = ValidatePayloads() if validate_events else None
         self._forward: Callable[[Tensor], Tensor] = self.model
         self._compile_pending = bool(compile)
@@ -263,7 +295,7 @@ class Trainer:
             start["world_size"], start["rank"] = self.world_size, self.rank
         if self.outer is not None:
             start["outer_every"] = self.outer.every
-        self.emit(Event.TRAIN_START, start)
+        self.emit(Event.TRAIN_START, {**start, **self.start_notes})
         self._profile_shapes()
         self.emit(Event.OOO_BACKPROP, {"enabled": False, "reason": _OOO_BACKPROP_OFF})
         cadence = CadenceFilter(self.logger.every_steps)
@@ -314,6 +346,7 @@ class Trainer:
             samples_per_s=round((self.samples - start_samples) / duration, 3),
             tokens_per_s=round((self.tokens - start_tokens) / duration, 3),
             checkpoint=self.checkpoint,
+            resumed_from=self.resumed_from,
         )
         self.emit(Event.TRAIN_END, {
             "step": result.step,
@@ -333,6 +366,7 @@ class Trainer:
         samples = tokens = 0
         for index in range(self.grad_accum):
             inputs, targets = (t.to(self.device, non_blocking=True) for t in next(batches))
+            self._drawn += 1
             with self._accumulating(last=index == self.grad_accum - 1):
                 total += self._microbatch(inputs, targets)
             samples += inputs.shape[0]
@@ -384,62 +418,128 @@ class Trainer:
     # -- checkpoints ---------------------------------------------------------------------------
 
     def save_checkpoint(self) -> Path:
-        """Write ``step_<N>.pt`` (atomically: a partial file never looks like a checkpoint).
+        """Write ``step_<N>.pt`` (atomically: a partial file never looks like a checkpoint), then delete
+        all but the newest ``keep_checkpoints``.
 
-        In a multi-process job rank 0 is the one writer (and emits ``checkpoint``); the other ranks
-        only note the path.
+        In a multi-process job each rank writes its own state (rank r > 0 to ``step_<N>.rank<r>.pt``);
+        rank 0 emits ``checkpoint``. Returns rank 0's path.
         """
         if self.checkpoint_dir is None:
             raise ValueError("save_checkpoint() needs a checkpoint_dir")
         started = time.perf_counter()
-        path = self.checkpoint_dir / f"step_{self.step:08d}.pt"
-        if self.rank != 0:
-            self.checkpoint = path
-            return path
+        path = self.checkpoint_dir / _checkpoint_name(self.step, 0)
+        state = self.state_dict()  # first: it waits for the outer loop's exchange in flight
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        state = {
+        mine = self.checkpoint_dir / _checkpoint_name(self.step, self.rank)
+        partial = mine.with_name(mine.name + ".partial")
+        torch.save(state, partial)
+        os.replace(partial, mine)
+        self.checkpoint = path
+        if self.keep_checkpoints:
+            for old in sorted(self._own_checkpoints().items(), reverse=True)[self.keep_checkpoints:]:
+                old[1].unlink(missing_ok=True)
+        if self.rank == 0:
+            self.emit(Event.CHECKPOINT, {
+                "step": self.step, "path": str(path), "save_s": round(time.perf_counter() - started, 6)
+            })
+        return path
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything the next step depends on, as a checkpoint holds it."""
+        data_state = getattr(self.data, "state_dict", None)
+        return {
             "step": self.step,
             "samples": self.samples,
             "tokens": self.tokens,
             "model": self.module.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "rng": _rng_state(),
+            "data": data_state() if callable(data_state) else None,
+            "batches": self._drawn,
+            "outer": self.outer.state_dict() if self.outer is not None else None,
         }
-        partial = path.with_name(path.name + ".partial")
-        torch.save(state, partial)
-        os.replace(partial, path)
-        self.checkpoint = path
-        self.emit(Event.CHECKPOINT, {
-            "step": self.step, "path": str(path), "save_s": round(time.perf_counter() - started, 6)
-        })
-        return path
 
     def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
-        """Restore model, optimizer, schedule, step and counters from a checkpoint."""
-        state = torch.load(path, map_location=self.device, weights_only=True)
-        self.module.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        """Restore everything ``state_dict`` holds from a checkpoint file."""
+        self._restore(torch.load(path, map_location=self.device, weights_only=True), Path(path))
+
+    def _restore(self, state: dict[str, Any], path: Path) -> None:
+        try:
+            self.module.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+        except (RuntimeError, ValueError) as error:
+            raise ConfigError(str(path), "", f"does not fit this model: {_first_line(error)}") from None
         if self.scheduler is not None and state["scheduler"] is not None:
             self.scheduler.load_state_dict(state["scheduler"])
         self.step, self.samples, self.tokens = state["step"], state["samples"], state["tokens"]
-        self.checkpoint = Path(path)
+        if state.get("rng") is not None:
+            _set_rng_state(state["rng"])
+        self._drawn = state.get("batches", 0)
+        load_data = getattr(self.data, "load_state_dict", None)
+        if state.get("data") is not None and callable(load_data):
+            load_data(state["data"])
+        else:
+            self._skip = self._drawn
+        if self.outer is not None and state.get("outer") is not None:
+            self.outer.load_state_dict(state["outer"])
+        self.checkpoint = path.with_name(_checkpoint_name(self.step, 0))
+        self.resumed_from = path
+
+    def _own_checkpoints(self) -> dict[int, Path]:
+        """This rank's checkpoint files in ``checkpoint_dir``, by step."""
+        if self.checkpoint_dir is None:
+            return {}
+        pattern = re.compile(rf"step_(\d+){re.escape(_rank_suffix(self.rank))}\.pt")
+        return {
+            int(match.group(1)): path
+            for path in self.checkpoint_dir.glob("step_*.pt")
+            if (match := pattern.fullmatch(path.name))
+        }
 
     def _resume(self) -> None:
-        if self.world_size > 1:  # every rank looks for the latest checkpoint at the same point of the job
-            on_gpu = dist.get_backend() == "nccl" and self.device.index is not None
-            dist.barrier(device_ids=[self.device.index] if on_gpu else None)
-        found = latest_checkpoint(self.checkpoint_dir) if self.checkpoint_dir is not None else None
-        if found is not None:
-            self.load_checkpoint(found)
+        """Restore the newest checkpoint every rank can read; skip (and report) one that can't be."""
+        mine = self._own_checkpoints()
+        steps = set(mine)
+        if self.world_size > 1:  # every rank looks at the same point of the job, and at the same steps
+            gathered: list[Any] = [None] * self.world_size
+            dist.all_gather_object(gathered, steps)
+            steps = set.intersection(*gathered)
+        for step in sorted(steps, reverse=True):
+            path = mine[step]
+            state, problem = _read_checkpoint(path, self.device)
+            if problem is not None:
+                self.emit(CHECKPOINT_SKIPPED, {"step": step, "path": str(path), "error": problem})
+                warnings.warn(
+                    f"speedtronic: skipped checkpoint {path}: {problem}; trying the next newest",
+                    SpeedtronicWarning,
+                    stacklevel=2,
+                )
+            if self._all_ranks(problem is None):
+                assert state is not None
+                self._restore(state, path)
+                return
+
+    def _all_ranks(self, ok: bool) -> bool:
+        if self.world_size == 1:
+            return ok
+        gathered: list[Any] = [None] * self.world_size
+        dist.all_gather_object(gathered, ok)
+        return all(gathered)
 
     # -- helpers -------------------------------------------------------------------------------
 
     def _batches(self) -> Iterator[Batch]:
-        """The data, re-iterated when it runs out; an exhausted iterator is an error naming the step."""
+        """The data, re-iterated when it runs out; an exhausted iterator is an error naming the step.
+
+        A resumed run whose data has no ``state_dict`` first skips the batches drawn before."""
         while True:
             empty = True
             for batch in self.data:
                 empty = False
+                if self._skip:
+                    self._skip -= 1
+                    continue
                 yield batch
             if empty:
                 raise ValueError(
@@ -464,7 +564,7 @@ class Trainer:
                 "suggested": -(-value // alignment) * alignment,
             })
 
-    def emit(self, event: Event, payload: Any) -> None:
+    def emit(self, event: str, payload: Any) -> None:
         """Check ``payload`` against the catalog (with ``validate_events``), then log it; thread-safe."""
         if self._validator is not None:
             self._validator.check(event, payload)
@@ -481,6 +581,53 @@ def _check_precision(device: torch.device, precision: str) -> None:
     )
     if not supported:
         raise ValueError(f"precision 'bf16' is not supported on {device}; use 'fp32'")
+
+
+def _rank_suffix(rank: int) -> str:
+    return f".rank{rank}" if rank else ""
+
+
+def _checkpoint_name(step: int, rank: int) -> str:
+    return f"step_{step:08d}{_rank_suffix(rank)}.pt"
+
+
+def _read_checkpoint(path: Path, device: torch.device) -> tuple[dict[str, Any] | None, str | None]:
+    """The checkpoint's state, or why it can't be used (torn, corrupt, not a checkpoint)."""
+    try:
+        state = torch.load(path, map_location=device, weights_only=True)
+    except Exception as error:  # torch reports a torn or corrupt file in many ways
+        return None, f"{type(error).__name__}: {_first_line(error)}"
+    if not isinstance(state, dict) or not {"step", "model", "optimizer"} <= state.keys():
+        return None, "not a speedtronic checkpoint"
+    return state, None
+
+
+def _rng_state() -> dict[str, Any]:
+    """Every RNG a step may draw from: torch's (and CUDA's, once initialised), Python's, numpy's."""
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]  # torch's stub
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        name, keys, position, has_gauss, cached = numpy.random.get_state()
+        state["numpy"] = (name, keys.tolist(), position, has_gauss, cached)
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"].cpu())
+    random.setstate(_as_tuples(state["python"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
+    numpy = sys.modules.get("numpy")
+    if "numpy" in state and numpy is not None:
+        name, keys, position, has_gauss, cached = state["numpy"]
+        numpy.random.set_state((name, numpy.array(keys, dtype=numpy.uint32), position, has_gauss, cached))
+
+
+def _as_tuples(value: Any) -> Any:
+    """``random.setstate`` wants tuples all the way down."""
+    return tuple(_as_tuples(item) for item in value) if isinstance(value, (list, tuple)) else value
 
 
 def _first_line(error: BaseException) -> str:

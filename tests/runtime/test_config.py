@@ -57,17 +57,20 @@ class TestDefaultConfig:
         } <= config["train"].keys()
         assert config["logging"]["json_file"] == "{run_dir}/metrics.jsonl"
 
-    def test_run_dir_is_fresh_and_timestamped_under_runs(
+    def test_run_dir_is_claimed_fresh_and_timestamped_under_runs(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        """runs/<YYYYmmdd-HHMMSS>; an existing one gets a -2 suffix rather than being reused."""
+        """No run_dir: null until a run claims runs/<YYYYmmdd-HHMMSS>; a taken name gets a -2 suffix."""
+        from speedtronic.training.rundir import claim
+
         monkeypatch.chdir(tmp_path)
-        first = default_config()["run_dir"]
-        assert re.fullmatch(r"runs/\d{8}-\d{6}", first)
-        Path(first).mkdir(parents=True)
-        second = default_config()["run_dir"]
+        assert default_config()["run_dir"] is None
+        first, second = claim(None, resume=False), claim(None, resume=False)
+        assert re.fullmatch(r"runs/\d{8}-\d{6}", str(first))
         assert second != first
-        assert second.startswith("runs/")
+        assert re.fullmatch(r"runs/\d{8}-\d{6}(-\d+)?", str(second))
+        assert first.is_dir()
+        assert second.is_dir()
 
     def test_tensorboard_is_attached_when_its_hook_and_package_import(
         self, tensorboard_is_a_recorder: None
@@ -104,7 +107,7 @@ class TestLoadConfig:
         )
         config = load_config(path)
         defaults = default_config()
-        assert config["train"] == {**defaults["train"], "steps": 7}
+        assert config["train"] == {**defaults["train"], "steps": 7, "schedule_steps": 7}  # its horizon
         assert config["logging"]["every_steps"] == defaults["logging"]["every_steps"]
 
     def test_run_dir_placeholders_are_resolved(self, tmp_path: Path, tensorboard_is_a_recorder: None) -> None:
