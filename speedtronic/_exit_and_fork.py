@@ -23,7 +23,15 @@ import threading
 import weakref
 from typing import Any, Protocol
 
-__all__ = ["FORK_WAIT_S", "close_all", "forget", "guard_across_fork", "remember", "run_first_at_exit"]
+__all__ = [
+    "FORK_WAIT_S",
+    "close_all",
+    "forget",
+    "guard_across_fork",
+    "remember",
+    "reopen_all",
+    "run_first_at_exit",
+]
 
 FORK_WAIT_S = 1.0
 """How long a fork waits for each guarded lock before going ahead without it."""
@@ -31,6 +39,8 @@ FORK_WAIT_S = 1.0
 
 class _Closable(Protocol):
     def close(self) -> None: ...
+
+    def reopen(self) -> None: ...
 
 
 class _Locked(Protocol):
@@ -68,6 +78,13 @@ def close_all() -> None:
     for logger in list(_open):
         with contextlib.suppress(Exception):  # a failing close must not stop the others
             logger.close()
+
+
+def reopen_all() -> None:
+    """Reopen every open logger's files (from ``speedtronic.lifecycle.reopen_on_signals``)."""
+    for logger in list(_open):
+        with contextlib.suppress(Exception):  # a failing reopen must not stop the others
+            logger.reopen()
 
 
 def _before_fork() -> None:

@@ -24,7 +24,9 @@ from structlog.typing import EventDict, WrappedLogger
 from speedtronic.errors import SpeedtronicWarning
 
 __all__ = [
+    "EVENT_LEVELS",
     "PAYLOADS",
+    "RESERVED_KEYS",
     "CheckpointPayload",
     "CompilePayload",
     "DeltaUploadFailedPayload",
@@ -45,8 +47,44 @@ __all__ = [
     "TrainStartPayload",
     "TrainStepPayload",
     "ValidatePayloads",
+    "level_for",
+    "payload_key",
     "payload_problems",
 ]
+
+EVENT_LEVELS: Mapping[str, str] = {
+    "shape_warning": "warning",
+    "delta_upload_skipped": "warning",
+    "delta_upload_stale": "warning",
+    "delta_upload_failed": "error",
+    "hook_error": "warning",
+    "logging_error": "error",
+}
+"""Events that signal trouble and the level (structlog method name) their record uses; every other
+event is ``info`` unless the producer passes a level (``MetricLogger.emit(..., level="debug")``)."""
+
+
+def level_for(event: str) -> str:
+    """The structlog method name (``"info"``, ``"warning"``, ``"error"``) for ``event``."""
+    return EVENT_LEVELS.get(event, "info")
+
+
+RESERVED_KEYS: frozenset[str] = frozenset({"event", "timestamp", "_speedtronic"})
+"""Keys a record owns: the event's name, its timestamp and speedtronic's note about the record. A
+payload key of one of these names is kept under ``payload_<key>`` instead (see ``payload_key``)."""
+
+
+def payload_key(key: str, taken: Mapping[str, Any]) -> str:
+    """The name a payload key is kept under: itself, or ``payload_<key>`` for a reserved key
+    (``payload_<key>#2``, ``#3``... if the payload has that name too)."""
+    if key not in RESERVED_KEYS:
+        return key
+    candidate, n = f"payload_{key}", 1
+    while candidate in taken:
+        n += 1
+        candidate = f"payload_{key}#{n}"
+    return candidate
+
 
 if sys.version_info >= (3, 11):
     from enum import StrEnum

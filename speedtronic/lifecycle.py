@@ -4,6 +4,7 @@ Without help, a default SIGTERM (a scheduler's preemption, ``kill``) ends Python
 ``finally``, no ``atexit``. Every record ``emit`` returned for is already in the files (each reaches
 the OS before ``emit`` returns), but hooks are not closed, so a W&B run is left unfinished and a
 TensorBoard writer's buffer is lost. ``close_on_signals()`` closes every open logger first.
+``reopen_on_signals()`` reopens every open logger's files on SIGHUP, for logrotate's ``postrotate``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from speedtronic import _exit_and_fork
 
-__all__ = ["close_on_signals"]
+__all__ = ["close_on_signals", "reopen_on_signals"]
 
 
 def close_on_signals(*signums: int) -> None:
@@ -43,3 +44,20 @@ def _close_then(previous: Any, signum: int, frame: FrameType | None) -> None:
     signal.signal(signum, signal.SIG_DFL)
     signal.pthread_kill(threading.get_ident(), signum)  # delivered to this thread, before returning
     os._exit(128 + signum)  # reached only if the signal is blocked; the loggers are closed already
+
+
+def reopen_on_signals(*signums: int) -> None:
+    """On SIGHUP (or each of ``signums``), reopen every open ``MetricLogger``'s files, then call the
+    previous Python handler if there was one: logrotate's ``postrotate`` can send ``kill -HUP``.
+
+    The handler only reopens files: it never ends the process. Call it from the main thread.
+    """
+    for signum in signums or (signal.SIGHUP,):
+        previous = signal.getsignal(signum)
+        signal.signal(signum, functools.partial(_reopen_then, previous))
+
+
+def _reopen_then(previous: Any, signum: int, frame: FrameType | None) -> None:
+    _exit_and_fork.reopen_all()
+    if callable(previous):
+        previous(signum, frame)

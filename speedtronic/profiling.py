@@ -1,74 +1,71 @@
 """``MetricLogger``: one training event in, a text line, a JSONL record and hook calls out.
 
-The logger is a structlog processor chain of its own (``structlog.wrap_logger``; the global structlog
-configuration is never touched), whose stages live in ``speedtronic.processors``::
+The logger is a structlog processor chain of its own, built with ``structlog.wrap_logger`` (the
+global structlog configuration is never read or changed). Its stages are the public processors of
+``speedtronic.processors``::
 
     emit(event, payload)
-      cadence rule (CadenceFilter.admits): a skipped train_step returns here, before any work
-      CopyPayload -> Redact -> AddElapsed -> AddMemory -> [AddRank] -> ConvertValues
-        -> WriteText (text file or stream) -> WriteLines (JSONL file), each renderer line-capped
-        -> HandOff (final: to the hook thread, which runs DispatchHooks)
-           or DispatchHooks (final, with background_hooks=False: hooks on the emitting thread)
+      CadenceFilter.admits: a skipped train_step returns here, before any work
+      {"event": event, **payload} -> ConvertValues -> [Redact] -> AddElapsed -> AddMemory -> [AddRank]
+        -> your processors (MetricLogger(processors=[...]))
+        -> WriteText: TextRenderer -> the text log (file or stream), at or above `level`
+        -> WriteLines: JSONLRenderer -> the JSONL file
+        -> DispatchHooks (final): each hook, in order, its failures counted and reported
 
-One lock serialises the chain, so ``emit`` is safe from several threads: lines never interleave.
-Hooks run on one thread at a time (the logger's hook thread, or under the lock), so they are never
-called concurrently and see events in emission order.
+One lock serialises the chain, so ``emit`` is safe from several threads: lines never interleave, and
+hooks are never called concurrently and see events in emission order. Hooks run inside ``emit`` (on
+the emitting thread) unless ``background_hooks=True`` or a hook is wrapped in
+``speedtronic.hooks.background``.
 """
 
 from __future__ import annotations
 
-import collections
-import itertools
+import inspect
 import logging
 import os
 import threading
-import traceback
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+import weakref
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 from types import MappingProxyType, TracebackType
 from typing import IO, Any
 
 import structlog
-from structlog.typing import EventDict, WrappedLogger
+from structlog.typing import Processor
 
 from speedtronic import _exit_and_fork
 from speedtronic.distributed import RankInfo, detect_rank, is_lead, rank_path
-from speedtronic.errors import (
-    HookError,
-    HookFailureWarning,
-    LoggerClosedError,
-    LoggingFailureWarning,
-    SpeedtronicWarning,
-)
-from speedtronic.hooks import HookList, close_hook, hook_name
-from speedtronic.hooks.background import BackgroundDelivery
+from speedtronic.errors import HookError, LoggerClosedError, LoggingFailureWarning, SpeedtronicWarning
+from speedtronic.events import RESERVED_KEYS, level_for, payload_key
+from speedtronic.hooks import HookList
+from speedtronic.hooks.background import DEFAULT_PUT_TIMEOUT_S, BackgroundHooks
 from speedtronic.processors import (
     DEFAULT_MAX_LINE_BYTES,
     DEFAULT_SECRET_PATTERNS,
-    EVENT_LEVELS,
     AddElapsed,
     AddMemory,
     AddRank,
     CadenceFilter,
     ConvertValues,
-    CopyPayload,
     DispatchHooks,
-    HandOff,
+    HookFailures,
     JSONLRenderer,
     Redact,
     TextRenderer,
     WriteLines,
-    WriteText,
-    bound_call,
-    level_for,
 )
+from speedtronic.processors.convert import unique_key
 from speedtronic.processors.memory import resolve_probe
-from speedtronic.sinks import JSONLFile, open_text_sink
+from speedtronic.processors.text import DEFAULT_FLOAT_DIGITS
+from speedtronic.sinks import LineFile, TextStream, json_note, open_text_sink
 
 __all__ = ["MetricLogger", "memory_usage_bytes"]
 
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-_ids = itertools.count(1)
+_PACKAGE = str(Path(__file__).resolve().parent)
+_STRUCTLOG = str(Path(structlog.__file__).resolve().parent)
+_STR = frozenset({str})
 
 
 def memory_usage_bytes(device: Any = None) -> int | None:
@@ -80,59 +77,42 @@ def memory_usage_bytes(device: Any = None) -> int | None:
     return resolve_probe(device)()
 
 
+class _EventLogger(structlog.BoundLoggerBase):
+    """The chain's bound logger: structlog's documented way to write a wrapper class.
+
+    ``log_event`` runs the chain through ``_process_event`` with the event's level as the method name
+    and the payload as the event dict's fields (any string keys, ``self`` and ``event`` included).
+    """
+
+    def log_event(self, method_name: str, event: str, fields: dict[str, Any]) -> None:
+        try:
+            args, kwargs = self._process_event(method_name, event, fields)
+        except structlog.DropEvent:
+            return
+        getattr(self._logger, method_name)(*args, **kwargs)
+
+
+def _chain(processors: list[Processor]) -> _EventLogger:
+    """A bound logger over ``processors`` that ignores the global structlog configuration (an
+    application's wrapper class or level filter must not change or silence our events)."""
+    logger: _EventLogger = structlog.wrap_logger(
+        structlog.ReturnLogger(),
+        processors=processors,
+        wrapper_class=_EventLogger,
+        context_class=dict,
+        cache_logger_on_first_use=False,
+    ).bind()
+    return logger
+
+
 def _parse_level(level: str | int) -> int:
     if isinstance(level, int) and not isinstance(level, bool):
         return level
     if isinstance(level, str) and level.upper() in _LEVELS:
         return int(logging.getLevelName(level.upper()))
-    raise ValueError(f"level must be one of {', '.join(_LEVELS)} (or an int), got {level!r}")
-
-
-def _every_event(event: str, payload: Mapping[Any, Any]) -> bool:
-    """The cadence rule at ``every_steps=1``: every event passes, without looking at its payload."""
-    return True
-
-
-def _drop(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
-    raise structlog.DropEvent
-
-
-class _Chain(structlog.BoundLoggerBase):
-    """A structlog bound logger that takes the event's level as an argument and the payload whole.
-
-    ``run`` does what structlog's ``_process_event`` does for a logger with no bound context: the
-    event dict ``{"payload": ..., "event": ...}`` through every processor in order, a
-    ``structlog.DropEvent`` ending it early. What it leaves out is the context merge (this logger
-    binds none) and the call of a wrapped logger: the chain's last stage consumes the event. Measured:
-    a level method (``log.info(event, payload=...)``) costs 1.1 µs more per event, ``_process_event``
-    0.4 µs more.
-    """
-
-    def __init__(self, logger: WrappedLogger, processors: Iterable[Any], context: Any) -> None:
-        super().__init__(logger, processors, context)
-        self._steps = tuple(bound_call(processor) for processor in self._processors)  # quickest to call
-
-    def run(self, method_name: str, event: str, payload: Mapping[Any, Any]) -> None:
-        event_dict: Any = {"payload": payload, "event": event}
-        logger = self._logger
-        try:
-            for processor in self._steps:
-                event_dict = processor(logger, method_name, event_dict)
-        except structlog.DropEvent:
-            pass
-
-
-def _own_chain(processors: list[Any]) -> _Chain:
-    """A bound logger over ``processors`` that ignores the global structlog configuration.
-
-    ``wrap_logger`` would otherwise take the wrapper and context classes from
-    ``structlog.configure()``: an application's level filter must not silence our events.
-    """
-    chain: _Chain = structlog.wrap_logger(
-        None, processors=processors, wrapper_class=_Chain, context_class=dict,
-        cache_logger_on_first_use=False,
-    ).bind()
-    return chain
+    raise ValueError(
+        f"MetricLogger(level=...) must be one of {', '.join(_LEVELS)} (or an int), got {level!r}"
+    )
 
 
 def _redactor(redact: bool | Iterable[str]) -> list[Redact]:
@@ -141,17 +121,44 @@ def _redactor(redact: bool | Iterable[str]) -> list[Redact]:
     if redact is False:
         return []
     if isinstance(redact, str):
-        raise TypeError(f"redact= takes a list of patterns, not one string: use [{redact!r}]")
+        raise TypeError(
+            f"MetricLogger(redact=...) takes a list of patterns, not one string: use [{redact!r}]"
+        )
     return [Redact(redact)]
 
 
-def _check_positive(name: str, value: object, kinds: type | tuple[type, ...]) -> None:
-    if isinstance(value, bool) or not isinstance(value, kinds) or not value > 0:  # type: ignore[operator]  # a number here
-        raise ValueError(f"{name} must be a number > 0, got {value!r}")
+def _check_seconds(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e9:
+        raise ValueError(f"MetricLogger({name}=...) must be a finite number of seconds > 0, got {value!r}")
 
 
-def _is_power_of_two(n: int) -> bool:
-    return n & (n - 1) == 0
+def _event_fields(payload: Mapping[Any, Any]) -> Mapping[str, Any]:
+    """The payload as event-dict fields: itself when every key is a ``str`` that no record owns, else
+    a copy with other keys as strings no other key has (``1`` and ``"1"`` become ``"1#2"`` and
+    ``"1"``) and reserved ones renamed (``timestamp`` becomes ``payload_timestamp``)."""
+    if _STR.issuperset(map(type, payload)) and RESERVED_KEYS.isdisjoint(payload):
+        return payload
+    taken: dict[str, None] = dict.fromkeys(key for key in payload if type(key) is str)
+    fields: dict[str, Any] = {}
+    for key, value in payload.items():
+        if type(key) is str:
+            name = payload_key(key, taken) if key in RESERVED_KEYS else key
+        else:
+            name = unique_key(taken, key)
+        taken[name] = None
+        fields[name] = value
+    return fields
+
+
+def _warn(message: str, category: type[Warning]) -> None:
+    """Warn at the first frame outside speedtronic and structlog: the user's call."""
+    frame = inspect.currentframe()
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith((_PACKAGE, _STRUCTLOG)):
+        frame = frame.f_back
+        level += 1
+    del frame
+    warnings.warn(message, category, stacklevel=level)
 
 
 class MetricLogger:
@@ -164,23 +171,29 @@ class MetricLogger:
         json_file: append one JSON object per event here (parent directories are created).
         every_steps: log a ``train_step`` only when its ``step`` is a multiple of this.
         stream: text stream for the text log when ``file`` is not given (default ``sys.stdout``).
-        hooks: hooks to call for every delivered event (more can be appended to ``.hooks``).
+        hooks: hooks to call for every logged event (more can be appended to ``.hooks``).
+        processors: your own structlog processors, run after speedtronic's have enriched the event
+            and before it is rendered: they can add or drop fields for every sink and hook.
         device: accelerator whose memory ``memory_bytes`` reports (default: the current one).
         strict_hooks: re-raise a hook's failure as ``HookError`` from the ``emit`` that caused it
-            (for test suites; hooks then run on the emitting thread).
-        background_hooks: run hooks on the logger's own thread (default), so a slow hook doesn't
-            stall training; ``False`` runs them inside ``emit``.
-        hook_queue_size: events waiting for the hook thread before ``emit`` blocks (never drops).
-        close_timeout_s: how long ``close()`` waits for the hook thread to deliver what is queued.
+            (for test suites).
+        background_hooks: call the hooks on a worker thread of the logger's own instead of inside
+            ``emit`` (see ``speedtronic.hooks.BackgroundHooks``); ``False`` by default.
+        hook_queue_size: with ``background_hooks``, events waiting for the worker.
+        hook_put_timeout_s: with ``background_hooks``, the longest ``emit`` waits for room in a full
+            queue before the event is dropped for the hooks only (counted and reported).
+        close_timeout_s: how long ``close()`` waits for background hooks to deliver what is queued.
         rank: this process's place in a multi-process job (default: ``detect_rank()``). With more
             than one process, records carry ``rank`` and ``world_size`` and rank ``r > 0`` writes
             ``json_file`` as ``<stem>.rank<r><suffix>``.
         lead_rank: the rank whose text log and hooks run (default 0); ``None`` runs them on every
             rank. Other ranks write their JSONL only.
-        redact: hide the values of secret-looking keys from every sink and hook: ``True`` for
-            ``DEFAULT_SECRET_PATTERNS``, your own ``fnmatch`` patterns, or ``False``.
+        redact: hide secret-looking keys and values from every sink and hook: ``True`` for the
+            defaults, your own ``fnmatch`` key patterns, or ``False``.
         max_line_bytes: longest text line and JSONL record (newline included); longer ones have their
             largest values truncated with a marker. ``None`` or ``0``: no limit.
+        float_digits: significant digits of floats in the text line (``None``: all of them); the
+            JSONL record keeps every digit.
 
     Use it as a context manager, or call ``close()``; loggers left open are closed at exit.
     """
@@ -194,84 +207,99 @@ class MetricLogger:
         stream: IO[str] | None = None,
         hooks: Iterable[Any] | None = None,
         *,
+        processors: Iterable[Processor] = (),
         device: Any = None,
         strict_hooks: bool = False,
-        background_hooks: bool = True,
+        background_hooks: bool = False,
         hook_queue_size: int = 10_000,
+        hook_put_timeout_s: float = DEFAULT_PUT_TIMEOUT_S,
         close_timeout_s: float = 30.0,
         rank: RankInfo | None = None,
         lead_rank: int | None = 0,
         redact: bool | Iterable[str] = True,
         max_line_bytes: int | None = DEFAULT_MAX_LINE_BYTES,
+        float_digits: int | None = DEFAULT_FLOAT_DIGITS,
     ) -> None:
+        # Every argument is checked before any file is opened.
         levelno = _parse_level(level)
-        self._cadence = CadenceFilter(every_steps)  # arguments are checked before any file is opened
-        _check_positive("hook_queue_size", hook_queue_size, int)
-        _check_positive("close_timeout_s", close_timeout_s, (int, float))
+        self._cadence = CadenceFilter(every_steps)
+        _check_seconds("close_timeout_s", close_timeout_s)
+        _check_seconds("hook_put_timeout_s", hook_put_timeout_s)
+        if isinstance(hook_queue_size, bool) or not isinstance(hook_queue_size, int) or hook_queue_size < 1:
+            raise ValueError(f"MetricLogger(hook_queue_size=...) must be an int >= 1, got {hook_queue_size!r}")
+        if file is not None and stream is not None:
+            raise ValueError("MetricLogger: pass either file= or stream= for the text log, not both")
+        user_processors = list(processors)
+        for processor in user_processors:
+            if not callable(processor):
+                raise TypeError(f"MetricLogger(processors=...): {processor!r} is not a structlog processor")
         try:
             memory = AddMemory(device)
         except Exception as error:
             raise ValueError(f"MetricLogger(device={device!r}): {type(error).__name__}: {error}") from None
-        redactor = _redactor(redact)  # arguments are checked before any file is opened
-        text_renderer = TextRenderer(as_bytes=file is not None, max_line_bytes=max_line_bytes)
+        redactor = _redactor(redact)
+        text_renderer = TextRenderer(max_line_bytes=max_line_bytes, float_digits=float_digits)
         json_renderer = JSONLRenderer(as_bytes=True, max_line_bytes=max_line_bytes)
-        if file is not None and stream is not None:
-            raise ValueError("pass either file= or stream= for the text log, not both")
         self._hooks = HookList(hooks or ())
-        self._hook_errors: dict[str, int] = {}
-        self._hook_names: dict[int, tuple[object, str]] = {}
-        self._strict_hooks = strict_hooks
+        self._failures = HookFailures(self._report_hook_error, strict=strict_hooks)
         self.write_errors = 0
-        """Records that could not be written (I/O errors) or rendered; each failure is also warned."""
+        """Records that could not be written or rendered, over every sink; each is also reported."""
+        self._lost: dict[str, int] = {}
         self._lock = threading.RLock()
         self._closed = False
-        self._admits: Callable[[str, Mapping[Any, Any]], bool] = (
-            self._cadence.admits if every_steps > 1 else _every_event  # the cadence's rule, at 1: True
-        )
         self._close_timeout_s = close_timeout_s
-        self._deferred: collections.deque[tuple[object, Exception, str]] = collections.deque()
-        number = next(_ids)
         self.rank = rank if rank is not None else detect_rank()
         self.is_lead = is_lead(self.rank, lead_rank)
-        """Whether this process runs the text log and the hooks."""
+        """Whether this process writes the text log and calls the hooks."""
+        self._background: BackgroundHooks | None = None
+        if self.is_lead and background_hooks and not strict_hooks:
+            self._background = BackgroundHooks(
+                self._hooks,
+                on_error=self._failures,
+                queue_size=hook_queue_size,
+                put_timeout_s=hook_put_timeout_s,
+                name=f"speedtronic-hooks-{id(self):x}",
+            )
+
         if json_file is not None:
             json_file = rank_path(json_file, self.rank.rank)
-
+        self._text: LineFile | TextStream | None = None
+        self._json: LineFile | None = None
         try:
-            self._text = open_text_sink(file, stream, self._write_failed)
+            self._text = open_text_sink(file, stream, self._sink_failed) if self.is_lead else None
+            self._json = LineFile(json_file, self._sink_failed, json_note) if json_file is not None else None
         except OSError as error:
-            raise ValueError(f"MetricLogger(file={str(file)!r}): can't open it: {error}") from None
-        try:
-            self._json = JSONLFile(json_file, self._write_failed) if json_file is not None else None
-        except OSError as error:
-            self._text.close()
-            raise ValueError(
-                f"MetricLogger(json_file={str(json_file)!r}): can't open it: {error}"
-            ) from None
+            if self._text is not None:
+                self._text.close()
+            which, path = (
+                ("json_file", json_file) if self._text is not None or not self.is_lead else ("file", file)
+            )
+            raise ValueError(f"MetricLogger({which}={str(path)!r}): can't open it: {error}") from None
 
         elapsed = AddElapsed()
-        sinks: list[Any] = [WriteText(self._text.put, text_renderer, levelno)] if self.is_lead else []
+        ranked: list[Processor] = (
+            [AddRank(self.rank.rank, self.rank.world_size)] if self.rank.distributed else []
+        )
+        writes: list[Processor] = []
+        if self._text is not None:
+            writes.append(WriteLines(self._text.write, text_renderer, levelno))
         if self._json is not None:
-            sinks.append(WriteLines(self._json.write_held, json_renderer))  # under self._lock
-        ranked = [AddRank(self.rank.rank, self.rank.world_size)] if self.rank.distributed else []
-        chain = [CopyPayload(), *redactor, elapsed, memory, *ranked, ConvertValues(), *sinks]
-        self._delivery: BackgroundDelivery | None = None
+            writes.append(WriteLines(self._json.write, json_renderer))
         if not self.is_lead:
-            final: Any = _drop
-        elif background_hooks and not strict_hooks:
-            on_hook_thread = DispatchHooks(self._hooks, self._defer_failure)
-            self._delivery = BackgroundDelivery(
-                on_hook_thread.deliver,
-                hook_queue_size,
-                name=f"speedtronic-hooks-{number}",
-            )
-            final = HandOff(self._hooks, self._delivery.submit, final=False)
+            called: list[Any] = []
+        elif self._background is not None:
+            called = [self._background]
         else:
-            final = DispatchHooks(self._hooks, self._hook_failed, final=False)
-        self._chain = _own_chain([*chain, final])
-        self._report_chain = _own_chain([CopyPayload(), elapsed, *ranked, ConvertValues(), *sinks, _drop])
+            called = self._hooks
+        dispatch = DispatchHooks(called, on_error=self._failures)
+        enrich: list[Processor] = [ConvertValues(), *redactor, elapsed, memory, *ranked]
+        self.processors: tuple[Processor, ...] = (*enrich, *user_processors, *writes, dispatch)
+        """The chain's stages, in order (``emit`` asks ``CadenceFilter`` before them)."""
+        self._log = _chain(list(self.processors))
+        self._own_records = _chain([ConvertValues(), elapsed, *ranked, *writes, DispatchHooks([])])
         _exit_and_fork.remember(self)
         _exit_and_fork.guard_across_fork(self)
+        self._finalizer = weakref.finalize(self, _release, self._text, self._json)
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -287,7 +315,12 @@ class MetricLogger:
     @property
     def hook_errors(self) -> Mapping[str, int]:
         """Failures per hook name (``on_event`` and ``close`` together); a live, read-only view."""
-        return MappingProxyType(self._hook_errors)
+        return self._failures.counts
+
+    @property
+    def lost_records(self) -> Mapping[str, int]:
+        """Records that could not be written, per sink (its path, or the stream's name)."""
+        return MappingProxyType(self._lost)
 
     @property
     def every_steps(self) -> int:
@@ -297,52 +330,45 @@ class MetricLogger:
     def closed(self) -> bool:
         return self._closed
 
-    def emit(self, event: str, payload: Mapping[Any, Any]) -> None:
+    def emit(self, event: str, payload: Mapping[Any, Any], *, level: str | None = None) -> None:
         """Log one event; a ``train_step`` skipped by the cadence returns before doing anything.
 
-        Never raises because of the payload or a hook (unless ``strict_hooks``); raises
-        ``LoggerClosedError`` after ``close()`` and ``TypeError`` for a payload that is no mapping.
+        ``level`` is the record's level as a structlog method name (default: the catalog's,
+        ``speedtronic.events.level_for``). Hooks have been called when this returns (unless they run
+        in the background). Never raises because of the payload's values or a hook (unless
+        ``strict_hooks``); raises ``LoggerClosedError`` after ``close()`` and ``TypeError`` for a
+        payload that is no mapping.
         """
-        try:
-            admitted = self._admits(event, payload)  # after close(), this raises LoggerClosedError
-        except AttributeError:
-            admitted = True  # not a mapping: said below
-        if not admitted:
+        if not self._cadence.admits(event, payload):
             return
-        if type(payload) is not dict and not isinstance(payload, Mapping):
+        if not isinstance(payload, Mapping):
             raise TypeError(f"emit({event!r}): payload must be a mapping, got {type(payload).__name__}")
-        lock = self._lock
-        lock.acquire()  # not ``with``: its __enter__/__exit__ calls cost 0.1 µs an event
-        try:
+        with self._lock:
             if self._closed:
-                raise LoggerClosedError(f"emit({event!r}) raced close(); the event was not logged")
+                raise LoggerClosedError(f"emit({event!r}) on a closed MetricLogger; create a new one")
             try:
-                self._chain.run(EVENT_LEVELS.get(event, "info"), event, payload)
+                self._log.log_event(level or level_for(event), str(event), dict(_event_fields(payload)))
             except (HookError, SpeedtronicWarning):
                 raise
             except Exception as error:
-                self._write_failed(error, f"rendering {event!r}")
-            # Earlier background failures are reported after this event is written: reporting may
-            # raise (an escalated warning, a hook's SystemExit), and must not cost the event.
-            if self._deferred or (self._delivery is not None and self._delivery.fatal is not None):
-                self._report_deferred()
-        finally:
-            lock.release()
+                self._record_failed(error, f"rendering {event!r}")
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until the hooks have received every event emitted so far, then report their failures.
-
-        Returns ``False`` if ``timeout`` (seconds) ran out first. With ``background_hooks=False``
-        there is nothing to wait for.
-        """
-        if self._closed:
+        """Wait until background hooks have received every event emitted so far; ``False`` if
+        ``timeout`` (seconds) ran out first. Every record is already written when ``emit`` returns,
+        and inline hooks have been called, so there is nothing else to wait for."""
+        if self._closed or self._background is None:
             return True
-        delivered = self._delivery.flush(timeout) if self._delivery is not None else True
+        return self._background.flush(timeout)
+
+    def reopen(self) -> None:
+        """Reopen the text log and JSONL files at their paths: for logrotate's ``postrotate`` (or
+        ``speedtronic.lifecycle.reopen_on_signals``). Each write already follows a file moved or
+        removed under it; this also lets go of the old file at once."""
         with self._lock:
-            if not self._closed:
-                self._report_deferred()
-                self._text.flush()
-        return delivered
+            for sink in (self._text, self._json):
+                if isinstance(sink, LineFile):
+                    sink.reopen()
 
     def close(self) -> None:
         """Deliver queued events, close every hook that has ``close()``, then the files. Idempotent.
@@ -354,17 +380,14 @@ class MetricLogger:
             if self._closed:
                 return
             self._closed = True
-            self._admits = self._refuse
-            errors: list[BaseException] = []
-            for step in (self._drain, self._report_deferred, self._close_hooks):
-                try:
-                    step()
-                except BaseException as error:
-                    errors.append(error)
-            self._text.close()
-            if self._json is not None:
-                self._json.close()
-            _exit_and_fork.forget(self)
+        errors: list[BaseException] = []
+        for step in (self._close_hooks, self._report_totals):
+            try:
+                step()
+            except BaseException as error:
+                errors.append(error)
+        self._finalizer()
+        _exit_and_fork.forget(self)
         if errors:
             raise errors[0]
 
@@ -372,10 +395,7 @@ class MetricLogger:
         return self
 
     def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
 
@@ -383,102 +403,77 @@ class MetricLogger:
         state = "closed" if self._closed else "open"
         return f"<MetricLogger {state} every_steps={self.every_steps} hooks={len(self._hooks)}>"
 
-    # -- the event path -------------------------------------------------------------------------
-
-    def _refuse(self, event: str, payload: Mapping[Any, Any]) -> bool:
-        raise LoggerClosedError(f"emit({event!r}) on a closed MetricLogger; create a new one")
-
-    def _drain(self) -> None:
-        if self._delivery is None:
-            return
-        undelivered = self._delivery.close(self._close_timeout_s)
-        if undelivered:
-            self._report(
-                "hook_error",
-                {"hook": "*", "phase": "drain", "undelivered": undelivered,
-                 "timeout_s": self._close_timeout_s},
-            )
-            warnings.warn(
-                f"speedtronic: {undelivered} event(s) not delivered to hooks within "
-                f"close_timeout_s={self._close_timeout_s}",
-                LoggingFailureWarning,
-                stacklevel=3,
-            )
-
-    # -- failures -----------------------------------------------------------------------------
-
-    def _defer_failure(self, hook: object, error: Exception, during: str) -> None:
-        """On the hook thread: keep the failure for the emitting thread, which reports it."""
-        self._deferred.append((hook, error, during))
-
-    def _report_deferred(self) -> None:
-        while self._deferred:
-            self._hook_failed(*self._deferred.popleft())
-        fatal = self._delivery.fatal if self._delivery is not None else None
-        if fatal is not None:
-            self._delivery.fatal = None  # type: ignore[union-attr]  # not None: fatal came from it
-            raise fatal
+    # -- closing --------------------------------------------------------------------------------
 
     def _close_hooks(self) -> None:
+        if self._background is not None:
+            undelivered = self._background.close(self._close_timeout_s)
+            if undelivered:
+                self._report(
+                    "hook_error",
+                    {
+                        "hook": "*",
+                        "phase": "drain",
+                        "undelivered": undelivered,
+                        "timeout_s": self._close_timeout_s,
+                    },
+                )
+                _warn(
+                    f"speedtronic: {undelivered} event(s) not delivered to hooks within "
+                    f"close_timeout_s={self._close_timeout_s}",
+                    LoggingFailureWarning,
+                )
+            return
+        if not self.is_lead:
+            return
         seen: set[int] = set()
         for hook in list(self._hooks):
             if id(hook) in seen:
                 continue
             seen.add(id(hook))
             try:
-                close_hook(hook)
+                close = getattr(hook, "close", None)
+                if callable(close):
+                    close()
             except Exception as error:
-                self._hook_failed(hook, error, "close")
-        for name, failures in self._hook_errors.items():
+                self._failures(hook, error, "close")
+
+    def _report_totals(self) -> None:
+        for name, failures in self._failures.counts.items():
             self._report("hook_error", {"hook": name, "phase": "total", "failures": failures})
 
-    def _name_of(self, hook: object) -> str:
-        known = self._hook_names.get(id(hook))
-        if known is not None:
-            return known[1]
-        base = hook_name(hook)
-        taken = {name for _, name in self._hook_names.values()}
-        name = next(f"{base}#{n}" if n > 1 else base for n in itertools.count(1)
-                    if (f"{base}#{n}" if n > 1 else base) not in taken)
-        self._hook_names[id(hook)] = (hook, name)
-        return name
+    # -- failures -------------------------------------------------------------------------------
 
-    def _hook_failed(self, hook: object, error: Exception, during: str) -> None:
-        """Count a hook's failure; report the 1st, 2nd, 4th, 8th... (the 1st with its traceback)."""
-        name = self._name_of(hook)
-        failures = self._hook_errors[name] = self._hook_errors.get(name, 0) + 1
-        if _is_power_of_two(failures):
-            fields: dict[str, Any] = {
-                "hook": name,
-                "phase": "close" if during == "close" else "on_event",
-                "during": during,
-                "error": f"{type(error).__name__}: {error}",
-                "failures": failures,
-            }
-            if failures == 1:
-                fields["traceback"] = "".join(traceback.format_exception(error))
-            self._report("hook_error", fields)
-        if self._strict_hooks:  # the HookError is the report; a warning would only repeat it
-            raise HookError(f"hook {name!r} failed during {during!r}: {error}") from error
-        if _is_power_of_two(failures):
-            warnings.warn(
-                f"speedtronic hook {name!r} failed ({failures} so far) during {during!r}: "
-                f"{type(error).__name__}: {error}",
-                HookFailureWarning,
-                stacklevel=2,
-            )
-
-    def _write_failed(self, error: BaseException, where: str) -> None:
-        """Count a lost record; warn on the 1st, 2nd, 4th, 8th... so a full disk is never silent."""
-        self.write_errors += 1
-        if _is_power_of_two(self.write_errors):
-            warnings.warn(
-                f"speedtronic could not write a record ({where}): {type(error).__name__}: {error}; "
-                f"{self.write_errors} record(s) lost so far",
-                LoggingFailureWarning,
-                stacklevel=2,
-            )
+    def _report_hook_error(self, fields: dict[str, Any]) -> None:
+        self._report("hook_error", fields)
 
     def _report(self, event: str, fields: dict[str, Any]) -> None:
         """Write a record of the logger's own (never passed to hooks) to the text log and JSONL."""
-        self._report_chain.run(level_for(event), event, fields)
+        with self._lock:
+            try:
+                self._own_records.log_event(level_for(event), event, dict(fields))
+            except (HookError, SpeedtronicWarning):
+                raise
+            except Exception as error:
+                self._record_failed(error, f"rendering {event!r}")
+
+    def _sink_failed(self, error: BaseException, where: str) -> None:
+        self._lost[where] = self._lost.get(where, 0) + 1
+        self._record_failed(error, where)
+
+    def _record_failed(self, error: BaseException, where: str) -> None:
+        """Count a lost record; warn on the 1st, 2nd, 4th, 8th... so a full disk is never silent."""
+        self.write_errors += 1
+        if self.write_errors & (self.write_errors - 1) == 0:
+            _warn(
+                f"speedtronic could not write a record ({where}): {type(error).__name__}: {error}; "
+                f"{self.write_errors} record(s) lost so far",
+                LoggingFailureWarning,
+            )
+
+
+def _release(*sinks: LineFile | TextStream | None) -> None:
+    """Close a logger's files: at ``close()``, or when a logger nobody closed is collected."""
+    for sink in sinks:
+        if sink is not None:
+            sink.close()

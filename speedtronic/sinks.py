@@ -1,15 +1,17 @@
-"""Where rendered lines go: the JSONL file and the text log (a file or a stream).
+"""Where rendered lines go: append-only line files (the JSONL record, a text log) and a text stream.
 
-Both files are a ``LineFile``: ``O_APPEND``, one ``write(2)`` per line straight to the OS (no
-user-space buffer, so a killed or forked process never loses or repeats a buffered line), a torn tail
-mended with a newline, a file rotated away by logrotate followed, and I/O failures reported to a
-callback instead of raised: a full disk must not end a training run.
+A ``LineFile`` writes each line with one ``write(2)`` straight to the OS (no user-space buffer, so a
+killed or forked process never loses or repeats a buffered line), follows a file that logrotate moved
+or removed (``logging.handlers.WatchedFileHandler``'s rule: the path is stat'ed before each write),
+mends a torn tail, and reports I/O failures to a callback instead of raising: a full disk must not
+end a training run.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import sys
 import threading
 import time
@@ -18,305 +20,248 @@ from pathlib import Path
 from typing import IO
 
 from speedtronic import _exit_and_fork
-from speedtronic.processors import JSONLRenderer, TextRenderer
+from speedtronic.processors.render import JSONLRenderer, TextRenderer
 
-__all__ = [
-    "ROTATION_CHECK_S", "TORN_SETTLE_S", "JSONLFile", "LineFile", "TextFile", "TextStream", "open_text_sink"
-]
+__all__ = ["TORN_SETTLE_S", "LineFile", "TextStream", "json_note", "open_text_sink", "text_note"]
 
-OnWriteError = Callable[[OSError, str], None]
+OnWriteError = Callable[[BaseException, str], None]
+"""``(error, path)``: told of every line that could not be written."""
 RenderNote = Callable[[int, str], bytes]
-"""``(lost_records, error) -> line``: the note written where records were lost."""
+"""``(lost_lines, error) -> line``: the note written where lines were lost."""
 
-ROTATION_CHECK_S = 1.0
-"""How often a ``LineFile`` compares its path's inode with its open file's (one ``stat`` each)."""
+TORN_SETTLE_S = 0.002
+"""How long a tail that looks torn must stay unchanged to count as torn (see ``_ends_torn``)."""
 
-_FLAGS = os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
-_INF = float("inf")
+_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
 
 
-def _json_note(lost: int, error: str) -> bytes:
+def json_note(lost: int, error: str) -> bytes:
+    """A ``logging_error`` JSONL record saying ``lost`` lines were lost."""
     fields = {"event": "logging_error", "error": error, "lost_records": lost}
-    return bytes(JSONLRenderer(as_bytes=True)(None, "error", fields))
+    line = JSONLRenderer(as_bytes=True)(None, "error", fields)
+    return line if isinstance(line, bytes) else line.encode()
 
 
-def _text_note(lost: int, error: str) -> bytes:
+def text_note(lost: int, error: str) -> bytes:
+    """A ``logging_error`` text line saying ``lost`` lines were lost."""
     fields = {"event": "logging_error", "error": error, "lost_records": lost}
-    return bytes(TextRenderer(as_bytes=True)(None, "error", fields))
+    return TextRenderer()(None, "error", fields).encode("utf-8", "backslashreplace")
 
 
 class LineFile:
     """An append-only file receiving one whole line per ``write``, each reaching the OS at once.
 
-    - Opened with ``O_APPEND``, so each line is one ``write(2)`` at the current end of the file, also
-      after another process appended or logrotate truncated it (``copytruncate``: no NUL holes).
+    - Opened write-only with ``O_APPEND``: each line is one ``write(2)`` at the current end of the file,
+      also after another process appended or logrotate truncated it (``copytruncate``: no NUL holes).
+      A pipe or FIFO whose reader is gone fails with ``EPIPE``, reported like a full disk, never a hang.
+    - Before each write, one ``stat`` of the path: when it names another file (logrotate ``create``
+      moved ours away) or none, the path is reopened, so a line emitted after the move goes to the new
+      file. ``reopen()`` does the same on demand (logrotate's ``postrotate``, or SIGHUP).
     - A file whose last line is torn (a killed writer) gets a newline first.
-    - Every ``ROTATION_CHECK_S`` seconds, one ``stat`` of the path: when it names another file (logrotate
-      ``create`` moved ours away) or none, the path is reopened; lines written in between went to the
-      moved file, so none is lost.
-    - A failed write (disk full) is reported to ``on_error`` and the line counted as lost; the bytes of
-      a line written only in part are kept and completed first when writing works again, followed by
-      a ``note`` line saying how many lines were lost, so the file never holds a broken line in its
-      middle.
+    - A failed write (disk full) is reported to ``on_error`` and the line counted in ``lost``. A line
+      written only in part is completed first when writing works again, then a ``note`` line says how
+      many lines were lost, so the file never holds a broken line in its middle.
     """
 
     def __init__(
-        self,
-        path: str | os.PathLike[str],
-        on_error: OnWriteError,
-        note: RenderNote = _json_note,
-        *,
-        check_every_s: float | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        self, path: str | os.PathLike[str], on_error: OnWriteError, note: RenderNote = json_note
     ) -> None:
         self.path = Path(path)
         self._on_error = on_error
         self._note = note
-        self._every = ROTATION_CHECK_S if check_every_s is None else check_every_s
-        self._clock = clock
         self._lock = threading.RLock()
-        self._pending = b""  # the unwritten rest of a line written in part
-        self._lost = 0  # lines dropped since the last successful write
-        self._error = ""  # the error of the last write, "" when it succeeded
-        self._unreported: list[OSError] = []  # failures of this write, for on_error once it is done
+        self.lost = 0
+        """Lines that could not be written, since the file was opened."""
+        self._unnoted = 0  # lines lost since the last note
         self._last_error = ""
-        self._fd: int | None = self._open()
-        self._identity = _identity(os.fstat(self._fd))
-        self._torn = _ends_torn(self._fd)
-        self._next_check = clock() + self._every
-        # Until this time, a write takes the fast path: no rotation check due, nothing to mend.
-        # Anything that leaves something to mend (or closes the file) sets it to -inf.
-        self._fast_until = -_INF if self._torn else self._next_check
+        self._pending = b""  # the unwritten rest of a line written in part
+        self._fd: int | None = None
+        self._identity: tuple[int, int] | None = None
+        self._watch = True  # a regular file: follow rotation by stat'ing its path
+        self._torn = False
+        self._open()
         _exit_and_fork.guard_across_fork(self)
 
-    def _open(self) -> int:
+    def _open(self) -> None:
+        """Open the path (creating its parent directories); raises ``OSError`` when it can't."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        return os.open(self.path, _FLAGS, 0o644)
+        fd = os.open(self.path, _FLAGS, 0o644)
+        info = os.fstat(fd)
+        self._fd = fd
+        self._identity = (info.st_dev, info.st_ino)
+        self._watch = stat.S_ISREG(info.st_mode)
+        self._torn = self._watch and _ends_torn(self.path, info.st_size)
 
-    def write(self, line: bytes) -> None:
+    def write(self, line: bytes | str) -> None:
         """Append ``line`` plus a newline; on failure, report it and keep the file whole."""
+        data = (line.encode("utf-8", "backslashreplace") if isinstance(line, str) else line) + b"\n"
         with self._lock:
-            self.write_held(line)
-
-    def write_held(self, line: bytes) -> None:
-        """``write`` for an owner whose own lock serialises every write (``MetricLogger``'s)."""
-        data = line + b"\n"
-        if self._clock() >= self._fast_until:  # a rotation check is due, or something to mend
-            self._write_slowly(data)
-            return
-        fd: int = self._fd  # type: ignore[assignment]  # not None: closing ends the fast path
-        try:
-            written = os.write(fd, data)
-        except OSError as error:
-            self._lost += 1
-            self._failed(error, b"")
-            self._settle()
-            return
-        if written != len(data):  # a short write (a nearly full disk): finish the line or keep its rest
-            self._put_rest(fd, data, written)
-            self._settle()
-
-    def _write_slowly(self, data: bytes) -> None:
-        """``write_held`` off its fast path: check for rotation when due, mend what a failed write or
-        a killed writer left, then open the fast path again if nothing is left to mend."""
-        fd = self._fd
-        if fd is None:
-            raise ValueError(f"{self.path} is closed")
-        if self._clock() >= self._next_check:
-            fd = self._follow_rotation(fd)
-        self._write_carefully(fd, data)
-        self._settle()
-
-    def _settle(self) -> None:
-        """After a write off the plain path: open the fast path again if nothing is left to mend,
-        then report this write's failures (reporting may raise, so the state comes first)."""
-        self._fast_until = -_INF if self._pending or self._lost or self._torn else self._next_check
-        self._report()
-
-    def _write_carefully(self, fd: int, data: bytes) -> None:
-        """``write`` dealing first with what there is to mend: a line written in part, lost lines, a
-        torn tail (with nothing to mend, the line is simply written)."""
-        if (self._pending or self._lost) and not self._recover(fd):
-            self._lost += 1
-            return
-        if self._torn:  # looked torn when opened: look again now, another process may have
-            self._torn = _ends_torn(fd)  # been mid-append then and finished since
-        self._put_rest(fd, b"\n" + data if self._torn else data, 0)
-
-    def _put_rest(self, fd: int, data: bytes, written: int) -> None:
-        """Write ``data`` past its first ``written`` bytes; on failure, count the line as lost, or keep
-        its rest pending when part of it is already in the file."""
-        rest = data[written:]
-        if self._put(fd, rest) == 0 and self._error:
-            if written:
-                self._pending = rest
+            if self._fd is None:
+                raise ValueError(f"{self.path} is closed")
+            if self._watch:
+                self._follow_rotation()
+            failure = self._mend()
+            if failure is None:
+                failure = self._begin(data)
             else:
-                self._lost += 1
+                self._lose(failure)
+        if failure is not None:
+            self._on_error(failure, str(self.path))
 
-    def _recover(self, fd: int) -> bool:
-        """Finish a line written in part, then write the note of what was lost; True when done."""
-        if self._pending and not self._finish_pending(fd):
-            return False
-        if self._lost:
-            lost, self._lost = self._lost, 0
-            if self._put(fd, self._note(lost, self._last_error) + b"\n") == 0 and self._error:
-                self._lost = lost  # the note failed whole: still that many lost
-            if self._error:  # the rest of a note written in part is pending, like a line's
-                return False
-        return True
-
-    def _finish_pending(self, fd: int) -> bool:
-        pending, self._pending = self._pending, b""
-        if self._put(fd, pending) == 0 and self._error:
-            self._pending = pending
-        return not self._error
-
-    def _put(self, fd: int, data: bytes) -> int:
-        """Write all of ``data``; on an error keep what was not written in ``_pending`` and report."""
-        written = 0
-        self._error = ""
-        try:
-            while written < len(data):
-                written += os.write(fd, data[written:])
-        except OSError as error:
-            self._failed(error, data[written:] if written else b"")
-        else:
-            self._torn = False
-        return written
-
-    def _failed(self, error: OSError, rest: bytes) -> None:
-        """Note a failed write for ``_report``; ``rest``, when given, is the unwritten end of a line
-        begun in the file."""
-        self._error = self._last_error = f"{type(error).__name__}: {error}"
-        if rest:
-            self._pending = rest
-        self._unreported.append(error)
-
-    def _report(self) -> None:
-        """Hand this write's failures to ``on_error``, once the file's state is settled: reporting may
-        raise (a warning escalated to an error), and must not leave a line half-mended."""
-        while self._unreported:
-            self._on_error(self._unreported.pop(0), str(self.path))
-
-    def _follow_rotation(self, fd: int) -> int:
-        self._next_check = self._clock() + self._every
-        try:
-            if _identity(os.stat(self.path)) == self._identity:
-                return fd
-        except FileNotFoundError:
-            pass
-        except OSError:
-            return fd
-        try:
-            new = self._open()
-        except OSError:
-            return fd  # keep writing to the moved file; try again at the next check
-        if self._pending:
-            self._finish_pending(fd)
-            self._pending = b""
-        self._fd = new
-        os.close(fd)
-        self._identity = _identity(os.fstat(new))
-        self._torn = _ends_torn(new)
-        return new
+    def reopen(self) -> None:
+        """Close and reopen the path now (after logrotate moved or truncated it)."""
+        with self._lock:
+            if self._fd is None:
+                return
+            old = self._fd
+            self._finish_pending(old)
+            try:
+                self._open()
+            except OSError as error:
+                self._fd = old
+                self._on_error(error, str(self.path))
+                return
+            os.close(old)
 
     def close(self) -> None:
         with self._lock:
             fd, self._fd = self._fd, None
-            self._fast_until = -_INF
             if fd is not None:
-                if self._pending:
-                    self._finish_pending(fd)
+                self._finish_pending(fd)
                 os.close(fd)
-            self._report()
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _follow_rotation(self) -> None:
+        try:
+            info = os.stat(self.path)
+            if (info.st_dev, info.st_ino) == self._identity:
+                return
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return
+        self.reopen()
+
+    def _mend(self) -> OSError | None:
+        """Finish a line written in part, note lost lines, close a torn tail; the error if any failed."""
+        if self._pending:
+            written, failure = self._write_all(self._pending)
+            self._pending = self._pending[written:]
+            if failure is not None:
+                return failure
+        if self._unnoted:
+            note = self._note(self._unnoted, self._last_error) + b"\n"
+            failure = self._begin(note, lost=False)
+            if failure is not None:
+                return failure
+            self._unnoted = 0
+        if self._torn:
+            self._torn = False
+            return self._begin(b"\n", lost=False)
+        return None
+
+    def _begin(self, data: bytes, *, lost: bool = True) -> OSError | None:
+        """Write a whole line; when only part of it reached the file, keep the rest to finish first.
+        A line of which nothing was written is counted as lost (when ``lost``)."""
+        written, failure = self._write_all(data)
+        if failure is not None:
+            if written:
+                self._pending = data[written:]
+            elif lost:
+                self._lose(failure)
+        return failure
+
+    def _write_all(self, data: bytes) -> tuple[int, OSError | None]:
+        assert self._fd is not None
+        written = 0
+        try:
+            while written < len(data):
+                written += os.write(self._fd, data[written:])
+        except OSError as error:
+            self._last_error = f"{type(error).__name__}: {error}"
+            return written, error
+        return written, None
+
+    def _lose(self, error: OSError) -> None:
+        self.lost += 1
+        self._unnoted += 1
+        self._last_error = f"{type(error).__name__}: {error}"
+
+    def _finish_pending(self, fd: int) -> None:
+        if self._pending:
+            with contextlib.suppress(OSError):
+                os.write(fd, self._pending)
+            self._pending = b""
 
 
-class JSONLFile(LineFile):
-    """The JSONL file: a ``LineFile`` whose note of lost records is a ``logging_error`` record."""
-
-    def __init__(self, path: str | os.PathLike[str], on_error: OnWriteError) -> None:
-        super().__init__(path, on_error, _json_note)
-
-
-def _identity(stat: os.stat_result) -> tuple[int, int]:
-    return stat.st_dev, stat.st_ino
-
-
-TORN_SETTLE_S = 0.002
-"""How long a tail that looks torn must stay unchanged to count as torn (see ``_ends_torn``)."""
-
-
-def _ends_torn(fd: int) -> bool:
+def _ends_torn(path: Path, size: int) -> bool:
     """Whether the file ends in a line a writer that is gone left unfinished.
 
-    A tail without its newline may also be another process's append in progress (the file grows
-    page by page during a large write): that one is only torn if the file stays the same size for
-    ``TORN_SETTLE_S``. Mending a live append would leave a blank line in the file.
+    A tail without its newline may also be another process's append in progress: that one is only
+    torn if the file stays the same size for ``TORN_SETTLE_S`` (mending a live append would leave a
+    blank line in the file).
     """
-    try:
-        size = os.fstat(fd).st_size
-        if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
-            return False
-        time.sleep(TORN_SETTLE_S)
-        return os.fstat(fd).st_size == size and os.pread(fd, 1, size - 1) != b"\n"
-    except OSError:  # write-only or not seekable (a pipe, /dev/full): nothing to mend
+    if size == 0:
         return False
-
-
-class TextFile(LineFile):
-    """The text log in a file: a ``LineFile`` whose note of lost lines is a text line."""
-
-    def __init__(self, path: str | os.PathLike[str], on_error: OnWriteError) -> None:
-        super().__init__(path, on_error, _text_note)
-
-    accepts_bytes = True
-    put = LineFile.write_held
-    """Append a rendered line (UTF-8 bytes, no newline); the caller serialises calls."""
-
-    def flush(self) -> None:
-        """Nothing to do: every line reached the OS when it was written."""
+    try:
+        with open(path, "rb") as reader:
+            reader.seek(size - 1)
+            if reader.read(1) == b"\n":
+                return False
+            time.sleep(TORN_SETTLE_S)
+            now = os.fstat(reader.fileno()).st_size
+            reader.seek(now - 1)
+            return now == size and reader.read(1) != b"\n"
+    except OSError:
+        return False
 
 
 class TextStream:
     """The text log on a text stream (default stdout): one ``write`` and a ``flush`` per line.
 
-    A failing stream (closed, a broken pipe) is reported to ``on_error``, never raised. The stream is
-    the caller's: ``close`` flushes it and leaves it open.
+    A line the stream's encoding can't hold (``PYTHONIOENCODING=ascii``) is written with
+    backslash escapes instead of being lost. A failing stream (closed, a broken pipe) is reported to
+    ``on_error`` and counted in ``lost``, never raised. The stream is the caller's: ``close`` flushes
+    it and leaves it open.
     """
 
     def __init__(self, stream: IO[str], on_error: OnWriteError) -> None:
         self._stream = stream
         self._on_error = on_error
-        self._name = str(getattr(stream, "name", "<stream>"))
+        self._lock = threading.Lock()
+        self.path = str(getattr(stream, "name", "<stream>"))
+        self.lost = 0
 
-    accepts_bytes = False
-
-    def put(self, line: str) -> None:
-        """Write a rendered line and a newline, then flush; the caller serialises calls."""
+    def write(self, line: str | bytes) -> None:
+        """Write a rendered line and a newline, then flush."""
+        text = line.decode("utf-8", "backslashreplace") if isinstance(line, bytes) else line
         try:
-            self._stream.write(line + "\n")
-            self._stream.flush()
+            with self._lock:
+                try:
+                    self._stream.write(text + "\n")
+                except UnicodeEncodeError:
+                    encoding = getattr(self._stream, "encoding", None) or "ascii"
+                    self._stream.write(text.encode(encoding, "backslashreplace").decode(encoding) + "\n")
+                self._stream.flush()
         except Exception as error:
-            self._failed(error)
+            self.lost += 1
+            self._on_error(error, self.path)
 
     def flush(self) -> None:
-        """Flush the stream; a failure here loses nothing (``put`` flushed every line and reported
-        its own failures), so it is not counted."""
+        """Flush the stream; a failure here loses nothing (``write`` flushed every line)."""
         with contextlib.suppress(Exception):
             self._stream.flush()
 
     def close(self) -> None:
         self.flush()
 
-    def _failed(self, error: Exception) -> None:
-        self._on_error(error if isinstance(error, OSError) else OSError(str(error)), self._name)
-
 
 def open_text_sink(
     file: str | os.PathLike[str] | None, stream: IO[str] | None, on_error: OnWriteError
-) -> TextFile | TextStream:
+) -> LineFile | TextStream:
     """Where the text log goes: ``file`` (appended, UTF-8, parent directories created) or ``stream``
     (default stdout). No stdlib logger is involved: the lines never reach logging's handlers."""
     if file is not None:
-        return TextFile(file, on_error)
+        return LineFile(file, on_error, text_note)
     return TextStream(stream if stream is not None else sys.stdout, on_error)

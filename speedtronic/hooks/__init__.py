@@ -10,25 +10,25 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
-import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol, SupportsIndex, TypeVar, cast, overload, runtime_checkable
+from typing import Any, Protocol, SupportsIndex, overload, runtime_checkable
+
+from speedtronic.hooks.background import BackgroundHooks, background
+from speedtronic.processors.dispatch import Callback, as_callback, close_hook, hook_name, target_of
 
 __all__ = [
+    "BackgroundHooks",
     "CallbackList",
     "Hook",
     "HookList",
     "TrainingHook",
     "as_callback",
+    "background",
     "close_hook",
     "hook_name",
     "on_event",
-    "resolve_targets",
     "target_of",
 ]
-
-Callback = Callable[[str, dict[str, Any]], None]
 
 
 @runtime_checkable
@@ -42,118 +42,25 @@ Hook = TrainingHook | Callback
 """What the logger accepts as a hook: a ``TrainingHook`` or a plain ``(event, payload)`` callable."""
 
 
-def hook_name(hook: object) -> str:
-    """A readable name for reports: a function's qualified name, else the hook's class name."""
-    name = getattr(hook, "__qualname__", None)
-    return name if isinstance(name, str) else type(hook).__qualname__
-
-
-def target_of(hook: Any) -> Any:
-    """What calling ``hook`` means: its ``on_event`` when that is callable, else the hook itself.
-
-    The one rule every caller uses (``HookList.targets``, ``CallbackList``). ``as_callback`` adds the
-    signature check, once, when a hook is registered.
-    """
-    method = getattr(hook, "on_event", None)
-    return method if callable(method) else hook
-
-
-def as_callback(hook: object) -> Callback:
-    """Return the ``(event, payload)`` callable for ``hook``, or raise ``TypeError`` naming it."""
-    target = target_of(hook)
-    if not callable(target):
-        raise TypeError(
-            f"hook {hook_name(hook)!r} is neither a TrainingHook (an object with "
-            "on_event(event, payload)) nor a callable(event, payload)"
-        )
-    try:
-        signature = inspect.signature(target)
-    except (TypeError, ValueError):  # builtins without a signature: accept, they fail loudly later
-        return cast(Callback, target)
-    try:
-        signature.bind("event", {})
-    except TypeError as exc:
-        shown = hook_name(hook) if target is hook else f"{hook_name(hook)}.on_event"
-        raise TypeError(
-            f"hook {shown!r} can't be called as (event, payload): {exc}; "
-            "wrap a function with another signature in speedtronic.hooks.on_event(...)"
-        ) from None
-    return cast(Callback, target)
-
-
-def close_hook(hook: object) -> None:
-    """Call ``hook.close()`` when the hook has one."""
-    close = getattr(hook, "close", None)
-    if callable(close):
-        close()
-
-
-_changing = threading.RLock()
-"""Held while a ``HookList`` changes and rebuilds its ``targets`` (changes are rare; one lock for all)."""
-
-
-def _new_lock_in_child() -> None:
-    global _changing
-    _changing = threading.RLock()  # a fork may have copied it held by a thread that is gone
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_new_lock_in_child)
-
-
-def resolve_targets(hooks: Iterable[Any]) -> tuple[tuple[Any, Callback], ...]:
-    """``(hook, target_of(hook))`` for each hook, in order: what a logger calls per event."""
-    return tuple((hook, cast(Callback, target_of(hook))) for hook in hooks)
-
-
-_Method = TypeVar("_Method", bound=Callable[..., Any])
-
-
-def _changes(method: _Method) -> _Method:
-    """``method`` of a ``HookList``, run under the lock, with ``targets`` rebuilt after it (also
-    after a failure part-way: a ``sort`` whose comparison fails may leave the list reordered)."""
-
-    @functools.wraps(method)
-    def changed(self: HookList, *args: Any, **kwargs: Any) -> Any:
-        with _changing:
-            try:
-                return method(self, *args, **kwargs)
-            finally:
-                self.targets = resolve_targets(self)
-
-    return cast(_Method, changed)
-
-
 class HookList(list[Any]):
-    """A list of hooks that checks each hook as it is added (append, insert, extend, assignment).
+    """A list of hooks that checks each hook as it is added (append, insert, extend, ``+=``, assignment).
 
-    ``targets`` is ``(hook, callable)`` for each hook, in order, resolved by ``target_of`` whenever
-    the list changes (every list method, under a lock, so two threads changing it at once leave it
-    right): what a logger calls per event, without resolving each hook's ``on_event`` again. A hook
-    whose ``on_event`` attribute is replaced after it was added keeps being called through the one
-    it had, until the list changes.
+    A hook that can't be called as ``(event, payload)`` is refused with a ``TypeError`` naming it, so
+    the mistake shows where the hook is registered. ``MetricLogger.hooks`` is one: the logger reads it
+    at each event, so a hook added or removed takes effect from the next event.
     """
 
-    targets: tuple[tuple[Any, Callback], ...] = ()
-
-    @_changes
     def __init__(self, hooks: Iterable[Any] = ()) -> None:
         super().__init__(_checked(hooks))
 
-    def __getstate__(self) -> None:
-        return None  # ``targets`` is rebuilt from the hooks when a copy or an unpickled list is filled
-
-    @_changes
     def append(self, hook: Any) -> None:
         as_callback(hook)
         super().append(hook)
 
-    @_changes
     def insert(self, index: SupportsIndex, hook: Any) -> None:
         as_callback(hook)
         super().insert(index, hook)
 
-    @_changes
     def extend(self, hooks: Iterable[Any]) -> None:
         super().extend(_checked(hooks))
 
@@ -165,22 +72,12 @@ class HookList(list[Any]):
     def __setitem__(self, index: SupportsIndex, hook: Any) -> None: ...
     @overload
     def __setitem__(self, index: slice, hook: Iterable[Any]) -> None: ...
-    @_changes
     def __setitem__(self, index: SupportsIndex | slice, hook: Any) -> None:
         if isinstance(index, slice):
             super().__setitem__(index, _checked(hook))
         else:
             as_callback(hook)
             super().__setitem__(index, hook)
-
-    # The list methods that change it but add no hook: the list's own, under _changes.
-    __imul__ = _changes(list.__imul__)
-    __delitem__ = _changes(list.__delitem__)
-    pop = _changes(list.pop)
-    remove = _changes(list.remove)
-    clear = _changes(list.clear)
-    sort = _changes(list.sort)
-    reverse = _changes(list.reverse)
 
 
 def _checked(hooks: Iterable[Any]) -> list[Any]:

@@ -1,159 +1,216 @@
-"""Background hook delivery: slow hooks (a TensorBoard writer, W&B) run off the training thread.
+"""``BackgroundHooks``: hooks called on a worker thread, for hooks that may be slow or may block.
 
-One worker thread per logger calls the hooks, so they still never run concurrently and see events
-in the order they were emitted. Submitting is a ``deque.append``: the worker is not woken per event
-(each wake-up costs the submitting thread a lock and, in a tight loop, a GIL hand-off; measured:
-waking it at most once a millisecond made both a tight loop and a TensorBoard run slower) but when
-``WAKE_BATCH`` events are waiting or every ``WAKE_INTERVAL_S``, and then delivers everything queued.
-The queue is bounded: when
-it is full, ``submit`` blocks until there is room (it never drops). ``close`` drains within a
-timeout and says how many events it could not deliver.
+By default ``MetricLogger`` calls its hooks inside ``emit``, on the training thread: a hook that stops
+training on a NaN loss has acted when ``emit`` returns, a failure is counted at once, and a hook reads
+the emitting thread's CUDA device and context. A hook that does network or disk work of its own can
+run here instead (``background(hook)``, or ``MetricLogger(background_hooks=True)`` for all of them).
+
+Built on ``queue.Queue``: one worker thread calls the hooks in order, so they never run concurrently
+and see events in the order they were handed over, each inside a copy of the emitting thread's
+``contextvars`` context. The queue is bounded: when it is full, ``on_event`` waits at most
+``put_timeout_s`` for room, then drops the event *for these hooks only* (the logger's files keep it)
+and raises ``HooksStalled``, which the logger counts and reports like any hook failure. So a stalled
+hook never blocks training for longer than ``put_timeout_s`` per event.
 """
 
 from __future__ import annotations
 
-import collections
+import atexit
+import contextlib
+import contextvars
 import os
+import queue
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-__all__ = ["WAKE_BATCH", "WAKE_INTERVAL_S", "BackgroundDelivery"]
+from speedtronic.processors.dispatch import DispatchHooks, HookFailures, close_hook
 
-WAKE_INTERVAL_S = 0.05
-"""Longest a delivered event waits before its hooks see it (``flush()`` doesn't wait for it)."""
+__all__ = ["DEFAULT_PUT_TIMEOUT_S", "BackgroundHooks", "HooksStalled", "background"]
 
-WAKE_BATCH = 256
-"""Events waiting that wake the worker before the interval is up."""
+DEFAULT_PUT_TIMEOUT_S = 1.0
+"""Longest ``emit`` waits for room in a full queue before dropping the event for the hooks."""
 
 _STOP = object()
+_live: weakref.WeakSet[BackgroundHooks] = weakref.WeakSet()
 
 
-class _Flushed(threading.Event):
-    """Queued by ``flush``: set by the worker once everything before it is delivered."""
-_live: weakref.WeakSet[BackgroundDelivery] = weakref.WeakSet()
+class HooksStalled(RuntimeError):
+    """The hooks' queue stayed full for ``put_timeout_s``: this event was not delivered to them."""
 
 
-class BackgroundDelivery:
-    """Runs each submitted ``(context, hooks, event_dict)`` as ``context.run(deliver, hooks,
-    event_dict)``, in order, on a worker thread of its own.
+class BackgroundHooks:
+    """A hook that hands each event to a worker thread, which calls ``hooks`` in order.
 
-    ``context`` is a ``contextvars.Context`` (the submitter's copy). ``deliver`` must not raise
-    ``Exception`` (the hook stage catches those); anything else it raises is kept in ``fatal`` for the
-    submitting side to re-raise, and delivery goes on.
+    Args:
+        hooks: the hooks to call (any sequence; a list you keep changing is read at each event).
+        on_error: receives ``(hook, error, event)`` for a hook's ``Exception`` (default: a
+            ``HookFailures``, which counts in ``errors`` and warns).
+        queue_size: events waiting for the worker before ``on_event`` waits for room.
+        put_timeout_s: how long ``on_event`` waits for room before dropping the event for these hooks
+            (``HooksStalled``).
+        name: the worker thread's name.
+
+    A hook's ``BaseException`` (``SystemExit``) is raised from the next ``on_event``, ``flush`` or
+    ``close`` on the emitting side. ``close`` closes the hooks only once the worker has finished with
+    them: a hook still inside ``on_event`` past the timeout is left open and reported.
     """
 
-    def __init__(self, deliver: Callable[..., None], maxsize: int, name: str) -> None:
-        # maxsize is MetricLogger(hook_queue_size=...), checked there before any file is opened.
-        self._deliver, self._maxsize, self._name = deliver, maxsize, name
-        self._batch = min(WAKE_BATCH, max(1, maxsize // 2))
+    def __init__(
+        self,
+        hooks: Iterable[Any],
+        *,
+        on_error: Callable[[object, Exception, str], None] | None = None,
+        queue_size: int = 10_000,
+        put_timeout_s: float = DEFAULT_PUT_TIMEOUT_S,
+        name: str = "speedtronic-hooks",
+    ) -> None:
+        _check_size("queue_size", queue_size)
+        _check_seconds("put_timeout_s", put_timeout_s)
+        self._on_error: Callable[[object, Exception, str], None] = on_error or HookFailures()
+        self.hooks = hooks if isinstance(hooks, list) else list(hooks)
+        self._dispatch = DispatchHooks(self.hooks, on_error=self._on_error, consume=False)
+        self._queue_size = queue_size
+        self._put_timeout_s = put_timeout_s
+        self._name = name
+        self.dropped = 0
+        """Events dropped for these hooks because the queue stayed full (or arrived after ``close``)."""
         self.fatal: BaseException | None = None
         self._reset()
         _live.add(self)
 
     def _reset(self) -> None:
-        self._queue: collections.deque[Any] = collections.deque()
-        self._wake = threading.Event()
-        self._room = threading.Event()
-        self._stopping = False  # close() was called: flush() no longer waits
-        self._stopped = False  # close() timed out: the worker delivers nothing more
-        self._submitted = 0  # written by submitters only (under the logger's lock)
-        self._delivered = 0  # written by the worker only
+        self._queue: queue.Queue[Any] = queue.Queue(self._queue_size)
         self._thread: threading.Thread | None = None
+        self._starting = threading.Lock()
+        self._closed = False
+        self._abandoned = False  # close() timed out: the worker delivers nothing more
 
-    @property
-    def pending(self) -> int:
-        """Items submitted but not yet delivered."""
-        return self._submitted - self._delivered
+    def on_event(self, event: str, payload: dict[str, Any]) -> None:
+        """Queue the event for the worker (waiting at most ``put_timeout_s`` for room)."""
+        self._raise_fatal()
+        if self._closed:
+            self.dropped += 1
+            return
+        thread = self._thread or self._start()
+        item = (contextvars.copy_context(), event, payload)
+        try:
+            if thread is threading.current_thread():  # a hook emitting: waiting on ourselves never ends
+                self._queue.put_nowait(item)
+            else:
+                self._queue.put(item, timeout=self._put_timeout_s)
+        except queue.Full:
+            self.dropped += 1
+            raise HooksStalled(
+                f"hooks' queue full for {self._put_timeout_s} s (a hook is stalled or slow): "
+                f"{event!r} not delivered to them ({self.dropped} dropped so far)"
+            ) from None
 
-    def submit(self, item: tuple[Any, Any, Any]) -> None:
-        """Queue ``(context, hooks, event_dict)``; blocks while ``maxsize`` items are waiting."""
-        if self._thread is None:
-            self._start()
-        queue = self._queue
-        if len(queue) >= self._maxsize:
-            self._wait_for_room()
-        queue.append(item)
-        self._submitted += 1
-        if len(queue) == self._batch:  # once per crossing: Event.set takes a lock
-            self._wake.set()
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every queued event is delivered; ``False`` if ``timeout`` (seconds) ran out.
 
-    def flush(self, timeout: float | None) -> bool:
-        """Wait until everything submitted so far is delivered; False if ``timeout`` ran out.
-
-        Doesn't wait where waiting could never end: with no worker, once ``close`` has been called,
-        or on the worker itself (a hook that flushes its own logger).
+        Returns at once on the worker itself (a hook flushing its own logger).
         """
         thread = self._thread
-        if thread is None or self._stopping or not thread.is_alive() or thread is threading.current_thread():
-            return self.pending == 0
-        done = _Flushed()
-        self._queue.append(done)
-        self._wake.set()
-        return done.wait(timeout)
+        if thread is None or thread is threading.current_thread() or not thread.is_alive():
+            done = self._queue.unfinished_tasks == 0
+        else:
+            with self._queue.all_tasks_done:
+                done = self._queue.all_tasks_done.wait_for(lambda: self._queue.unfinished_tasks == 0, timeout)
+        self._raise_fatal()
+        return done
 
-    def close(self, timeout: float | None) -> int:
-        """Deliver what is queued (up to ``timeout`` seconds), stop the worker; return undelivered.
+    def close(self, timeout: float | None = None) -> int:
+        """Deliver what is queued (within ``timeout`` seconds), stop the worker, close the hooks.
 
-        Past the timeout the worker delivers nothing more: what is still queued is dropped and
-        counted, so no hook receives an event after ``close`` returns (a hook still inside
-        ``on_event`` finishes that one call).
+        Returns how many events were not delivered. Past the timeout, nothing more is delivered and the
+        hooks are not closed (one may still be running); each is reported to ``on_error`` as not closed.
         """
+        if self._closed:
+            return 0
+        self._closed = True
         thread = self._thread
-        self._stopping = True
-        if thread is None:
-            return 0
-        self._queue.append(_STOP)
-        self._wake.set()
-        thread.join(timeout)
-        if not thread.is_alive():
-            return 0
-        self._stopped = True
-        self._queue.clear()
-        return self.pending
+        undelivered = 0
+        if thread is not None and thread is not threading.current_thread():
+            with contextlib.suppress(queue.Full):  # the worker stops at the timeout either way
+                self._queue.put(_STOP, timeout=timeout)
+            thread.join(timeout)
+            if thread.is_alive():
+                self._abandoned = True
+                undelivered = self._queue.unfinished_tasks - 1  # the one being delivered still runs
+                for hook in self.hooks:
+                    self._on_error(
+                        hook, TimeoutError(f"still running after {timeout} s: not closed"), "close"
+                    )
+                return max(undelivered, 0)
+        for hook in list(self.hooks):
+            try:
+                close_hook(hook)
+            except Exception as error:
+                self._on_error(hook, error, "close")
+        self._raise_fatal()
+        return undelivered
 
-    def _wait_for_room(self) -> None:
-        while len(self._queue) >= self._maxsize and self._thread is not None:
-            self._room.clear()
-            self._wake.set()
-            self._room.wait(WAKE_INTERVAL_S)
-
-    def _start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-        self._thread.start()
+    def _start(self) -> threading.Thread:
+        with self._starting:
+            if self._thread is None:
+                thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                thread.start()
+                self._thread = thread
+            return self._thread
 
     def _run(self) -> None:
-        queue, wake, room, deliver = self._queue, self._wake, self._room, self._deliver
+        get, done = self._queue.get, self._queue.task_done
         while True:
-            wake.wait(WAKE_INTERVAL_S)
-            wake.clear()
-            while queue:
-                item = queue.popleft()
-                if self._stopped:
+            item = get()
+            try:
+                if item is _STOP:
                     return
-                if type(item) is not tuple:  # a flush's marker, or _STOP
-                    if item is _STOP:
-                        return
-                    item.set()
+                if self._abandoned:
                     continue
-                context, hooks, event_dict = item
+                context, event, payload = item
                 try:
-                    context.run(deliver, hooks, event_dict)
-                except BaseException as error:  # a hook's SystemExit: hand it to the emitting thread
+                    context.run(self._dispatch, None, "info", {**payload, "event": event})
+                except BaseException as error:  # a hook's SystemExit: for the emitting side to raise
                     self.fatal = error
-                self._delivered += 1
-            room.set()
-            if self._stopped:
-                return
+            finally:
+                done()
+
+    def _raise_fatal(self) -> None:
+        fatal, self.fatal = self.fatal, None
+        if fatal is not None:
+            raise fatal
+
+
+def background(hook: Any, **options: Any) -> BackgroundHooks:
+    """``hook`` called on a worker thread of its own: ``BackgroundHooks([hook], **options)``."""
+    return BackgroundHooks([hook], **options)
+
+
+def _check_size(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+
+
+def _check_seconds(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e9:
+        raise ValueError(f"{name} must be a number of seconds > 0 and finite, got {value!r}")
+
+
+def _flush_at_exit() -> None:
+    """Deliver what is queued before the interpreter ends (a forked child's last events too)."""
+    for hooks in list(_live):
+        if not hooks._closed:
+            hooks.flush(hooks._put_timeout_s)
 
 
 def _after_fork_in_child() -> None:
-    # The worker thread did not survive the fork, and what the parent had queued is the parent's
-    # to deliver: start empty, so nothing is delivered twice.
-    for delivery in list(_live):
-        delivery._reset()
+    # The worker did not survive the fork, and what the parent had queued is the parent's to deliver.
+    for hooks in list(_live):
+        hooks._reset()
 
 
+atexit.register(_flush_at_exit)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)

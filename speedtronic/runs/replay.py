@@ -65,18 +65,22 @@ def replay_run(
     """
     checked = CallbackList(hooks)  # checks each hook; closes all of them even after one fails
     result = ReplayResult()
-    dispatch = DispatchHooks(checked.callbacks)
+    dispatch = DispatchHooks(checked.callbacks, on_error=_reraise, consume=False)
     try:
         for record in read_records(path, result.skipped, rank=rank):
             if record.event in LOGGER_RECORDS:
                 result.not_replayed[record.event] += 1
                 continue
-            dispatch.deliver(checked.callbacks.targets, {"event": record.event, **record.payload})
+            dispatch(None, "info", {**record.payload, "event": record.event})
             result.replayed[record.event] += 1
     finally:
         if close:
             checked.close()
     return result
+
+
+def _reraise(hook: object, error: Exception, event: str) -> None:
+    raise error
 
 
 def tensorboard_events(log_dir: str | os.PathLike[str]) -> list[Path]:
@@ -90,8 +94,10 @@ def tensorboard_hook(log_dir: str | os.PathLike[str], *, append: bool = False) -
 
     Raises ``ReplayRefused`` when ``log_dir`` already holds event files, unless ``append``: TensorBoard
     reads every event file of a directory as one run, so a replay there would mix with what is there.
-    Subdirectories are other runs and don't count.
+    Subdirectories are other runs and don't count. ``log_dir`` is created first: a path that can't be
+    a writable directory is a ``ReplayRefused`` naming it.
     """
+    _writable_directory(Path(log_dir))
     existing = tensorboard_events(log_dir)
     if existing and not append:
         raise ReplayRefused(
@@ -100,6 +106,19 @@ def tensorboard_hook(log_dir: str | os.PathLike[str], *, append: bool = False) -
             "replay into an empty directory, or pass --append to add to that run"
         )
     return _integrations().TensorboardHook(log_dir)
+
+
+def _writable_directory(path: Path) -> None:
+    if path.exists() and not path.is_dir():
+        raise ReplayRefused(f"{path}: expected a directory for TensorBoard events, found a file")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        where = error.filename if error.filename is not None else path
+        reason = error.strerror or str(error)
+        raise ReplayRefused(f"{where}: can't create the TensorBoard directory: {reason}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ReplayRefused(f"{path}: expected a writable directory for TensorBoard events: access denied")
 
 
 def wandb_hook(project: str, **init_kwargs: Any) -> Any:

@@ -1,17 +1,20 @@
-"""Hooks on the logger's own thread: off the training thread, in order, bounded, drained on close."""
+"""Hooks inside emit by default; on a worker thread when asked (bounded, in order, drained on close)."""
 
 from __future__ import annotations
 
 import io
 import os
+import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from speedtronic import HookFailureWarning, LoggingFailureWarning
+from speedtronic.hooks import BackgroundHooks, background
 from speedtronic.profiling import MetricLogger
 from tests.conftest import read_jsonl
 
@@ -30,108 +33,217 @@ class Gate:
         self.events.append((event, payload.get("step"), threading.current_thread().name))
 
 
-def test_emit_returns_while_a_hook_is_busy() -> None:
-    """A blocked hook doesn't block emit: the hook runs on the logger's thread, not the caller's."""
-    gate = Gate()
-    with MetricLogger(stream=io.StringIO(), hooks=[gate]) as logger:
-        logger.emit("train_step", {"step": 1})
-        assert gate.entered.wait(5)
-        logger.emit("train_step", {"step": 2})  # would deadlock if hooks ran inside emit
-        assert gate.events == []
+class TestInsideEmit:
+    def test_hooks_have_run_when_emit_returns(self) -> None:
+        """By default a hook has acted before emit returns, on the emitting thread."""
+        seen: list[tuple[str, str]] = []
+        with MetricLogger(stream=io.StringIO()) as logger:
+            logger.hooks.append(lambda e, p: seen.append((e, threading.current_thread().name)))
+            logger.emit("train_step", {"step": 1})
+            assert seen == [("train_step", threading.current_thread().name)]
+
+    def test_a_failure_is_counted_when_emit_returns(self) -> None:
+        """hook_errors counts a failure at once, with no flush."""
+
+        def bad(event: str, payload: dict[str, Any]) -> None:
+            raise ValueError("nan loss")
+
+        with MetricLogger(stream=io.StringIO(), hooks=[bad]) as logger:
+            with pytest.warns(HookFailureWarning):
+                logger.emit("train_step", {"step": 1})
+            assert dict(logger.hook_errors) == {
+                "TestInsideEmit.test_a_failure_is_counted_when_emit_returns.<locals>.bad": 1
+            }
+
+    def test_a_hook_that_emits_into_its_own_logger_does_not_deadlock(self) -> None:
+        """Re-entrant emit from a hook is logged (the lock is re-entrant)."""
+        out = io.StringIO()
+        with MetricLogger(stream=out) as logger:
+
+            def echo(event: str, payload: dict[str, Any]) -> None:
+                if event == "train_step":
+                    logger.emit("checkpoint", {"step": payload["step"]})
+
+            logger.hooks.append(echo)
+            logger.emit("train_step", {"step": 3})
+        assert [line.split(" | ")[2].split()[0] for line in out.getvalue().splitlines()] == [
+            "train_step",
+            "checkpoint",
+        ]
+
+
+class TestBackgroundHooksOnTheLogger:
+    def test_emit_returns_while_a_hook_is_busy(self) -> None:
+        """With background_hooks=True a blocked hook doesn't block emit: it runs on the worker thread."""
+        gate = Gate()
+        with MetricLogger(stream=io.StringIO(), hooks=[gate], background_hooks=True) as logger:
+            logger.emit("train_step", {"step": 1})
+            assert gate.entered.wait(5)
+            logger.emit("train_step", {"step": 2})
+            assert gate.events == []
+            gate.open.set()
+        assert [(e, s) for e, s, _ in gate.events] == [("train_step", 1), ("train_step", 2)]
+        assert all(name.startswith("speedtronic-hooks-") for _, _, name in gate.events)
+
+    def test_order_kept_and_everything_delivered_by_close(self) -> None:
+        """10,000 events reach the hook in emission order by the time close() returns."""
+        seen: list[int] = []
+        hooks = [lambda e, p: seen.append(p["step"])]
+        with MetricLogger(stream=io.StringIO(), hooks=hooks, background_hooks=True) as logger:
+            for step in range(10_000):
+                logger.emit("train_step", {"step": step})
+        assert seen == list(range(10_000))
+
+    def test_a_stalled_hook_costs_emit_at_most_the_put_timeout(self, jsonl_path: Path) -> None:
+        """Queue full: emit waits hook_put_timeout_s, then drops the event for hooks only, counted."""
+        gate = Gate()
+        logger = MetricLogger(
+            stream=io.StringIO(),
+            json_file=jsonl_path,
+            hooks=[gate],
+            background_hooks=True,
+            hook_queue_size=1,
+            hook_put_timeout_s=0.05,
+            close_timeout_s=5,
+        )
+        with pytest.warns(HookFailureWarning, match="queue full"):
+            for step in range(4):
+                logger.emit("train_step", {"step": step})
+        assert logger.hook_errors["BackgroundHooks"] >= 2
         gate.open.set()
-    assert [(e, s) for e, s, _ in gate.events] == [("train_step", 1), ("train_step", 2)]
-    assert all(name.startswith("speedtronic-hooks-") for _, _, name in gate.events)
-
-
-def test_order_kept_and_everything_delivered_by_close() -> None:
-    """10,000 events reach the hook in emission order by the time close() returns."""
-    seen: list[int] = []
-    with MetricLogger(stream=io.StringIO(), hooks=[lambda e, p: seen.append(p["step"])]) as logger:
-        for step in range(10_000):
-            logger.emit("train_step", {"step": step})
-    assert seen == list(range(10_000))
-
-
-def test_full_queue_blocks_and_never_drops() -> None:
-    """With the queue full, emit waits for the hook; no event is dropped."""
-    gate = Gate()
-    logger = MetricLogger(stream=io.StringIO(), hooks=[gate], hook_queue_size=2)
-    returned: list[int] = []
-
-    def producer() -> None:
-        for step in range(6):
-            logger.emit("train_step", {"step": step})
-            returned.append(step)
-
-    thread = threading.Thread(target=producer)
-    thread.start()
-    assert gate.entered.wait(5)
-    thread.join(0.5)
-    assert thread.is_alive(), "emit should block while the queue is full"
-    assert len(returned) <= 3  # one in the hook, two queued
-    gate.open.set()
-    thread.join(10)
-    logger.close()
-    assert returned == list(range(6))
-    assert [s for _, s, _ in gate.events] == list(range(6))
-
-
-def test_flush_waits_for_delivery() -> None:
-    """flush() returns once hooks have every event emitted so far; False when it times out."""
-    gate = Gate()
-    logger = MetricLogger(stream=io.StringIO(), hooks=[gate])
-    logger.emit("a", {})
-    assert logger.flush(timeout=0.2) is False
-    gate.open.set()
-    assert logger.flush(timeout=10) is True
-    assert [e for e, _, _ in gate.events] == ["a"]
-    logger.close()
-
-
-def test_close_timeout_reports_what_was_not_delivered(jsonl_path: Path) -> None:
-    """A hook stuck past close_timeout_s: close returns, and says how many events were lost."""
-    gate = Gate()
-    logger = MetricLogger(
-        stream=io.StringIO(), json_file=jsonl_path, hooks=[gate], close_timeout_s=0.2
-    )
-    for step in range(5):
-        logger.emit("train_step", {"step": step})
-    assert gate.entered.wait(5)
-    with pytest.warns(LoggingFailureWarning, match=r"event\(s\) not delivered"):
         logger.close()
-    gate.open.set()
-    (report,) = [r for r in read_jsonl(jsonl_path) if r["event"] == "hook_error"]
-    assert report["phase"] == "drain"
-    assert 4 <= report["undelivered"] <= 5
+        assert [r["step"] for r in read_jsonl(jsonl_path) if r["event"] == "train_step"] == [0, 1, 2, 3]
+        delivered = [s for _, s, _ in gate.events]
+        assert delivered[:2] == [0, 1]
+        assert len(delivered) < 4
 
+    def test_flush_waits_for_delivery(self) -> None:
+        """flush() returns once hooks have every event emitted so far; False when it times out."""
+        gate = Gate()
+        logger = MetricLogger(stream=io.StringIO(), hooks=[gate], background_hooks=True)
+        logger.emit("a", {})
+        assert logger.flush(timeout=0.2) is False
+        gate.open.set()
+        assert logger.flush(timeout=10) is True
+        assert [e for e, _, _ in gate.events] == ["a"]
+        logger.close()
 
-def test_hooks_added_later_miss_earlier_events() -> None:
-    """The hooks of an event are the ones registered when it was emitted."""
-    gate, late = Gate(), []
-    logger = MetricLogger(stream=io.StringIO(), hooks=[gate])
-    logger.emit("a", {})
-    logger.hooks.append(lambda e, p: late.append(e))
-    logger.emit("b", {})
-    gate.open.set()
-    logger.close()
-    assert late == ["b"]
-    assert [e for e, _, _ in gate.events] == ["a", "b"]
-
-
-def test_no_thread_without_hooks() -> None:
-    """A logger without hooks starts no thread."""
-    before = threading.active_count()
-    with MetricLogger(stream=io.StringIO()) as logger:
-        for step in range(10):
+    def test_close_timeout_reports_what_was_not_delivered(self, jsonl_path: Path) -> None:
+        """A hook stuck past close_timeout_s: close returns, says how many events were lost, and
+        never closes a hook that is still running."""
+        gate = Gate()
+        closed: list[bool] = []
+        gate.close = lambda: closed.append(True)  # type: ignore[attr-defined]
+        logger = MetricLogger(
+            stream=io.StringIO(),
+            json_file=jsonl_path,
+            hooks=[gate],
+            close_timeout_s=0.2,
+            background_hooks=True,
+        )
+        for step in range(5):
             logger.emit("train_step", {"step": step})
-        assert threading.active_count() == before
+        assert gate.entered.wait(5)
+        with pytest.warns((LoggingFailureWarning, HookFailureWarning)) as caught:
+            logger.close()
+        gate.open.set()
+        messages = [str(w.message) for w in caught]
+        assert any("event(s) not delivered" in m for m in messages)
+        assert any("still running after 0.2 s: not closed" in m for m in messages)
+        reports = [r for r in read_jsonl(jsonl_path) if r["event"] == "hook_error" and r["phase"] == "drain"]
+        assert len(reports) == 1
+        assert 4 <= reports[0]["undelivered"] <= 5
+        assert closed == []
+
+    def test_hooks_added_later_miss_earlier_events(self) -> None:
+        """A hook added after an event was handed over doesn't get it."""
+        gate, late = Gate(), []
+        gate.open.set()
+        logger = MetricLogger(stream=io.StringIO(), hooks=[gate], background_hooks=True)
+        logger.emit("a", {})
+        logger.flush(10)
+        logger.hooks.append(lambda e, p: late.append(e))
+        logger.emit("b", {})
+        logger.close()
+        assert late == ["b"]
+        assert [e for e, _, _ in gate.events] == ["a", "b"]
+
+    def test_a_hook_that_flushes_or_emits_into_its_own_logger_does_not_deadlock(self) -> None:
+        """flush() from the worker returns at once; emit() from it is logged."""
+        results: list[bool] = []
+        out = io.StringIO()
+        logger = MetricLogger(stream=out, background_hooks=True)
+
+        def hook(event: str, payload: dict[str, Any]) -> None:
+            if event == "a":
+                results.append(logger.flush(timeout=5))
+                logger.emit("from_hook", {})
+
+        logger.hooks.append(hook)
+        logger.emit("a", {})
+        assert logger.flush(timeout=10)
+        logger.close()
+        assert len(results) == 1
+        assert "from_hook" in out.getvalue()
+
+    def test_base_exception_in_a_hook_reaches_the_emitting_thread(self) -> None:
+        """A hook's SystemExit on the worker is raised from the next emit or flush."""
+
+        def leave(event: str, payload: dict[str, Any]) -> None:
+            raise SystemExit(3)
+
+        logger = MetricLogger(stream=io.StringIO(), hooks=[leave], background_hooks=True)
+        logger.emit("a", {})
+        with pytest.raises(SystemExit):
+            logger.flush(10)
+        logger.close()
+
+
+class TestBackgroundWrapper:
+    def test_only_the_wrapped_hook_runs_on_a_worker(self) -> None:
+        """background(hook) moves one hook off the training thread; the others stay inside emit."""
+        gate = Gate()
+        inline: list[str] = []
+        with MetricLogger(
+            stream=io.StringIO(), hooks=[background(gate), lambda e, p: inline.append(e)]
+        ) as logger:
+            logger.emit("a", {})
+            assert inline == ["a"]
+            assert gate.entered.wait(5)
+            gate.open.set()
+        assert [e for e, _, _ in gate.events] == ["a"]
+        assert gate.events[0][2] == "speedtronic-hooks"
+
+    def test_close_closes_the_wrapped_hooks_after_delivering(self) -> None:
+        """close() delivers what is queued, then closes the hooks."""
+        journal: list[str] = []
+
+        class Hook:
+            def on_event(self, event: str, payload: dict[str, Any]) -> None:
+                time.sleep(0.01)
+                journal.append(event)
+
+            def close(self) -> None:
+                journal.append("close")
+
+        wrapper = BackgroundHooks([Hook()])
+        for name in ("a", "b", "c"):
+            wrapper.on_event(name, {})
+        assert wrapper.close(10) == 0
+        assert journal == ["a", "b", "c", "close"]
+
+    @pytest.mark.parametrize(
+        "bad", [{"queue_size": 0}, {"put_timeout_s": float("inf")}, {"put_timeout_s": 0}]
+    )
+    def test_bad_options_are_refused(self, bad: dict[str, Any]) -> None:
+        """Queue size and timeout are checked when the wrapper is made."""
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            BackgroundHooks([], **bad)
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_forked_child_delivers_only_its_own_events(tmp_path: Path) -> None:
-    """A child forked with events queued delivers none of the parent's, and its own without deadlock."""
-    import subprocess
-
+    """A child forked with events queued delivers none of the parent's, and its own, even without close."""
     code = f"""
 import io, os, sys, threading
 sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
@@ -142,15 +254,15 @@ def hook(event, payload):
     gate.wait(10)
     with open(os.path.join(out, f"{{os.getpid()}}.txt"), "a") as f:
         f.write(event + "\\n")
-logger = MetricLogger(stream=io.StringIO(), hooks=[hook])
+logger = MetricLogger(stream=io.StringIO(), hooks=[hook], background_hooks=True)
 for i in range(3):
     logger.emit(f"parent{{i}}", {{}})
 pid = os.fork()
 if pid == 0:
     gate.set()
-    logger.emit("child", {{}})
-    logger.close()
-    os._exit(0)
+    for i in range(5):
+        logger.emit(f"child{{i}}", {{}})
+    sys.exit(0)
 gate.set()
 os.waitpid(pid, 0)
 logger.close()
@@ -159,78 +271,6 @@ print(pid)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     child = result.stdout.strip()
-    assert (tmp_path / f"{child}.txt").read_text().split() == ["child"]
+    assert (tmp_path / f"{child}.txt").read_text().split() == [f"child{i}" for i in range(5)]
     parents = [p for p in tmp_path.iterdir() if p.name != f"{child}.txt"]
     assert [p.read_text().split() for p in parents] == [["parent0", "parent1", "parent2"]]
-
-
-class Slow:
-    """A hook that takes its time and notices overlapping calls, including close()."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds, self.active, self.overlaps = seconds, 0, 0
-        self.events: list[int] = []
-        self.closed_at_events: int | None = None
-
-    def on_event(self, event: str, payload: dict[str, Any]) -> None:
-        self.active += 1
-        self.overlaps += self.active > 1
-        __import__("time").sleep(self.seconds)
-        self.events.append(payload["step"])
-        self.active -= 1
-
-    def close(self) -> None:
-        self.closed_at_events = len(self.events)
-
-
-def test_after_a_close_timeout_no_event_reaches_a_hook(jsonl_path: Path) -> None:
-    """Past close_timeout_s the rest is dropped and counted: nothing is delivered after close()."""
-    import time
-
-    hook = Slow(0.05)
-    logger = MetricLogger(stream=io.StringIO(), json_file=jsonl_path, hooks=[hook], close_timeout_s=0.12)
-    for step in range(20):
-        logger.emit("train_step", {"step": step})
-    with pytest.warns(LoggingFailureWarning, match="not delivered"):
-        logger.close()
-    delivered_at_close = len(hook.events)
-    time.sleep(0.3)
-    assert len(hook.events) <= delivered_at_close + 1  # at most the call that was in flight
-    (report,) = [r for r in read_jsonl(jsonl_path) if r["event"] == "hook_error"]
-    assert report["undelivered"] >= 20 - delivered_at_close - 1
-
-
-def test_flush_after_close_returns_at_once() -> None:
-    """flush() on a closed logger never waits for a hook thread that is gone."""
-    logger = MetricLogger(stream=io.StringIO(), hooks=[lambda e, p: None])
-    logger.emit("a", {})
-    logger.close()
-    assert logger.flush() is True
-
-
-def test_a_hook_that_flushes_its_own_logger_does_not_deadlock() -> None:
-    """flush() from the hook thread returns instead of waiting for itself."""
-    results: list[bool] = []
-    logger = MetricLogger(stream=io.StringIO())
-    logger.hooks.append(lambda e, p: results.append(logger.flush(timeout=5)))
-    logger.emit("a", {})
-    assert logger.flush(timeout=10)
-    logger.close()
-    assert len(results) == 1
-
-
-def test_an_escalated_report_never_costs_the_event_being_emitted(jsonl_path: Path) -> None:
-    """A deferred hook failure raising (under -W error) at the next emit: that event is written first."""
-
-    def bad(event: str, payload: dict[str, Any]) -> None:
-        raise ValueError("boom")
-
-    logger = MetricLogger(stream=io.StringIO(), json_file=jsonl_path, hooks=[bad])
-    logger.emit("a", {})
-    assert logger._delivery is not None
-    assert logger._delivery.flush(10)  # delivered (and failed) on the hook thread, not yet reported
-    with pytest.raises(HookFailureWarning):
-        logger.emit("b", {})
-    with pytest.warns(HookFailureWarning):
-        logger.close()
-    assert [r["event"] for r in read_jsonl(jsonl_path) if r["event"] != "hook_error"] == ["a", "b"]

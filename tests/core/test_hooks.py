@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import copy
-import pickle
-import threading
+import io
 from typing import Any
 
 import pytest
 
 from speedtronic.hooks import CallbackList, HookList, TrainingHook, as_callback, on_event
 from speedtronic.processors import DispatchHooks
-
-
-class Pickled:
-    """A hook that pickles, though its ``on_event`` (what ``targets`` holds) doesn't."""
-
-    on_event = staticmethod(lambda event, payload: None)
+from speedtronic.profiling import MetricLogger
 
 
 class Journal:
@@ -53,109 +46,46 @@ class TestTrainingHook:
 
 
 class TestHookList:
-    """``targets`` is what the logger calls per event: it must follow every change to the list."""
+    """Every way of adding a hook checks it, so a bad hook fails where it is registered."""
 
-    @staticmethod
-    def called(hooks: Any) -> list[str]:
+    @pytest.mark.parametrize(
+        "add",
+        [
+            lambda hooks, hook: hooks.append(hook),
+            lambda hooks, hook: hooks.insert(0, hook),
+            lambda hooks, hook: hooks.extend([hook]),
+            lambda hooks, hook: hooks.__iadd__([hook]),
+            lambda hooks, hook: hooks.__setitem__(0, hook),
+            lambda hooks, hook: hooks.__setitem__(slice(0, 1), [hook]),
+        ],
+        ids=["append", "insert", "extend", "iadd", "setitem", "slice"],
+    )
+    def test_each_way_of_adding_checks_the_hook(self, add: Any) -> None:
+        """A refused hook raises TypeError naming it and leaves the list as it was."""
+        first = Journal("a", [])
+        hooks = HookList([first])
+        with pytest.raises(TypeError, match="neither a TrainingHook"):
+            add(hooks, 42)
+        assert list(hooks) == [first]
+
+    def test_a_list_changed_by_list_methods_is_called_as_it_is(self) -> None:
+        """The logger reads the list at each event: reorder, remove, clear all take effect."""
         out: list[str] = []
-        for hook, target in hooks.targets:
-            hook.out = out
-            target("e", {})
-        return out
-
-    def test_targets_follow_every_list_method(self) -> None:
-        a, b, c = Journal("a", []), Journal("b", []), Journal("c", [])
-        hooks = HookList([a])
-        hooks.append(b)
-        assert self.called(hooks) == ["a e", "b e"]
-        hooks.insert(0, c)
-        assert self.called(hooks) == ["c e", "a e", "b e"]
+        a, b, c = Journal("a", out), Journal("b", out), Journal("c", out)
+        hooks = HookList([a, b, c])
+        dispatch = DispatchHooks(hooks, consume=False)
         hooks.reverse()
-        assert self.called(hooks) == ["b e", "a e", "c e"]
-        hooks.sort(key=lambda hook: hook.name)
-        assert self.called(hooks) == ["a e", "b e", "c e"]
         hooks.remove(b)
-        assert self.called(hooks) == ["a e", "c e"]
-        assert hooks.pop() is c
-        assert self.called(hooks) == ["a e"]
-        hooks += [b]
-        hooks.extend([c])
-        assert self.called(hooks) == ["a e", "b e", "c e"]
-        del hooks[1]
-        assert self.called(hooks) == ["a e", "c e"]
-        hooks[0] = b
-        hooks[1:] = [a]
-        assert self.called(hooks) == ["b e", "a e"]
-        hooks *= 2
-        assert self.called(hooks) == ["b e", "a e", "b e", "a e"]
+        dispatch(None, "info", {"event": "one"})
         hooks.clear()
-        assert hooks.targets == ()
-
-    def test_targets_pair_each_hook_with_what_calling_it_means(self) -> None:
-        journal = Journal("a", [])
-
-        def function(event: str, payload: dict[str, Any]) -> None: ...
-
-        assert HookList([journal, function]).targets == ((journal, journal.on_event), (function, function))
-
-    def test_a_refused_hook_leaves_targets_as_they_were(self) -> None:
-        hooks = HookList([Journal("a", [])])
-        before = hooks.targets
-        with pytest.raises(TypeError):
-            hooks.append(42)
-        with pytest.raises(TypeError):
-            hooks[0:1] = [42]
-        assert hooks.targets == before
-
-    def test_two_threads_changing_it_at_once_leave_targets_right(self) -> None:
-        """Thread A appends while thread B removes: targets end as the list does (no lost update)."""
-        reading, removed = threading.Event(), threading.Event()
-
-        class Slow:
-            """Pauses thread A while targets are being rebuilt, to make the race happen every time."""
-
-            armed = False
-
-            @property
-            def on_event(self) -> Any:
-                if self.armed and threading.current_thread().name == "A":
-                    reading.set()
-                    removed.wait(0.5)  # with the lock, B can't remove meanwhile: this times out
-                return lambda event, payload: None
-
-        x, y, z = Slow(), Journal("y", []), Journal("z", [])
-        hooks = HookList([x, y])
-        x.armed = True
-        a = threading.Thread(target=hooks.append, args=(z,), name="A")
-        b = threading.Thread(target=lambda: (reading.wait(5), hooks.remove(x), removed.set()), name="B")
-        a.start()
-        b.start()
-        a.join()
-        b.join()
-        assert list(hooks) == [y, z]
-        assert [hook for hook, _ in hooks.targets] == [y, z]
-
-    def test_a_failed_sort_leaves_targets_as_the_list(self) -> None:
-        hooks = HookList([Journal("b", []), Journal("a", []), Journal("c", [])])
-        with pytest.raises(TypeError):
-            hooks.sort(key=lambda hook: 0 if hook.name == "c" else hook.name)  # "a" < 0 fails part-way
-        assert [hook for hook, _ in hooks.targets] == list(hooks)
-
-    def test_copies_and_pickles_rebuild_targets(self) -> None:
-        """A copy or an unpickled list resolves its own targets (the resolved callables aren't kept)."""
-        empty = copy.copy(HookList())
-        assert empty.targets == ()
-        hooks = HookList([Pickled()])
-        for twin in (copy.copy(hooks), copy.deepcopy(hooks), pickle.loads(pickle.dumps(hooks))):
-            ((hook, target),) = twin.targets
-            assert hook is twin[0]
-            assert target == twin[0].on_event
+        dispatch(None, "info", {"event": "two"})
+        assert out == ["c one", "a one"]
 
     def test_dispatch_over_a_plain_list_sees_later_changes(self) -> None:
-        """A plain list, not a HookList, is resolved per event: a hook appended later is called."""
+        """A plain list works too: a hook appended later is called from the next event on."""
         out: list[str] = []
         hooks: list[Any] = [Journal("a", out)]
-        dispatch = DispatchHooks(hooks, final=False)
+        dispatch = DispatchHooks(hooks, consume=False)
         dispatch(None, "info", {"event": "one"})
         hooks.append(Journal("b", out))
         dispatch(None, "info", {"event": "two"})
@@ -198,6 +128,61 @@ class TestCallbackList:
         callbacks = CallbackList([lambda e, p: p.clear(), lambda e, p: seen.append(p)])
         callbacks.on_event("e", {"a": 1})
         assert seen == [{"a": 1}]
+
+
+class TestOnEventRegistered:
+    """The documented use: on_event wrappers registered as hooks, through the public door."""
+
+    @staticmethod
+    def shapes(out: list[Any]) -> list[Any]:
+        def payload_only(payload: dict[str, Any]) -> None:
+            out.append(("payload_only", payload["step"]))
+
+        def keywords(*, step: int, **rest: Any) -> None:
+            out.append(("keywords", step))
+
+        def event_and_keywords(event: str, *, step: int) -> None:
+            out.append(("event_and_keywords", event, step))
+
+        def nothing() -> None:
+            out.append(("nothing",))
+
+        return [on_event(payload_only), on_event(keywords), on_event(event_and_keywords), on_event(nothing)]
+
+    def test_passed_to_the_logger(self) -> None:
+        """MetricLogger(hooks=[on_event(f), ...]) accepts every wrapped shape and calls each."""
+        out: list[Any] = []
+        with MetricLogger(stream=io.StringIO(), hooks=self.shapes(out)) as logger:
+            logger.emit("train_step", {"step": 3, "loss": 0.5})
+        assert out == [
+            ("payload_only", 3),
+            ("keywords", 3),
+            ("event_and_keywords", "train_step", 3),
+            ("nothing",),
+        ]
+
+    def test_appended_to_the_logger(self) -> None:
+        """logger.hooks.append(on_event(f)) accepts every wrapped shape."""
+        out: list[Any] = []
+        with MetricLogger(stream=io.StringIO()) as logger:
+            for hook in self.shapes(out):
+                logger.hooks.append(hook)
+            logger.emit("train_step", {"step": 4})
+        assert [entry[0] for entry in out] == ["payload_only", "keywords", "event_and_keywords", "nothing"]
+
+    def test_as_a_decorator(self) -> None:
+        """@on_event on a lambda-free function, registered: the README's Hooks example."""
+        losses: list[float] = []
+
+        @on_event
+        def watch(*, loss: float) -> None:
+            losses.append(loss)
+
+        with MetricLogger(stream=io.StringIO(), hooks=[watch]) as logger:
+            logger.emit("train_step", {"step": 1, "loss": 2.5})
+            logger.emit("checkpoint", {"step": 1, "path": "x"})
+        assert losses == [2.5]
+        assert watch.__name__ == "watch"
 
 
 class TestOnEvent:

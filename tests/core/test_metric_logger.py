@@ -301,7 +301,7 @@ class TestHookFailures:
                 raise SystemExit(3)
             after.append(event)
 
-        logger = MetricLogger(stream=io.StringIO(), hooks=[stop])
+        logger = MetricLogger(stream=io.StringIO(), hooks=[stop], background_hooks=True)
         logger.emit("a", {})
         with pytest.raises(SystemExit):
             logger.flush()
@@ -354,7 +354,7 @@ class TestLifecycle:
         def bad(event: str, payload: dict[str, Any]) -> None:
             raise ValueError("boom")
 
-        logger = MetricLogger(stream=io.StringIO(), hooks=[bad, closed])
+        logger = MetricLogger(stream=io.StringIO(), hooks=[bad, closed], background_hooks=True)
         logger.emit("a", {})
         with pytest.raises(HookFailureWarning):
             logger.close()
@@ -426,7 +426,7 @@ class TestBadArguments:
             MetricLogger(every_steps=every)
 
     def test_unknown_level(self) -> None:
-        with pytest.raises(ValueError, match="level must be one of DEBUG, INFO"):
+        with pytest.raises(ValueError, match=r"level=\.\.\.\) must be one of DEBUG, INFO"):
             MetricLogger("LOUD")
 
     def test_unopenable_file(self, tmp_path: Path) -> None:
@@ -469,7 +469,14 @@ class TestArgumentsCheckedBeforeFilesOpen:
         assert not (tmp_path / "t.log").exists()
 
     @pytest.mark.parametrize(
-        "bad", [{"hook_queue_size": 0}, {"close_timeout_s": -1}, {"hook_queue_size": 1.5}]
+        "bad",
+        [
+            {"hook_queue_size": 0},
+            {"close_timeout_s": -1},
+            {"close_timeout_s": float("inf")},
+            {"hook_put_timeout_s": float("nan")},
+            {"hook_queue_size": 1.5},
+        ],
     )
     def test_bad_queue_options_open_no_file(self, tmp_path: Path, bad: dict[str, Any]) -> None:
         import os

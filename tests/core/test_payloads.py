@@ -101,11 +101,12 @@ def test_emit_never_raises_and_output_stays_valid(case: str, tmp_path: Path) -> 
 
 
 def test_non_finite_is_distinguishable_from_missing(jsonl_path: Path) -> None:
-    """NaN is "NaN", None stays null: a diverged loss is not hidden."""
+    """NaN is null and noted, None stays null and is not: a diverged loss is not hidden."""
     with MetricLogger(stream=io.StringIO(), json_file=jsonl_path) as logger:
         logger.emit("train_step", {"step": 1, "loss": math.nan, "grad_norm": None, "lr": math.inf})
     (record,) = read_jsonl(jsonl_path)
-    assert (record["loss"], record["grad_norm"], record["lr"]) == ("NaN", None, "Infinity")
+    assert (record["loss"], record["grad_norm"], record["lr"]) == (None, None, None)
+    assert record["_speedtronic"]["non_finite"] == {"/loss": "NaN", "/lr": "Infinity"}
 
 
 def test_colliding_keys_stay_distinct(jsonl_path: Path) -> None:
@@ -125,13 +126,14 @@ def test_colliding_keys_stay_distinct(jsonl_path: Path) -> None:
 
 
 def test_tensor_values_in_jsonl(jsonl_path: Path) -> None:
-    """Tensors are written as numbers and lists; a NaN tensor is "NaN"."""
+    """Tensors are written as numbers and lists; a NaN tensor is null, noted as NaN."""
     import torch
 
     with MetricLogger(stream=io.StringIO(), json_file=jsonl_path) as logger:
         logger.emit("x", {"a": torch.tensor(0.25), "b": torch.ones(2), "c": torch.tensor(float("nan"))})
     (record,) = read_jsonl(jsonl_path)
-    assert (record["a"], record["b"], record["c"]) == (0.25, [1.0, 1.0], "NaN")
+    assert (record["a"], record["b"], record["c"]) == (0.25, [1.0, 1.0], None)
+    assert record["_speedtronic"]["non_finite"] == {"/c": "NaN"}
 
 
 def test_forged_line_stays_inside_its_field(tmp_path: Path) -> None:

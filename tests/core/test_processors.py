@@ -1,4 +1,5 @@
-"""Each processor called directly, as structlog calls it: ``(logger, method_name, event_dict)``."""
+"""Each processor twice: called directly, as structlog calls it, and inside a stock structlog chain
+(bound context, ``merge_contextvars``, ``add_log_level`` and ``TimeStamper`` around it)."""
 
 from __future__ import annotations
 
@@ -6,54 +7,68 @@ import json
 import logging
 import math
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import structlog
+from structlog.contextvars import bind_contextvars, clear_contextvars, merge_contextvars
+from structlog.typing import Processor
 
+from speedtronic import HookFailureWarning
 from speedtronic.processors import (
     AddElapsed,
     AddMemory,
+    AddRank,
     CadenceFilter,
+    CapLine,
     ConvertValues,
-    CopyPayload,
     DispatchHooks,
+    HookFailures,
     JSONLRenderer,
     TextRenderer,
     WriteLines,
     WriteText,
-    bound_call,
     level_for,
+    step_number,
 )
 
 LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| (?P<level>[A-Z]+) \| (?P<rest>.*)")
 
 
-class TestCopyPayload:
-    def test_builds_event_dict_from_payload_keyword(self) -> None:
-        """The event comes first, then the payload keys in order."""
-        payload = {"step": 1, "loss": 1.2}
-        ed = CopyPayload()(None, "info", {"payload": payload, "event": "train_step"})
-        assert list(ed) == ["event", "step", "loss"]
-        assert ed["event"] == "train_step"
+class Capture:
+    """A final processor that keeps each event dict it receives (as ``structlog.testing.LogCapture``)."""
 
-    def test_never_mutates_the_payload(self) -> None:
-        """The caller's dict is copied."""
-        payload = {"step": 1}
-        ed = CopyPayload()(None, "info", {"payload": payload, "event": "x"})
-        ed["step"] = 99
-        assert payload == {"step": 1}
+    def __init__(self) -> None:
+        self.entries: list[dict[str, Any]] = []
 
-    def test_payload_event_key_is_kept_apart(self) -> None:
-        """A payload key "event" cannot overwrite the event name."""
-        ed = CopyPayload()(None, "info", {"payload": {"event": "forged"}, "event": "real"})
-        assert ed == {"event": "real", "payload_event": "forged"}
+    def __call__(self, logger: Any, method_name: str, event_dict: dict[str, Any]) -> Any:
+        self.entries.append(dict(event_dict))
+        raise structlog.DropEvent
 
-    def test_non_string_keys_survive(self) -> None:
-        """Keys of any type are kept (``**kwargs`` would refuse them)."""
-        ed = CopyPayload()(None, "info", {"payload": {1: "a", None: "b"}, "event": "x"})
-        assert ed[1] == "a"
-        assert ed[None] == "b"
+
+@pytest.fixture
+def contextvars() -> Iterator[None]:
+    bind_contextvars(request_id="r-1")
+    yield
+    clear_contextvars()
+
+
+def stock_chain(*stages: Processor, capture: Capture | None = None) -> Any:
+    """A user's own chain: contextvars merged, level and ISO timestamp added, then ``stages``, bound
+    context ``job="nightly"``."""
+    processors: list[Processor] = [
+        merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso"),
+        *stages,
+    ]
+    if capture is not None:
+        processors.append(capture)
+    return structlog.wrap_logger(structlog.ReturnLogger(), processors=processors).bind(job="nightly")
+
+
+pytestmark = pytest.mark.usefixtures("contextvars")
 
 
 class TestCadenceFilter:
@@ -70,36 +85,83 @@ class TestCadenceFilter:
             cadence(None, "info", {"event": "train_step", "step": 3})
         assert cadence(None, "info", {"event": "train_step", "step": 10})["step"] == 10
 
-    def test_other_events_and_stepless_steps_pass(self) -> None:
-        """Checkpoints, train_start and a train_step without step are never filtered."""
-        cadence = CadenceFilter(5)
-        assert cadence.admits("checkpoint", {"step": 3})
-        assert cadence.admits("train_step", {"loss": 1.0})
-        assert cadence.admits("train_step", {"step": None})
+    def test_integer_like_steps_count(self) -> None:
+        """numpy integers, int subclasses, __index__ objects and 0-d CPU int tensors are counted."""
+        import numpy as np
+        import torch
 
-    def test_admits_is_the_same_rule(self) -> None:
-        """admits() and __call__ agree for every step."""
-        cadence = CadenceFilter(3)
-        for step in range(12):
-            ed = {"event": "train_step", "step": step}
-            try:
-                cadence(None, "info", dict(ed))
-                passed = True
-            except structlog.DropEvent:
-                passed = False
-            assert passed == cadence.admits("train_step", ed) == (step % 3 == 0)
+        class Index:
+            def __index__(self) -> int:
+                return 3
+
+        cadence = CadenceFilter(2)
+        for step in (np.int64(3), np.uint8(3), Index(), torch.tensor(3)):
+            assert not cadence.admits("train_step", {"step": step}), type(step)
+        for step in (np.int32(4), torch.tensor(4, dtype=torch.int16)):
+            assert cadence.admits("train_step", {"step": step})
+
+    def test_steps_that_are_not_integer_like_pass(self) -> None:
+        """A float, a string, a bool, None, a float tensor or no step at all: the event passes."""
+        import torch
+
+        cadence = CadenceFilter(5)
+        for step in (3.0, "3", True, None, torch.tensor(3.0), torch.tensor([3, 4])):
+            assert cadence.admits("train_step", {"step": step})
+        assert cadence.admits("train_step", {"loss": 1.0})
+        assert cadence.admits("checkpoint", {"step": 3})
+
+    def test_a_mapping_that_cannot_be_read_passes(self) -> None:
+        """Reading the step fails: the event passes, to be reported wherever it fails next."""
+
+        class Broken(dict[str, Any]):
+            def get(self, key: str, default: Any = None) -> Any:
+                raise RuntimeError("broken")
+
+        assert CadenceFilter(2).admits("train_step", Broken())
+
+    def test_step_number(self) -> None:
+        """The rule in one function: integer-like values as ints, anything else None."""
+        assert [step_number(v) for v in (7, True, 7.0, None, "7")] == [7, None, None, None, None]
+
+    def test_in_a_stock_chain(self) -> None:
+        """Dropped events never reach the next stage; bound context and contextvars pass through."""
+        capture = Capture()
+        log = stock_chain(CadenceFilter(10), capture=capture)
+        log.info("train_step", step=5)
+        log.info("train_step", step=10)
+        log.info("checkpoint", step=5)
+        assert [(e["event"], e["step"], e["job"], e["request_id"]) for e in capture.entries] == [
+            ("train_step", 10, "nightly", "r-1"),
+            ("checkpoint", 5, "nightly", "r-1"),
+        ]
 
 
 class TestAddElapsed:
     def test_adds_monotonic_seconds(self) -> None:
-        """elapsed_s is measured from construction with the given clock."""
-        ticks = iter([10.0, 12.5])
-        stage = AddElapsed(clock=lambda: next(ticks))
-        assert stage(None, "info", {"event": "x"})["elapsed_s"] == 2.5
+        """elapsed_s is measured from construction with the given clock, to the microsecond."""
+        ticks = iter([10.0, 12.5000004])
+        assert AddElapsed(clock=lambda: next(ticks))(None, "info", {"event": "x"})["elapsed_s"] == 2.5
 
     def test_keeps_existing_value(self) -> None:
         """A payload's own elapsed_s wins."""
         assert AddElapsed()(None, "info", {"elapsed_s": 7})["elapsed_s"] == 7
+
+    def test_in_a_stock_chain(self) -> None:
+        capture = Capture()
+        stock_chain(AddElapsed(), capture=capture).info("e")
+        assert capture.entries[0]["elapsed_s"] >= 0
+        assert capture.entries[0]["job"] == "nightly"
+
+
+class TestAddRank:
+    def test_adds_rank_and_world_size_when_absent(self) -> None:
+        assert AddRank(1, 4)(None, "info", {"event": "x"}) == {"event": "x", "rank": 1, "world_size": 4}
+        assert AddRank(1, 4)(None, "info", {"rank": 0})["rank"] == 0
+
+    def test_in_a_stock_chain(self) -> None:
+        capture = Capture()
+        stock_chain(AddRank(2, 8), capture=capture).info("e")
+        assert (capture.entries[0]["rank"], capture.entries[0]["world_size"]) == (2, 8)
 
 
 class TestAddMemory:
@@ -112,6 +174,11 @@ class TestAddMemory:
     def test_keeps_existing_value(self) -> None:
         """A payload's own memory_bytes wins."""
         assert AddMemory()(None, "info", {"memory_bytes": 5})["memory_bytes"] == 5
+
+    def test_in_a_stock_chain(self) -> None:
+        capture = Capture()
+        stock_chain(AddMemory(), capture=capture).info("e", memory_bytes=3)
+        assert capture.entries[0]["memory_bytes"] == 3
 
 
 class TestConvertValues:
@@ -145,17 +212,20 @@ class TestConvertValues:
         assert ed["a"] == [0, 2]
         assert ed["big"] == "<tensor shape=[100, 100] dtype=torch.float32>"
 
-    def test_nested_containers_are_converted(self) -> None:
-        """Tensors inside lists and dicts are converted too."""
+    def test_in_a_stock_chain(self) -> None:
+        """Tensors inside lists and dicts are converted too, in a user's chain."""
         import torch
 
-        ed = ConvertValues()(None, "info", {"losses": [torch.tensor(1.0)], "m": {"a": torch.tensor(2)}})
-        assert ed == {"losses": [1.0], "m": {"a": 2}}
+        capture = Capture()
+        stock_chain(ConvertValues(), capture=capture).info(
+            "e", losses=[torch.tensor(1.0)], m={"a": torch.tensor(2)}
+        )
+        assert (capture.entries[0]["losses"], capture.entries[0]["m"]) == ([1.0], {"a": 2})
 
 
 class TestTextRenderer:
     def test_renders_the_documented_line(self) -> None:
-        """time | LEVEL | event key=value ..., floats in their shortest round-trip form."""
+        """time | LEVEL | event key=value ..., floats with 4 significant digits by default."""
         line = TextRenderer()(None, "info", {"event": "train_step", "step": 1, "loss": 1.2, "lr": 3e-4})
         match = LINE.fullmatch(line)
         assert match is not None
@@ -183,116 +253,80 @@ class TestTextRenderer:
             (None, "None"),
             (True, "True"),
             (math.nan, "nan"),
-            (0.1 + 0.2, "0.30000000000000004"),
+            (math.inf, "inf"),
+            (-math.inf, "-inf"),
+            (2**64, str(2**64)),
+            pytest.param(2**16609, "<int of 16610 bits>", id="beyond-the-int-str-limit"),
         ],
     )
-    def test_value_quoting(self, value: object, text: str) -> None:
-        """Strings are bare when safe, quoted and escaped otherwise."""
+    def test_values(self, value: object, text: str) -> None:
+        """Strings are bare when safe, quoted and escaped otherwise; numbers as numbers."""
         line = TextRenderer()(None, "info", {"event": "e", "k": value})
         assert line.endswith(f" | INFO | e k={text}")
 
     @pytest.mark.parametrize(
-        ("value", "text"),
+        ("value", "digits", "text"),
         [
-            (1e-7, "1e-7"),
-            (1e16, "1e+16"),
-            (-0.0, "-0.0"),
-            (2.0, "2.0"),
-            (math.inf, "inf"),
-            (-math.inf, "-inf"),
-            (2**64 - 1, str(2**64 - 1)),
-            (2**64, str(2**64)),
-            (-(2**63), str(-(2**63))),
-            pytest.param(2**16609, "<int of 16610 bits>", id="beyond-the-int-str-limit"),
-            (False, "False"),
+            (0.000975123, 4, "0.0009751"),
+            (0.5741234, 3, "0.574"),
+            (3.2244780063, 4, "3.224"),
+            (20133.754, 4, "20134"),
+            (1e-7, 4, "1e-07"),
+            (0.1 + 0.2, None, "0.30000000000000004"),
+            (2.0, 4, "2"),
         ],
     )
-    def test_numbers_alone_and_among_strings_read_the_same(self, value: object, text: str) -> None:
-        """A numbers-only event (written in one go) and one with a string (value by value) agree."""
-        alone = TextRenderer()(None, "info", {"event": "e", "n": value, "m": 1})
-        mixed = TextRenderer()(None, "info", {"event": "e", "n": value, "m": "one"})
-        assert alone.endswith(f" | INFO | e n={text} m=1")
-        assert mixed.endswith(f" | INFO | e n={text} m=one")
+    def test_float_digits(self, value: float, digits: int | None, text: str) -> None:
+        """Floats are readable by default (significant digits); float_digits=None writes every digit."""
+        assert TextRenderer(float_digits=digits)(None, "info", {"event": "e", "x": value}).endswith(
+            f" e x={text}"
+        )
 
-    def test_key_order_and_event_position(self) -> None:
-        """Keys keep their order wherever ``event`` sits, also for a key sequence seen before."""
-        for _ in range(2):
-            first = TextRenderer()(None, "info", {"event": "e", "b": 1, "a": 2.5})
-            middle = TextRenderer()(None, "info", {"b": 1, "event": "e", "a": 2.5})
-            assert first.endswith(" e b=1 a=2.5")
-            assert middle.endswith(" e b=1 a=2.5")
-
-    def test_percent_in_keys_is_literal(self) -> None:
-        """A key with ``%`` in it is written as it is (the cached template escapes it)."""
-        for _ in range(2):
-            assert TextRenderer()(None, "info", {"event": "e", "top%1": 0.5}).endswith(" e top%1=0.5")
-
-    def test_a_reused_renderer_writes_what_a_fresh_one_does(self) -> None:
-        """Line templates are kept per key sequence, event and level, for one second: reused
-        across events and seconds, a renderer never puts one kind of line's head on another."""
-        kinds: list[tuple[str, dict[Any, Any]]] = [
-            ("info", {"event": "train_step", "step": 1, "loss": 0.5}),
-            ("info", {"event": "100%_done", "step": 1, "loss": 0.5}),  # % in the head
-            ("warning", {"event": "train_step", "step": 1, "loss": 0.5}),
-            ("info", {"event": "checkpoint", "step": 1, "loss": 0.5}),
-            ("info", {"event": "train_step", "step": 1, "loss": "high"}),  # same keys, a string
-            ("info", {"step": 1, "event": "train_step", "loss": 0.5}),  # event not first
-            ("info", {"event": 7, "step": 1}),  # an event that is no string
-            ("info", {"event": "eval", 1: 0.5}),  # 1, True and 1.0 are one dict key, three tokens
-            ("info", {"event": "eval", True: 0.5}),
-            ("info", {"event": "eval", 1.0: 0.5}),
-        ]
-        now = [1_000.25]
-        renderer = TextRenderer(clock=lambda: now[0])
-        for t in (1_000.25, 1_000.75, 1_001.5):
-            now[0] = t
-            for method, fields in kinds * 2:
-                fresh = TextRenderer(clock=lambda: t)(None, method, dict(fields))  # noqa: B023  # called at once
-                assert renderer(None, method, dict(fields)) == fresh
+    def test_key_order_wherever_event_sits(self) -> None:
+        """The event comes first, then the keys in order; timestamp and level keys aren't repeated."""
+        line = TextRenderer()(
+            None, "info", {"b": 1, "event": "e", "a": 2.5, "timestamp": "t", "level": "info"}
+        )
+        assert line.endswith(" | INFO | e b=1 a=2.5")
 
     def test_unsafe_keys_are_quoted(self) -> None:
         """A key holding '=' or a newline can't fake a field."""
         line = TextRenderer()(None, "info", {"event": "e", "a=b\nc": 1, 2: "x"})
         assert line.endswith(' e "a=b\\nc"=1 2=x')
 
+    def test_in_a_stock_chain_as_the_renderer(self) -> None:
+        """As a user's final renderer it returns the line, bound context and contextvars included."""
+        line = stock_chain(TextRenderer()).info("train_step", step=2)
+        assert line.endswith(" | INFO | train_step job=nightly step=2 request_id=r-1")
+
 
 class TestJSONLRenderer:
-    def test_event_first_timestamp_last(self) -> None:
-        """Key order: event, payload keys, added keys, timestamp."""
+    def test_event_first(self) -> None:
+        """Key order: event, then the fields in order, then the timestamp when the renderer adds it."""
         doc = JSONLRenderer()(None, "info", {"step": 1, "elapsed_s": 0.5, "event": "train_step"})
         assert isinstance(doc, str)
-        assert "\n" not in doc
         record = json.loads(doc)
         assert list(record) == ["event", "step", "elapsed_s", "timestamp"]
-        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", record["timestamp"])
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", record["timestamp"])
 
-    def test_timestamp_is_utc(self) -> None:
-        """The timestamp is the clock's time in UTC."""
-        doc = JSONLRenderer(clock=lambda: 86400.25)(None, "info", {"event": "x"})
-        assert json.loads(doc)["timestamp"] == "1970-01-02T00:00:00.250Z"
-
-    def test_non_finite_floats_are_strings(self) -> None:
-        """NaN and infinities are never null, also when nested."""
+    def test_non_finite_floats_are_null_and_noted(self) -> None:
+        """NaN and infinities are written as null (a number column stays a number) and the note says
+        which, by JSON Pointer; a real None stays None and is not noted."""
         doc = JSONLRenderer()(
-            None, "info", {"event": "x", "a": math.nan, "b": [math.inf], "c": {"d": -math.inf}, "e": None}
+            None,
+            "info",
+            {"event": "x", "a": math.nan, "b": [1.0, math.inf], "c": {"d/e": -math.inf}, "e": None},
         )
         record = json.loads(doc)
         assert (record["a"], record["b"], record["c"], record["e"]) == (
-            "NaN",
-            ["Infinity"],
-            {"d": "-Infinity"},
+            None,
+            [1.0, None],
+            {"d/e": None},
             None,
         )
-
-    def test_timestamp_follows_the_clock_across_milliseconds_and_seconds(self) -> None:
-        """The per-millisecond cache never serves a stale time, also across a second's edge."""
-        now = [0.9995]
-        renderer = JSONLRenderer(clock=lambda: now[0])
-        stamps = []
-        for t in (0.9995, 0.9999, 1.0, 1.0004, 1.0015, 61.25):
-            now[0] = t
-            stamps.append(json.loads(renderer(None, "info", {"event": "x"}))["timestamp"][14:])
-        assert stamps == ["00:00.999Z", "00:00.999Z", "00:01.000Z", "00:01.000Z", "00:01.001Z", "01:01.250Z"]
+        assert record["_speedtronic"] == {
+            "non_finite": {"/a": "NaN", "/b/1": "Infinity", "/c/d~1e": "-Infinity"}
+        }
 
     def test_as_bytes(self) -> None:
         """as_bytes=True returns bytes for binary sinks."""
@@ -301,54 +335,50 @@ class TestJSONLRenderer:
     def test_line_separators_escaped(self) -> None:
         """U+2028, U+2029 and U+0085 can't split the record for splitlines() readers."""
         doc = JSONLRenderer()(None, "info", {"event": "x", "s": "a\u2028b\u2029c\x85d"})
+        assert isinstance(doc, str)
         assert len(doc.splitlines()) == 1
         assert json.loads(doc)["s"] == "a\u2028b\u2029c\x85d"
 
-    @pytest.mark.parametrize(
-        "fields",
-        [
-            {"event": "x", "step": 1, "loss": 0.25},  # event first: dumped as is, timestamp spliced in
-            {"step": 1, "event": "x", "loss": 0.25},  # event not first: rebuilt
-            {"event": "x", "loss": math.nan},  # NaN: the careful path
-            {"event": "x", 7: "seven"},  # a key orjson refuses
-            {"step": 1},  # no event at all
-            {"event": "x", "timestamp": "t", "a": 1},  # a timestamp of the chain's own
-        ],
-    )
-    def test_every_path_writes_the_same_record_layout(self, fields: dict[Any, Any]) -> None:
-        """Whichever way a record is dumped: event first, the fields in order, then the timestamp
-        (a chain's own stays where it is), and the event dict is left as it was."""
+    def test_the_event_dict_is_left_as_it_was(self) -> None:
+        """Rendering adds nothing to the event dict the next stage sees."""
+        fields = {"step": 1, "loss": math.nan, 7: "seven"}
         given = dict(fields)
-        record = json.loads(JSONLRenderer(clock=lambda: 1.5)(None, "info", fields))
-        assert list(fields) == list(given)
-        added = [] if "timestamp" in given else ["timestamp"]
-        assert [k for k in record if k != "_speedtronic"] == (
-            ["event"] + [str(k) for k in given if k != "event"] + added
+        JSONLRenderer()(None, "info", fields)
+        assert fields == given or (math.isnan(fields["loss"]) and list(fields) == list(given))
+
+    def test_in_a_stock_chain_with_timestamper(self) -> None:
+        """A chain's own timestamp (structlog's TimeStamper) is kept; context and level are fields."""
+        doc = stock_chain(JSONLRenderer()).info("train_step", step=2)
+        record = json.loads(doc)
+        assert next(iter(record)) == "event"
+        assert (record["request_id"], record["job"], record["level"], record["step"]) == (
+            "r-1",
+            "nightly",
+            "info",
+            2,
         )
-        assert record["timestamp"] == given.get("timestamp", "1970-01-01T00:00:01.500Z")
-
-    def test_existing_timestamp_kept(self) -> None:
-        """A chain's own timestamp (e.g. structlog.processors.TimeStamper) is not replaced."""
-        assert json.loads(JSONLRenderer()(None, "info", {"event": "x", "timestamp": "t"}))["timestamp"] == "t"
+        assert "T" in record["timestamp"]
 
 
-class TestWriteText:
-    def test_writes_lines_at_or_above_its_level(self) -> None:
-        """The rendered line goes to ``write`` when the method's level reaches the threshold."""
-        lines: list[str] = []
-        stage = WriteText(lines.append, level=logging.INFO)
-        ed = {"event": "shape_warning"}
-        assert stage(None, "warning", ed) is ed
-        stage(None, "debug", {"event": "hidden"})
-        assert [line.split(" | ")[1:] for line in lines] == [["WARNING", "shape_warning"]]
+class TestCapLine:
+    def test_a_line_that_fits_is_unchanged(self) -> None:
+        renderer = JSONLRenderer()
+        fields = {"event": "x", "timestamp": "t", "a": 1}
+        assert CapLine(renderer, 1024)(None, "info", dict(fields)) == renderer(None, "info", dict(fields))
 
-    def test_below_the_level_nothing_is_rendered(self) -> None:
-        """A filtered level costs no rendering: the renderer is never called."""
-        def renderer(logger: object, method_name: str, event_dict: dict[str, object]) -> str:
-            raise AssertionError("rendered")
+    def test_a_long_value_is_truncated_and_the_record_stays_json(self) -> None:
+        """The largest value is cut with a marker naming what it was; the rest of the record stays."""
+        doc = CapLine(JSONLRenderer(), 2048)(None, "info", {"event": "x", "step": 3, "blob": "y" * 100_000})
+        assert len(doc.encode()) <= 2047
+        record = json.loads(doc)
+        assert record["step"] == 3
+        assert record["blob"].startswith("<truncated: str of 100,000 chars")
+        assert record["_speedtronic"]["truncated"] == ["blob"]
 
-        stage = WriteText(print, renderer, level=logging.WARNING)
-        stage(None, "info", {"event": "train_step"})
+    def test_in_a_stock_chain(self) -> None:
+        line = stock_chain(CapLine(TextRenderer(), 1024)).info("e", blob="z" * 5000)
+        assert len(line.encode()) <= 1023
+        assert "<truncated: str of 5,000 chars" in line
 
 
 class TestWriteLines:
@@ -359,45 +389,103 @@ class TestWriteLines:
         assert WriteLines(out.append, JSONLRenderer())(None, "info", ed) is ed
         assert json.loads(out[0])["a"] == 1
 
+    def test_writes_lines_at_or_above_its_level(self) -> None:
+        """With a level, only events at or above it are rendered and written."""
+        lines: list[str] = []
+        stage = WriteText(lines.append, level=logging.INFO)
+        ed = {"event": "shape_warning"}
+        assert stage(None, "warning", ed) is ed
+        stage(None, "debug", {"event": "hidden"})
+        assert [line.split(" | ")[1:] for line in lines] == [["WARNING", "shape_warning"]]
+
+    def test_below_the_level_nothing_is_rendered(self) -> None:
+        """A filtered level costs no rendering: the renderer is never called."""
+
+        def renderer(logger: object, method_name: str, event_dict: dict[str, object]) -> str:
+            raise AssertionError("rendered")
+
+        WriteText(print, renderer, level=logging.WARNING)(None, "info", {"event": "train_step"})
+
+    def test_two_outputs_in_a_stock_chain(self) -> None:
+        """Text and JSONL written by one user chain, which then goes on to its own final stage."""
+        text: list[str] = []
+        docs: list[str] = []
+        capture = Capture()
+        log = stock_chain(WriteText(text.append), WriteLines(docs.append, JSONLRenderer()), capture=capture)
+        log.info("train_step", step=1)
+        assert text[0].endswith("train_step job=nightly step=1 request_id=r-1")
+        assert json.loads(docs[0])["step"] == 1
+        assert capture.entries[0]["step"] == 1
+
+
+class Journal:
+    def __init__(self, name: str, out: list[str]) -> None:
+        self.name, self.out = name, out
+
+    def on_event(self, event: str, payload: dict[str, Any]) -> None:
+        self.out.append(f"{self.name} {event} {sorted(payload)}")
+
 
 class TestDispatchHooks:
-    def test_calls_hooks_in_order_then_drops(self) -> None:
-        """Hooks get (event, payload) in order; the event is consumed."""
-        journal: list[str] = []
-
-        class Obj:
-            def on_event(self, event: str, payload: dict[str, object]) -> None:
-                journal.append(f"obj {event} {payload}")
-
-        def fn(event: str, payload: dict[str, object]) -> None:
-            journal.append(f"fn {event} {payload}")
-
-        with pytest.raises(structlog.DropEvent):
-            DispatchHooks([Obj(), fn])(None, "info", {"event": "e", "a": 1})
-        assert journal == ["obj e {'a': 1}", "fn e {'a': 1}"]
-
-    def test_not_final_returns_the_event(self) -> None:
-        """``final=False`` (MetricLogger's chain end) delivers the same and hands the event back."""
+    def test_calls_hooks_in_order_then_consumes(self) -> None:
+        """Hooks get (event, payload) in order, payload without "event"; the event is consumed."""
         journal: list[str] = []
         ed = {"event": "e", "a": 1}
-        assert DispatchHooks([lambda e, p: journal.append(e)], final=False)(None, "info", ed) is ed
-        assert journal == ["e"]
+        with pytest.raises(structlog.DropEvent):
+            DispatchHooks([Journal("obj", journal), lambda e, p: journal.append(f"fn {e} {sorted(p)}")])(
+                None, "info", ed
+            )
+        assert journal == ["obj e ['a']", "fn e ['a']"]
+        assert ed == {"event": "e", "a": 1}
 
-    def test_failures_isolated(self) -> None:
-        """A failing hook is reported and the next still runs."""
-        errors: list[tuple[object, str, str]] = []
+    def test_consume_false_returns_the_event_dict_unchanged(self) -> None:
+        """Mid-chain (consume=False) it hands the same, unchanged event dict on."""
+        ed = {"event": "e", "a": 1}
+        assert DispatchHooks([lambda e, p: p.clear()], consume=False)(None, "info", ed) is ed
+        assert ed == {"event": "e", "a": 1}
+
+    def test_failures_isolated_counted_and_warned(self) -> None:
+        """A failing hook is counted and warned (HookFailureWarning); the next still runs."""
         seen: list[str] = []
 
         def bad(event: str, payload: dict[str, object]) -> None:
             raise ValueError("boom")
 
-        stage = DispatchHooks(
-            [bad, lambda e, p: seen.append(e)], on_error=lambda h, exc, ev: errors.append((h, str(exc), ev))
-        )
-        with pytest.raises(structlog.DropEvent):
+        stage = DispatchHooks([bad, lambda e, p: seen.append(e)], consume=False)
+        with pytest.warns(HookFailureWarning, match=r"'.*bad' failed \(1 so far\).*ValueError: boom"):
             stage(None, "info", {"event": "e"})
-        assert errors == [(bad, "boom", "e")]
         assert seen == ["e"]
+        assert list(stage.errors.values()) == [1]
+
+    def test_reports_are_rate_limited(self) -> None:
+        """The 1st (with traceback), 2nd, 4th, 8th failure are reported; every one is counted."""
+        reports: list[dict[str, Any]] = []
+
+        def bad(event: str, payload: dict[str, object]) -> None:
+            raise ValueError("boom")
+
+        failures = HookFailures(reports.append)
+        stage = DispatchHooks([bad], on_error=failures, consume=False)
+        with pytest.warns(HookFailureWarning):
+            for _ in range(9):
+                stage(None, "info", {"event": "e"})
+        assert [r["failures"] for r in reports] == [1, 2, 4, 8]
+        assert "Traceback" in reports[0]["traceback"]
+        assert "traceback" not in reports[1]
+        assert list(failures.counts.values()) == [9]
+
+    def test_an_error_whose_str_raises_is_still_reported(self) -> None:
+        """A foreign exception that can't be printed never escapes the dispatch."""
+
+        class Rude(Exception):
+            def __str__(self) -> str:
+                raise RuntimeError("no")
+
+        def bad(event: str, payload: dict[str, object]) -> None:
+            raise Rude
+
+        with pytest.warns(HookFailureWarning, match="unprintable"):
+            DispatchHooks([bad], consume=False)(None, "info", {"event": "e"})
 
     def test_base_exceptions_propagate(self) -> None:
         """KeyboardInterrupt from a hook is not swallowed."""
@@ -409,57 +497,47 @@ class TestDispatchHooks:
             DispatchHooks([interrupt], on_error=lambda *a: None)(None, "info", {"event": "e"})
 
     def test_each_hook_gets_its_own_payload(self) -> None:
-        """One hook mutating its payload can't affect the next."""
+        """One hook mutating its payload can't affect the next, before or after."""
         seen: list[dict[str, object]] = []
-
-        def mutate(event: str, payload: dict[str, object]) -> None:
-            payload.pop("step")
-
-        with pytest.raises(structlog.DropEvent):
-            DispatchHooks([mutate, lambda e, p: seen.append(p)])(None, "info", {"event": "e", "step": 1})
-        assert seen == [{"step": 1}]
-
-
-    def test_later_hooks_mutating_cant_reach_earlier_payloads(self) -> None:
-        """Copies are taken before any hook runs; the last hook (given the dict itself) can't reach
-        the others' payloads either."""
-        seen: list[dict[str, object]] = []
-
-        def keep(event: str, payload: dict[str, object]) -> None:
-            seen.append(payload)
 
         def mutate(event: str, payload: dict[str, object]) -> None:
             payload["step"] = -1
 
-        DispatchHooks([keep, mutate, keep, mutate], final=False)(None, "info", {"event": "e", "step": 1})
-        assert seen == [{"step": 1}, {"step": 1}]
-
-
-class TestBoundCall:
-    def test_functions_as_they_are_instances_by_their_bound_call(self) -> None:
-        """A function is returned unchanged; a processor instance as its bound ``__call__``."""
-        stage = AddElapsed()
-        call = bound_call(stage)
-        assert bound_call(level_for) is level_for
-        assert call.__self__ is stage  # type: ignore[attr-defined]  # a bound method
-        assert "elapsed_s" in call(None, "info", {"event": "x"})
-
-
-class TestInAnyChain:
-    def test_processors_work_in_a_plain_structlog_chain(self) -> None:
-        """The stages compose in a user's own structlog chain, without global configuration."""
-        out: list[str] = []
-        log = structlog.wrap_logger(
-            structlog.ReturnLogger(),
-            processors=[CadenceFilter(10), ConvertValues(), WriteLines(out.append, JSONLRenderer()), _last],
+        DispatchHooks([mutate, seen.append and (lambda e, p: seen.append(p)), mutate], consume=False)(
+            None, "info", {"event": "e", "step": 1}
         )
-        log.info("train_step", step=5, loss=1.0)
-        log.info("train_step", step=10, loss=0.5)
-        assert [json.loads(doc)["step"] for doc in out] == [10]
+        assert seen == [{"step": 1}]
 
+    def test_bad_hooks_are_refused_when_the_stage_is_made(self) -> None:
+        with pytest.raises(TypeError, match="can't be called as"):
+            DispatchHooks([lambda only_one: None])
 
-def _last(logger: object, method_name: str, event_dict: dict[str, object]) -> str:
-    return ""
+    def test_in_a_stock_chain_isolates_failures(self) -> None:
+        """In a user's chain: a failing hook never escapes the log call, the next hook still runs and
+        gets the whole event (bound context, contextvars, level, timestamp)."""
+        got: list[tuple[str, dict[str, Any]]] = []
+
+        def bad(event: str, payload: dict[str, object]) -> None:
+            raise ValueError("boom")
+
+        log = stock_chain(DispatchHooks([bad, lambda e, p: got.append((e, p))]))
+        with pytest.warns(HookFailureWarning):
+            assert log.info("train_step", step=1) is None
+        ((event, payload),) = got
+        assert event == "train_step"
+        assert (payload["step"], payload["job"], payload["request_id"], payload["level"]) == (
+            1,
+            "nightly",
+            "r-1",
+            "info",
+        )
+
+    def test_mid_chain_passes_the_event_on(self) -> None:
+        """consume=False mid-chain: the renderer after it sees every key, "event" included."""
+        line = stock_chain(DispatchHooks([lambda e, p: p.clear()], consume=False), TextRenderer()).info(
+            "e", a=1
+        )
+        assert line.endswith(" | INFO | e job=nightly a=1 request_id=r-1")
 
 
 def test_level_for() -> None:
@@ -470,9 +548,3 @@ def test_level_for() -> None:
         "warning",
     ]
     assert level_for("delta_upload_failed") == "error"
-
-
-def test_payload_event_rename_never_overwrites_a_payload_event_key() -> None:
-    """{"event": ..., "payload_event": ...}: both values survive."""
-    ed = CopyPayload()(None, "info", {"payload": {"event": "user", "payload_event": "mine"}, "event": "x"})
-    assert ed == {"event": "x", "payload_event#2": "user", "payload_event": "mine"}

@@ -10,16 +10,9 @@ from typing import Any
 
 import pytest
 
-from speedtronic import sinks
 from speedtronic.profiling import MetricLogger
 from speedtronic.sinks import LineFile
 from tests.reliability.conftest import read_records
-
-
-@pytest.fixture
-def check_every_write(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Loggers created in the test compare inodes on every write instead of once a second."""
-    monkeypatch.setattr(sinks, "ROTATION_CHECK_S", 0.0)
 
 
 def emit(logger: MetricLogger, steps: range) -> None:
@@ -39,7 +32,6 @@ def json_steps(path: Path) -> list[int]:
     return [r["step"] for r in read_records(path)]
 
 
-@pytest.mark.usefixtures("check_every_write")
 class TestByHand:
     def test_moved_away_then_recreated(self, tmp_path: Path) -> None:
         """rename(2) like logrotate's create: old records stay in the moved file, new ones in a new one."""
@@ -78,40 +70,31 @@ class TestByHand:
         assert json_steps(jsonl) == [3, 4, 5]
 
 
-class TestCheckInterval:
-    def test_checked_once_per_interval(self, tmp_path: Path) -> None:
-        """Between checks, records go to the moved file (not lost); after the next one, to the new file."""
-        now = [0.0]
+class TestReopen:
+    def test_the_next_line_after_a_move_goes_to_the_new_file(self, tmp_path: Path) -> None:
+        """The path is stat'ed before each write: no line lands in the moved file after the move."""
         path = tmp_path / "m.jsonl"
         errors: list[Any] = []
-        log = LineFile(path, lambda e, w: errors.append(e), clock=lambda: now[0])
+        log = LineFile(path, lambda e, w: errors.append(e))
         log.write(b'{"step":0}')
         path.rename(tmp_path / "m.jsonl.1")
-        now[0] = 0.5
-        log.write(b'{"step":1}')  # within the second: still the moved file
-        now[0] = 1.0
-        log.write(b'{"step":2}')  # checked: reopened at the path
+        log.write(b'{"step":1}')
         log.close()
-        assert json_steps(tmp_path / "m.jsonl.1") == [0, 1]
-        assert json_steps(path) == [2]
+        assert json_steps(tmp_path / "m.jsonl.1") == [0]
+        assert json_steps(path) == [1]
         assert errors == []
 
-    def test_checked_again_a_full_interval_after_a_check(self, tmp_path: Path) -> None:
-        """After a check, writes go straight to the file until the next interval is up."""
-        now = [0.0]
-        path, moved = tmp_path / "m.jsonl", tmp_path / "m.jsonl.1"
-        log = LineFile(path, lambda e, w: None, clock=lambda: now[0])
-        log.write(b'{"step":0}')
-        now[0] = 1.0
-        log.write(b'{"step":1}')  # checked here: the next check is at 2.0
-        path.rename(moved)
-        now[0] = 1.9
-        log.write(b'{"step":2}')
-        now[0] = 2.0
-        log.write(b'{"step":3}')
-        log.close()
-        assert json_steps(moved) == [0, 1, 2]
-        assert json_steps(path) == [3]
+    def test_reopen_on_demand(self, tmp_path: Path) -> None:
+        """reopen() (logrotate's postrotate, SIGHUP) opens the path afresh; the old file is let go."""
+        path = tmp_path / "m.jsonl"
+        with MetricLogger(stream=io.StringIO(), json_file=path) as logger:
+            emit(logger, range(2))
+            path.rename(tmp_path / "m.jsonl.1")
+            logger.reopen()
+            assert path.exists()
+            emit(logger, range(2, 4))
+        assert json_steps(tmp_path / "m.jsonl.1") == [0, 1]
+        assert json_steps(path) == [2, 3]
 
     def test_a_write_after_close_names_the_file(self, tmp_path: Path) -> None:
         log = LineFile(tmp_path / "m.jsonl", lambda e, w: None)
@@ -124,7 +107,6 @@ LOGROTATE = shutil.which("logrotate") or shutil.which("/usr/sbin/logrotate")
 
 
 @pytest.mark.skipif(LOGROTATE is None, reason="logrotate is not installed (apt-get install logrotate)")
-@pytest.mark.usefixtures("check_every_write")
 class TestRealLogrotate:
     @pytest.mark.parametrize("mode", ["create", "copytruncate"])
     def test_logrotate(self, mode: str, tmp_path: Path) -> None:

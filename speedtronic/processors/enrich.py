@@ -1,0 +1,95 @@
+"""Stages that add what the producer can't know: ``elapsed_s``, ``memory_bytes``, ``rank``."""
+
+from __future__ import annotations
+
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from structlog.typing import EventDict, WrappedLogger
+
+from speedtronic.errors import LoggingFailureWarning
+from speedtronic.processors.memory import MemoryProbe, no_reading, resolve_probe
+
+__all__ = ["AddElapsed", "AddMemory", "AddRank"]
+
+
+class AddElapsed:
+    """Adds ``elapsed_s``: seconds on a monotonic clock since this processor was created, to the µs.
+
+    A payload that carries its own ``elapsed_s`` keeps it.
+    """
+
+    __slots__ = ("_clock", "_start")
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._start = clock()
+
+    def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+        if "elapsed_s" not in event_dict:
+            event_dict["elapsed_s"] = round(self._clock() - self._start, 6)
+        return event_dict
+
+
+class AddRank:
+    """Adds ``rank`` and ``world_size`` (when absent), so records of a multi-process job say whose."""
+
+    __slots__ = ("_rank", "_world_size")
+
+    def __init__(self, rank: int, world_size: int) -> None:
+        self._rank, self._world_size = rank, world_size
+
+    def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+        event_dict.setdefault("rank", self._rank)
+        event_dict.setdefault("world_size", self._world_size)
+        return event_dict
+
+
+class AddMemory:
+    """Adds ``memory_bytes`` allocated on the accelerator, when one is in use.
+
+    The probe is chosen once: here when torch is already imported (an explicit ``device`` that torch
+    refuses raises now, not at step 10,000), else at the first event (by then the trainer has imported
+    torch and placed its model). CUDA reads ``torch.cuda.memory_allocated(device)`` (no device sync),
+    MPS ``torch.mps.current_allocated_memory()``. With no accelerator, or torch never imported, the key
+    is not added: a CPU build's ``memory_allocated()`` of 0 is not a reading. A device refused at the
+    first event is warned about once (``LoggingFailureWarning``) and reports nothing.
+    """
+
+    __slots__ = ("_device", "_probe")
+
+    def __init__(self, device: Any = None) -> None:
+        self._device = device
+        self._probe: MemoryProbe | None = None  # chosen at the first event
+        if (device is not None and "torch" in sys.modules) or (device is None and _cuda_initialised()):
+            self._probe = resolve_probe(device)  # now, on the creating thread: its current device
+
+    def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+        probe = self._probe
+        if probe is None:
+            probe = self._probe = self._first_probe()
+        if probe is not no_reading and "memory_bytes" not in event_dict:
+            reading = probe()
+            if reading is not None:
+                event_dict["memory_bytes"] = reading
+        return event_dict
+
+    def _first_probe(self) -> MemoryProbe:
+        try:
+            return resolve_probe(self._device)
+        except Exception as error:
+            warnings.warn(
+                f"AddMemory(device={self._device!r}): {type(error).__name__}: {error}; "
+                "memory_bytes is not reported",
+                LoggingFailureWarning,
+                stacklevel=2,
+            )
+            return no_reading
+
+
+def _cuda_initialised() -> bool:
+    torch = sys.modules.get("torch")
+    return bool(torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized())

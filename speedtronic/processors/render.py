@@ -1,0 +1,227 @@
+"""Renderers: the pipe-delimited text line and the strict-JSON record, each within a line cap.
+
+Both are ordinary structlog renderers (they return the line); ``WriteText``/``WriteLines`` hand a
+rendered line to a sink and pass the event dict on, so one chain can write both.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import orjson
+import structlog
+from structlog.typing import EventDict, WrappedLogger
+
+from speedtronic.processors.convert import NOTE_KEY, Truncated, is_plain, json_safe_record, safe_str, truncate
+from speedtronic.processors.text import DEFAULT_FLOAT_DIGITS, format_fields, quote
+
+__all__ = ["DEFAULT_MAX_LINE_BYTES", "LEVEL_NAMES", "CapLine", "JSONLRenderer", "TextRenderer"]
+
+DEFAULT_MAX_LINE_BYTES = 32_000
+"""Longest line written, newline included. See ``docs/shipping.md`` for each shipper's own limit
+(rsyslog's default 8 KiB needs ``max_line_bytes=8192`` or a larger ``maxMessageSize``)."""
+
+LEVEL_NAMES: Mapping[str, str] = {
+    "debug": "DEBUG",
+    "info": "INFO",
+    "msg": "INFO",
+    "warning": "WARNING",
+    "warn": "WARNING",
+    "error": "ERROR",
+    "err": "ERROR",
+    "exception": "ERROR",
+    "critical": "CRITICAL",
+    "fatal": "CRITICAL",
+}
+"""The level each structlog method name stands for."""
+
+_TEXT_SKIPPED = frozenset({"event", "timestamp", "level"})
+_ORJSON_OPTIONS = (
+    orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
+)
+_MIN_LINE_BYTES = 1024
+_OUTLINE_KEEP = 32  # short numeric fields kept in an outline
+
+
+class TextRenderer:
+    """Renders ``2026-01-01 12:00:00 | INFO | train_step step=1 loss=1.2 lr=0.0003 elapsed_s=0.01``.
+
+    Local time to the second, the level (from the method name), the event, then every other key in
+    order (``timestamp`` and ``level`` keys, which other stages may add, are not repeated). Floats
+    with ``float_digits`` significant digits (``None``: every digit); strings bare when safe, else
+    quoted with escapes, so the result is always exactly one line (see ``speedtronic.processors.text``).
+    With ``max_line_bytes``, no longer than that once a newline is added (see ``CapLine``).
+    """
+
+    __slots__ = ("_cap", "_clock", "_digits")
+
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.time,
+        *,
+        float_digits: int | None = DEFAULT_FLOAT_DIGITS,
+        max_line_bytes: int | None = None,
+    ) -> None:
+        if float_digits is not None and (
+            isinstance(float_digits, bool) or not isinstance(float_digits, int) or float_digits < 1
+        ):
+            raise ValueError(f"float_digits must be an int >= 1 or None, got {float_digits!r}")
+        self._clock = clock
+        self._digits = float_digits
+        self._cap = CapLine(self.render, max_line_bytes) if max_line_bytes else None
+
+    def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> str:
+        if self._cap is not None:
+            return str(self._cap(logger, method_name, event_dict))
+        return self.render(logger, method_name, event_dict)
+
+    def render(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> str:
+        """The line, uncapped."""
+        now = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self._clock()))
+        level = LEVEL_NAMES.get(method_name) or quote(method_name.upper())
+        event = event_dict.get("event", "")
+        name = quote(event if type(event) is str else safe_str(event))
+        return f"{now} | {level} | {name}{format_fields(event_dict, _TEXT_SKIPPED, self._digits)}"
+
+
+class JSONLRenderer:
+    """Renders one strict JSON object, no trailing newline: ``"event"`` first.
+
+    ``timestamp`` (UTC, RFC 3339, microseconds, by structlog's ``TimeStamper``) is added when the
+    event dict has none. A record of plain finite scalars is written as it is; any other goes through
+    ``json_safe_record`` first: NaN and infinities become ``null`` (listed with their JSON Pointer under
+    ``"_speedtronic": {"non_finite": ...}``), values JSON can't hold become their ``str()``, keys become
+    unique strings, and what was converted or truncated is noted there too. U+2028, U+2029 and U+0085
+    are escaped so ``splitlines()`` readers see one line. Returns ``str``, or ``bytes`` with
+    ``as_bytes=True``; with ``max_line_bytes``, no longer than that once a newline is added.
+    """
+
+    __slots__ = ("_as_bytes", "_cap", "_stamp")
+
+    def __init__(self, *, as_bytes: bool = False, max_line_bytes: int | None = None) -> None:
+        self._stamp = structlog.processors.TimeStamper(fmt="iso", utc=True)
+        self._as_bytes = as_bytes
+        self._cap = CapLine(self.render, max_line_bytes) if max_line_bytes else None
+
+    def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> str | bytes:
+        if self._cap is not None:
+            line: str | bytes = self._cap(logger, method_name, event_dict)
+            return line
+        return self.render(logger, method_name, event_dict)
+
+    def render(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> str | bytes:
+        """The record, uncapped."""
+        record = {"event": event_dict.get("event"), **event_dict}
+        if "timestamp" not in record:
+            self._stamp(logger, method_name, record)
+        if not is_plain(record):
+            record = json_safe_record(record)
+        try:
+            data = orjson.dumps(record, option=_ORJSON_OPTIONS)
+        except TypeError:  # a lone surrogate or a type orjson refuses: json_safe_record converts it
+            data = orjson.dumps(json_safe_record(record), default=safe_str, option=_ORJSON_OPTIONS)
+        if not data.isascii():
+            data = _escape_line_breaks(data)
+        return data if self._as_bytes else data.decode()
+
+
+def _escape_line_breaks(data: bytes) -> bytes:
+    return (
+        data.replace(b"\xe2\x80\xa8", b"\\u2028")
+        .replace(b"\xe2\x80\xa9", b"\\u2029")
+        .replace(b"\xc2\x85", b"\\u0085")
+    )
+
+
+class CapLine:
+    """Wraps a renderer so no line exceeds ``max_bytes`` (newline included), keeping it valid.
+
+    A line that fits costs one length check. A longer one is rendered again once with its largest
+    values replaced by ``truncate`` markers (``<truncated: str of 3,000,000 chars; first 900 chars:
+    ...>``) sized to remove the excess, so the record keeps its other fields and stays strict JSON; if
+    that is not enough, once more with those values' markers only. Past that (thousands of fields, a
+    huge key) the line becomes the record's outline: the event, up to 32 short numeric fields and
+    ``"_dropped": "<truncated: N fields ...>"``. So a capped line costs at most four renders.
+    """
+
+    __slots__ = ("_limit", "_render")
+
+    def __init__(
+        self,
+        renderer: Callable[[WrappedLogger, str, EventDict], Any],
+        max_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    ):
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < _MIN_LINE_BYTES:
+            raise ValueError(f"max_line_bytes must be an int >= {_MIN_LINE_BYTES}, got {max_bytes!r}")
+        self._render = renderer
+        self._limit = max_bytes - 1  # the sink adds the newline
+
+    def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> Any:
+        line = self._render(logger, method_name, event_dict)
+        excess = self._excess(line)
+        if excess <= 0:
+            return line
+        fields = dict(event_dict)
+        sizes = sorted(
+            ((_text_size(value), key) for key, value in event_dict.items() if key not in ("event", NOTE_KEY)),
+            key=lambda pair: pair[0],
+            reverse=True,
+        )
+        cut: list[Any] = []
+        for size, key in sizes:  # the largest values, each cut by what is still in excess
+            keep = max(0, size - excess - 256)
+            fields[key] = truncate(event_dict[key], keep)
+            cut.append(key)
+            excess -= size - keep
+            if excess <= 0:
+                break
+        line = self._render(logger, method_name, fields)
+        if self._excess(line) <= 0:
+            return line
+        for key in cut:
+            fields[key] = truncate(event_dict[key], 0)
+        line = self._render(logger, method_name, fields)
+        if self._excess(line) <= 0:
+            return line
+        outline = _outline(event_dict, self._limit)
+        line = self._render(logger, method_name, outline)
+        if self._excess(line) > 0:
+            line = self._render(logger, method_name, {k: outline[k] for k in ("event", "_dropped")})
+        return line
+
+    def _excess(self, line: str | bytes) -> int:
+        if isinstance(line, str):
+            if len(line) * 4 <= self._limit:  # UTF-8 takes at most 4 bytes a character
+                return 0
+            line = line.encode("utf-8", "surrogatepass")
+        return len(line) - self._limit
+
+
+def _text_size(value: Any) -> int:
+    if isinstance(value, str | bytes):
+        return len(value) + 2
+    if isinstance(value, Mapping | list | tuple | set | frozenset):
+        try:
+            return len(
+                orjson.dumps(value, default=safe_str, option=_ORJSON_OPTIONS | orjson.OPT_NON_STR_KEYS)
+            )
+        except (TypeError, orjson.JSONEncodeError):
+            return 16 * len(value)
+    return len(safe_str(value))
+
+
+def _outline(event_dict: EventDict, limit: int) -> EventDict:
+    event = safe_str(event_dict.get("event", ""))
+    outline: EventDict = {"event": truncate(event, 200) if len(event) > 256 else event}
+    kept = 0
+    for key, value in event_dict.items():
+        if kept == _OUTLINE_KEEP:
+            break
+        if key != "event" and type(key) is str and len(key) <= 64 and type(value) in (int, float, bool):
+            outline[key] = value
+            kept += 1
+    dropped = len(event_dict) - len(outline)
+    outline["_dropped"] = Truncated(f"<truncated: {dropped:,} fields did not fit in {limit + 1:,} bytes>")
+    return outline
