@@ -1,34 +1,50 @@
 """Value conversion: the one place that turns tensors, numpy values and odd objects into plain data.
 
-Two conversions live here, each used by exactly one processor:
-- ``to_python`` (``ConvertValues``): tensors and numpy values become Python numbers and lists. It runs
-  only for events that pass the cadence, so skipped steps never force a device sync.
-- ``json_safe_record`` (``JSONLRenderer``'s slow path): anything becomes strict-JSON-ready data.
+Two conversions live here:
+- ``to_python`` (the ``ConvertValues`` stage): tensors and numpy values become Python numbers and
+  lists. It runs only for events that pass the cadence, so skipped steps never force a device sync.
+- ``json_safe_record`` (``JSONLRenderer``, for any record that is not plain finite scalars): anything
+  becomes strict-JSON-ready data.
 
 A value that can't be written as itself is replaced by a marker string: ``Converted`` (written as its
-text: bytes, a set, NaN, an int beyond 64 bits) or ``Truncated`` (cut short: too long, too deep, too
-many elements). ``json_safe_record`` lists the top-level keys holding either in the record's
-``"_speedtronic"`` field, so a reader can tell a marker from a string the trainer logged.
+text: bytes, a set, an int beyond 64 bits) or ``Truncated`` (cut short: too long, too deep, too many
+elements). A non-finite float is written as ``null``, so a number's column stays a number for typed
+readers. ``json_safe_record`` notes all of these in the record's ``"_speedtronic"`` field:
+``{"converted": [keys], "truncated": [keys], "non_finite": {"/loss": "NaN"}}`` (``non_finite`` maps a
+JSON Pointer, RFC 6901, to ``"NaN"``, ``"Infinity"`` or ``"-Infinity"``), so a reader can tell a marker
+from a string the trainer logged and restore each non-finite number (``restore_non_finite``).
+
+Every walk over a value (``to_python``, ``json_safe_record``, ``truncate``, and ``Redact``) visits each
+container once per event: a container met again inside itself becomes the marker ``<cycle>``; one met
+again elsewhere (shared, not a cycle) is written again as its first result, until such repeats add up
+to ``MAX_REPEATS`` values in one event, and as a marker after that. So no payload, however its objects
+are shared, costs more than its size plus ``MAX_REPEATS`` to convert or to write.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import re
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from structlog.typing import EventDict, WrappedLogger
+
 __all__ = [
+    "CYCLE",
     "MAX_DEPTH",
     "MAX_ELEMENTS",
+    "MAX_REPEATS",
     "NOTE_KEY",
+    "ConvertValues",
     "Converted",
     "Truncated",
     "int_text",
+    "is_plain",
     "json_safe_record",
     "non_finite_text",
+    "restore_non_finite",
     "safe_str",
     "to_python",
     "truncate",
@@ -36,10 +52,16 @@ __all__ = [
 ]
 
 MAX_DEPTH = 32
-"""Containers nested deeper than this are cut (this also ends circular references)."""
+"""Containers nested deeper than this are cut."""
 
 MAX_ELEMENTS = 1024
 """Tensors and arrays with more elements are summarised instead of listed."""
+
+MAX_REPEATS = 100_000
+"""Values that shared containers met again may add to one event before each further one is a marker."""
+
+CYCLE = "<cycle>"
+"""What a container met again inside itself is written as (a ``Truncated`` marker)."""
 
 NOTE_KEY = "_speedtronic"
 """The JSONL field naming what was converted or truncated: ``{"converted": [...], "truncated": [...]}``."""
@@ -70,18 +92,19 @@ class Truncated(str):
 def truncate(value: Any, keep: int) -> Truncated:
     """``<truncated: str of 3,000,000 chars; first 20 chars: xxxxxxxxxxxxxxxxxxxx>``.
 
-    Keeps the first ``keep`` characters of the value's text; a container's text is made from its first
-    ``keep`` items only, so a multi-megabyte list is never turned into text whole.
+    Keeps the first ``keep`` characters of the value's text. A container's text (Python's own style:
+    ``[1, 2, ...``) is written only as far as ``keep`` characters, so a multi-megabyte list, or one
+    whose items are shared or contain it, costs about ``keep`` characters of work.
     """
     what = _describe(value)
     if keep <= 0:
         return Truncated(f"<truncated: {what}>")
     if isinstance(value, str):
         head = value[:keep]
-    elif isinstance(value, Mapping):
-        head = safe_str(dict(itertools.islice(value.items(), keep)))[:keep]
-    elif isinstance(value, list | tuple | set | frozenset):
-        head = safe_str(list(itertools.islice(value, keep)))[:keep]
+    elif isinstance(value, Mapping | list | tuple | set | frozenset):
+        writer = _Head(keep)
+        writer.write(value, 0)
+        head = "".join(writer.parts)[:keep]
     else:
         head = safe_str(value)[:keep]
     return Truncated(f"<truncated: {what}; first {len(head):,} chars: {head}>")
@@ -93,8 +116,76 @@ def _describe(value: Any) -> str:
     if isinstance(value, bytes | bytearray):
         return f"{type(value).__name__} of {len(value):,} bytes"
     if isinstance(value, Mapping | list | tuple | set | frozenset):
-        return f"{type(value).__name__} of {len(value):,} items"
+        return f"{type(value).__name__} of {_length(value)} items"
     return type(value).__qualname__
+
+
+def _length(value: Any) -> str:
+    try:
+        return f"{len(value):,}"
+    except Exception:
+        return "?"
+
+
+def _safe_repr(value: object) -> str:
+    try:
+        return repr(value)
+    except Exception:
+        return f"<unprintable {type(value).__qualname__}>"
+
+
+class _Head:
+    """Writes the start of a container's text, stopping once ``keep`` characters are written."""
+
+    __slots__ = ("_open", "left", "parts")
+
+    def __init__(self, keep: int) -> None:
+        self.parts: list[str] = []
+        self.left = keep
+        self._open: set[int] = set()
+
+    def put(self, text: str) -> None:
+        self.parts.append(text[: self.left])
+        self.left -= len(text)
+
+    def write(self, value: Any, depth: int) -> None:
+        if self.left <= 0:
+            return
+        if isinstance(value, str):
+            self.put(repr(value[: self.left]))
+        elif not isinstance(value, Mapping | list | tuple | set | frozenset):
+            self.put(_safe_repr(value)[: self.left])
+        elif id(value) in self._open:
+            self.put(CYCLE)
+        elif depth >= MAX_DEPTH:
+            self.put("...")
+        else:
+            self._open.add(id(value))
+            self._container(value, depth)
+            self._open.discard(id(value))
+
+    def _container(self, value: Any, depth: int) -> None:
+        ends = "[]"
+        if isinstance(value, Mapping | set | frozenset):
+            ends = "{}"
+        elif isinstance(value, tuple):
+            ends = "()"
+        self.put(ends[0])
+        try:
+            items = value.items() if isinstance(value, Mapping) else value
+            for n, item in enumerate(items):
+                if self.left <= 0:
+                    return
+                if n:
+                    self.put(", ")
+                if isinstance(value, Mapping):
+                    self.write(item[0], depth + 1)
+                    self.put(": ")
+                    item = item[1]
+                self.write(item, depth + 1)
+        except Exception:
+            self.put(f"<unreadable {type(value).__qualname__}>")
+        self.put(ends[1])
 
 
 def int_text(value: int) -> str:
@@ -105,21 +196,73 @@ def int_text(value: int) -> str:
         return f"<int of {value.bit_length()} bits>"
 
 
+# -- walking containers once -------------------------------------------------------------------
+
+
+class _Seen:
+    """The containers one walk has met, so it walks each once per event.
+
+    ``open``/``close`` bracket the walk of a container; ``again`` answers for a container met before:
+    the ``CYCLE`` marker while it is still open (met inside itself), else the entry ``close`` stored
+    for it (a shared container), or a marker once repeats have added ``MAX_REPEATS`` values. ``count``
+    is the values written so far (walkers add one per value), so a repeat's size is known. Entries keep
+    their container alive: an id is never reused during the walk.
+    """
+
+    __slots__ = ("_done", "_open", "_repeated", "count")
+
+    def __init__(self) -> None:
+        self._open: set[int] = set()
+        self._done: dict[int, tuple[Any, Any, int]] = {}
+        self._repeated = 0
+        self.count = 0
+
+    def again(self, value: Any) -> Any:
+        """``None`` for a container not met yet, else a ``Truncated`` marker or its stored entry."""
+        key = id(value)
+        if key in self._open:
+            return Truncated(CYCLE)
+        done = self._done.get(key)
+        if done is None:
+            return None
+        size = done[2]
+        if self._repeated + size > MAX_REPEATS:
+            return Truncated(f"<truncated: {_describe(value)}, repeated>")
+        self._repeated += size
+        self.count += size
+        return done[1]
+
+    def open(self, value: Any) -> int:
+        self._open.add(id(value))
+        return self.count
+
+    def close(self, value: Any, entry: Any, start: int) -> None:
+        self._open.discard(id(value))
+        self._done[id(value)] = (value, entry, self.count - start)
+
+
 # -- to_python: device values to Python values -------------------------------------------------
 
-_Converter = Callable[[Any, int], Any]
-_converters: dict[type, _Converter] = {}
+_Converter = Callable[[Any, int, _Seen], Any]
 
 
 def to_python(value: Any, depth: int = 0) -> Any:
-    """Return ``value`` with tensors and numpy values turned into Python numbers and lists."""
+    """Return ``value`` with tensors and numpy values turned into Python numbers and lists.
+
+    Mappings become dicts and lists and tuples become lists (at any depth, each container once: see
+    the module's note on walks); anything else is returned as it is.
+    """
+    if type(value) in _PLAIN:
+        return value
+    return _python(value, depth, _Seen())
+
+
+def _python(value: Any, depth: int, seen: _Seen) -> Any:
+    seen.count += 1
     kind = type(value)
     if kind in _PLAIN:
         return value
-    convert = _converters.get(kind)
-    if convert is None:
-        convert = _converters[kind] = _converter_for(kind)
-    return convert(value, depth)
+    return _converter_for(kind)(value, depth, seen)
 
 
 def _converter_for(kind: type) -> _Converter:
@@ -131,14 +274,12 @@ def _converter_for(kind: type) -> _Converter:
         return _numpy_scalar
     if numpy is not None and issubclass(kind, numpy.ndarray):
         return _numpy_array
-    if issubclass(kind, Mapping):
-        return _mapping
-    if issubclass(kind, (list, tuple)):
-        return _sequence
+    if issubclass(kind, Mapping | list | tuple):
+        return _container
     return _unchanged
 
 
-def _unchanged(value: Any, depth: int) -> Any:
+def _unchanged(value: Any, depth: int, seen: _Seen) -> Any:
     return value
 
 
@@ -146,95 +287,188 @@ def _summary(kind: str, shape: Any, dtype: object) -> Truncated:
     return Truncated(f"<{kind} shape={list(shape)!r} dtype={dtype}>")
 
 
-def _tensor(value: Any, depth: int) -> Any:
+def _tensor(value: Any, depth: int, seen: _Seen) -> Any:
     try:
         value = value.detach()
         if value.dim() == 0:
             return value.item()
         if value.numel() > MAX_ELEMENTS:
             return _summary("tensor", value.shape, value.dtype)
+        seen.count += value.numel()
         return value.cpu().tolist()
     except Exception:
         return Converted(safe_str(value))
 
 
-def _numpy_scalar(value: Any, depth: int) -> Any:
+def _numpy_scalar(value: Any, depth: int, seen: _Seen) -> Any:
     try:
         return value.item()
     except Exception:
         return Converted(safe_str(value))
 
 
-def _numpy_array(value: Any, depth: int) -> Any:
+def _numpy_array(value: Any, depth: int, seen: _Seen) -> Any:
     if value.size > MAX_ELEMENTS:
         return _summary("ndarray", value.shape, value.dtype)
     try:
-        return value.tolist()
+        items = value.tolist()
     except Exception:
         return Converted(safe_str(value))
+    if value.dtype.kind == "O":  # objects: tensors, dicts, ... converted like any other value
+        return _python(items, depth, seen)
+    seen.count += value.size
+    return items
 
 
-def _mapping(value: Mapping[Any, Any], depth: int) -> Any:
+def _container(value: Any, depth: int, seen: _Seen) -> Any:
     if depth >= MAX_DEPTH:
-        return value
-    return {key: to_python(item, depth + 1) for key, item in value.items()}
+        return Truncated(_DEEP)
+    again = seen.again(value)
+    if again is not None:
+        return again
+    start = seen.open(value)
+    try:
+        if isinstance(value, Mapping):
+            result: Any = {key: _python(item, depth + 1, seen) for key, item in value.items()}
+        else:
+            result = [_python(item, depth + 1, seen) for item in value]
+    except Exception:  # a Mapping whose items() raises: written as its text downstream
+        result = value
+    seen.close(value, result, start)
+    return result
 
 
-def _sequence(value: list[Any] | tuple[Any, ...], depth: int) -> Any:
-    if depth >= MAX_DEPTH:
-        return value
-    return [to_python(item, depth + 1) for item in value]
+class ConvertValues:
+    """Turns 0-d tensors and numpy scalars into Python numbers, n-d ones into lists (at any depth).
+
+    This is the only stage that reads device values, and it runs after the cadence: a skipped step
+    never calls ``.item()``, so it never forces a device sync. Containers are walked once per event
+    (shared ones are converted once, cycles become ``"<cycle>"``), nesting deeper than ``MAX_DEPTH``
+    becomes a marker.
+    """
+
+    __slots__ = ()
+
+    def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+        seen: _Seen | None = None
+        for key, value in event_dict.items():
+            if type(value) not in _PLAIN:
+                seen = seen or _Seen()
+                event_dict[key] = _python(value, 0, seen)
+        return event_dict
 
 
 # -- json_safe: anything to strict JSON --------------------------------------------------------
 
 
 class _Marks:
-    """Whether the value being made safe held something converted or truncated."""
+    """What making one top-level value safe found: something converted or truncated; and, shared by
+    the record's values, the JSON Pointers of non-finite floats and the containers already met."""
 
-    __slots__ = ("converted", "truncated")
+    __slots__ = ("converted", "non_finite", "seen", "truncated")
 
-    def __init__(self) -> None:
+    def __init__(self, non_finite: list[tuple[str, str]], seen: _Seen) -> None:
         self.converted = False
         self.truncated = False
+        self.non_finite = non_finite
+        self.seen = seen
+
+
+def is_plain(record: Mapping[Any, Any]) -> bool:
+    """Whether every value of ``record`` is a plain ``str``, ``int`` (64-bit), ``bool``, ``None`` or
+    finite ``float``: such a record is written as it is, with nothing to note."""
+    for value in record.values():
+        kind = type(value)
+        if kind is float:
+            if value - value != 0.0:  # NaN and infinities
+                return False
+        elif kind is int:
+            if not _INT64_MIN <= value <= _UINT64_MAX:
+                return False
+        elif kind is not str and kind is not bool and value is not None:
+            return False
+    return True
 
 
 def json_safe_record(record: Mapping[Any, Any]) -> dict[str, Any]:
     """``record`` as data orjson writes as strict JSON with nothing lost silently, plus ``NOTE_KEY``.
 
-    Non-finite floats become ``"NaN"``/``"Infinity"``/``"-Infinity"``; integers beyond 64 bits and
-    objects JSON can't hold become their ``str()``; lone surrogates become ``\\udXXX`` text; keys
-    become unique strings; containers deeper than ``MAX_DEPTH`` become a marker string.
+    Non-finite floats become ``None`` (their JSON Pointer and ``"NaN"``/``"Infinity"``/``"-Infinity"``
+    go under ``non_finite`` in the note); integers beyond 64 bits and objects JSON can't hold become
+    their ``str()``; lone surrogates become ``\\udXXX`` text; keys become unique strings; containers
+    deeper than ``MAX_DEPTH`` become a marker string.
 
     A key is listed under ``"converted"`` when it or anything inside its value was written as text (a
-    non-string or colliding key, NaN, a set, bytes, a huge int, a lone surrogate), under
-    ``"truncated"`` when something in its value was cut short. The note goes before ``timestamp``.
+    non-string or colliding key, a set, bytes, a huge int, a lone surrogate), under ``"truncated"`` when
+    something in its value was cut short. The note goes before ``timestamp``.
     """
     out: dict[str, Any] = {}
     converted: list[str] = []
     truncated: list[str] = []
+    found: list[tuple[str, str]] = []
+    seen = _Seen()
     for key, item in _items(record):
-        marks = _Marks()
+        marks = _Marks(found, seen)
         name = unique_key(out, key)
-        out[name] = _safe(item, 0, marks)
+        out[name] = _safe(item, 0, marks, "/" + _pointer_token(name))
         if marks.converted or name != key:
             converted.append(name)
         if marks.truncated:
             truncated.append(name)
-    if converted or truncated:
+    non_finite = dict(found)
+    if converted or truncated or non_finite:
         timestamp = out.pop("timestamp", _ABSENT)
-        note = {"converted": converted, "truncated": truncated}
-        out[unique_key(out, NOTE_KEY)] = {k: v for k, v in note.items() if v}
+        note: dict[str, Any] = {}
+        if converted:
+            note["converted"] = converted
+        if truncated:
+            note["truncated"] = truncated
+        if non_finite:
+            note["non_finite"] = non_finite
+        out[unique_key(out, NOTE_KEY)] = note
         if timestamp is not _ABSENT:
             out["timestamp"] = timestamp
     return out
 
 
+def restore_non_finite(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` (as read from a JSONL line) with the non-finite numbers its note lists put back.
+
+    Each JSON Pointer in ``record["_speedtronic"]["non_finite"]`` that leads to a ``null`` gets
+    ``float("nan")``, ``float("inf")`` or ``float("-inf")`` again; the record is changed in place and
+    returned. Pointers that lead nowhere are ignored.
+    """
+    note = record.get(NOTE_KEY)
+    pointers = note.get("non_finite") if isinstance(note, dict) else None
+    if not isinstance(pointers, dict):
+        return record
+    for pointer, text in pointers.items():
+        if not isinstance(pointer, str) or not pointer.startswith("/"):
+            continue
+        tokens = [t.replace("~1", "/").replace("~0", "~") for t in pointer[1:].split("/")]
+        container: Any = record
+        try:
+            for token in tokens[:-1]:
+                container = container[int(token)] if isinstance(container, list) else container[token]
+            last: Any = int(tokens[-1]) if isinstance(container, list) else tokens[-1]
+            if container[last] is None:
+                container[last] = float(_FROM_TEXT.get(text, "nan"))
+        except (KeyError, IndexError, ValueError, TypeError):
+            continue
+    return record
+
+
 _ABSENT = object()
 _DEEP = f"<truncated: nested deeper than {MAX_DEPTH} levels>"
+_FROM_TEXT = {"NaN": "nan", "Infinity": "inf", "-Infinity": "-inf"}
 
 
-def _safe(value: Any, depth: int, marks: _Marks) -> Any:
+def _pointer_token(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _safe(value: Any, depth: int, marks: _Marks, pointer: str) -> Any:
+    marks.seen.count += 1
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, str):
@@ -246,22 +480,48 @@ def _safe(value: Any, depth: int, marks: _Marks) -> Any:
     if isinstance(value, float):
         if math.isfinite(value):
             return float(value)
-        marks.converted = True
-        return non_finite_text(value)
+        marks.non_finite.append((pointer, non_finite_text(value)))
+        return None
     if isinstance(value, int):
         if _INT64_MIN <= value <= _UINT64_MAX:
             return int(value)
         marks.converted = True
         return int_text(value)
-    if isinstance(value, Mapping | list | tuple) and depth >= MAX_DEPTH:
-        marks.truncated = True
-        return _DEEP
-    if isinstance(value, Mapping):
-        return _safe_mapping(value, depth + 1, marks)
-    if isinstance(value, list | tuple):
-        return [_safe(item, depth + 1, marks) for item in value]
+    if isinstance(value, Mapping | list | tuple):
+        if depth >= MAX_DEPTH:
+            marks.truncated = True
+            return _DEEP
+        return _safe_container(value, depth, marks, pointer)
     marks.converted = True
     return _clean_text(safe_str(value), marks)
+
+
+def _safe_container(value: Any, depth: int, marks: _Marks, pointer: str) -> Any:
+    """A mapping, list or tuple made safe, or what it was made before in this record (a shared one:
+    its notes are repeated under this key, its non-finite pointers under this path)."""
+    again = marks.seen.again(value)
+    if isinstance(again, Truncated):
+        marks.truncated = True
+        return str(again)
+    if again is not None:
+        made, converted, truncated, first, found = again
+        marks.converted |= converted
+        marks.truncated |= truncated
+        marks.non_finite.extend((pointer + at[len(first):], text) for at, text in found)
+        return made
+    outer = marks.converted, marks.truncated
+    marks.converted = marks.truncated = False
+    start = len(marks.non_finite)
+    opened = marks.seen.open(value)
+    if isinstance(value, Mapping):
+        result: Any = _safe_mapping(value, depth + 1, marks, pointer)
+    else:
+        result = [_safe(item, depth + 1, marks, f"{pointer}/{i}") for i, item in enumerate(value)]
+    entry = (result, marks.converted, marks.truncated, pointer, marks.non_finite[start:])
+    marks.seen.close(value, entry, opened)
+    marks.converted |= outer[0]
+    marks.truncated |= outer[1]
+    return result
 
 
 def _items(value: Mapping[Any, Any]) -> list[tuple[Any, Any]]:
@@ -271,19 +531,19 @@ def _items(value: Mapping[Any, Any]) -> list[tuple[Any, Any]]:
         return [("<unreadable mapping>", Converted(safe_str(value)))]
 
 
-def _safe_mapping(value: Mapping[Any, Any], depth: int, marks: _Marks) -> dict[str, Any]:
+def _safe_mapping(value: Mapping[Any, Any], depth: int, marks: _Marks, pointer: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, item in _items(value):
         name = unique_key(out, key)
         if name != key:
             marks.converted = True
-        out[name] = _safe(item, depth, marks)
+        out[name] = _safe(item, depth, marks, f"{pointer}/{_pointer_token(name)}")
     return out
 
 
 def unique_key(taken: Mapping[str, Any], key: object) -> str:
     """``key`` as a string not yet in ``taken``: ``1`` and ``"1"`` become ``"1"`` and ``"1#2"``."""
-    text = _clean_text(key if type(key) is str else _key_text(key), _Marks())
+    text = _clean_text(key if type(key) is str else _key_text(key), None)
     candidate, n = text, 1
     while candidate in taken:
         n += 1
@@ -304,8 +564,9 @@ def non_finite_text(value: float) -> str:
     return _NON_FINITE.get(value, "NaN")
 
 
-def _clean_text(text: str, marks: _Marks) -> str:
+def _clean_text(text: str, marks: _Marks | None) -> str:
     if _SURROGATE.search(text) is None:
         return text
-    marks.converted = True
+    if marks is not None:
+        marks.converted = True
     return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from speedtronic.processors.convert import NOTE_KEY
 from speedtronic.profiling import MetricLogger
-from tests.reliability.conftest import read_records
+from tests.reliability.conftest import python, read_records
 
 
 def _nested_lists(levels: int) -> list[Any]:
@@ -84,17 +85,14 @@ class TestKeys:
         payload = {None: 1, "None": 2, "null": 3, float("nan"): 4, float("nan"): 5, "NaN": 6}
         assert len(payload) == 6  # two NaN objects are two keys
         record, _ = log_one(jsonl_path, payload)  # read_records refuses duplicate keys
-        values = {k: v for k, v in record.items() if k not in ("event", "elapsed_s", "timestamp")}
-        values.pop("_speedtronic")
-        assert values == {"None": 1, "None#2": 2, "null": 3, "NaN": 4, "NaN#2": 5, "NaN#3": 6}
-        assert note(record) == {"converted": ["None", "None#2", "NaN", "NaN#2", "NaN#3"]}
+        values = {k: v for k, v in record.items() if k not in ("event", "elapsed_s", "timestamp", NOTE_KEY)}
+        assert values == {"None#2": 1, "None": 2, "null": 3, "NaN#2": 4, "NaN#3": 5, "NaN": 6}
 
-    def test_renamed_keys_are_listed(self, jsonl_path: Path) -> None:
-        """A non-string or colliding key is listed under converted; plain keys are not."""
-        record, _ = log_one(jsonl_path, {"step": 1, 1: "int", "1": "str"})
-        assert record["1"] == "int"
-        assert record["1#2"] == "str"
-        assert note(record) == {"converted": ["1", "1#2"]}
+    def test_a_string_key_keeps_its_name(self, jsonl_path: Path) -> None:
+        """A non-string key colliding with a string one is renamed; the string key keeps its name."""
+        record, hooked = log_one(jsonl_path, {"step": 1, 1: "int", "1": "str"})
+        assert (record["1"], record["1#2"]) == ("str", "int")
+        assert (hooked["1"], hooked["1#2"]) == ("str", "int")
 
 
 class TestDepthAndSize:
@@ -116,21 +114,57 @@ class TestDepthAndSize:
         assert hooked["ids"] == big
 
     def test_circular_reference(self, jsonl_path: Path) -> None:
-        """A dict containing itself is cut at the depth limit and noted."""
+        """A dict containing itself is written with a ``<cycle>`` marker and noted as truncated."""
         loop: dict[str, Any] = {"name": "loop"}
         loop["self"] = loop
-        record, _ = log_one(jsonl_path, {"loop": loop})
-        assert record["loop"]["name"] == "loop"
+        record, hooked = log_one(jsonl_path, {"loop": loop})
+        assert record["loop"] == hooked["loop"] == {"name": "loop", "self": "<cycle>"}
         assert note(record) == {"truncated": ["loop"]}
+
+    def test_shared_value_is_written_at_every_place(self, jsonl_path: Path) -> None:
+        """A dict shared by two keys is written in full at both, with its NaN noted at both."""
+        shared = {"lr": 0.1, "loss": math.nan}
+        record, _ = log_one(jsonl_path, {"a": shared, "b": [shared]})
+        assert record["a"] == record["b"][0] == {"lr": 0.1, "loss": None}
+        assert note(record) == {"non_finite": {"/a/loss": "NaN", "/b/0/loss": "NaN"}}
+
+    @pytest.mark.parametrize(
+        "setup",
+        [
+            'root = {"children": []}; root["children"] += [{"parent": root}] * 4; value = root',
+            "a = []; a.extend([a, a]); value = a",
+            "value = []\nfor _ in range(18): value = [value, value]",
+            "value = [0.5]\nfor _ in range(30): value = [value, value]",
+        ],
+        ids=["parent_links", "self_pairs", "doubling_18", "doubling_30"],
+    )
+    def test_shared_sub_objects_finish(self, setup: str, tmp_path: Path) -> None:
+        """Payloads whose shared parts once took exponential time are logged everywhere (20 s bound)."""
+        result = python(
+            setup
+            + f"""
+import io
+from speedtronic.profiling import MetricLogger
+seen = []
+with MetricLogger(stream=io.StringIO(), json_file={str(tmp_path / "m.jsonl")!r},
+                  hooks=[lambda e, p: seen.append(p)]) as logger:
+    logger.emit("custom", {{"value": value, "step": 1}})
+print(len(seen), logger.write_errors)
+""",
+            timeout=20,
+        )
+        assert result.stdout.split() == ["1", "0"], result.stderr
+        (record,) = read_records(tmp_path / "m.jsonl")
+        assert record["step"] == 1
 
 
 class TestConversionNotes:
     def test_non_finite_and_text_nan_are_told_apart(self, jsonl_path: Path) -> None:
-        """loss=NaN is "NaN" listed as converted; a logged string "NaN" is not listed; None is null."""
+        """loss=NaN is null with its pointer noted; a logged string "NaN" is not noted; None is null."""
         record, _ = log_one(jsonl_path, {"loss": math.nan, "label": "NaN", "grad": None, "lr": -math.inf})
         values = (record["loss"], record["label"], record["grad"], record["lr"])
-        assert values == ("NaN", "NaN", None, "-Infinity")
-        assert note(record) == {"converted": ["loss", "lr"]}
+        assert values == (None, "NaN", None, None)
+        assert note(record) == {"non_finite": {"/loss": "NaN", "/lr": "-Infinity"}}
 
     def test_values_written_as_text_are_listed(self, jsonl_path: Path) -> None:
         """bytes, sets, Decimal, huge ints and lone surrogates are converted, and say so."""

@@ -1,10 +1,10 @@
-"""Secrets: values under secret-looking keys reach no file and no hook, however deep they are."""
+"""Secrets: a canary in any payload shape reaches no file and no hook of a real ``MetricLogger``."""
 
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
-import enum
 import io
 import types
 from pathlib import Path
@@ -12,10 +12,20 @@ from typing import Any
 
 import pytest
 
-from speedtronic.processors import DEFAULT_SECRET_PATTERNS, Redact
 from speedtronic.profiling import MetricLogger
 
-CANARY = "sk-CANARY-7f3a9c"
+CANARY = "sk-CANARY123"
+"""Looks like an OpenAI key: hidden by the value rule wherever it is."""
+
+PLAIN = "hunter2-CANARY"
+"""Looks like nothing: hidden only by a secret key, a pair's name or a field's name."""
+
+
+@dataclasses.dataclass
+class DB:
+    host: str
+    url: str = dataclasses.field(repr=False, default="")
+    password: str = ""
 
 
 @dataclasses.dataclass
@@ -24,62 +34,115 @@ class Config:
     wandb_api_key: str
 
 
-def canary_payload() -> dict[str, Any]:
+Creds = collections.namedtuple("Creds", "user api_key")
+
+
+class Headers(collections.UserList[Any]):
+    pass
+
+
+def keyed_shapes(secret: str) -> dict[str, Any]:
+    """``secret`` under a secret key, in every container shape ``Redact`` opens."""
+    import numpy as np
+
     return {
-        "step": 1,
-        "api_key": CANARY,
-        "OPENAI_API_KEY": CANARY,
-        "hf_token": CANARY,
-        "db": {
+        "api_key": secret,
+        "OPENAI_API_KEY": secret,
+        "privateKey": secret,
+        "github_token_2": secret,
+        "token ": secret,
+        "db": DB("h", url=f"postgres://u:{secret}@h/db", password=secret),
+        "nested": {
             "host": "h",
-            "Password": CANARY,
-            "replicas": [{"secret_key": CANARY}, ("x", {"token": CANARY})],
+            "Password": secret,
+            "replicas": [{"secret_key": secret}, ("x", {"jwt": secret})],
+            "author": "me",
         },
-        "headers": {"Authorization": f"Bearer {CANARY}", "Cookie": f"session={CANARY}"},
-        "config": Config(lr=0.1, wandb_api_key=CANARY),
-        "args": argparse.Namespace(seed=1, github_token=CANARY),
-        "ns": types.SimpleNamespace(aws_secret_access_key=CANARY),
-        "credentials": {"user": "me", "pw": CANARY},
+        "headers": [("Authorization", f"Token {secret}"), ("api_key", secret)],
+        "user_list": Headers([("access-key", secret)]),
+        "queue": collections.deque([{"ssh_key": secret}]),
+        "creds": Creds("me", secret),
+        "config": Config(lr=0.1, wandb_api_key=secret),
+        "args": argparse.Namespace(seed=1, github_token=secret),
+        "ns": types.SimpleNamespace(aws_secret_access_key=secret),
+        "items": {"db_pass": secret, "step": 1}.items(),
+        "objects": np.array([{"signing_key": secret}, 2], dtype=object),
+        "credentials": {"user": "me", "pw": secret},
         "tokens_per_s": 1234.5,
         "num_tokens": 99,
     }
 
 
-def everything_written(tmp_path: Path, **options: Any) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
-    seen: list[tuple[str, dict[str, Any]]] = []
-    stream = io.StringIO()
-    with MetricLogger(stream=stream, json_file=tmp_path / "m.jsonl", hooks=[lambda e, p: seen.append((e, p))],
-                      **options) as logger:
-        logger.emit("train_start", canary_payload())
-    return stream.getvalue() + (tmp_path / "m.jsonl").read_text(), seen
+def valued_shapes(secret: str) -> dict[str, Any]:
+    """``secret`` under innocent keys, as text that looks like a credential, in every shape."""
+    import numpy as np
+
+    return {
+        "note": f"using {secret} today",
+        "bearer_header": f"Bearer {secret}",
+        "dsn": f"postgres://u:{secret}@h/db",
+        "list": [secret],
+        "set": {secret},
+        "frozen": frozenset({secret}),
+        "deque": collections.deque([secret]),
+        "view": {"a": secret}.values(),
+        "text_array": np.array([secret, "x"]),
+        "error": ValueError(f"refused {secret}"),
+        "raw": secret.encode(),
+        secret: "as a key",
+    }
+
+
+def written(tmp_path: Path, payload: dict[str, Any], **options: Any) -> tuple[str, list[Any]]:
+    """Everything a logger with a text file, a JSONL file and a hook wrote for one event."""
+    seen: list[Any] = []
+    text, jsonl = tmp_path / "run.log", tmp_path / "m.jsonl"
+    logger = MetricLogger(file=text, json_file=jsonl, hooks=[lambda e, p: seen.append((e, p))], **options)
+    try:
+        logger.emit("train_start", payload)
+    finally:
+        logger.close()
+    return text.read_text() + jsonl.read_text(), seen
 
 
 class TestCanary:
-    def test_canary_reaches_no_sink_and_no_hook(self, tmp_path: Path) -> None:
-        """Canaries nested in dicts, lists, tuples, dataclasses and namespaces: in no file, no hook."""
-        written, seen = everything_written(tmp_path)
-        assert CANARY not in written
-        assert CANARY not in repr(seen)
-        assert written.count("[REDACTED]") >= 12
+    @pytest.mark.parametrize("secret", [CANARY, PLAIN])
+    def test_secret_keys_in_every_shape(self, tmp_path: Path, secret: str) -> None:
+        """Under a secret key, in every container shape: in no file and no hook's payload."""
+        text, seen = written(tmp_path, keyed_shapes(secret))
+        assert secret not in text
+        assert secret not in repr(seen)
         ((_, payload),) = seen
-        assert payload["db"]["host"] == "h"
         assert payload["config"] == {"lr": 0.1, "wandb_api_key": "[REDACTED]"}
-        assert payload["args"] == {"seed": 1, "github_token": "[REDACTED]"}
+        assert payload["db"] == {"host": "h", "password": "[REDACTED]"}  # the repr=False url left out
         assert (payload["tokens_per_s"], payload["num_tokens"]) == (1234.5, 99)  # metrics, not secrets
 
+    def test_credential_values_under_any_key(self, tmp_path: Path) -> None:
+        """Credential-looking text under innocent keys, in every shape: in no file and no hook."""
+        text, seen = written(tmp_path, valued_shapes(CANARY))
+        assert CANARY not in text
+        assert CANARY not in repr(seen)
+        assert "postgres://u:[REDACTED]@h/db" in text
+
     def test_without_redaction_the_canary_is_written(self, tmp_path: Path) -> None:
-        """redact=False writes the values as given (so the test above can fail)."""
-        written, seen = everything_written(tmp_path, redact=False)
-        assert CANARY in written
+        """redact=False writes the values as given (so the tests above can fail)."""
+        text, seen = written(tmp_path, {**keyed_shapes(CANARY), **valued_shapes(CANARY)}, redact=False)
+        assert CANARY in text
         assert CANARY in repr(seen)
 
-    def test_custom_patterns(self, tmp_path: Path) -> None:
-        """redact=[...] replaces the defaults: only the given patterns are hidden."""
-        stream = io.StringIO()
-        with MetricLogger(stream=stream, redact=["*ssn*"]) as logger:
-            logger.emit("x", {"user_ssn": CANARY, "api_key": "visible"})
-        assert CANARY not in stream.getvalue()
-        assert "visible" in stream.getvalue()
+    def test_redaction_never_shows_more_than_the_unredacted_output(self, tmp_path: Path) -> None:
+        """A dataclass's repr=False field, absent without redaction, stays absent with it."""
+        db = DB("h", url=f"postgres://u:{PLAIN}@h/db")
+        for redact in (False, True):
+            text, seen = written(tmp_path / str(redact), {"db": db}, redact=redact)
+            assert PLAIN not in text
+            assert PLAIN not in repr(seen)
+
+    def test_custom_patterns_add_to_the_defaults(self, tmp_path: Path) -> None:
+        """redact=[...] hides the keys it matches as well as the default secret keys."""
+        text, _ = written(tmp_path, {"user_ssn": PLAIN, "api_key": PLAIN, "loss": 0.5}, redact=["*ssn*"])
+        assert PLAIN not in text
+        assert "loss=0.5" in text
 
     def test_one_string_is_refused(self) -> None:
         """redact="*key*" (a string, not a list of patterns) is a TypeError at construction."""
@@ -88,63 +151,9 @@ class TestCanary:
 
     def test_caller_payload_untouched(self) -> None:
         """The caller's nested objects are never changed; only the logger's copies are redacted."""
-        payload = canary_payload()
+        payload = keyed_shapes(CANARY)
         with MetricLogger(stream=io.StringIO()) as logger:
             logger.emit("x", payload)
-        assert payload["db"]["Password"] == CANARY
+        assert payload["nested"]["Password"] == CANARY
         assert payload["config"].wandb_api_key == CANARY
-
-
-class TestRedactProcessor:
-    def test_called_directly(self) -> None:
-        """Redact in any structlog chain: keys matched case-insensitively at any depth; event kept."""
-        event = {"event": "token", "Auth": {"X-API-KEY": "s"}, "ok": [1, {"passwd": 2}]}
-        out = Redact()(None, "info", event)
-        assert out["event"] == "token"
-        assert out["Auth"] == {"X-API-KEY": "[REDACTED]"}
-        assert out["ok"] == [1, {"passwd": "[REDACTED]"}]
-
-    def test_nothing_to_redact_keeps_the_same_objects(self) -> None:
-        """A nested value holding no secret is passed on as the same object (no copy per event)."""
-        nested = {"a": [1, 2, {"b": 3}]}
-        out = Redact()(None, "info", {"event": "x", "cfg": nested})
-        assert out["cfg"] is nested
-
-    def test_secrets_cannot_hide_below_the_depth_limit(self) -> None:
-        """Nesting deeper than 32 levels is cut, so a secret at level 100 is not passed on."""
-        deep: Any = {"password": CANARY}
-        for _ in range(100):
-            deep = [deep]
-        out = Redact()(None, "info", {"event": "x", "deep": deep})
-        assert CANARY not in repr(out)
-
-    @pytest.mark.parametrize("key", ["tokens", "num_tokens", "tokens_per_s", "max_new_tokens", "author"])
-    def test_training_metrics_are_not_secrets(self, key: str) -> None:
-        """Token counts and similar metrics pass through the default patterns."""
-        assert Redact(DEFAULT_SECRET_PATTERNS)(None, "info", {"event": "x", key: 5})[key] == 5
-
-    def test_a_reused_redactor_still_catches_what_it_has_not_seen(self) -> None:
-        """After many plain events, a new secret key, a secret nested in a known key, a non-string
-        key and a key first seen nested are each still redacted at the top level."""
-        redact = Redact()
-
-        def redacted(**fields: Any) -> dict[Any, Any]:
-            return dict(redact(None, "info", {"event": "train_step", **fields}))
-
-        for step in range(3):
-            assert redacted(step=step, loss=0.5)["loss"] == 0.5
-        assert redacted(step=3, hf_token=CANARY)["hf_token"] == "[REDACTED]"
-        assert redacted(step=4, loss={"password": CANARY})["loss"] == {"password": "[REDACTED]"}
-        assert redact(None, "info", {"event": "x", ("api_key",): CANARY})[("api_key",)] == "[REDACTED]"
-        redacted(outer={"db_password": "nested"})
-        assert redacted(db_password=CANARY)["db_password"] == "[REDACTED]"
-
-    def test_a_str_subclass_key_is_judged_by_its_text(self) -> None:
-        """An enum key equal to a safe key, but written as ``Col.PASSWORD``, is still redacted."""
-
-        class Col(str, enum.Enum):
-            PASSWORD = "pw"
-
-        redact = Redact()
-        redact(None, "info", {"event": "login", "pw": 1})  # "pw" is a safe key now
-        assert redact(None, "info", {"event": "login", Col.PASSWORD: CANARY})[Col.PASSWORD] == "[REDACTED]"
+        assert payload["headers"][1] == ("api_key", CANARY)

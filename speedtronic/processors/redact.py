@@ -1,0 +1,390 @@
+"""``Redact``: hides secrets from every sink and hook, by the words of their keys and the look of values.
+
+Two rules, each on by default:
+
+- **Keys.** A key is split into words (``snake_case``, ``kebab-case``, ``camelCase``, spaces; digits
+  dropped: ``github_token_2`` is ``github token``), and is secret when its words name a credential
+  (``is_secret_key``): ``password``, ``passwd``, ``passphrase``, ``pwd``, ``pw``, ``secret``, ``auth``,
+  ``authorization``, ``bearer``, ``jwt``, ``cookie``, ``credentials``, ``sessionid``/``session_id``;
+  ``key`` after a kind of key (``api_key``, ``privateKey``, ``access-key``, ``ssh_key``,
+  ``signing_key``); ``token`` as the last word or before ``value`` (``hf_token``, ``token_value``),
+  and ``tokens`` after a kind of credential (``api_tokens``); ``pass`` after what it unlocks
+  (``db_pass``). Counts and rates of text tokens stay visible: ``tokens``, ``num_tokens``,
+  ``tokens_per_s``, ``max_tokens``, ``pad_token``, ``token_ids``, and so do ``passes``, ``pass@1``,
+  ``forward_pass``, ``author``. Your own ``fnmatch`` patterns add to this rule.
+- **Values.** Text that looks like a well-known credential is replaced under any key (``redact_text``):
+  ``Bearer``/``Basic`` authorization values, OpenAI/Anthropic (``sk-...``), Stripe, GitHub (``ghp_``,
+  ``github_pat_``), AWS (``AKIA...``), Hugging Face (``hf_...``), Slack, Google and GitLab keys, JWTs,
+  PEM private keys, and the password of a URL (``postgres://user:[REDACTED]@host/db``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import binascii
+import dataclasses
+import fnmatch
+import functools
+import re
+import sys
+import types
+from collections import UserList, deque
+from collections.abc import Callable, Iterable, Mapping, MappingView
+from typing import Any
+
+from structlog.typing import EventDict, WrappedLogger
+
+from speedtronic.processors.convert import MAX_DEPTH, Converted, Truncated, _Seen, safe_str, to_python
+
+__all__ = ["DEFAULT_SECRET_PATTERNS", "REDACTED", "Redact", "is_secret_key", "redact_text"]
+
+DEFAULT_SECRET_PATTERNS: tuple[str, ...] = ()
+"""Extra key patterns ``Redact`` hides by default: none, as the key-word rule (``is_secret_key``)
+covers them. ``Redact(patterns=[...])`` and ``MetricLogger(redact=[...])`` add ``fnmatch`` patterns."""
+
+REDACTED = "[REDACTED]"
+
+_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+"""A key's words: ``privateKey`` -> private, Key; ``APIKey`` -> API, Key; ``token_2`` -> token, 2."""
+
+_SECRET_WORDS = frozenset({
+    "password", "passwords", "passwd", "passphrase", "pwd", "pw", "secret", "secrets", "credential",
+    "credentials", "creds", "auth", "authorization", "oauth", "bearer", "jwt", "cookie", "cookies",
+    "sessionid", "apikey", "apikeys", "privatekey", "accesskey", "secretkey", "csrf", "xsrf",
+})  # fmt: skip
+_KEY_KINDS = frozenset({
+    "api", "private", "access", "secret", "ssh", "signing", "sign", "encryption", "decryption", "master",
+    "client", "license", "licence", "gpg", "pgp", "aws", "auth", "session", "account", "hmac", "deploy",
+    "service", "subscription", "openai", "anthropic", "wandb", "hf", "pem", "rsa", "jwt", "webhook",
+})  # fmt: skip
+_TOKEN_KINDS = frozenset({
+    "api", "access", "auth", "refresh", "bearer", "github", "gh", "hf", "hub", "oauth", "session", "id",
+    "csrf", "secret", "personal", "service", "deploy", "bot", "slack", "wandb", "aws", "security",
+})  # fmt: skip
+_TEXT_TOKENS = frozenset({
+    "pad", "eos", "bos", "unk", "cls", "sep", "mask", "special", "start", "end", "stop", "new", "next",
+    "first", "last", "num", "n", "max", "min", "total", "avg", "mean", "input", "output", "prompt",
+    "completion", "generated", "vocab", "per",
+})  # fmt: skip
+_TOKEN_VALUE_WORDS = frozenset({"value", "str", "string", "text", "raw", "plain"})
+_PASS_KINDS = frozenset({
+    "db", "database", "user", "username", "admin", "root", "login", "ssh", "smtp", "ftp", "mysql",
+    "postgres", "pg", "redis", "mongo", "proxy", "wifi", "vault", "account", "sudo", "mail", "email",
+})  # fmt: skip
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a key's words name a credential (the rule in this module's docstring)."""
+    words = [word.lower() for word in _WORDS.findall(key) if not word.isdigit()]
+    for i, word in enumerate(words):
+        before = words[i - 1] if i else ""
+        after = words[i + 1] if i + 1 < len(words) else ""
+        if (
+            word in _SECRET_WORDS
+            or (word in ("key", "keys") and before in _KEY_KINDS)
+            or (word in ("token", "tokens") and before in _TOKEN_KINDS)
+            or (word == "token" and after in ("", *_TOKEN_VALUE_WORDS) and before not in _TEXT_TOKENS)
+            or (word == "pass" and before in _PASS_KINDS)
+            or (word == "id" and before == "session")
+        ):
+            return True
+    return False
+
+
+_CREDENTIALS = re.compile(
+    r"""
+      (?P<url>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*:)(?P<url_password>[^\s/?#]+)(?=@)
+    | (?P<bearer>\b(?:[Bb]earer|BEARER)\s+)(?=[A-Za-z]*[0-9._~+/=-])[A-Za-z0-9._~+/-]{8,}=*
+    | (?P<basic>\b(?:[Bb]asic|BASIC)\s+)(?P<basic_value>[A-Za-z0-9+/]{4,}={0,2})
+    | -----BEGIN[A-Z ]*PRIVATE\ KEY-----.*?(?:-----END[A-Z ]*PRIVATE\ KEY-----|\Z)
+    | (?<![A-Za-z0-9])(?:
+          sk-(?=[A-Za-z_-]*[0-9])[A-Za-z0-9_-]{8,}
+        | [rs]k_(?:live|test)_[A-Za-z0-9]{8,}
+        | gh[pousr]_[A-Za-z0-9]{20,}
+        | github_pat_[A-Za-z0-9_]{20,}
+        | (?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])
+        | eyJ[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-]*
+        | hf_[A-Za-z0-9]{30,}
+        | xox[abposr]-[A-Za-z0-9-]{10,}
+        | AIza[A-Za-z0-9_-]{35}
+        | glpat-[A-Za-z0-9_-]{20,}
+      )
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+
+
+def _credential(match: re.Match[str], replacement: str) -> str:
+    if match["url"] is not None:
+        return match["url"] + replacement
+    if match["bearer"] is not None:
+        return match["bearer"] + replacement
+    if match["basic"] is not None:  # Basic credentials are base64 of "user:password"
+        try:
+            decoded = base64.b64decode(match["basic_value"], validate=True).decode("utf-8")
+        except (binascii.Error, ValueError):
+            return match.group()
+        return match["basic"] + replacement if ":" in decoded else match.group()
+    return replacement
+
+
+_HINTS = (
+    "://", "earer", "EARER", "asic", "ASIC", "-----BEGIN", "sk-", "k_live_", "k_test_", "hp_", "ho_",
+    "hu_", "hs_", "hr_", "_pat_", "AKIA", "ASIA", "eyJ", "hf_", "xox", "AIza", "glpat-",
+)  # fmt: skip
+"""Every text ``_CREDENTIALS`` matches contains one of these: a substring test per hint is much
+cheaper than the regex, so ordinary text costs about a microsecond."""
+
+
+def redact_text(text: str, replacement: str = REDACTED) -> str:
+    """``text`` with every credential-looking part replaced (``Bearer [REDACTED]``,
+    ``postgres://u:[REDACTED]@h/db``); for free text such as an exception's message or traceback.
+    Returns ``text`` itself when nothing is replaced."""
+    if len(text) < 7:  # shorter than the shortest match, "a://:p@"
+        return text
+    for hint in _HINTS:
+        if hint in text:
+            break
+    else:
+        return text
+    if _CREDENTIALS.search(text) is None:
+        return text
+    return _CREDENTIALS.sub(lambda match: _credential(match, replacement), text)
+
+
+_DEFAULT_STR: Any = object.__str__  # a class with it prints its repr()
+_NUMBERS = (int, float, type(None))  # bool is an int
+_CONTAINERS = (Mapping, list, tuple, set, frozenset, deque, UserList, MappingView)
+
+
+class Redact:
+    """Replaces secrets with ``replacement`` in the event dict, at any depth, for every later stage.
+
+    A value is hidden when its key is secret (``is_secret_key``, or one of ``patterns``, ``fnmatch``
+    style, case-insensitive; the key's ``str()`` is judged too, so ``("api_key",)`` or a ``str`` enum
+    keyed ``pw`` is caught), and credential-looking text is replaced inside any string
+    (``redact_text``; ``values=False`` turns this off, ``words=False`` leaves only ``patterns`` for
+    keys). The top-level ``"event"`` is left as it is.
+
+    What it opens: mappings; lists, tuples (a named tuple's field names are keys; a pair such as
+    ``("Authorization", "Bearer ...")``, tuple or two-item list, whose first item is a secret key hides
+    its second: ``to_python`` makes header tuples lists), sets,
+    ``deque``, ``UserList`` and dict views; dataclasses with their generated ``repr`` and namespaces
+    (an ``args`` or config object); numpy arrays of objects or text (converted with ``to_python``).
+    Anything else is judged by its text (``str()`` and ``repr()``): if that holds a credential, the
+    object is replaced by its redacted text.
+
+    The caller's objects are never changed and never revealed more than the unredacted output would:
+    a container holding a secret is copied as a plain ``dict``, ``list`` or ``tuple`` (a named tuple
+    keeps its type), a dataclass as a ``dict`` of the fields its ``repr`` shows (``field(repr=False)``
+    fields are left out); one holding none is passed on as the same object. Each container is walked
+    once per event: a shared one is redacted once, one that contains itself becomes ``"<cycle>"``, and
+    nesting deeper than ``MAX_DEPTH`` is cut, so a secret can't hide below what this looks at.
+
+    It works in either place around ``ConvertValues``; after it, it sees exactly the values every
+    sink and hook gets.
+    """
+
+    __slots__ = ("_judge", "_replacement", "_text")
+
+    def __init__(
+        self,
+        patterns: Iterable[str] = DEFAULT_SECRET_PATTERNS,
+        replacement: str = REDACTED,
+        *,
+        words: bool = True,
+        values: bool = True,
+    ) -> None:
+        if isinstance(patterns, str):
+            raise TypeError(
+                f"Redact(patterns=...) takes a list of patterns, not one string: use [{patterns!r}]"
+            )
+        patterns = list(patterns)
+        if not all(isinstance(p, str) for p in patterns):
+            raise TypeError(f"Redact(patterns=...) takes strings, got {patterns!r}")
+        regex = "|".join(fnmatch.translate(p) for p in patterns) or "(?!)"
+        glob = re.compile(regex, re.IGNORECASE | re.DOTALL)
+        by_words = is_secret_key if words else _never
+
+        text: Callable[[str], str] = (
+            functools.partial(redact_text, replacement=replacement) if values else _unchanged_text
+        )
+
+        @functools.lru_cache(maxsize=4096)  # keys repeat from event to event: each is judged once
+        def judge(key: str) -> tuple[bool, str]:
+            """Whether ``key`` is secret, and the key as written (itself unless it is a credential)."""
+            return by_words(key) or glob.match(key) is not None, text(key)
+
+        self._judge = judge
+        self._text = text
+        self._replacement = replacement
+
+    def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+        seen: _Seen | None = None
+        renamed = False
+        for key, value in event_dict.items():
+            if key == "event":
+                continue
+            secret, name = self._judge(key) if type(key) is str else (self._is_secret(key), key)
+            if secret:
+                event_dict[key] = self._replacement
+            elif type(value) is str:
+                event_dict[key] = self._text(value)
+            elif not isinstance(value, _NUMBERS):
+                seen = seen or _Seen()
+                event_dict[key] = self._scrub(value, 1, seen)
+            renamed = renamed or name is not key
+        if renamed:  # a key that is itself a credential: rebuilt in place, in order
+            items = list(event_dict.items())
+            event_dict.clear()
+            for key, value in items:
+                event_dict[_free_key(event_dict, self._name(key))] = value
+        return event_dict
+
+    def _is_secret(self, key: object) -> bool:
+        if type(key) is str:
+            return self._judge(key)[0]
+        if isinstance(key, str) and self._judge(str.__str__(key))[0]:
+            return True
+        return self._judge(safe_str(key))[0]
+
+    def _name(self, key: Any) -> Any:
+        """A ``str`` key as it is written: a key that is itself a credential is redacted text."""
+        return self._judge(key)[1] if type(key) is str else key
+
+    def _scrub(self, value: Any, depth: int, seen: _Seen) -> Any:
+        """``value`` with its secrets replaced: the same object when it holds none."""
+        if isinstance(value, _NUMBERS):
+            return value
+        if isinstance(value, str):
+            return self._scrub_text(value)
+        fields = _shown_fields(value)
+        if fields is None and not isinstance(value, _CONTAINERS):
+            return self._scrub_leaf(value, depth, seen)
+        if depth > MAX_DEPTH:
+            return Truncated(f"<truncated: nested deeper than {MAX_DEPTH} levels>")
+        again = seen.again(value)
+        if again is not None:
+            return again
+        opened = seen.open(value)
+        try:
+            result = self._scrub_container(value, fields, depth, seen)
+        except Exception:  # a container that can't be read is not passed on unread
+            result = Converted(f"<unreadable {type(value).__qualname__}>")
+        seen.close(value, result, opened)
+        return result
+
+    def _scrub_container(self, value: Any, fields: dict[str, Any] | None, depth: int, seen: _Seen) -> Any:
+        if fields is not None:
+            scrubbed = self._scrub_mapping(fields, depth, seen)
+            return value if scrubbed is fields else scrubbed
+        if isinstance(value, Mapping):
+            return self._scrub_mapping(value, depth, seen)
+        items = list(value)
+        names = getattr(value, "_fields", None) if isinstance(value, tuple) else None
+        pair = len(items) == 2 and isinstance(items[0], str) and isinstance(value, tuple | list)
+        if names is None and pair:
+            names = (None, items[0])  # a pair ("Authorization", "Bearer ..."), a list after to_python
+        if names is None or len(names) != len(items):
+            names = (None,) * len(items)
+        new = [
+            self._replacement if name is not None and self._is_secret(name)
+            else self._scrub(item, depth + 1, seen)
+            for name, item in zip(names, items, strict=True)
+        ]
+        if all(a is b for a, b in zip(new, items, strict=True)):
+            return value
+        if not isinstance(value, tuple):
+            return new
+        if hasattr(value, "_make"):
+            try:
+                return value._make(new)
+            except Exception:
+                pass
+        return tuple(new)
+
+    def _scrub_mapping(self, value: Mapping[Any, Any], depth: int, seen: _Seen) -> Any:
+        changed = False
+        out: dict[Any, Any] = {}
+        for key, item in list(value.items()):
+            secret, name = self._judge(key) if type(key) is str else (self._is_secret(key), key)
+            new = self._replacement if secret else self._scrub(item, depth + 1, seen)
+            changed = changed or new is not item
+            if name is not key:  # a key that is itself a credential
+                key = _free_key(out, name)
+                changed = True
+            out[key] = new
+        return out if changed else value
+
+    def _scrub_text(self, text: str) -> str:
+        new = self._text(text)
+        if new is text:
+            return text
+        return Truncated(new) if isinstance(text, Truncated) else new
+
+    def _scrub_leaf(self, value: Any, depth: int, seen: _Seen) -> Any:
+        """A value not opened: a numpy array of objects or text is converted and scrubbed; anything
+        else whose text (``str()``, or ``repr()`` as containers show it) holds a credential becomes
+        that text, redacted."""
+        if _is_text_array(value):
+            converted = to_python(value)
+            scrubbed = self._scrub(converted, depth, seen)
+            return value if scrubbed is converted and isinstance(converted, list) else scrubbed
+        if self._text is _unchanged_text or _is_numeric(value):
+            return value
+        text = safe_str(value)
+        new = self._text(text)
+        if new is text and type(value).__str__ is not _DEFAULT_STR:
+            text = _safe_repr(value)
+            new = self._text(text)
+        return value if new is text else Converted(new)
+
+
+def _never(key: str) -> bool:
+    return False
+
+
+def _unchanged_text(text: str) -> str:
+    return text
+
+
+def _free_key(taken: Mapping[Any, Any], key: Any) -> Any:
+    candidate, n = key, 1
+    while candidate in taken:
+        n += 1
+        candidate = f"{key}#{n}"
+    return candidate
+
+
+def _safe_repr(value: object) -> str:
+    try:
+        return repr(value)
+    except Exception:
+        return f"<unprintable {type(value).__qualname__}>"
+
+
+def _shown_fields(value: Any) -> dict[str, Any] | None:
+    """The fields a dataclass instance's generated ``repr`` shows, or a namespace's; else ``None``."""
+    if isinstance(value, types.SimpleNamespace | argparse.Namespace):
+        return dict(vars(value))
+    if not dataclasses.is_dataclass(value) or isinstance(value, type):
+        return None
+    params = getattr(value, "__dataclass_params__", None)
+    if params is None or not params.repr or type(value).__str__ is not _DEFAULT_STR:
+        return None  # a repr of its own: judged by its text, like any other object
+    return {f.name: getattr(value, f.name, None) for f in dataclasses.fields(value) if f.repr}
+
+
+def _is_text_array(value: Any) -> bool:
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(value, numpy.ndarray) and value.dtype.kind in "OUSV"
+
+
+def _is_numeric(value: Any) -> bool:
+    """Tensors, numeric arrays and numpy numbers: their text holds no credential."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        return True
+    kind = getattr(getattr(value, "dtype", None), "kind", None)
+    return isinstance(kind, str) and kind in "biufcmM"

@@ -1,0 +1,173 @@
+"""Value conversion walks each container once: cycles become markers, shared ones are converted once."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import orjson
+import pytest
+import structlog
+import structlog.contextvars
+from structlog.testing import LogCapture
+
+from speedtronic.processors import ConvertValues
+from speedtronic.processors.convert import (
+    CYCLE,
+    MAX_REPEATS,
+    Truncated,
+    json_safe_record,
+    restore_non_finite,
+    to_python,
+    truncate,
+)
+from tests.reliability.conftest import python
+
+
+def cyclic_dict() -> dict[str, Any]:
+    loop: dict[str, Any] = {"name": "loop"}
+    loop["self"] = loop
+    return loop
+
+
+def doubling(levels: int, leaf: Any) -> Any:
+    """``x = [x, x]`` nested ``levels`` times: 2**levels paths through ``levels + 1`` objects."""
+    x = leaf
+    for _ in range(levels):
+        x = [x, x]
+    return x
+
+
+class TestToPython:
+    def test_a_cycle_becomes_a_marker(self) -> None:
+        """A container met inside itself is the ``<cycle>`` marker, a ``Truncated`` string."""
+        out = to_python(cyclic_dict())
+        assert out == {"name": "loop", "self": CYCLE}
+        assert isinstance(out["self"], Truncated)
+
+    def test_a_shared_container_is_converted_once(self) -> None:
+        """A list shared by two places is converted once and the result used in both."""
+        shared = [1, 2]
+        out = to_python({"a": shared, "b": (shared, shared)})
+        assert out == {"a": [1, 2], "b": [[1, 2], [1, 2]]}
+        assert out["b"][0] is out["a"]
+
+    def test_nesting_deeper_than_the_limit_is_a_marker(self) -> None:
+        """Containers below 32 levels are cut with a marker instead of being passed on as they are."""
+        deep: Any = []
+        for _ in range(40):
+            deep = [deep]
+        out = to_python(deep)
+        for _ in range(32):
+            out = out[0]
+        assert out == "<truncated: nested deeper than 32 levels>"
+
+    def test_numpy_object_arrays_are_converted_inside(self) -> None:
+        """An object array's items are converted like any value (tensors, numpy numbers)."""
+        import numpy as np
+
+        out = to_python(np.array([{"x": np.float32(0.5)}, np.int64(3)], dtype=object))
+        assert out == [{"x": 0.5}, 3]
+        assert type(out[1]) is int
+
+    def test_repeats_are_bounded(self) -> None:
+        """Repeats of shared containers stop adding values past ``MAX_REPEATS``: later ones are markers."""
+        out = to_python(doubling(24, 0.5))
+        text = json.dumps(out)
+        assert "repeated>" in text
+        assert text.count("0.5") <= MAX_REPEATS + 25
+
+
+class TestJsonSafeRecord:
+    def test_cycle_is_noted_as_truncated(self) -> None:
+        """A cycle is written as ``<cycle>`` and its key listed under ``truncated``."""
+        record = json_safe_record({"loop": cyclic_dict()})
+        assert record["loop"] == {"name": "loop", "self": "<cycle>"}
+        assert record["_speedtronic"] == {"truncated": ["loop"]}
+
+    def test_shared_container_keeps_every_note(self) -> None:
+        """A shared container's notes and non-finite pointers hold at every place it appears."""
+        shared = {"y": [1.0, math.nan], "raw": b"x"}
+        record = json_safe_record({"p": shared, "q": [shared, shared]})
+        assert record["_speedtronic"] == {
+            "converted": ["p", "q"],
+            "non_finite": {"/p/y/1": "NaN", "/q/0/y/1": "NaN", "/q/1/y/1": "NaN"},
+        }
+        back = restore_non_finite(json.loads(orjson.dumps(record)))
+        assert all(math.isnan(v) for v in (back["p"]["y"][1], back["q"][0]["y"][1], back["q"][1]["y"][1]))
+
+    def test_self_containing_list_pairs(self) -> None:
+        """``a = []; a.extend([a, a])`` is two cycle markers."""
+        a: list[Any] = []
+        a.extend([a, a])
+        assert json_safe_record({"a": a})["a"] == ["<cycle>", "<cycle>"]
+
+
+class TestTruncate:
+    def test_head_of_a_shared_structure(self) -> None:
+        """``truncate`` writes only the head it keeps, in Python's text style, with cycles marked."""
+        a: list[Any] = []
+        a.extend([a, a])
+        assert truncate(a, 50) == "<truncated: list of 2 items; first 18 chars: [<cycle>, <cycle>]>"
+        text = "<truncated: dict of 1 items; first 15 chars: {'a': [1, 'b']}>"
+        assert truncate({"a": [1, "b"]}, 100) == text
+        assert truncate(doubling(60, 1), 20) == f"<truncated: list of 2 items; first 20 chars: {'[' * 20}>"
+
+
+class TestExponentialPayloadsFinish:
+    @pytest.mark.parametrize(
+        "setup",
+        [
+            'root = {"children": []}; root["children"] += [{"parent": root}] * 4; value = root',
+            "a = []; a.extend([a, a]); value = a",
+            "value = []\nfor _ in range(18): value = [value, value]",
+            "value = [float('nan')]\nfor _ in range(31): value = [value, value]",
+        ],
+        ids=["parent_links", "self_pairs", "doubling_18", "doubling_31_nan"],
+    )
+    def test_every_walk_finishes(self, setup: str) -> None:
+        """to_python, json_safe_record, truncate and a full JSONL render finish (20 s bound)."""
+        result = python(
+            setup
+            + """
+from speedtronic.processors.convert import json_safe_record, to_python, truncate
+from speedtronic.processors.render import JSONLRenderer
+to_python(value)
+json_safe_record({"v": value})
+truncate(value, 900)
+line = JSONLRenderer(max_line_bytes=32_000)(None, "info", {"event": "e", "v": to_python(value)})
+assert len(line) < 32_000
+print("ok")
+""",
+            timeout=20,
+        )
+        assert result.stdout.strip() == "ok", result.stderr
+
+
+class TestConvertValuesInAStockChain:
+    def test_called_directly(self) -> None:
+        """Numpy values become Python numbers; a value shared by two keys is converted once."""
+        import numpy as np
+
+        shared = [np.float64(1.5)]
+        out = ConvertValues()(None, "info", {"event": "x", "a": shared, "b": shared, "n": np.int64(2)})
+        assert out == {"event": "x", "a": [1.5], "b": [1.5], "n": 2}
+        assert out["a"] is out["b"]
+
+    def test_bound_context_and_contextvars(self) -> None:
+        """Bound and contextvar fields are converted like the event's own."""
+        import numpy as np
+
+        capture = LogCapture()
+        logger = structlog.wrap_logger(
+            None, processors=[structlog.contextvars.merge_contextvars, ConvertValues(), capture]
+        ).bind(lr=np.float32(0.25))
+        structlog.contextvars.bind_contextvars(rank=np.int64(1))
+        try:
+            logger.info("train_step", loop=cyclic_dict())
+        finally:
+            structlog.contextvars.clear_contextvars()
+        (entry,) = capture.entries
+        assert (entry["lr"], entry["rank"]) == (0.25, 1)
+        assert entry["loop"] == {"name": "loop", "self": "<cycle>"}
