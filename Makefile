@@ -30,7 +30,7 @@ $(BIN)/python:
 # The main job needs the runtime (torch, PyYAML) and TensorBoard for its event files.
 $(VENV)/.run-installed: pyproject.toml | $(BIN)/python
 	$(PIP) "$(TORCH_SPEC)"
-	$(PIP) -e ".[torch,tensorboard,progress]"
+	$(PIP) -e ".[torch,tensorboard,progress,plot]"
 	touch $@
 
 $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python

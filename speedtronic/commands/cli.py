@@ -18,14 +18,36 @@ __all__ = ["COMMANDS", "main"]
 COMMANDS: tuple[str, ...] = ("train", "summarize", "plot", "replay")
 """Module names under ``speedtronic.commands``, in the order ``--help`` lists them."""
 
+DESCRIPTION = """\
+Observability for PyTorch training. 'train' runs the reference trainer with speedtronic's logger: a
+readable text log and a JSONL record of every event (loss, throughput, memory, checkpoints,
+trouble), plus TensorBoard or W&B when configured. The other commands read those records back."""
+
+EPILOG = """\
+examples:
+  speedtronic train --steps 200               train the reference model (runs/<timestamp>/)
+  speedtronic summarize runs/a runs/b         loss, throughput and trouble, side by side
+  speedtronic plot runs/a -o loss.png         loss and throughput curves to a PNG
+  speedtronic replay runs/a --tensorboard tb  a finished run into TensorBoard, as if live
+
+'speedtronic COMMAND --help' lists a command's options."""
+
 
 class CommandError(Exception):
     """A user-facing failure: printed as one line ``speedtronic: error: ...``, exit code 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="speedtronic", description=__doc__.splitlines()[0])
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    from speedtronic import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="speedtronic",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"speedtronic {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, title="commands")
     for name in COMMANDS:
         importlib.import_module(f"speedtronic.commands.{name}").add_parser(subparsers)
     return parser

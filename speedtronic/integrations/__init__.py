@@ -8,7 +8,7 @@ constructed, and a missing one raises ``ModuleNotFoundError`` naming the extra t
 from __future__ import annotations
 
 from speedtronic.integrations._structlog import StructlogHook
-from speedtronic.integrations._tensorboard import TensorboardHook
+from speedtronic.integrations._tensorboard import TensorboardHook, TensorboardWarning
 from speedtronic.integrations._wandb import WandbHook
 
-__all__ = ["StructlogHook", "TensorboardHook", "WandbHook"]
+__all__ = ["StructlogHook", "TensorboardHook", "TensorboardWarning", "WandbHook"]

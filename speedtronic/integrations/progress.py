@@ -1,8 +1,8 @@
 """A live progress bar for a terminal: ``ProgressHook``, driven by the events a trainer already emits.
 
 ``train_start`` opens a bar from ``start_step`` to ``target_step``, each ``train_step`` moves it to
-its ``step`` and shows ``loss`` and the throughput rates (numeric keys ending in ``_per_s``), and
-``train_end`` (or ``close()``) closes it. Warning and error events (``shape_warning``,
+its ``step`` and shows a short postfix (``loss=0.4321 tokens/s=43.3k``), and ``train_end`` (or
+``close()``) closes it. Warning and error events (``shape_warning``,
 ``delta_upload_failed``, ...) are printed above the bar so trouble stays visible.
 
 How ``speedtronic train`` wires it in::
@@ -17,13 +17,13 @@ tqdm is imported when a ``ProgressHook`` is created; without it the error names 
 
 from __future__ import annotations
 
+import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import IO, Any
 
-from speedtronic.processors import EVENT_LEVELS
+from speedtronic.events import EVENT_LEVELS
 from speedtronic.processors.text import format_fields, format_key, format_value
-from speedtronic.runs import rate_keys
 
 __all__ = ["ProgressHook", "progress_wanted"]
 
@@ -40,14 +40,22 @@ def progress_wanted(stream: IO[str] | None = None) -> bool:
 class ProgressHook:
     """A tqdm bar over the run's steps; a ``TrainingHook`` with ``close()``.
 
+    The postfix stays short so the bar keeps its width in an 80- or 100-column terminal: ``loss``
+    and one throughput (``tokens_per_s``, else ``samples_per_s``, else the first ``*_per_s`` key),
+    numbers to 4 significant digits, thousands and up with an SI suffix, ``_per_s`` shown as ``/s``:
+    ``loss=0.4321 tokens/s=43.3k``.
+
     Args:
         file: where the bar is drawn (default ``sys.stdout``, the stream ``progress_wanted`` checks).
+        postfix: the payload keys to show instead (those present, in this order).
         **tqdm_kwargs: passed to every ``tqdm(...)`` it opens (``mininterval=``, ``ncols=``, ...).
     """
 
-    __slots__ = ("_bar", "_file", "_handlers", "_kwargs", "_tqdm")
+    __slots__ = ("_bar", "_file", "_handlers", "_kwargs", "_postfix", "_tqdm")
 
-    def __init__(self, file: IO[str] | None = None, **tqdm_kwargs: Any) -> None:
+    def __init__(
+        self, file: IO[str] | None = None, *, postfix: Sequence[str] | None = None, **tqdm_kwargs: Any
+    ) -> None:
         try:
             from tqdm import tqdm
         except ModuleNotFoundError as error:
@@ -59,6 +67,7 @@ class ProgressHook:
         self._tqdm = tqdm
         self._file = file if file is not None else sys.stdout
         self._kwargs = {"unit": "step", "dynamic_ncols": True, **tqdm_kwargs}
+        self._postfix = None if postfix is None else tuple(postfix)
         self._bar: Any = None
         handlers: dict[str, Callable[[str, dict[str, Any]], None]] = dict.fromkeys(
             EVENT_LEVELS, self._trouble
@@ -90,11 +99,10 @@ class ProgressHook:
 
     def _step(self, event: str, payload: dict[str, Any]) -> None:
         bar = self._bar if self._bar is not None else self._open(None, 0)
-        shown = {key: payload[key] for key in ("loss", *rate_keys(payload)) if key in payload}
+        keys = self._postfix if self._postfix is not None else _default_postfix(payload)
+        shown = [f"{_short_key(key)}={self._short(payload[key])}" for key in keys if key in payload]
         if shown:
-            bar.set_postfix_str(
-                " ".join(f"{format_key(k)}={_short(v)}" for k, v in shown.items()), refresh=False
-            )
+            bar.set_postfix_str(" ".join(shown), refresh=False)
         step = payload.get("step")
         if type(step) is int:
             bar.update(step - bar.n)
@@ -113,7 +121,27 @@ class ProgressHook:
         level = EVENT_LEVELS[event].upper()
         self._tqdm.write(f"{level} | {event}{fields}", file=self._file)
 
+    def _short(self, value: Any) -> str:
+        """Numbers to 4 significant digits, from 1,000 up with an SI suffix (``43.3k``); others as logged."""
+        if type(value) not in (int, float):
+            return format_value(value)
+        if math.isfinite(value) and abs(value) >= 1000:
+            text: str = self._tqdm.format_sizeof(value, divisor=1000)
+            return text
+        return f"{value:.4g}"
 
-def _short(value: Any) -> str:
-    """Four significant digits for floats in the bar; other values as in the text log."""
-    return f"{value:.4g}" if type(value) is float else format_value(value)
+
+_RATES = ("tokens_per_s", "samples_per_s")
+
+
+def _default_postfix(payload: dict[str, Any]) -> tuple[str, ...]:
+    """``loss`` and one throughput: tokens, else samples, else the first ``*_per_s`` key."""
+    rate = next((key for key in _RATES if key in payload), None)
+    if rate is None:
+        rate = next((key for key in payload if type(key) is str and key.endswith("_per_s")), None)
+    return ("loss",) if rate is None else ("loss", rate)
+
+
+def _short_key(key: str) -> str:
+    """``tokens_per_s`` as ``tokens/s``; other keys as in the text log."""
+    return format_key(key[: -len("_per_s")] + "/s" if key.endswith("_per_s") else key)

@@ -7,7 +7,12 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,7 +20,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
-from speedtronic.integrations import TensorboardHook
+from speedtronic.integrations import TensorboardHook, TensorboardWarning
 from speedtronic.profiling import MetricLogger
 
 
@@ -38,27 +43,66 @@ def log_dir(tmp_path: Path) -> Path:
     return tmp_path / "tb"
 
 
-class TestTensorboardHook:
-    def test_round_trip_through_a_metric_logger(self, log_dir: Path) -> None:
-        """Numbers land under <event>/<key> at the payload's step; cadence and close apply."""
-        with MetricLogger(stream=io.StringIO(), every_steps=2) as logger:
+TRAIN_STEP = {
+    "step": 2, "loss": 0.5, "lr": 0.25, "grad_norm": 1.5, "samples_per_s": 100.0, "tokens_per_s": 1600.0,
+    "samples": 64, "tokens": 1024, "microbatches": 1, "memory_bytes": 4096,
+}
+
+
+class TestTagSet:
+    def test_the_default_writes_what_a_person_plots(self, log_dir: Path) -> None:
+        """Training and outer-loop metrics, memory and the user's own events; no settings or elapsed_s."""
+        with MetricLogger(stream=io.StringIO()) as logger:
             logger.hooks.append(TensorboardHook(log_dir))
-            logger.emit("train_start", {"target_step": 4, "device": "cpu"})
-            for step in range(1, 5):
-                logger.emit("train_step", {"step": step, "loss": torch.tensor(1.0 / step), "lr": 0.25})
-            logger.emit("checkpoint", {"step": 4, "path": "ckpt/step_4.pt"})
+            logger.emit("train_start", {"start_step": 0, "target_step": 4, "device": "cpu",
+                                        "precision": "fp32", "grad_accum": 1, "parameters": 1000})
+            logger.emit("train_step", {**TRAIN_STEP, "loss": torch.tensor(0.5)})
+            logger.emit("checkpoint", {"step": 2, "path": "ckpt/step_2.pt", "save_s": 0.1})
+            logger.emit("outer_step", {"outer_step": 1, "candidates": 2, "included": 2, "step": 2, "lag": 0})
+            logger.emit("eval", {"step": 2, "val_loss": 0.75, "split": "val"})
+            logger.emit("train_end", {"step": 2, "steps_run": 2, "duration_s": 1.0, "final_loss": 0.5})
 
         points = scalars(log_dir)
-        assert points["train_step/loss"] == [(2, 0.5), (4, 0.25)]
-        assert points["train_step/lr"] == [(2, 0.25), (4, 0.25)]
-        assert points["train_step/step"] == [(2, 2.0), (4, 4.0)]
-        assert points["train_start/target_step"] == [(0, 4.0)]
-        assert [step for step, _ in points["checkpoint/step"]] == [4]
-        assert {step for step, _ in points["train_step/elapsed_s"]} == {2, 4}
-        assert "train_start/device" not in points
-        assert "checkpoint/path" not in points
+        assert set(points) == {
+            "train_step/loss", "train_step/lr", "train_step/grad_norm", "train_step/samples_per_s",
+            "train_step/tokens_per_s", "train_step/memory_bytes", "outer_step/included", "outer_step/lag",
+            "eval/val_loss",
+        }
+        assert points["train_step/loss"] == [(2, 0.5)]
+        assert points["train_step/memory_bytes"] == [(2, 4096.0)]
+        assert points["outer_step/included"] == [(2, 2.0)]
+        assert points["eval/val_loss"] == [(2, 0.75)]
         assert len(event_files(log_dir)) == 1
 
+    def test_events_chooses_exactly_what_is_written(self, log_dir: Path) -> None:
+        """events={"train_step": ["loss"], "eval": None}: those keys, every number of eval, nothing else."""
+        hook = TensorboardHook(log_dir, events={"train_step": ["loss"], "eval": None})
+        hook.on_event("train_step", TRAIN_STEP)
+        hook.on_event("eval", {"step": 2, "val_loss": 0.75, "accuracy": 0.5, "elapsed_s": 3.0})
+        hook.on_event("my_event", {"step": 2, "value": 1.0})
+        hook.close()
+        assert set(scalars(log_dir)) == {"train_step/loss", "eval/val_loss", "eval/accuracy"}
+
+    def test_the_default_can_be_extended(self, log_dir: Path) -> None:
+        """{**TensorboardHook.DEFAULT_EVENTS, "checkpoint": ["save_s"]} adds one curve to the default."""
+        hook = TensorboardHook(log_dir, events={**TensorboardHook.DEFAULT_EVENTS, "checkpoint": ["save_s"]})
+        hook.on_event("checkpoint", {"step": 10, "path": "c.pt", "save_s": 0.5})
+        hook.on_event("train_step", TRAIN_STEP)
+        hook.close()
+        points = scalars(log_dir)
+        assert points["checkpoint/save_s"] == [(10, 0.5)]
+        assert "train_step/loss" in points
+
+    def test_star_none_writes_every_number_of_every_event(self, log_dir: Path) -> None:
+        """events={"*": None}: every event's numbers but step, elapsed_s and memory_bytes."""
+        hook = TensorboardHook(log_dir, events={"*": None})
+        hook.on_event("train_start", {"target_step": 4, "parameters": 1000, "device": "cpu",
+                                      "elapsed_s": 0.1})
+        hook.close()
+        assert set(scalars(log_dir)) == {"train_start/target_step", "train_start/parameters"}
+
+
+class TestTensorboardHook:
     @pytest.mark.parametrize("process", [False, True], ids=["in-process", "writer-process"])
     def test_numbers_are_written_and_everything_else_skipped(self, log_dir: Path, process: bool) -> None:
         """ints, floats, 0-d tensors and numpy scalars are scalars; bools, strings, lists are not.
@@ -86,7 +130,7 @@ class TestTensorboardHook:
         hook.close()
 
         points = scalars(log_dir)
-        numbers = ("step", "int", "float", "tensor", "numpy", "nan", "huge")
+        numbers = ("int", "float", "tensor", "numpy", "nan", "huge")
         assert set(points) == {f"eval/{key}" for key in numbers}
         assert points["eval/int"] == [(7, 3.0)]
         assert points["eval/tensor"] == [(7, 2.5)]
@@ -94,9 +138,19 @@ class TestTensorboardHook:
         assert np.isnan(points["eval/nan"][0][1])
         assert points["eval/huge"] == [(7, float(np.float32(2**70)))]
 
+    def test_cadence_applies_through_a_metric_logger(self, log_dir: Path) -> None:
+        """Only the steps the logger delivers are written, at their step; close() closes the hook."""
+        with MetricLogger(stream=io.StringIO(), every_steps=2) as logger:
+            logger.hooks.append(TensorboardHook(log_dir))
+            for step in range(1, 5):
+                logger.emit("train_step", {"step": step, "loss": torch.tensor(1.0 / step), "lr": 0.25})
+        points = scalars(log_dir)
+        assert points["train_step/loss"] == [(2, 0.5), (4, 0.25)]
+        assert points["train_step/lr"] == [(2, 0.25), (4, 0.25)]
+
     def test_events_without_a_step_count_per_event_name(self, log_dir: Path) -> None:
         """Without an integer step, each event name has its own counter from 0."""
-        hook = TensorboardHook(log_dir)
+        hook = TensorboardHook(log_dir, events={"*": None})
         for n in range(3):
             hook.on_event("outer_step", {"outer_step": 10 + n, "step": "not an int"})
             if n < 2:
@@ -117,7 +171,7 @@ class TestTensorboardHook:
 
         [path] = event_files(log_dir)
         records = [e for e in EventFileLoader(str(path)).Load() if e.HasField("summary")]
-        assert [(e.step, len(e.summary.value)) for e in records] == [(1, 4), (2, 4)]
+        assert [(e.step, len(e.summary.value)) for e in records] == [(1, 3), (2, 3)]
 
     def test_flush_makes_points_readable_before_close(self, log_dir: Path) -> None:
         """flush() blocks until what was written is in the file, with a long flush interval."""
@@ -185,6 +239,84 @@ class TestTensorboardHook:
         assert steps == list(range(1, 101))
 
 
+@pytest.fixture
+def stalled(
+    log_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[TensorboardHook, threading.Event]]:
+    """A hook whose event file writer hangs (a stalled disk) until the returned event is set."""
+    hook = TensorboardHook(log_dir, max_queue=3)
+    release = threading.Event()
+    write = hook._writer.add_scalars  # the one fault injected: the writer thread's call into the file
+
+    def hang(*args: Any) -> None:
+        release.wait()
+        write(*args)
+
+    monkeypatch.setattr(hook._writer, "add_scalars", hang)
+    yield hook, release
+    release.set()
+    hook.close()
+
+
+class TestHandOff:
+    def test_a_stalled_writer_never_blocks_on_event(
+        self, stalled: tuple[TensorboardHook, threading.Event], log_dir: Path
+    ) -> None:
+        """max_queue events wait; later ones are dropped, counted, warned about once; the rest is written."""
+        hook, release = stalled
+        with pytest.warns(TensorboardWarning, match="3 events behind") as warned:
+            for step in range(1, 21):
+                hook.on_event("train_step", {"step": step, "loss": 1.0})
+        assert len(warned) == 1
+        assert hook.dropped in (16, 17)  # the writer may or may not have taken the first event yet
+        release.set()
+        hook.close()
+        steps = [step for step, _ in scalars(log_dir)["train_step/loss"]]
+        assert steps == list(range(1, 21 - hook.dropped))
+
+    def test_flush_gives_up_after_its_timeout(self, stalled: tuple[TensorboardHook, threading.Event]) -> None:
+        """flush(timeout_s=) raises TimeoutError instead of waiting on a stalled writer forever."""
+        hook, release = stalled
+        hook.on_event("train_step", {"step": 1, "loss": 1.0})
+        with pytest.raises(TimeoutError, match=r"flush not done in 0\.1 s"):
+            hook.flush(timeout_s=0.1)
+        release.set()
+        hook.flush()
+        assert hook.pending == 0
+
+    def test_a_writer_failure_is_raised_by_the_next_call(
+        self, log_dir: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A write that fails on the writer thread surfaces at the next on_event, so the logger counts it."""
+        hook = TensorboardHook(log_dir)
+
+        def disk_full(*args: Any) -> None:
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(hook._writer, "add_scalars", disk_full)
+        with MetricLogger(stream=io.StringIO(), hooks=[hook]) as logger, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            logger.emit("train_step", {"step": 1, "loss": 1.0})
+            while hook.pending:  # the writer thread has tried the first event
+                time.sleep(0.01)
+            logger.emit("train_step", {"step": 2, "loss": 1.0})
+            assert sum(logger.hook_errors.values()) == 1
+
+    def test_a_hook_never_closed_is_written_at_exit(self, log_dir: Path) -> None:
+        """A script that forgets close(): every point reaches the file when the interpreter exits."""
+        script = textwrap.dedent(
+            f"""
+            from speedtronic.integrations import TensorboardHook
+            hook = TensorboardHook({str(log_dir)!r}, flush_secs=3600)
+            for step in range(1, 201):
+                hook.on_event("train_step", {{"step": step, "loss": 1.0 / step}})
+            """
+        )
+        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        assert [step for step, _ in scalars(log_dir)["train_step/loss"]] == list(range(1, 201))
+
+
 class TestDefaults:
     def test_default_log_dir_is_runs_tensorboard(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -208,12 +340,13 @@ class TestWriterProcess:
             with MetricLogger(stream=io.StringIO(), hooks=[TensorboardHook(tmp_path / str(process),
                                                                            process=process)]) as lg:
                 for event, payload in events:
-                    lg.emit(event, {**payload, "elapsed_s": 0.0})
+                    lg.emit(event, payload)
         assert scalars(tmp_path / "True") == scalars(tmp_path / "False")
         assert scalars(tmp_path / "True")["train_step/loss"][0] == (1, 1.0)
         assert len(event_files(tmp_path / "True")) == 1
 
     def test_flush_makes_points_readable_before_close(self, log_dir: Path) -> None:
+        """flush() reaches through the thread and the pipe to the child's file; close is idempotent."""
         hook = TensorboardHook(log_dir, process=True, flush_secs=60)
         hook.on_event("train_step", {"step": 3, "loss": 0.5})
         hook.flush()
@@ -228,11 +361,13 @@ class TestWriterProcess:
         """SIGKILL the parent: the writer reads the end of its pipe and closes the file whole."""
         script = textwrap.dedent(
             f"""
-            import os, signal, sys
+            import os, signal, sys, time
             from speedtronic.integrations import TensorboardHook
             hook = TensorboardHook({str(log_dir)!r}, process=True, flush_secs=60)
             for step in range(100):
                 hook.on_event("train_step", {{"step": step, "loss": float(step)}})
+            while hook.pending:  # every event handed to the writer process, none flushed (60 s)
+                time.sleep(0.01)
             print("sent", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
             """
@@ -244,7 +379,7 @@ class TestWriterProcess:
             points = scalars(log_dir).get("train_step/loss", [])
             if len(points) == 100:
                 break
-            __import__("time").sleep(0.1)
+            time.sleep(0.1)
         assert [step for step, _ in points] == list(range(100))
 
     def test_the_users_main_module_is_not_run_again(self, tmp_path: Path) -> None:

@@ -37,10 +37,35 @@ class TestProgressHook:
             ("train_end", {"step": 4, "final_loss": 0.25}),
         ])
         shown = frames(out)
-        assert any(f.startswith("50%") and "2/4" in f and "loss=0.5 samples_per_s=1002" in f for f in shown)
+        assert any(f.startswith("50%") and "2/4" in f and "loss=0.5 samples/s=1.00k" in f for f in shown)
         assert shown[-1].startswith("100%")
         assert "4/4" in shown[-1]
         assert "loss=0.25" in shown[-1]
+
+    def test_a_trainers_step_leaves_the_bar_its_width_at_100_columns(self) -> None:
+        """loss and one throughput, rounded (tokens/s=4.334e+05 would squeeze the bar): a wide bar."""
+        out = io.StringIO()
+        hook = ProgressHook(out, mininterval=0, ncols=100, dynamic_ncols=False)
+        with MetricLogger(stream=io.StringIO(), hooks=[hook]) as logger:
+            logger.emit("train_start", {"start_step": 0, "target_step": 1000})
+            logger.emit("train_step", {
+                "step": 500, "loss": 2.718281828, "lr": 0.000975, "grad_norm": 0.5743,
+                "samples_per_s": 27090.5, "tokens_per_s": 433440.25, "samples": 64000, "tokens": 1024000,
+                "microbatches": 1,
+                "memory_bytes": 1_234_567_890,
+            })
+        frame = next(f for f in frames(out) if f.startswith("50%"))
+        assert frame.endswith("loss=2.718 tokens/s=433k]")
+        assert len(frame.split("|")[1]) >= 20  # the bar itself (1 character with the old postfix)
+
+    def test_postfix_chooses_the_keys(self) -> None:
+        """postfix=("loss", "grad_norm") shows those two, rounded."""
+        out = io.StringIO()
+        hook = ProgressHook(out, postfix=("loss", "grad_norm"), mininterval=0, ncols=120)
+        with MetricLogger(stream=io.StringIO(), hooks=[hook]) as logger:
+            logger.emit("train_step", {"step": 1, "loss": 0.123456, "grad_norm": 12345.678,
+                                       "tokens_per_s": 9.0})
+        assert frames(out)[-1].endswith("loss=0.1235 grad_norm=12.3k]")
 
     def test_resumed_run_starts_at_start_step(self) -> None:
         """A run resumed at step 90 of 100 starts its bar at 90, not 0."""
