@@ -17,12 +17,14 @@ __all__ = ["add_parser", "run"]
 def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "plot",
-        help="plot keys of recorded runs to a PNG",
-        description="Plot keys of one or more runs (JSONL files or run directories) to a PNG, "
-        "one panel per key, runs overlaid.",
+        help="plot keys of recorded runs to a PNG, PDF or SVG",
+        description="Plot keys of one or more runs (JSONL files or run directories) to a PNG, PDF or "
+        "SVG (by the output's suffix), one panel per key, runs overlaid.",
     )
     parser.add_argument("runs", nargs="+", metavar="RUN", help="a JSONL file or a run directory")
-    parser.add_argument("-o", "--output", required=True, metavar="PNG", help="the PNG file to write")
+    parser.add_argument(
+        "-o", "--output", required=True, metavar="FILE", help="the file to write: .png, .pdf or .svg"
+    )
     parser.add_argument(
         "--keys",
         default=",".join(DEFAULT_KEYS),
@@ -51,10 +53,10 @@ def run(args: argparse.Namespace) -> int:
             args.runs, args.output, keys=keys, x=args.x, event=args.event, smooth=args.smooth,
             log_y=args.log_y, title=args.title, rank=rank_choice(args.rank),
         )
-    except (RunError, NothingToPlot, ModuleNotFoundError) as error:
+    except (RunError, NothingToPlot, ModuleNotFoundError, ValueError) as error:
         raise CommandError(str(error)) from None
     except OSError as error:
-        raise CommandError(f"{args.output}: {error.strerror or error}") from None
+        raise CommandError(f"{args.output}: can't write the plot: {error.strerror or error}") from None
     for name, skipped in result.skipped.items():
         report_skipped(name, skipped)
     for series in result.series:

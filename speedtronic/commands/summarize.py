@@ -29,11 +29,20 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Summarise every run that can be read; list the others. Fails only if none can be read."""
     rank = rank_choice(args.rank)
-    try:
-        summaries = [summarize_run(path, rank=rank) for path in args.runs]
-    except RunError as error:
-        raise CommandError(str(error)) from None
+    summaries, unreadable = [], []
+    for path in args.runs:
+        try:
+            summaries.append(summarize_run(path, rank=rank))
+        except RunError as error:
+            unreadable.append(str(error))
+    if not summaries:
+        if len(unreadable) == 1:
+            raise CommandError(unreadable[0])
+        for problem in unreadable:
+            print(f"speedtronic: {problem}", file=sys.stderr)
+        raise CommandError(f"none of the {len(unreadable)} runs could be read")
     if args.json:
         print(orjson.dumps([s.as_dict() for s in summaries], option=orjson.OPT_INDENT_2).decode())
     else:
@@ -41,4 +50,6 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.flush()  # the table first, then what was skipped, also on a terminal
     for summary in summaries:
         report_skipped(summary.run, summary.skipped)
+    for problem in unreadable:
+        print(f"speedtronic: warning: not summarised: {problem}", file=sys.stderr)
     return 0

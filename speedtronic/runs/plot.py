@@ -1,4 +1,8 @@
-"""``plot_runs``: chosen keys of one or more runs as a PNG, one panel per key, runs overlaid.
+"""``plot_runs``: chosen keys of one or more runs as a PNG, PDF or SVG, one panel per key, runs overlaid.
+
+A resumed run is drawn as one line: against ``elapsed_s`` the time is cumulative over the run's
+segments (``speedtronic.runs.RunClock``), and against ``step`` a step recorded again after a restart
+replaces the points recorded from it on before (the latest record of a step wins).
 
 matplotlib is imported only here, and only its object-oriented API is used (``Figure`` rendered by the
 Agg canvas): no display, no pyplot, and the caller's matplotlib backend is left alone. Records are
@@ -15,11 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from speedtronic.runs.reader import RankChoice, Skipped, as_number, read_records, run_files
+from speedtronic.runs.reader import RankChoice, RunClock, Skipped, as_number, read_records, run_files
 
-__all__ = ["DEFAULT_KEYS", "NothingToPlot", "PlotResult", "Series", "ema", "plot_runs"]
+__all__ = ["DEFAULT_KEYS", "FORMATS", "NothingToPlot", "PlotResult", "Series", "ema", "plot_runs"]
 
 DEFAULT_KEYS = ("loss", "lr")
+FORMATS = ("png", "pdf", "svg")
+"""What ``plot_runs`` writes, chosen by the output's suffix."""
 _MARKERS_UP_TO = 50
 """Series this short get a marker per point, so a lone point (or one between gaps) is visible."""
 
@@ -38,6 +44,16 @@ class Series:
     y: array[float] = field(default_factory=lambda: array("d"))
     non_finite: int = 0
     """Points whose value was NaN or infinite: drawn as a gap."""
+
+    def rewind(self, x: float) -> None:
+        """Drop the points at ``x`` and after: a restarted run records them again."""
+        keep = len(self.x)
+        while keep and self.x[keep - 1] >= x:
+            keep -= 1
+        if keep < len(self.x):
+            self.non_finite -= sum(1 for y in self.y[keep:] if math.isnan(y))
+            del self.x[keep:]
+            del self.y[keep:]
 
     def add(self, x: float, y: float) -> None:
         if not math.isfinite(y):
@@ -79,13 +95,17 @@ def _collect(
 ) -> tuple[list[Series], Skipped]:
     series = [Series(label, key) for key in keys]
     skipped = Skipped()
+    clock = RunClock()
     for record in read_records(path, skipped, rank=rank):
+        since_start = clock.add(record)  # every record: a segment's time counts even without points
         if record.event != event:
             continue
-        xv = as_number(record.payload.get(x))
+        xv = since_start if x == "elapsed_s" else as_number(record.payload.get(x))
         if xv is None or not math.isfinite(xv):
             continue
         for one in series:
+            if x == "step":
+                one.rewind(xv)
             yv = as_number(record.payload.get(one.key))
             if yv is not None:
                 one.add(xv, yv)
@@ -106,14 +126,21 @@ def plot_runs(
     rank: RankChoice = "first",
     dpi: int = 100,
 ) -> PlotResult:
-    """Draw ``keys`` of the ``event`` records of each run against ``x`` and save a PNG to ``out``.
+    """Draw ``keys`` of the ``event`` records of each run against ``x`` and save the figure to ``out``,
+    in the format its suffix names (``FORMATS``).
 
     ``smooth`` (0 <= smooth < 1) is TensorBoard's smoothing weight: the smoothed line is drawn over
     the raw one, which is kept faint. Keys are plotted even when some runs lack them; a key no run has
     gets a panel saying so. Raises ``speedtronic.runs.RunError`` for a run that can't be read,
     ``NothingToPlot`` (before writing anything) when no run has a single point, ``ValueError`` for bad
-    arguments, ``OSError`` when ``out`` can't be written.
+    arguments (a suffix that names no format among them), ``OSError`` when ``out`` can't be written.
     """
+    fmt = Path(out).suffix.lower().removeprefix(".")
+    if fmt not in FORMATS:
+        raise ValueError(
+            f"{out}: can't tell the format from the suffix {Path(out).suffix or '(none)'!r}; "
+            f"end the name with {', '.join('.' + f for f in FORMATS)}"
+        )
     if not runs:
         raise ValueError("plot_runs needs at least one run")
     if not keys:
@@ -146,7 +173,7 @@ def plot_runs(
     axes[-1].set_xlabel(x)
     figure.suptitle(title if title is not None else _title(names, event))
     path = Path(out)
-    figure.savefig(path, format="png")
+    figure.savefig(path, format=fmt)
     return PlotResult(path, series, skipped)
 
 

@@ -5,11 +5,18 @@ more ``*.jsonl`` files (``metrics.jsonl`` first, then per-rank files such as ``m
 in numeric order). ``read_records`` yields one ``Record`` per line, lazily, in constant memory, and
 never raises because of what a line holds: a torn last line (a killed writer), a line that is not
 JSON, a JSON value that is not an object, or an object without an ``"event"`` name is skipped and
-counted in a ``Skipped`` with its line number. Only a path that can't be read raises ``RunError``.
+counted in a ``Skipped`` with its line number. A path that can't be read, and a file none of whose
+lines is a record (not speedtronic JSONL: a README, a checkpoint), raise ``RunError``.
 
-The writer's conventions are undone here, once: ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` become
-floats again: exactly in the keys the record's ``"_speedtronic": {"converted": [...]}`` note names
-when it has one (so a string that happens to read "NaN" stays a string), everywhere in a record
+A run that was resumed holds several *segments* in one file: each ``train_start`` begins one, which
+lasts until its ``train_end`` or the end of the file. ``Record.segment`` numbers them (from 0, per
+file), and ``RunClock`` turns each segment's ``elapsed_s`` (its logger's clock, restarting at 0) into
+the time since the run first started.
+
+The writer's conventions are undone here, once: the ``null`` its note's ``"non_finite"`` pointers
+name become NaN or infinities again (``speedtronic.processors.convert.restore_non_finite``); in older
+files, ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` become floats again: exactly in the keys the
+record's ``"_speedtronic": {"converted": [...]}`` note names when it has one (so a string that happens to read "NaN" stays a string), everywhere in a record
 without one (JSONL from another writer). ``timestamp`` and the note are set apart from the payload,
 so ``Record.payload`` is exactly what a live hook received.
 """
@@ -26,10 +33,13 @@ from typing import Any, Literal, NamedTuple
 
 import orjson
 
+from speedtronic.processors.convert import restore_non_finite
+
 __all__ = [
     "RATE_SUFFIX",
     "RankChoice",
     "Record",
+    "RunClock",
     "RunError",
     "Skipped",
     "as_number",
@@ -66,6 +76,38 @@ class Record(NamedTuple):
     line: int
     notes: dict[str, Any] | None = None
     """The writer's ``_speedtronic`` note: which keys it converted or truncated."""
+    segment: int = 0
+    """Which segment of its file the record belongs to: 0, then one more at each later ``train_start``."""
+
+
+class RunClock:
+    """Elapsed seconds across a run's segments: each segment's ``elapsed_s`` restarts at 0, so a
+    record's time since the run first started is the segments before it plus its own ``elapsed_s``.
+    Kept per rank; ``total`` is the longest rank's."""
+
+    __slots__ = ("_ranks",)
+
+    def __init__(self) -> None:
+        self._ranks: dict[int, list[Any]] = {}
+        """rank -> [time of the segments done, current (file, segment), longest elapsed_s in it]"""
+
+    def add(self, record: Record) -> float | None:
+        """The record's time since the run started; ``None`` when it has no finite ``elapsed_s``."""
+        clock = self._ranks.setdefault(record.rank, [0.0, None, 0.0])
+        where = (record.source, record.segment)
+        if clock[1] != where:
+            clock[0], clock[1], clock[2] = clock[0] + clock[2], where, 0.0
+        elapsed = as_number(record.payload.get("elapsed_s"))
+        if elapsed is None or not math.isfinite(elapsed):
+            return None
+        clock[2] = max(clock[2], elapsed)
+        return float(clock[0] + elapsed)
+
+    @property
+    def total(self) -> float | None:
+        """Seconds over every segment (the longest rank's); ``None`` before any record had a time."""
+        totals = [done + current for done, _, current in self._ranks.values()]
+        return max(totals) if totals and max(totals) > 0 else None
 
 
 class Skipped:
@@ -194,17 +236,28 @@ def _records(files: list[Path], skipped: Skipped, rank: RankChoice) -> Iterator[
 
 
 def _file_records(source: Path, skipped: Skipped) -> Iterator[Record]:
+    segment, started, lines, records = 0, False, 0, 0
     try:
-        with source.open("rb") as lines:
-            for number, raw in enumerate(lines, 1):
-                record = _parse(raw, source, number, skipped)
-                if record is not None:
-                    yield record
+        with source.open("rb") as file:
+            for number, raw in enumerate(file, 1):
+                lines += bool(raw.strip())
+                record = _parse(raw, source, number, skipped, segment)
+                if record is None:
+                    continue
+                if record.event == "train_start":
+                    if started:
+                        segment += 1
+                        record = record._replace(segment=segment)
+                    started = True
+                records += 1
+                yield record
     except OSError as error:
         raise RunError(f"{source}: {error.strerror or error}") from None
+    if lines and not records:
+        raise RunError(f"{source}: not a speedtronic JSONL file (no line is a JSON record with an event)")
 
 
-def _parse(raw: bytes, source: Path, number: int, skipped: Skipped) -> Record | None:
+def _parse(raw: bytes, source: Path, number: int, skipped: Skipped, segment: int) -> Record | None:
     if not raw.strip():
         return None
     try:
@@ -216,6 +269,8 @@ def _parse(raw: bytes, source: Path, number: int, skipped: Skipped) -> Record | 
     if type(fields) is not dict:
         skipped.add_line(source, number, "not a JSON object")
         return None
+    if b'"non_finite"' in raw:  # the writer's nulls for NaN and infinities, noted by JSON Pointer
+        restore_non_finite(fields)
     event = fields.pop("event", None)
     if type(event) is not str or not event:
         skipped.add_line(source, number, "no event name")
@@ -223,7 +278,8 @@ def _parse(raw: bytes, source: Path, number: int, skipped: Skipped) -> Record | 
     timestamp = fields.pop("timestamp", None)
     notes = fields.pop("_speedtronic", None)
     notes = notes if type(notes) is dict else None
-    if any(hint in raw for hint in _NON_FINITE_HINTS):
+    older = notes is None or "non_finite" not in notes  # an older writer's, or another writer's, strings
+    if older and any(hint in raw for hint in _NON_FINITE_HINTS):
         converted = notes.get("converted") if notes is not None else None
         if type(converted) is not list:
             fields = _restore_non_finite(fields)
@@ -239,6 +295,7 @@ def _parse(raw: bytes, source: Path, number: int, skipped: Skipped) -> Record | 
         source,
         number,
         notes,
+        segment,
     )
 
 

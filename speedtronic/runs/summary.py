@@ -3,6 +3,11 @@
 What counts as trouble comes from ``speedtronic.processors.EVENT_LEVELS``, the same table that sets
 the text log's levels, so a new warning event is summarised without a change here. Throughput rates
 are the numeric ``train_step`` keys ending in ``_per_s`` (``speedtronic.runs.RATE_SUFFIX``).
+
+A resumed run is summarised as one run over its segments (``speedtronic.runs.reader``): ``elapsed``
+adds up the segments, ``steps`` counts each step once however many segments recorded it (a step run
+again after a restart replaces the earlier record, so the last loss is the latest one's), and
+``finished`` is about the last segment.
 """
 
 from __future__ import annotations
@@ -14,11 +19,24 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from speedtronic.processors.convert import non_finite_text
 from speedtronic.processors import level_for
-from speedtronic.runs.reader import RankChoice, Record, Skipped, as_number, rate_keys, read_records, run_files
+from speedtronic.processors.convert import non_finite_text
+from speedtronic.runs.reader import (
+    RankChoice,
+    Record,
+    RunClock,
+    Skipped,
+    as_number,
+    rate_keys,
+    read_records,
+    run_files,
+)
 
 __all__ = ["RateStats", "RunSummary", "format_summaries", "summarize_run"]
+
+
+_STEP_BITS = 1 << 27
+"""Steps remembered one bit each (16 MiB at most) to count a step recorded twice once."""
 
 
 @dataclass
@@ -58,6 +76,11 @@ class RunSummary:
     non_finite_losses: int = 0
     rates: dict[str, RateStats] = field(default_factory=dict)
     elapsed_s: float | None = None
+    """Seconds over every segment of the run."""
+    segments: int = 0
+    """``train_start`` records: 1 for a run never resumed."""
+    steps_recorded: int = 0
+    """Distinct steps with a ``train_step`` record (a step recorded again after a restart counts once)."""
     checkpoints: int = 0
     last_checkpoint: dict[str, Any] | None = None
     finished: bool = False
@@ -68,19 +91,23 @@ class RunSummary:
     undelivered: int = 0
     """Events that never reached the hooks (background delivery timed out at close)."""
     skipped: Skipped = field(default_factory=Skipped)
+    _clock: RunClock = field(default_factory=RunClock, repr=False)
+    _seen: bytearray = field(default_factory=bytearray, repr=False)
+    """One bit per step: whether a ``train_step`` of it was seen."""
 
     def add(self, record: Record) -> None:
         """Fold one record into the summary."""
         event, payload = record.event, record.payload
         self.records += 1
         self.events[event] += 1
-        elapsed = as_number(payload.get("elapsed_s"))
-        if elapsed is not None and math.isfinite(elapsed):
-            self.elapsed_s = elapsed if self.elapsed_s is None else max(self.elapsed_s, elapsed)
+        self._clock.add(record)
+        self.elapsed_s = self._clock.total
         level = level_for(event)
         if event == "train_step":
             self._add_step(payload)
         elif event == "train_start":
+            self.segments += 1
+            self.finished = False
             target = payload.get("target_step")
             self.target_step = target if type(target) is int else self.target_step
         elif event == "checkpoint":
@@ -102,6 +129,7 @@ class RunSummary:
         if type(step) is int:
             self.step_min = step if self.step_min is None else min(self.step_min, step)
             self.step_max = step if self.step_max is None else max(self.step_max, step)
+            self._count_step(step)
         loss = as_number(payload.get("loss"))
         if loss is not None:
             if self.loss_first is None:
@@ -113,6 +141,17 @@ class RunSummary:
                 self.loss_best, self.loss_best_step = loss, step if type(step) is int else None
         for key in rate_keys(payload):
             self.rates.setdefault(key, RateStats()).add(payload[key])
+
+    def _count_step(self, step: int) -> None:
+        if not 0 <= step < _STEP_BITS:  # a step number off the scale is counted, not remembered
+            self.steps_recorded += 1
+            return
+        byte, bit = divmod(step, 8)
+        if byte >= len(self._seen):
+            self._seen.extend(bytes(byte + 1 - len(self._seen)))
+        if not self._seen[byte] >> bit & 1:
+            self._seen[byte] |= 1 << bit
+            self.steps_recorded += 1
 
     def _add_hook_error(self, payload: dict[str, Any]) -> None:
         # The logger reports a hook's 1st, 2nd, 4th... failure and a final total: the largest count
@@ -132,7 +171,11 @@ class RunSummary:
             "files": self.files,
             "records": self.records,
             "events": dict(self.events),
-            "steps": {"min": self.step_min, "max": self.step_max, "target": self.target_step},
+            "steps": {
+                "min": self.step_min, "max": self.step_max, "target": self.target_step,
+                "recorded": self.steps_recorded,
+            },
+            "segments": self.segments,
             "loss": {
                 "first": _json_float(self.loss_first),
                 "last": _json_float(self.loss_last),
@@ -196,6 +239,8 @@ def format_summaries(summaries: Sequence[RunSummary]) -> str:
         rows.append((f"{key} mean", [_number(_rate(s, key, "mean")) for s in summaries]))
         rows.append((f"{key} last", [_number(_rate(s, key, "last")) for s in summaries]))
     rows.append(("elapsed", [_duration(s.elapsed_s) for s in summaries]))
+    if any(s.segments > 1 for s in summaries):
+        rows.append(("segments", [_segments(s) for s in summaries]))
     rows.append(("checkpoints", [_checkpoints(s) for s in summaries]))
     rows.append(("finished", [_finished(s) for s in summaries]))
     rows.append(("warnings", [_counts(s.warnings) for s in summaries]))
@@ -246,6 +291,11 @@ def _steps(summary: RunSummary) -> str:
         return _MISSING
     text = f"{summary.step_min:,}-{summary.step_max:,}"
     return f"{text} of {summary.target_step:,}" if summary.target_step is not None else text
+
+
+def _segments(summary: RunSummary) -> str:
+    restarts = summary.segments - 1
+    return f"{summary.segments} ({restarts} restart{'s' if restarts != 1 else ''})" if restarts > 0 else "1"
 
 
 def _best(summary: RunSummary) -> str:

@@ -97,7 +97,8 @@ class TestSummarizeCommand:
         assert result.returncode == 0, result.stderr
         (run,) = json.loads(result.stdout, parse_constant=pytest.fail)
         assert run["loss"] == {"first": 2.0, "last": "NaN", "best": 0.75, "best_step": 4, "non_finite": 2}
-        assert run["steps"] == {"min": 1, "max": 5, "target": 6}
+        assert run["steps"] == {"min": 1, "max": 5, "target": 6, "recorded": 5}
+        assert run["segments"] == 1
         assert run["rates"]["samples_per_s"] == {"mean": 200.0, "last": 200.0}
         assert run["errors"] == {"delta_upload_failed": 1}
         assert run["skipped"] == {"lines": 0, "by_reason": {}, "other_ranks": {}}
@@ -124,11 +125,44 @@ class TestSummarizeCommand:
         assert table(cli("summarize", "--rank", "all", path).stdout)["steps"] == ["1-8"]
         assert_one_line_error(cli("summarize", "--rank", "bogus", path), "--rank", "'bogus'")
 
-    def test_missing_file(self, cli: CLI, run_file: Path) -> None:
+    def test_missing_file(self, cli: CLI) -> None:
         """A missing run: one line naming it, exit 2, no traceback, nothing on stdout."""
-        result = cli("summarize", run_file, "missing.jsonl")
+        result = cli("summarize", "missing.jsonl")
         assert_one_line_error(result, "missing.jsonl: No such file or directory")
         assert result.stdout == ""
+
+    def test_unreadable_runs_are_listed_and_the_readable_ones_summarised(
+        self, cli: CLI, run_file: Path, tmp_path: Path
+    ) -> None:
+        """runs/*: an empty directory and a missing file don't cost the good run; exit 0."""
+        (tmp_path / "empty").mkdir()
+        result = cli("summarize", run_file, "empty", "missing.jsonl")
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.startswith("run ")
+        assert str(run_file) in result.stdout.splitlines()[0]
+        assert result.stderr.splitlines() == [
+            "speedtronic: warning: not summarised: empty: no *.jsonl file in this directory",
+            "speedtronic: warning: not summarised: missing.jsonl: No such file or directory",
+        ]
+
+    def test_none_readable_is_an_error_listing_each(self, cli: CLI, tmp_path: Path) -> None:
+        """Every run unreadable: each named on stderr, then the error, exit 2."""
+        (tmp_path / "empty").mkdir()
+        result = cli("summarize", "empty", "missing.jsonl")
+        assert result.returncode == 2
+        assert result.stderr.splitlines() == [
+            "speedtronic: empty: no *.jsonl file in this directory",
+            "speedtronic: missing.jsonl: No such file or directory",
+            "speedtronic: error: none of the 2 runs could be read",
+        ]
+
+    @pytest.mark.parametrize("name", ["README.md", "step_00000010.pt"])
+    def test_a_file_that_is_not_speedtronic_jsonl_is_an_error(
+        self, cli: CLI, tmp_path: Path, name: str
+    ) -> None:
+        """A README or a checkpoint is no run: one line saying so, exit 2."""
+        (tmp_path / name).write_bytes(b"# speedtronic\n\x80\x02}q\x00binary\n")
+        assert_one_line_error(cli("summarize", name), f"{name}: not a speedtronic JSONL file")
 
     @pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
     def test_unreadable_file(self, cli: CLI, run_file: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -52,3 +53,14 @@ def broken_factory(**kwargs: Any) -> Any:
 
 def not_a_hook(**kwargs: Any) -> Any:
     return 42
+
+
+class ExitAt:
+    """Ends the process abruptly (``os._exit``, like a killed job) when ``event`` for ``step`` arrives."""
+
+    def __init__(self, event: str, step: int) -> None:
+        self._event, self._step = event, step
+
+    def on_event(self, event: str, payload: dict[str, Any]) -> None:
+        if event == self._event and payload.get("step") == self._step:
+            os._exit(3)
