@@ -84,9 +84,9 @@ class _EventLogger(structlog.BoundLoggerBase):
     and the payload as the event dict's fields (any string keys, ``self`` and ``event`` included).
     """
 
-    def log_event(self, method_name: str, event: str, fields: dict[str, Any]) -> None:
+    def log_event(self, method_name: str, event: str, fields: Mapping[str, Any]) -> None:
         try:
-            args, kwargs = self._process_event(method_name, event, fields)
+            args, kwargs = self._process_event(method_name, event, fields)  # type: ignore[arg-type]  # copies the fields
         except structlog.DropEvent:
             return
         getattr(self._logger, method_name)(*args, **kwargs)
@@ -226,7 +226,9 @@ class MetricLogger:
         _check_seconds("close_timeout_s", close_timeout_s)
         _check_seconds("hook_put_timeout_s", hook_put_timeout_s)
         if isinstance(hook_queue_size, bool) or not isinstance(hook_queue_size, int) or hook_queue_size < 1:
-            raise ValueError(f"MetricLogger(hook_queue_size=...) must be an int >= 1, got {hook_queue_size!r}")
+            raise ValueError(
+                f"MetricLogger(hook_queue_size=...) must be an int >= 1, got {hook_queue_size!r}"
+            )
         if file is not None and stream is not None:
             raise ValueError("MetricLogger: pass either file= or stream= for the text log, not both")
         user_processors = list(processors)
@@ -347,7 +349,7 @@ class MetricLogger:
             if self._closed:
                 raise LoggerClosedError(f"emit({event!r}) on a closed MetricLogger; create a new one")
             try:
-                self._log.log_event(level or level_for(event), str(event), dict(_event_fields(payload)))
+                self._log.log_event(level or level_for(event), str(event), _event_fields(payload))
             except (HookError, SpeedtronicWarning):
                 raise
             except Exception as error:

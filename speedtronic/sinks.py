@@ -67,6 +67,7 @@ class LineFile:
         self, path: str | os.PathLike[str], on_error: OnWriteError, note: RenderNote = json_note
     ) -> None:
         self.path = Path(path)
+        self._path = str(self.path)  # stat'ed before each write: a str is quicker to pass than a Path
         self._on_error = on_error
         self._note = note
         self._lock = threading.RLock()
@@ -100,7 +101,7 @@ class LineFile:
                 raise ValueError(f"{self.path} is closed")
             if self._watch:
                 self._follow_rotation()
-            failure = self._mend()
+            failure = self._mend() if self._pending or self._unnoted or self._torn else None
             if failure is None:
                 failure = self._begin(data)
             else:
@@ -134,7 +135,7 @@ class LineFile:
 
     def _follow_rotation(self) -> None:
         try:
-            info = os.stat(self.path)
+            info = os.stat(self._path)
             if (info.st_dev, info.st_ino) == self._identity:
                 return
         except FileNotFoundError:

@@ -15,7 +15,7 @@ import structlog
 from structlog.typing import EventDict, WrappedLogger
 
 from speedtronic.processors.convert import NOTE_KEY, Truncated, is_plain, json_safe_record, safe_str, truncate
-from speedtronic.processors.text import DEFAULT_FLOAT_DIGITS, format_fields, quote
+from speedtronic.processors.text import DEFAULT_FLOAT_DIGITS, ValueFormat, quote
 
 __all__ = ["DEFAULT_MAX_LINE_BYTES", "LEVEL_NAMES", "CapLine", "JSONLRenderer", "TextRenderer"]
 
@@ -55,7 +55,7 @@ class TextRenderer:
     With ``max_line_bytes``, no longer than that once a newline is added (see ``CapLine``).
     """
 
-    __slots__ = ("_cap", "_clock", "_digits")
+    __slots__ = ("_cap", "_clock", "_format")
 
     def __init__(
         self,
@@ -64,12 +64,8 @@ class TextRenderer:
         float_digits: int | None = DEFAULT_FLOAT_DIGITS,
         max_line_bytes: int | None = None,
     ) -> None:
-        if float_digits is not None and (
-            isinstance(float_digits, bool) or not isinstance(float_digits, int) or float_digits < 1
-        ):
-            raise ValueError(f"float_digits must be an int >= 1 or None, got {float_digits!r}")
         self._clock = clock
-        self._digits = float_digits
+        self._format = ValueFormat(float_digits)
         self._cap = CapLine(self.render, max_line_bytes) if max_line_bytes else None
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> str:
@@ -83,7 +79,7 @@ class TextRenderer:
         level = LEVEL_NAMES.get(method_name) or quote(method_name.upper())
         event = event_dict.get("event", "")
         name = quote(event if type(event) is str else safe_str(event))
-        return f"{now} | {level} | {name}{format_fields(event_dict, _TEXT_SKIPPED, self._digits)}"
+        return f"{now} | {level} | {name}{self._format.fields(event_dict, _TEXT_SKIPPED)}"
 
 
 class JSONLRenderer:

@@ -9,14 +9,23 @@ and spaces inside a value stay inside its quotes (CWE-117).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
-from collections.abc import Container, Mapping
+from collections.abc import Callable, Container, Mapping
 from typing import Any
 
 from speedtronic.processors.convert import int_text, safe_str
 
-__all__ = ["DEFAULT_FLOAT_DIGITS", "format_fields", "format_float", "format_key", "format_value", "quote"]
+__all__ = [
+    "DEFAULT_FLOAT_DIGITS",
+    "ValueFormat",
+    "format_fields",
+    "format_float",
+    "format_key",
+    "format_value",
+    "quote",
+]
 
 DEFAULT_FLOAT_DIGITS = 4
 """Significant digits of a float in the text line (``lr=0.000975``, ``loss=3.224``); the JSONL record
@@ -43,32 +52,68 @@ def quote(text: str) -> str:
     return '"' + _UNSAFE.sub(_escape, text) + '"'
 
 
+class ValueFormat:
+    """Formats values as text-line tokens, floats with ``digits`` significant digits (decided here,
+    once): ``0.000975``, ``3.224``, ``1e-07``; a float at or beyond ``10**digits`` rounded to an
+    integer (``20134``); every digit (``repr``) with ``digits=None``; ``nan``, ``inf``, ``-inf``.
+    Ints in decimal, ``True``/``None`` as such, strings (and anything else, by its ``str()``) quoted
+    when unsafe. Keys repeat from event to event, so each distinct string key is quoted once."""
+
+    __slots__ = ("_digits", "_limit", "_quote_key", "_spec")
+
+    def __init__(self, digits: int | None = DEFAULT_FLOAT_DIGITS) -> None:
+        if digits is not None and (isinstance(digits, bool) or not isinstance(digits, int) or digits < 1):
+            raise ValueError(f"float_digits must be an int >= 1 or None, got {digits!r}")
+        self._digits = digits
+        self._spec = f".{digits}g" if digits is not None else ""
+        self._limit = 10.0**digits if digits is not None else 0.0  # 0: every float takes repr
+        self._quote_key: Callable[[str], str] = functools.lru_cache(maxsize=4096)(quote)
+
+    def key(self, key: object) -> str:
+        """A key as a token: bare when safe, quoted otherwise; non-string keys by their ``str()``."""
+        return self._quote_key(key) if type(key) is str else quote(safe_str(key))
+
+    def float(self, value: float) -> str:
+        if -self._limit < value < self._limit:  # finite and not huge (NaN compares false)
+            return format(value, self._spec)
+        if self._digits is not None and math.isfinite(value):
+            return f"{value:.0f}"
+        return repr(float(value))
+
+    def __call__(self, value: Any) -> str:
+        kind = type(value)
+        if kind is float:
+            return self.float(value)
+        if kind is int:
+            return int_text(value)
+        if kind is str:
+            return quote(value)
+        if kind is bool or value is None:
+            return str(value)
+        return quote(safe_str(value))
+
+    def fields(self, event_dict: Mapping[Any, Any], skip: Container[Any] = ("event",)) -> str:
+        """`` key=value`` for every key not in ``skip``, each with a leading space, in order."""
+        parts = []
+        for key, value in event_dict.items():
+            if key in skip:
+                continue
+            token = self._quote_key(key) if type(key) is str else quote(safe_str(key))
+            parts.append(f" {token}={self(value)}")
+        return "".join(parts)
+
+
+_DEFAULT = ValueFormat()
+
+
 def format_float(value: float, digits: int | None = DEFAULT_FLOAT_DIGITS) -> str:
-    """``value`` with ``digits`` significant digits (``0.000975``, ``3.224``, ``1e-07``), a number at or
-    beyond ``10**digits`` rounded to an integer (``20134``), or every digit (``repr``) when ``digits``
-    is ``None``; ``nan``, ``inf``, ``-inf`` for the non-finite."""
-    if not math.isfinite(value):
-        return repr(float(value))
-    if digits is None:
-        return repr(float(value))
-    if abs(value) >= 10**digits:
-        return f"{value:.0f}"
-    return f"{value:.{digits}g}"
+    """A float as the text line writes it (see ``ValueFormat``)."""
+    return (_DEFAULT if digits == DEFAULT_FLOAT_DIGITS else ValueFormat(digits)).float(value)
 
 
 def format_value(value: Any, digits: int | None = DEFAULT_FLOAT_DIGITS) -> str:
-    """A value as a token: floats by ``format_float``, ints in decimal, ``True``/``None`` as such,
-    strings (and anything else, by its ``str()``) quoted when unsafe."""
-    kind = type(value)
-    if kind is str:
-        return quote(value)
-    if kind is float:
-        return format_float(value, digits)
-    if kind is int:
-        return int_text(value)
-    if kind is bool or value is None:
-        return str(value)
-    return quote(safe_str(value))
+    """A value as the text line writes it (see ``ValueFormat``)."""
+    return (_DEFAULT if digits == DEFAULT_FLOAT_DIGITS else ValueFormat(digits))(value)
 
 
 def format_key(key: object) -> str:
@@ -82,8 +127,4 @@ def format_fields(
     digits: int | None = DEFAULT_FLOAT_DIGITS,
 ) -> str:
     """`` key=value`` for every key not in ``skip``, each with a leading space, in order."""
-    return "".join(
-        f" {format_key(key)}={format_value(value, digits)}"
-        for key, value in event_dict.items()
-        if key not in skip
-    )
+    return (_DEFAULT if digits == DEFAULT_FLOAT_DIGITS else ValueFormat(digits)).fields(event_dict, skip)
