@@ -16,8 +16,9 @@ the time since the run first started.
 The writer's conventions are undone here, once: the ``null`` its note's ``"non_finite"`` pointers
 name become NaN or infinities again (``speedtronic.processors.convert.restore_non_finite``); in older
 files, ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` become floats again: exactly in the keys the
-record's ``"_speedtronic": {"converted": [...]}`` note names when it has one (so a string that happens to read "NaN" stays a string), everywhere in a record
-without one (JSONL from another writer). ``timestamp`` and the note are set apart from the payload,
+record's ``"_speedtronic": {"converted": [...]}`` note names when it has one (so a string that
+happens to read "NaN" stays a string), everywhere in a record without one (JSONL from another
+writer). ``timestamp`` and the note are set apart from the payload,
 so ``Record.payload`` is exactly what a live hook received.
 """
 
