@@ -1,9 +1,12 @@
 """What the default ``TensorboardHook()`` adds to a training step, against synchronous ``SummaryWriter``.
 
-    python benchmarks/tensorboard_hook.py [--rounds N] [--steps N] [--step-ms MS] [--work sleep|numpy]
+    python benchmarks/tensorboard_hook.py [--rounds N] [--steps N] [--step-ms MS] [--work sleep|numpy|python]
 
 A training step is modelled by work that releases the GIL, as a step waiting on the accelerator does:
-``time.sleep(step_ms)`` (default) or a numpy matrix product of about that length. Each variant runs the
+``time.sleep(step_ms)`` (default) or one numpy matrix product of about that length (which also keeps
+a core or more busy, as the BLAS threads do). ``--work python`` holds the GIL through the step instead,
+as a training loop busy in Python does: there the writer thread's work competes with training, and
+``process=True`` is the variant to compare. Each variant runs the
 same steps, in interleaved rounds (the order rotates), and logs one ``train_step`` per step:
 
 - ``bare``: the step alone (the baseline every other variant is measured against);
@@ -43,21 +46,35 @@ WRITTEN = TensorboardHook.DEFAULT_EVENTS["train_step"] or ()
 
 
 def make_work(kind: str, step_s: float) -> Callable[[], None]:
+    """One step: a sleep, one numpy matrix product (one call, the GIL released throughout), or a
+    Python loop (the GIL held throughout: not the model the goal is set for, shown for comparison)."""
     if kind == "sleep":
         return lambda: time.sleep(step_s)
+    if kind == "python":
+
+        start, spins = time.perf_counter(), 100_000
+        for _ in range(spins):
+            pass
+        spins = max(1, round(spins * step_s / (time.perf_counter() - start)))
+
+        def busy() -> None:  # a fixed amount of Python work, not a deadline: time lost to others shows
+            for _ in range(spins):
+                pass
+
+        return busy
     import numpy as np
 
     size = 64
-    a = np.random.default_rng(0).random((size, size))
-    start = time.perf_counter()
-    for _ in range(20):
-        a @ a
-    per = (time.perf_counter() - start) / 20
-    repeat = max(1, round(step_s / per))
+    while True:  # the smallest square product that takes a step's time
+        matrix = np.random.default_rng(0).random((size, size))
+        start = time.perf_counter()
+        np.matmul(matrix, matrix)
+        if time.perf_counter() - start >= step_s or size >= 8192:
+            break
+        size = int(size * 1.25)
 
     def work() -> None:
-        for _ in range(repeat):
-            a @ a
+        np.matmul(matrix, matrix)
 
     return work
 
@@ -84,7 +101,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--step-ms", type=float, default=1.0)
-    parser.add_argument("--work", choices=("sleep", "numpy"), default="sleep")
+    parser.add_argument("--work", choices=("sleep", "numpy", "python"), default="sleep")
     args = parser.parse_args()
     from torch.utils.tensorboard import SummaryWriter
 

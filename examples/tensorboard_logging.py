@@ -1,5 +1,10 @@
 """A short run into TensorBoard event files: `tensorboard --logdir runs/tensorboard` shows it.
 
+The default ``TensorboardHook()`` writes the curves a person plots: ``train_step``'s loss, lr and
+throughput (grad_norm and memory too when the payload has them), the outer loop's, and every number of
+events the catalog doesn't know, such as this script's ``eval``. Settings (``train_start``) and
+one-off facts (``checkpoint``, ``train_end``) are not plotted; pass ``events=`` to choose otherwise.
+
 (Not named tensorboard.py: run as a script, that file would shadow the tensorboard package.)
 """
 
@@ -19,6 +24,8 @@ def main(log_dir: Path = Path("runs/tensorboard")) -> int:
         for step in range(1, 51):
             loss = 2.0 * math.exp(-step / 20)
             logger.emit("train_step", {"step": step, "loss": loss, "lr": 3e-4, "device": "cpu"})
+            if step % 25 == 0:
+                logger.emit("eval", {"step": step, "val_loss": loss * 1.1})
         logger.emit("train_end", {"step": 50, "final_loss": loss})
     # Closing the logger closed the hook: every point is in the event file now.
     print(f"view it with: tensorboard --logdir {log_dir}", file=sys.stderr)

@@ -77,7 +77,8 @@ class TensorboardHook:
     ``EventFileWriter``, which checksums and writes them from its own thread. So an event costs the
     training thread a few microseconds, and ``on_event`` never waits. The queue is bounded: when the
     writer is ``max_queue`` events behind (a stalled disk), further events are dropped, counted in
-    ``dropped`` and reported once with a ``TensorboardWarning``. ``flush()`` and ``close()`` wait at
+    ``dropped`` and reported once with a ``TensorboardWarning``. (``on_event`` expects one caller at a
+    time, as ``MetricLogger`` calls hooks under its lock.) ``flush()`` and ``close()`` wait at
     most ``timeout_s`` and raise ``TimeoutError`` past it. A failure of the writer (disk full) is
     raised by the next ``on_event``, ``flush`` or ``close``, so the logger counts it.
 

@@ -41,11 +41,13 @@ def test_structlog_app_gets_speedtronic_events_in_its_json_stream(tmp_path: Path
 
 
 def test_tensorboard_example_writes_readable_scalars(tmp_path: Path) -> None:
-    """The event file holds the logged steps' losses, under train_step/loss."""
+    """The event file holds the curves the example's docstring lists, at the logged steps."""
     run_example("tensorboard_logging.py", tmp_path, "tb")
     accumulator = EventAccumulator(str(tmp_path / "tb"))
     accumulator.Reload()
+    assert sorted(accumulator.Tags()["scalars"]) == ["eval/val_loss", "train_step/loss", "train_step/lr"]
     assert [p.step for p in accumulator.Scalars("train_step/loss")] == [10, 20, 30, 40, 50]
+    assert [p.step for p in accumulator.Scalars("eval/val_loss")] == [25, 50]
 
 
 def test_wandb_offline_example_finishes_its_run(tmp_path: Path) -> None:
