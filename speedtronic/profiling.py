@@ -20,23 +20,28 @@ the emitting thread) unless ``background_hooks=True`` or a hook is wrapped in
 
 from __future__ import annotations
 
-import inspect
+import contextlib
 import logging
 import os
+import sys
 import threading
-import warnings
 import weakref
-from collections.abc import Iterable, Mapping
-from pathlib import Path
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType, TracebackType
 from typing import IO, Any
 
 import structlog
-from structlog.typing import Processor
+from structlog.typing import EventDict, Processor, WrappedLogger
 
 from speedtronic import _exit_and_fork
 from speedtronic.distributed import RankInfo, detect_rank, is_lead, rank_path
-from speedtronic.errors import HookError, LoggerClosedError, LoggingFailureWarning, SpeedtronicWarning
+from speedtronic.errors import (
+    HookError,
+    LoggerClosedError,
+    LoggingFailureWarning,
+    SpeedtronicWarning,
+    warn_at_caller,
+)
 from speedtronic.events import RESERVED_KEYS, level_for, payload_key
 from speedtronic.hooks import HookList
 from speedtronic.hooks.background import DEFAULT_PUT_TIMEOUT_S, BackgroundHooks
@@ -55,16 +60,15 @@ from speedtronic.processors import (
     TextRenderer,
     WriteLines,
 )
-from speedtronic.processors.convert import unique_key
+from speedtronic.processors.convert import NOTE_KEY, safe_str, unique_key
 from speedtronic.processors.memory import resolve_probe
+from speedtronic.processors.redact import redact_text
 from speedtronic.processors.text import DEFAULT_FLOAT_DIGITS
 from speedtronic.sinks import LineFile, TextStream, json_note, open_text_sink
 
 __all__ = ["MetricLogger", "memory_usage_bytes"]
 
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-_PACKAGE = str(Path(__file__).resolve().parent)
-_STRUCTLOG = str(Path(structlog.__file__).resolve().parent)
 _STR = frozenset({str})
 
 
@@ -150,15 +154,14 @@ def _event_fields(payload: Mapping[Any, Any]) -> Mapping[str, Any]:
     return fields
 
 
-def _warn(message: str, category: type[Warning]) -> None:
-    """Warn at the first frame outside speedtronic and structlog: the user's call."""
-    frame = inspect.currentframe()
-    level = 1
-    while frame is not None and frame.f_code.co_filename.startswith((_PACKAGE, _STRUCTLOG)):
-        frame = frame.f_back
-        level += 1
-    del frame
-    warnings.warn(message, category, stacklevel=level)
+_OWN: Mapping[str, str] = MappingProxyType({"origin": "speedtronic"})
+
+
+def _mark_own(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+    """Marks a record the logger writes of its own (``hook_error``, ``logging_error``): its note says
+    ``"origin": "speedtronic"``, so a user event of the same name is told apart."""
+    event_dict[NOTE_KEY] = dict(_OWN)
+    return event_dict
 
 
 class MetricLogger:
@@ -240,15 +243,23 @@ class MetricLogger:
         except Exception as error:
             raise ValueError(f"MetricLogger(device={device!r}): {type(error).__name__}: {error}") from None
         redactor = _redactor(redact)
-        text_renderer = TextRenderer(max_line_bytes=max_line_bytes, float_digits=float_digits)
-        json_renderer = JSONLRenderer(as_bytes=True, max_line_bytes=max_line_bytes)
+        self._text_renderer = text_renderer = TextRenderer(
+            max_line_bytes=max_line_bytes, float_digits=float_digits
+        )
+        self._json_renderer = json_renderer = JSONLRenderer(as_bytes=True, max_line_bytes=max_line_bytes)
         self._hooks = HookList(hooks or ())
-        self._failures = HookFailures(self._report_hook_error, strict=strict_hooks)
+        self._redact_text: Callable[[str], str] = redact_text if redact is not False else _unchanged
+        self._failures = HookFailures(
+            _weak(self._report_hook_error), strict=strict_hooks, redact=self._redact_text
+        )
         self.write_errors = 0
         """Records that could not be written or rendered, over every sink; each is also reported."""
         self._lost: dict[str, int] = {}
         self._lock = threading.RLock()
         self._closed = False
+        self._depth = 0  # emits in progress on the thread holding the lock (a hook may emit)
+        self._close_requested = False
+        self._telling = False  # reporting a lost record to the other sinks
         self._close_timeout_s = close_timeout_s
         self.rank = rank if rank is not None else detect_rank()
         self.is_lead = is_lead(self.rank, lead_rank)
@@ -268,8 +279,10 @@ class MetricLogger:
         self._text: LineFile | TextStream | None = None
         self._json: LineFile | None = None
         try:
-            self._text = open_text_sink(file, stream, self._sink_failed) if self.is_lead else None
-            self._json = LineFile(json_file, self._sink_failed, json_note) if json_file is not None else None
+            self._text = open_text_sink(file, stream, _weak(self._sink_failed)) if self.is_lead else None
+            self._json = (
+                LineFile(json_file, _weak(self._sink_failed), json_note) if json_file is not None else None
+            )
         except OSError as error:
             if self._text is not None:
                 self._text.close()
@@ -298,10 +311,13 @@ class MetricLogger:
         self.processors: tuple[Processor, ...] = (*enrich, *user_processors, *writes, dispatch)
         """The chain's stages, in order (``emit`` asks ``CadenceFilter`` before them)."""
         self._log = _chain(list(self.processors))
-        self._own_records = _chain([ConvertValues(), elapsed, *ranked, *writes, DispatchHooks([])])
+        self._own_records = _chain([_mark_own, ConvertValues(), elapsed, *ranked, *writes, DispatchHooks([])])
         _exit_and_fork.remember(self)
         _exit_and_fork.guard_across_fork(self)
-        self._finalizer = weakref.finalize(self, _release, self._text, self._json)
+        # A logger nobody closed releases its files and closes its hooks when it is collected; one
+        # still open at exit is closed by _exit_and_fork first (so not by this finalizer).
+        self._finalizer = weakref.finalize(self, _release, self._text, self._json, self._hooks)
+        self._finalizer.atexit = False
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -348,12 +364,18 @@ class MetricLogger:
         with self._lock:
             if self._closed:
                 raise LoggerClosedError(f"emit({event!r}) on a closed MetricLogger; create a new one")
+            self._depth += 1
             try:
                 self._log.log_event(level or level_for(event), str(event), _event_fields(payload))
             except (HookError, SpeedtronicWarning):
                 raise
             except Exception as error:
                 self._record_failed(error, f"rendering {event!r}")
+            finally:
+                self._depth -= 1
+                close_now = self._close_requested and not self._depth
+        if close_now:  # a hook asked for close() during this event: done now that the event is
+            self.close()
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until background hooks have received every event emitted so far; ``False`` if
@@ -376,19 +398,29 @@ class MetricLogger:
         """Deliver queued events, close every hook that has ``close()``, then the files. Idempotent.
 
         A failure on the way (a hook's close, a warning escalated to an error) doesn't stop the
-        rest; the first one is raised once everything is closed.
+        rest; the first one is raised once everything is closed. Called by a hook inside ``emit``, it
+        takes effect when that event is done. If another thread holds the logger (a hook stalled
+        inside ``emit``) for ``close_timeout_s``, it closes without waiting for it.
         """
-        with self._lock:
+        acquired = self._lock.acquire(timeout=self._close_timeout_s)
+        try:
             if self._closed:
                 return
+            if acquired and self._depth:  # a hook of this thread's emit: close once the event is done
+                self._close_requested = True
+                return
             self._closed = True
+        finally:
+            if acquired:
+                self._lock.release()
         errors: list[BaseException] = []
         for step in (self._close_hooks, self._report_totals):
             try:
                 step()
             except BaseException as error:
                 errors.append(error)
-        self._finalizer()
+        self._finalizer.detach()
+        _release(self._text, self._json)
         _exit_and_fork.forget(self)
         if errors:
             raise errors[0]
@@ -420,7 +452,7 @@ class MetricLogger:
                         "timeout_s": self._close_timeout_s,
                     },
                 )
-                _warn(
+                warn_at_caller(
                     f"speedtronic: {undelivered} event(s) not delivered to hooks within "
                     f"close_timeout_s={self._close_timeout_s}",
                     LoggingFailureWarning,
@@ -460,22 +492,77 @@ class MetricLogger:
                 self._record_failed(error, f"rendering {event!r}")
 
     def _sink_failed(self, error: BaseException, where: str) -> None:
+        """A sink could not write a record: count it for that sink, and make it seen."""
+        if self._telling:  # a note about another sink's loss: not a record of the user's
+            return
         self._lost[where] = self._lost.get(where, 0) + 1
         self._record_failed(error, where)
 
     def _record_failed(self, error: BaseException, where: str) -> None:
-        """Count a lost record; warn on the 1st, 2nd, 4th, 8th... so a full disk is never silent."""
+        """Count a lost record and report the 1st, 2nd, 4th, 8th...: a ``logging_error`` record in
+        every other sink that works, else one line on stderr (as ``logging.Handler.handleError``
+        does: warning filters can't silence it), and a ``LoggingFailureWarning`` at the user's call."""
         self.write_errors += 1
-        if self.write_errors & (self.write_errors - 1) == 0:
-            _warn(
-                f"speedtronic could not write a record ({where}): {type(error).__name__}: {error}; "
-                f"{self.write_errors} record(s) lost so far",
-                LoggingFailureWarning,
-            )
+        if self._telling or self.write_errors & (self.write_errors - 1):
+            return
+        text = self._redact_text(f"{type(error).__name__}: {safe_str(error)}")
+        fields = {"sink": where, "error": text, "lost_records": self.write_errors}
+        self._telling = True
+        try:
+            told = self._tell_other_sinks(where, fields)
+        finally:
+            self._telling = False
+        if not told:
+            with contextlib.suppress(Exception):
+                sys.stderr.write(
+                    f"speedtronic: could not write a record to {where} ({text}); "
+                    f"{self.write_errors} record(s) lost so far\n"
+                )
+        warn_at_caller(
+            f"speedtronic could not write a record ({where}): {text}; "
+            f"{self.write_errors} record(s) lost so far",
+            LoggingFailureWarning,
+        )
+
+    def _tell_other_sinks(self, where: str, fields: dict[str, Any]) -> bool:
+        """Write a ``logging_error`` record to each sink other than ``where``; whether one took it."""
+        told = False
+        for sink, render in ((self._text, self._text_renderer), (self._json, self._json_renderer)):
+            if sink is None or str(sink.path) == where:
+                continue
+            before = sink.lost
+            try:
+                sink.write(render(None, "error", {"event": "logging_error", **fields, NOTE_KEY: dict(_OWN)}))
+            except Exception:
+                continue
+            told = told or sink.lost == before
+        return told
 
 
-def _release(*sinks: LineFile | TextStream | None) -> None:
-    """Close a logger's files: at ``close()``, or when a logger nobody closed is collected."""
-    for sink in sinks:
+def _weak(method: Callable[..., None]) -> Callable[..., None]:
+    """``method`` called through a weak reference to its object: the sinks and a hook's worker thread
+    hold the logger's reporters, and must not keep a logger nobody closed alive."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args: Any) -> None:
+        target = ref()
+        if target is not None:
+            target(*args)
+
+    return call
+
+
+def _unchanged(text: str) -> str:
+    return text
+
+
+def _release(text: LineFile | TextStream | None, json: LineFile | None, hooks: Iterable[Any] = ()) -> None:
+    """Close a logger's files (and, for a logger collected without ``close()``, its hooks)."""
+    for hook in hooks:
+        with contextlib.suppress(Exception):
+            close = getattr(hook, "close", None)
+            if callable(close):
+                close()
+    for sink in (text, json):
         if sink is not None:
             sink.close()

@@ -425,7 +425,11 @@ def json_safe_record(record: Mapping[Any, Any]) -> dict[str, Any]:
             note["truncated"] = truncated
         if non_finite:
             note["non_finite"] = non_finite
-        out[unique_key(out, NOTE_KEY)] = note
+        given = out.get(NOTE_KEY)
+        if isinstance(given, dict):  # a note the chain set itself (the logger's own records): one note
+            out[NOTE_KEY] = {**given, **note}
+        else:
+            out[unique_key(out, NOTE_KEY)] = note
         if timestamp is not _ABSENT:
             out["timestamp"] = timestamp
     return out

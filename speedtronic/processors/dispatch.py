@@ -13,7 +13,6 @@ import inspect
 import itertools
 import threading
 import traceback
-import warnings
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, cast
@@ -21,7 +20,7 @@ from typing import Any, cast
 import structlog
 from structlog.typing import EventDict, WrappedLogger
 
-from speedtronic.errors import HookError, HookFailureWarning
+from speedtronic.errors import HookError, HookFailureWarning, warn_at_caller
 from speedtronic.processors.convert import safe_str
 
 __all__ = [
@@ -136,10 +135,9 @@ class HookFailures:
             if self._report is not None:
                 self._report(fields)
             if not self._strict:
-                warnings.warn(
+                warn_at_caller(
                     f"speedtronic hook {name!r} failed ({failures} so far) during {during!r}: {text}",
                     HookFailureWarning,
-                    stacklevel=2,
                 )
         if self._strict:
             raise HookError(f"hook {name!r} failed during {during!r}: {text}") from error

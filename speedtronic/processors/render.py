@@ -37,7 +37,7 @@ LEVEL_NAMES: Mapping[str, str] = {
 }
 """The level each structlog method name stands for."""
 
-_TEXT_SKIPPED = frozenset({"event", "timestamp", "level"})
+_TEXT_SKIPPED = frozenset({"event", "timestamp", "level", NOTE_KEY})
 _ORJSON_OPTIONS = (
     orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
 )
@@ -49,7 +49,8 @@ class TextRenderer:
     """Renders ``2026-01-01 12:00:00 | INFO | train_step step=1 loss=1.2 lr=0.0003 elapsed_s=0.01``.
 
     Local time to the second, the level (from the method name), the event, then every other key in
-    order (``timestamp`` and ``level`` keys, which other stages may add, are not repeated). Floats
+    order (``timestamp`` and ``level`` keys, which other stages may add, and the record's
+    ``_speedtronic`` note are not repeated). Floats
     with ``float_digits`` significant digits (``None``: every digit); strings bare when safe, else
     quoted with escapes, so the result is always exactly one line (see ``speedtronic.processors.text``).
     With ``max_line_bytes``, no longer than that once a newline is added (see ``CapLine``).

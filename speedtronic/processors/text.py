@@ -54,8 +54,9 @@ def quote(text: str) -> str:
 
 class ValueFormat:
     """Formats values as text-line tokens, floats with ``digits`` significant digits (decided here,
-    once): ``0.000975``, ``3.224``, ``1e-07``; a float at or beyond ``10**digits`` rounded to an
-    integer (``20134``); every digit (``repr``) with ``digits=None``; ``nan``, ``inf``, ``-inf``.
+    once): ``0.000975``, ``3.224``, ``1e-07``, ``1.0``; a float at or beyond ``10**digits`` rounded to
+    a whole number (``20134.0``); every digit (``repr``) with ``digits=None``; ``nan``, ``inf``,
+    ``-inf``. A float always reads as one (a point or an exponent), so it is told from an int.
     Ints in decimal, ``True``/``None`` as such, strings (and anything else, by its ``str()``) quoted
     when unsafe. Keys repeat from event to event, so each distinct string key is quoted once."""
 
@@ -75,10 +76,12 @@ class ValueFormat:
 
     def float(self, value: float) -> str:
         if -self._limit < value < self._limit:  # finite and not huge (NaN compares false)
-            return format(value, self._spec)
-        if self._digits is not None and math.isfinite(value):
-            return f"{value:.0f}"
-        return repr(float(value))
+            text = format(value, self._spec)
+        elif self._digits is not None and math.isfinite(value):
+            text = f"{value:.0f}"
+        else:
+            return repr(float(value))
+        return text if "." in text or "e" in text else text + ".0"  # a float reads as one: 1.0
 
     def __call__(self, value: Any) -> str:
         kind = type(value)
