@@ -83,8 +83,10 @@ class TestWarningsPointAtTheUser:
         def bad(event: str, payload: dict[str, Any]) -> None:
             raise ValueError("boom")
 
-        with MetricLogger(stream=io.StringIO(), hooks=[bad]) as logger, pytest.warns(HookFailureWarning) as caught:
+        logger = MetricLogger(stream=io.StringIO(), hooks=[bad])
+        with pytest.warns(HookFailureWarning) as caught:
             logger.emit("x", {})
+        logger.close()
         assert caught[0].filename == __file__
 
     def test_write_failure_warning_names_the_emit_line(self) -> None:
