@@ -101,38 +101,35 @@ def stdlib_logging(d: Path) -> tuple[Callable[[dict[str, Any]], None], Callable[
 
 
 def plain_structlog_chain(d: Path) -> tuple[Callable[[dict[str, Any]], None], Callable[[], None]]:
-    """The chain a user would write: one structlog chain adding elapsed_s and a timestamp, writing a
-    key=value line and an orjson line (one write each) and calling the hook."""
-    text = os.open(d / "plain.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    data = os.open(d / "plain.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    start = time.monotonic()
+    """The chain a user would write with structlog's own parts: elapsed_s, ``TimeStamper``, a
+    ``KeyValueRenderer`` line to a ``WriteLogger`` (write and flush per line), the hook, then
+    ``JSONRenderer(serializer=orjson.dumps)`` to a ``BytesLogger`` (write and flush per line)."""
+    text = open(d / "plain.log", "a")  # noqa: SIM115  # closed by teardown
+    data = open(d / "plain.jsonl", "ab")  # noqa: SIM115  # closed by teardown
+    text_log = structlog.WriteLogger(text)
     key_value = structlog.processors.KeyValueRenderer(key_order=["timestamp", "event"])
-    as_json = structlog.processors.JSONRenderer(serializer=orjson.dumps)
+    start = time.monotonic()
 
     def add_elapsed(logger: Any, method_name: str, event_dict: Any) -> Any:
         event_dict["elapsed_s"] = round(time.monotonic() - start, 6)
         return event_dict
 
     def write_text(logger: Any, method_name: str, event_dict: Any) -> Any:
-        os.write(text, key_value(logger, method_name, dict(event_dict)).encode() + b"\n")
-        return event_dict
-
-    def write_json(logger: Any, method_name: str, event_dict: Any) -> Any:
-        os.write(data, as_json(logger, method_name, dict(event_dict)) + b"\n")
+        text_log.msg(key_value(logger, method_name, dict(event_dict)))
         return event_dict
 
     def call_hook(logger: Any, method_name: str, event_dict: Any) -> Any:
         noop_hook(event_dict["event"], {k: v for k, v in event_dict.items() if k != "event"})
-        raise structlog.DropEvent
+        return event_dict
 
     log = structlog.wrap_logger(
-        structlog.ReturnLogger(),
+        structlog.BytesLogger(data),
         processors=[
             add_elapsed,
             structlog.processors.TimeStamper(fmt="iso"),
             write_text,
-            write_json,
             call_hook,
+            structlog.processors.JSONRenderer(serializer=orjson.dumps),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(0),
         context_class=dict,
@@ -142,8 +139,8 @@ def plain_structlog_chain(d: Path) -> tuple[Callable[[dict[str, Any]], None], Ca
         log.info("train_step", **payload)
 
     def close() -> None:
-        os.close(text)
-        os.close(data)
+        text.close()
+        data.close()
 
     return emit, close
 

@@ -97,15 +97,20 @@ class LineFile:
         """Append ``line`` plus a newline; on failure, report it and keep the file whole."""
         data = (line.encode("utf-8", "backslashreplace") if isinstance(line, str) else line) + b"\n"
         with self._lock:
-            if self._fd is None:
+            fd = self._fd
+            if fd is None:
                 raise ValueError(f"{self.path} is closed")
             if self._watch:
                 self._follow_rotation()
-            failure = self._mend() if self._pending or self._unnoted or self._torn else None
-            if failure is None:
-                failure = self._begin(data)
+                fd = self._fd
+            if self._pending or self._unnoted or self._torn:  # something to mend first
+                failure = self._mend()
+                if failure is None:
+                    failure = self._begin(data)
+                else:
+                    self._lose(failure)
             else:
-                self._lose(failure)
+                failure = self._begin(data)
         if failure is not None:
             self._on_error(failure, str(self.path))
 
@@ -177,7 +182,7 @@ class LineFile:
         assert self._fd is not None
         written = 0
         try:
-            while written < len(data):
+            while written < len(data):  # one write(2) a line, but on a nearly full disk
                 written += os.write(self._fd, data[written:])
         except OSError as error:
             self._last_error = f"{type(error).__name__}: {error}"

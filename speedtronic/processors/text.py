@@ -96,16 +96,30 @@ class ValueFormat:
         return quote(safe_str(value))
 
     def fields(self, event_dict: Mapping[Any, Any], skip: Container[Any] = ("event",)) -> str:
-        """`` key=value`` for every key not in ``skip``, each with a leading space, in order."""
+        """`` key=value`` for every key not in ``skip``, each with a leading space, in order.
+
+        The same tokens as ``key()`` and ``__call__``; floats and ints, most of a training event, are
+        formatted here without a call each."""
+        quote_key, spec, limit = self._quote_key, self._spec, self._limit
         parts = []
         for key, value in event_dict.items():
             if key in skip:
                 continue
-            token = self._quote_key(key) if type(key) is str else quote(safe_str(key))
-            parts.append(f" {token}={self(value)}")
+            kind = type(value)
+            if kind is float and -limit < value < limit:
+                text = format(value, spec)
+                if "." not in text and "e" not in text:
+                    text += ".0"
+            elif kind is int and -_SMALL < value < _SMALL:
+                text = str(value)
+            else:
+                text = self(value)
+            token = quote_key(key) if type(key) is str else quote(safe_str(key))
+            parts.append(f" {token}={text}")
         return "".join(parts)
 
 
+_SMALL = 10**18  # ints below this have fewer digits than Python's int-to-str limit
 _DEFAULT = ValueFormat()
 
 
