@@ -28,6 +28,7 @@ __all__ = [
     "PAYLOADS",
     "RESERVED_KEYS",
     "CheckpointPayload",
+    "CheckpointSkippedPayload",
     "CompilePayload",
     "DeltaUploadFailedPayload",
     "DeltaUploadQueuedPayload",
@@ -57,6 +58,7 @@ EVENT_LEVELS: Mapping[str, str] = {
     "delta_upload_skipped": "warning",
     "delta_upload_stale": "warning",
     "delta_upload_failed": "error",
+    "checkpoint_skipped": "warning",
     "hook_error": "warning",
     "logging_error": "error",
 }
@@ -114,6 +116,7 @@ class Event(StrEnum):
     SHAPE_PROFILE = "shape_profile"
     SHAPE_WARNING = "shape_warning"
     OOO_BACKPROP = "ooo_backprop"
+    CHECKPOINT_SKIPPED = "checkpoint_skipped"
 
 
 class DeviceScalar(Protocol):
@@ -336,6 +339,15 @@ class OooBackpropPayload(_OooBackpropRequired, total=False):
     """Stage names, in execution order."""
 
 
+class CheckpointSkippedPayload(TypedDict):
+    """``checkpoint_skipped``: a checkpoint that could not be read on resume; the next newest is used."""
+
+    step: int
+    path: str
+    error: str
+    """Why it could not be read."""
+
+
 PAYLOADS: Mapping[Event, type[Mapping[str, Any]]] = {
     Event.TRAIN_START: TrainStartPayload,
     Event.TRAIN_STEP: TrainStepPayload,
@@ -351,6 +363,7 @@ PAYLOADS: Mapping[Event, type[Mapping[str, Any]]] = {
     Event.SHAPE_PROFILE: ShapeProfilePayload,
     Event.SHAPE_WARNING: ShapeWarningPayload,
     Event.OOO_BACKPROP: OooBackpropPayload,
+    Event.CHECKPOINT_SKIPPED: CheckpointSkippedPayload,
 }
 """Each event's payload ``TypedDict``."""
 

@@ -85,7 +85,7 @@ __all__ = ["PRECISIONS", "FitResult", "Trainer", "latest_checkpoint", "resolve_d
 PRECISIONS = ("fp32", "bf16")
 _MAX_SHAPE_WARNINGS = 16
 _CHECKPOINT_NAME = re.compile(r"step_(\d+)\.pt")
-CHECKPOINT_SKIPPED = "checkpoint_skipped"
+CHECKPOINT_SKIPPED = Event.CHECKPOINT_SKIPPED
 """The event naming a checkpoint that resuming could not read (``path``, ``error``)."""
 _OOO_BACKPROP_OFF = "not implemented by the reference trainer: backward runs in autograd's order"
 
@@ -297,7 +297,8 @@ class Trainer:
             start["outer_every"] = self.outer.every
         self.emit(Event.TRAIN_START, {**start, **self.start_notes})
         self._profile_shapes()
-        self.emit(Event.OOO_BACKPROP, {"enabled": False, "reason": _OOO_BACKPROP_OFF})
+        # A feature that is off is a DEBUG line in the text log; the JSONL and hooks still get it.
+        self.emit(Event.OOO_BACKPROP, {"enabled": False, "reason": _OOO_BACKPROP_OFF}, level="debug")
         cadence = CadenceFilter(self.logger.every_steps)
         batches = self._batches()
         window = _Window()
@@ -509,7 +510,7 @@ class Trainer:
             path = mine[step]
             state, problem = _read_checkpoint(path, self.device)
             if problem is not None:
-                self.emit(CHECKPOINT_SKIPPED, {"step": step, "path": str(path), "error": problem})
+                self.emit(Event.CHECKPOINT_SKIPPED, {"step": step, "path": str(path), "error": problem})
                 warnings.warn(
                     f"speedtronic: skipped checkpoint {path}: {problem}; trying the next newest",
                     SpeedtronicWarning,
@@ -564,11 +565,12 @@ class Trainer:
                 "suggested": -(-value // alignment) * alignment,
             })
 
-    def emit(self, event: str, payload: Any) -> None:
-        """Check ``payload`` against the catalog (with ``validate_events``), then log it; thread-safe."""
+    def emit(self, event: str, payload: Any, *, level: str | None = None) -> None:
+        """Check ``payload`` against the catalog (with ``validate_events``), then log it (at ``level``,
+        default the catalog's); thread-safe."""
         if self._validator is not None:
             self._validator.check(event, payload)
-        self.logger.emit(event, payload)
+        self.logger.emit(event, payload, level=level)
 
 
 def _check_precision(device: torch.device, precision: str) -> None:

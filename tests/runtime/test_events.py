@@ -31,6 +31,7 @@ CATALOG = [
     "shape_profile",
     "shape_warning",
     "ooo_backprop",
+    "checkpoint_skipped",
 ]
 
 

@@ -22,12 +22,13 @@ class RawPayloads(MetricLogger):
     """A real MetricLogger that also keeps what the trainer handed to ``emit``, before any conversion."""
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(stream=io.StringIO(), **kwargs)
+        self.text = io.StringIO()
+        super().__init__(stream=self.text, **kwargs)
         self.raw: list[tuple[str, dict[str, Any]]] = []
 
-    def emit(self, event: str, payload: Any) -> None:
+    def emit(self, event: str, payload: Any, *, level: str | None = None) -> None:
         self.raw.append((event, dict(payload)))
-        super().emit(event, payload)
+        super().emit(event, payload, level=level)
 
 
 def make_trainer(
@@ -216,6 +217,16 @@ class TestCheckpoints:
         assert (result.steps_run, result.final_loss) == (0, None)
         events = [event for event, _ in hook.events]
         assert events == ["train_start", "shape_profile", "ooo_backprop", "train_end"]
+
+    def test_a_feature_that_is_off_is_a_debug_line(self, tmp_path: Path) -> None:
+        """ooo_backprop enabled=False stays out of the INFO text log; hooks still get it."""
+        trainer, hook = make_trainer(tmp_path, steps=1)
+        fit(trainer)
+        assert isinstance(trainer.logger, RawPayloads)
+        text = trainer.logger.text.getvalue()
+        assert "train_start" in text
+        assert "ooo_backprop" not in text
+        assert "ooo_backprop" in [event for event, _ in hook.events]
 
     def test_resume_without_a_checkpoint_starts_at_zero(self, tmp_path: Path) -> None:
         """resume=True with an empty checkpoint directory trains from step 0."""
