@@ -189,3 +189,42 @@ class TestLifecycle:
         finally:
             gate.set()
             emitter.join(10)
+
+
+class TestOddStreamsAndMappings:
+    def test_an_ascii_stdout_gets_escaped_lines_not_lost_ones(self) -> None:
+        """PYTHONIOENCODING=ascii: a line with non-ASCII text is written with escapes."""
+        import os
+
+        done = run(
+            "from speedtronic.profiling import MetricLogger\n"
+            "with MetricLogger() as logger:\n"
+            "    logger.emit('checkpoint', {'path': 'ckpt-\u00e9t\u00e9.pt', 'step': 1})\n"
+            "print(logger.write_errors)\n",
+            env={**os.environ, "PYTHONIOENCODING": "ascii"},
+        )
+        assert done.returncode == 0, done.stderr
+        first, count = done.stdout.splitlines()
+        assert 'checkpoint path="ckpt-\\xe9t\\xe9.pt" step=1' in first
+        assert count == "0"
+
+    @pytest.mark.parametrize("every_steps", [1, 2])
+    def test_a_mapping_that_raises_is_reported_the_same_at_every_cadence(self, every_steps: int) -> None:
+        """A payload whose reading raises is counted as a lost record, whatever every_steps is."""
+        from collections.abc import Iterator, Mapping
+
+        class Broken(Mapping[str, Any]):
+            def __getitem__(self, key: str) -> Any:
+                raise RuntimeError("broken payload")
+
+            def __iter__(self) -> Iterator[str]:
+                return iter(["step"])
+
+            def __len__(self) -> int:
+                return 1
+
+        logger = MetricLogger(stream=io.StringIO(), every_steps=every_steps)
+        with pytest.warns(LoggingFailureWarning, match="broken payload"):
+            logger.emit("train_step", Broken())
+        logger.close()
+        assert logger.write_errors == 1
