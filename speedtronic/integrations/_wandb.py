@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from speedtronic import _exit_and_fork
+from speedtronic.lifecycle import close_loggers_first_at_exit
 from speedtronic.processors.convert import to_python, unique_key
 
 __all__ = ["WandbHook"]
@@ -80,7 +80,7 @@ class WandbHook:
         self._closed = False
         self._pid = os.getpid()
         atexit.register(self._close_at_exit)
-        _exit_and_fork.run_first_at_exit()  # a logger still holding events for this hook closes first
+        close_loggers_first_at_exit()  # a logger still holding events for this hook closes first
 
     def on_event(self, event: str, payload: Mapping[Any, Any]) -> None:
         """Log one row: the payload's values (tensors as numbers), plus ``"event"``."""
