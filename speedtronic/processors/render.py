@@ -135,12 +135,14 @@ def _escape_line_breaks(data: bytes) -> bytes:
 class CapLine:
     """Wraps a renderer so no line exceeds ``max_bytes`` (newline included), keeping it valid.
 
-    A line that fits costs one length check. A longer one is rendered again once with its largest
-    values replaced by ``truncate`` markers (``<truncated: str of 3,000,000 chars; first 900 chars:
-    ...>``) sized to remove the excess, so the record keeps its other fields and stays strict JSON; if
-    that is not enough, once more with those values' markers only. Past that (thousands of fields, a
-    huge key) the line becomes the record's outline: the event, up to 32 short numeric fields and
-    ``"_dropped": "<truncated: N fields ...>"``. So a capped line costs at most four renders.
+    A line that fits costs one length check. A longer one is rendered again with values replaced by
+    ``truncate`` markers (``<truncated: str of 3,000,000 chars; first 900 chars: ...>``), so the
+    record keeps its other fields and stays strict JSON: first the largest value alone (the common
+    case: one huge value; cutting it also removes what it added to the record's note), then the
+    largest values together, each cut by what is still in excess, then those values' markers only.
+    Past that (thousands of fields, a huge key) the line becomes the record's outline: the event, up to
+    32 short numeric fields and ``"_dropped": "<truncated: N fields ...>"``. So a capped line costs at
+    most six renders, never one per value.
     """
 
     __slots__ = ("_limit", "_render")
@@ -166,6 +168,13 @@ class CapLine:
             key=lambda pair: pair[0],
             reverse=True,
         )
+        if sizes:  # the largest value alone
+            size, key = sizes[0]
+            fields[key] = truncate(event_dict[key], max(0, size - excess - 256))
+            line = self._render(logger, method_name, fields)
+            if self._excess(line) <= 0:
+                return line
+            fields[key] = event_dict[key]
         cut: list[Any] = []
         for size, key in sizes:  # the largest values, each cut by what is still in excess
             keep = max(0, size - excess - 256)
