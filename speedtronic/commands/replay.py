@@ -1,32 +1,54 @@
-"""``speedtronic replay RUN --tensorboard DIR | --wandb PROJECT``: a recorded run, as if logged live."""
+"""``speedtronic replay RUN --hook NAME[:KEY=VALUE,...]``: a recorded run, as if logged live.
+
+``--hook`` takes any registered hook type (``speedtronic.hooks.hook_types()``: speedtronic's own and
+every installed package's ``speedtronic.hooks`` entry point). ``--tensorboard DIR`` and ``--wandb
+PROJECT`` are shortcuts for the two built-in trackers.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import re
 import sys
 from typing import Any
 
 from speedtronic.commands._runs import add_rank_argument, rank_choice, report_skipped
 from speedtronic.commands.cli import CommandError
+from speedtronic.hooks import as_callback, close_hook, hook_type
 from speedtronic.runs import RunError, run_files
-from speedtronic.runs.replay import ReplayRefused, replay_run, tensorboard_hook, wandb_hook
+from speedtronic.runs.replay import ReplayRefused, replay_hook, replay_run
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_parser", "parse_hook", "run"]
+
+_OPTION = re.compile(r",(?=[A-Za-z_]\w*=)")  # a comma that starts the next KEY=VALUE
 
 
 def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "replay",
-        help="push a recorded run into TensorBoard or W&B, as the live hooks would have",
-        description="Replay a recorded run (a JSONL file or run directory) through speedtronic's "
-        "TensorBoard and/or W&B hooks: same tags, steps and values as a live run.",
+        help="push a recorded run into TensorBoard, W&B or any registered hook, as the live hooks would",
+        description="Replay a recorded run (a JSONL file or run directory) through hooks: any registered "
+        "hook type (--hook), or speedtronic's TensorBoard and W&B hooks (--tensorboard, --wandb). Same "
+        "tags, steps and values as a live run.",
     )
     parser.add_argument("run", metavar="RUN", help="a JSONL file or a run directory")
-    parser.add_argument("--tensorboard", metavar="DIR", help="write a TensorBoard event file in DIR")
+    parser.add_argument(
+        "--hook", metavar="NAME[:KEY=VALUE,...]", action="append", default=[],
+        help="a registered hook type and its keyword arguments (a VALUE that parses as JSON is read as "
+        "JSON, else as text), e.g. tensorboard:log_dir=tb; repeat for several",
+    )
+    parser.add_argument(
+        "--tensorboard", metavar="DIR",
+        help="write a TensorBoard event file in DIR (as --hook tensorboard:log_dir=DIR)",
+    )
     parser.add_argument(
         "--append", action="store_true", help="write into a TensorBoard DIR that already holds events"
     )
-    parser.add_argument("--wandb", metavar="PROJECT", help="log a new W&B run in PROJECT")
+    parser.add_argument(
+        "--wandb", metavar="PROJECT", help="log a new W&B run in PROJECT (as --hook wandb:project=PROJECT)"
+    )
     parser.add_argument(
         "--wandb-mode", choices=("online", "offline"),
         help="W&B mode (default: W&B's own, e.g. WANDB_MODE); offline writes a run to sync later",
@@ -37,30 +59,87 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
+def parse_hook(text: str) -> tuple[str, dict[str, Any]]:
+    """``NAME[:KEY=VALUE,...]`` as ``(name, options)``; ``ValueError`` for another shape.
+
+    A VALUE is read as JSON when it parses as JSON (``5``, ``true``, ``null``, ``"5"``, ``[1,2]``), else
+    kept as text (``tb/run``); a comma followed by ``KEY=`` starts the next option.
+    """
+    name, _, rest = text.partition(":")
+    options: dict[str, Any] = {}
+    for item in _OPTION.split(rest) if rest else ():
+        key, equals, value = item.partition("=")
+        if not equals or not key.isidentifier():
+            raise ValueError(f"--hook {text!r}: expected NAME[:KEY=VALUE,...], got {item!r}")
+        options[key] = _value(value)
+    if not name.strip():
+        raise ValueError(f"--hook {text!r}: expected NAME[:KEY=VALUE,...], got no NAME")
+    return name.strip(), options
+
+
+def _value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.tensorboard is None and args.wandb is None:
-        raise CommandError("replay: name a target, --tensorboard DIR and/or --wandb PROJECT")
+    targets: list[tuple[str, str, dict[str, Any]]] = []  # (description, type, options)
+    if args.tensorboard is not None:
+        targets.append((f"TensorBoard {args.tensorboard}", "tensorboard", {"log_dir": args.tensorboard}))
+    if args.wandb is not None:
+        init = {"mode": args.wandb_mode, "dir": args.wandb_dir, "name": args.name}
+        options = {"project": args.wandb, **{k: v for k, v in init.items() if v is not None}}
+        targets.append((f"W&B project {args.wandb}", "wandb", options))
+    try:
+        for text in args.hook:
+            name, options = parse_hook(text)
+            targets.append((f"hook {name}", name, options))
+    except ValueError as error:
+        raise CommandError(f"replay: {error}") from None
+    if not targets:
+        raise CommandError("replay: name a target, --hook NAME[:KEY=VALUE,...], --tensorboard DIR and/or "
+                           "--wandb PROJECT")
     rank = rank_choice(args.rank)
     hooks: list[Any] = []
     try:
         run_files(args.run)  # a run that can't be read creates no target
-        if args.tensorboard is not None:
-            hooks.append(tensorboard_hook(args.tensorboard, append=args.append))
-        if args.wandb is not None:
-            init = {"mode": args.wandb_mode, "dir": args.wandb_dir, "name": args.name}
-            hooks.append(wandb_hook(args.wandb, **{k: v for k, v in init.items() if v is not None}))
-        result = replay_run(args.run, hooks, rank=rank)
-    except (RunError, ReplayRefused, ModuleNotFoundError) as error:
+        for _, name, _ in targets:  # an unknown type creates no target either
+            hook_type(name)
+        for _, name, options in targets:
+            hooks.append(_create(name, options, append=args.append))
+    except (RunError, ReplayRefused, LookupError, ModuleNotFoundError, CommandError) as error:
         for hook in hooks:  # a target created before the failure is closed, not left half-open
-            hook.close()
+            with contextlib.suppress(Exception):  # the failure above is the one to report
+                close_hook(hook)
+        raise CommandError(str(error)) from None
+    try:
+        result = replay_run(args.run, hooks, rank=rank)  # closes the hooks, whatever happens
+    except RunError as error:
         raise CommandError(str(error)) from None
     report_skipped(args.run, result.skipped)
     if result.not_replayed:
         counts = ", ".join(f"{event} {n:,}" for event, n in result.not_replayed.items())
         print(f"speedtronic: not replayed (the logger's own records, never sent to hooks): {counts}",
               file=sys.stderr)
-    targets = [f"TensorBoard {args.tensorboard}"] if args.tensorboard is not None else []
-    targets += [f"W&B project {args.wandb}"] if args.wandb is not None else []
-    print(f"replayed {result.replayed.total():,} records of {args.run} to {' and '.join(targets)}",
-          file=sys.stderr)
+    described = " and ".join(description for description, _, _ in targets)
+    print(f"replayed {result.replayed.total():,} records of {args.run} to {described}", file=sys.stderr)
     return 0
+
+
+def _create(name: str, options: dict[str, Any], *, append: bool) -> Any:
+    """The hook, checked as ``MetricLogger.hooks`` checks one; a ``CommandError`` naming the type when
+    its constructor fails (wrong options) or it can't be called as ``(event, payload)``."""
+    try:
+        hook = replay_hook(name, options, append=append)
+    except (ReplayRefused, LookupError, ModuleNotFoundError):
+        raise
+    except Exception as error:
+        raise CommandError(f"replay: {name} hook can't be created: {type(error).__name__}: {error}") from None
+    try:
+        as_callback(hook)
+    except TypeError as error:
+        close_hook(hook)
+        raise CommandError(f"replay: {error}") from None
+    return hook

@@ -14,9 +14,11 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol, SupportsIndex, overload, runtime_checkable
 
 from speedtronic.hooks.background import BackgroundHooks, background
+from speedtronic.hooks.registry import ENTRY_POINT_GROUP, hook_type, hook_types
 from speedtronic.processors.dispatch import Callback, as_callback, close_hook, hook_name, target_of
 
 __all__ = [
+    "ENTRY_POINT_GROUP",
     "BackgroundHooks",
     "CallbackList",
     "Hook",
@@ -26,6 +28,8 @@ __all__ = [
     "background",
     "close_hook",
     "hook_name",
+    "hook_type",
+    "hook_types",
     "on_event",
     "target_of",
 ]

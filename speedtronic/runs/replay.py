@@ -5,19 +5,23 @@ Each record goes through the core's own ``DispatchHooks`` stage with the payload
 hooks are closed at the end. Records the logger wrote for itself (``hook_error``, ``logging_error``)
 are not replayed: live hooks never saw them. So a ``TensorboardHook`` or ``WandbHook`` fed by a replay
 writes the same tags, steps and values as one fed live; only wall-clock times differ (now, not then).
+
+Replay targets are hook types by name (``replay_hook``), resolved through the ``speedtronic.hooks``
+entry-point group like a config's hooks: speedtronic's own (``tensorboard``, ``wandb``, ...) and any
+installed package's. This module imports no integration itself.
 """
 
 from __future__ import annotations
 
-import importlib
+import inspect
 import os
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from speedtronic.hooks import CallbackList
+from speedtronic.hooks import CallbackList, hook_type
 from speedtronic.processors import DispatchHooks
 from speedtronic.runs.reader import RankChoice, Skipped, read_records
 
@@ -25,6 +29,7 @@ __all__ = [
     "LOGGER_RECORDS",
     "ReplayRefused",
     "ReplayResult",
+    "replay_hook",
     "replay_run",
     "tensorboard_events",
     "tensorboard_hook",
@@ -83,6 +88,23 @@ def _reraise(hook: object, error: Exception, event: str) -> None:
     raise error
 
 
+def replay_hook(type_name: str, options: Mapping[str, Any] | None = None, *, append: bool = False) -> Any:
+    """A hook of a registered type (``speedtronic.hooks.hook_types()``: speedtronic's own and any
+    installed package's), constructed with ``options`` as keyword arguments, to replay into.
+
+    A ``tensorboard`` hook's ``log_dir`` is checked first, as ``tensorboard_hook`` describes. Raises
+    ``LookupError`` for a type that isn't registered (naming the known ones), ``ReplayRefused`` for a
+    TensorBoard directory that would mix runs, and whatever the hook's constructor raises.
+    """
+    factory = hook_type(type_name)
+    options = dict(options or {})
+    if type_name == "tensorboard":
+        log_dir = options.get("log_dir", _default(factory, "log_dir"))
+        if log_dir is not None:
+            _refuse_mixing(Path(str(log_dir)), append)
+    return factory(**options)
+
+
 def tensorboard_events(log_dir: str | os.PathLike[str]) -> list[Path]:
     """The TensorBoard event files directly in ``log_dir`` (the ones that form its run)."""
     directory = Path(log_dir)
@@ -90,14 +112,24 @@ def tensorboard_events(log_dir: str | os.PathLike[str]) -> list[Path]:
 
 
 def tensorboard_hook(log_dir: str | os.PathLike[str], *, append: bool = False) -> Any:
-    """A ``speedtronic.integrations.TensorboardHook`` writing to ``log_dir``.
+    """The registered ``tensorboard`` hook (``TensorboardHook``) writing to ``log_dir``.
 
     Raises ``ReplayRefused`` when ``log_dir`` already holds event files, unless ``append``: TensorBoard
     reads every event file of a directory as one run, so a replay there would mix with what is there.
     Subdirectories are other runs and don't count. ``log_dir`` is created first: a path that can't be
     a writable directory is a ``ReplayRefused`` naming it.
     """
-    _writable_directory(Path(log_dir))
+    return replay_hook("tensorboard", {"log_dir": log_dir}, append=append)
+
+
+def wandb_hook(project: str, **init_kwargs: Any) -> Any:
+    """The registered ``wandb`` hook (``WandbHook``) creating a run in ``project`` (``mode="offline"``
+    works)."""
+    return replay_hook("wandb", {"project": project, **init_kwargs})
+
+
+def _refuse_mixing(log_dir: Path, append: bool) -> None:
+    _writable_directory(log_dir)
     existing = tensorboard_events(log_dir)
     if existing and not append:
         raise ReplayRefused(
@@ -105,7 +137,6 @@ def tensorboard_hook(log_dir: str | os.PathLike[str], *, append: bool = False) -
             f"{f' and {len(existing) - 1} more' if len(existing) > 1 else ''}); "
             "replay into an empty directory, or pass --append to add to that run"
         )
-    return _integrations().TensorboardHook(log_dir)
 
 
 def _writable_directory(path: Path) -> None:
@@ -121,20 +152,10 @@ def _writable_directory(path: Path) -> None:
         raise ReplayRefused(f"{path}: expected a writable directory for TensorBoard events: access denied")
 
 
-def wandb_hook(project: str, **init_kwargs: Any) -> Any:
-    """A ``speedtronic.integrations.WandbHook`` creating a run in ``project`` (``mode="offline"`` works)."""
-    return _integrations().WandbHook(project=project, **init_kwargs)
-
-
-def _integrations() -> Any:
-    """``speedtronic.integrations``, imported when a target is created (it imports no SDK itself)."""
+def _default(factory: Any, parameter: str) -> Any:
+    """The default of ``factory``'s ``parameter``, or ``None`` when it has none (or no signature)."""
     try:
-        return importlib.import_module("speedtronic.integrations")
-    except ModuleNotFoundError as error:
-        if error.name != "speedtronic.integrations":
-            raise
-        raise ModuleNotFoundError(
-            "speedtronic replay needs speedtronic.integrations (TensorboardHook, WandbHook), "
-            "which this speedtronic lacks",
-            name=error.name,
-        ) from error
+        found = inspect.signature(factory).parameters.get(parameter)
+    except (TypeError, ValueError):
+        return None
+    return None if found is None or found.default is found.empty else found.default

@@ -18,8 +18,6 @@ destroys the group at the end.
 from __future__ import annotations
 
 import contextlib
-import importlib
-import importlib.metadata
 import importlib.util
 import math
 import os
@@ -30,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from speedtronic.distributed import RankInfo, detect_rank, is_lead, rank_path
 from speedtronic.hooks import as_callback, close_hook
+from speedtronic.hooks.registry import ENTRY_POINT_GROUP, hook_type, hook_types
 from speedtronic.profiling import MetricLogger
 from speedtronic.training import launch as _launch
 from speedtronic.training import rundir as _rundir
@@ -39,7 +38,6 @@ if TYPE_CHECKING:
     from speedtronic.training.trainer import FitResult, Trainer
 
 __all__ = [
-    "BUILTIN_HOOKS",
     "HOOK_DEFAULTS",
     "HOOK_ENTRY_POINT_GROUP",
     "ConfigError",
@@ -56,22 +54,14 @@ __all__ = [
     "warmup_cosine",
 ]
 
-BUILTIN_HOOKS: Mapping[str, str] = {
-    "progress": "speedtronic.integrations.progress:ProgressHook",
-    "structlog": "speedtronic.integrations:StructlogHook",
-    "tensorboard": "speedtronic.integrations:TensorboardHook",
-    "wandb": "speedtronic.integrations:WandbHook",
-}
-"""Hook types every config knows, as ``module:factory``; imported only when a config uses them."""
-
 HOOK_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
     "tensorboard": {"log_dir": "{run_dir}/tensorboard"},
     "wandb": {"dir": "{run_dir}"},
 }
 """Keyword arguments a built-in hook gets unless its config entry sets them: files under the run dir."""
 
-HOOK_ENTRY_POINT_GROUP = "speedtronic.hooks"
-"""Third-party packages register hook types here: ``name = "package.module:factory"``."""
+HOOK_ENTRY_POINT_GROUP = ENTRY_POINT_GROUP
+"""The entry-point group every hook type is registered in, speedtronic's own included."""
 
 _RUN_DIR = "{run_dir}"
 RunDirError = _rundir.RunDirError
@@ -91,8 +81,8 @@ def default_config() -> dict[str, Any]:
 
 
 def default_hooks() -> list[dict[str, Any]]:
-    """``[{type: tensorboard, ...}]`` when ``speedtronic.integrations.TensorboardHook`` and tensorboard
-    are both importable, else ``[]``. Checked when called, never at import."""
+    """``[{type: tensorboard, ...}]`` when the ``tensorboard`` hook type resolves and the tensorboard
+    package is installed, else ``[]``. Checked when called, never at import."""
     if importlib.util.find_spec("tensorboard") is None:
         return []
     try:
@@ -221,37 +211,10 @@ def _resolve_run_dir(config: dict[str, Any], placeholder: str = _RUN_DIR) -> dic
 # -- hooks ---------------------------------------------------------------------------------------
 
 
-def hook_types() -> dict[str, str]:
-    """Every hook type a config can name: the built-in ones, then the ``speedtronic.hooks`` entry points."""
-    known = dict(BUILTIN_HOOKS)
-    for entry_point in importlib.metadata.entry_points(group=HOOK_ENTRY_POINT_GROUP):
-        known.setdefault(entry_point.name, f"{entry_point.module}:{entry_point.attr}")
-    return known
-
-
 def resolve_hook_type(name: str) -> Callable[..., Any]:
-    """The factory for a hook type: a known name (``hook_types()``) or ``"package.module:factory"``.
-
-    Raises ``LookupError`` for an unknown name (listing the known ones) or a factory that can't be
-    imported.
-    """
-    known = hook_types()
-    target = name if ":" in name else known.get(name)
-    if target is None:
-        raise LookupError(
-            f"unknown hook type {name!r}; known types: {', '.join(sorted(known))}, "
-            "or 'package.module:factory'"
-        )
-    module_name, _, attribute = target.partition(":")
-    try:
-        found: Any = importlib.import_module(module_name)
-        for part in attribute.split("."):
-            found = getattr(found, part)
-    except (ImportError, AttributeError) as error:
-        raise LookupError(f"hook type {name!r} ({target}) can't be imported: {error}") from None
-    if not callable(found):
-        raise LookupError(f"hook type {name!r} ({target}) is not callable")
-    return found  # type: ignore[no-any-return]  # checked callable just above
+    """The factory for a config's hook ``type``: ``speedtronic.hooks.hook_type`` (a registered name, or
+    ``"package.module:factory"``; ``LookupError`` otherwise)."""
+    return hook_type(name)
 
 
 def build_logger(config: Mapping[str, Any], *, device: Any = None) -> MetricLogger:

@@ -9,12 +9,15 @@ from __future__ import annotations
 import json
 import math
 import struct
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from speedtronic.runs.replay import replay_run
+from speedtronic.commands.replay import parse_hook
+from speedtronic.runs.replay import replay_hook, replay_run
 from tests.readback.conftest import (
     CLI,
     EVENTS,
@@ -132,6 +135,131 @@ class TestReplayRun:
 
         with pytest.raises(TypeError, match="takes_nothing"):
             replay_run(run_file, [Recorder(), takes_nothing])
+
+
+# -- hook types from the speedtronic.hooks entry-point group --------------------------------------------
+
+JOURNAL_MODULE = """\
+import json
+
+
+class JournalHook:
+    \"\"\"A third-party hook: appends [tag, event, payload] per event, then [tag, "closed"], to path.\"\"\"
+
+    def __init__(self, path, tag="live"):
+        self.file = open(path, "a", encoding="utf-8")
+        self.tag = tag
+
+    def on_event(self, event, payload):
+        self.file.write(json.dumps([self.tag, event, payload]) + "\\n")
+
+    def close(self):
+        self.file.write(json.dumps([self.tag, "closed", None]) + "\\n")
+        self.file.close()
+"""
+
+
+@pytest.fixture
+def plugin_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A directory holding an installed third-party distribution that registers the hook type
+    'journal' through a real speedtronic.hooks entry point; on sys.path here, PYTHONPATH for the CLI."""
+    site = tmp_path / "site"
+    dist_info = site / "journal_plugin-1.0.dist-info"
+    dist_info.mkdir(parents=True)
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: journal-plugin\nVersion: 1.0\n")
+    (dist_info / "entry_points.txt").write_text("[speedtronic.hooks]\njournal = journal_plugin:JournalHook\n")
+    (site / "journal_plugin.py").write_text(JOURNAL_MODULE)
+    monkeypatch.syspath_prepend(str(site))
+    return site
+
+
+def journal(path: Path) -> list[Any]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+class TestRegisteredHookTypes:
+    def test_the_cli_replays_into_any_registered_type(
+        self, cli: CLI, plugin_site: Path, tmp_path: Path
+    ) -> None:
+        """--hook NAME:KEY=VALUE,... builds a third party's registered hook; it gets what live hooks got."""
+        path = tmp_path / "run" / "metrics.jsonl"
+        live = log_run(path, hooks=[FailsOnCheckpoint()])
+        out = tmp_path / "journal.jsonl"
+        result = cli("replay", path, "--hook", f"journal:path={out},tag=replayed",
+                     env={"PYTHONPATH": str(plugin_site)})
+        assert result.returncode == 0, result.stderr
+        assert f"replayed {len(EVENTS)} records of {path} to hook journal" in result.stderr
+        *delivered, closed = journal(out)
+        assert closed == ["replayed", "closed", None]
+        assert same([(event, payload) for _, event, payload in delivered], live)
+
+    def test_replay_hook_builds_any_registered_type(self, plugin_site: Path, tmp_path: Path) -> None:
+        """In Python: replay_hook(name, options) resolves through the same registry as a config."""
+        path = tmp_path / "run" / "metrics.jsonl"
+        live = log_run(path)
+        out = tmp_path / "journal.jsonl"
+        result = replay_run(path, [replay_hook("journal", {"path": str(out)})])
+        assert result.replayed.total() == len(EVENTS)
+        assert same([(event, payload) for _, event, payload in journal(out)[:-1]], live)
+
+    def test_an_unknown_type_is_one_line_listing_the_known_ones(
+        self, cli: CLI, plugin_site: Path, run_file: Path, tmp_path: Path
+    ) -> None:
+        """Exit 2, one line naming the type and the registered ones; no other target is created."""
+        result = cli("replay", run_file, "--tensorboard", tmp_path / "tb", "--hook", "jornal",
+                     env={"PYTHONPATH": str(plugin_site)})
+        assert_one_line_error(result, "unknown hook type 'jornal'", "journal", "tensorboard", "wandb")
+        assert not (tmp_path / "tb").exists()
+
+    @pytest.mark.parametrize(
+        ("spec", "fragment"),
+        [
+            ("journal:path", "expected NAME[:KEY=VALUE,...], got 'path'"),
+            (":path=x", "got no NAME"),
+            ("journal:colour=red", "journal hook can't be created: TypeError"),
+        ],
+        ids=["no_value", "no_name", "unknown_option"],
+    )
+    def test_a_bad_hook_spec_is_one_line(
+        self, cli: CLI, plugin_site: Path, run_file: Path, spec: str, fragment: str
+    ) -> None:
+        """A malformed --hook, or options the hook refuses: exit 2, one line saying what is wrong."""
+        result = cli("replay", run_file, "--hook", spec, env={"PYTHONPATH": str(plugin_site)})
+        assert_one_line_error(result, fragment)
+
+    def test_the_tensorboard_check_holds_for_hook_too(self, cli: CLI, run_file: Path, tmp_path: Path) -> None:
+        """--hook tensorboard:log_dir=DIR refuses a directory holding events, as --tensorboard does."""
+        log_dir = tmp_path / "tb"
+        log_dir.mkdir()
+        (log_dir / "events.out.tfevents.1.host.1.0").write_bytes(b"")
+        result = cli("replay", run_file, "--hook", f"tensorboard:log_dir={log_dir}")
+        assert_one_line_error(result, "already holds TensorBoard events", "--append")
+
+    def test_runs_never_import_the_integrations(self) -> None:
+        """The read-back layer reaches hooks through the registry: no arrow back up to integrations."""
+        runs = Path(__file__).resolve().parents[2] / "speedtronic" / "runs"
+        assert [p.name for p in runs.glob("*.py") if "integrations" in p.read_text()] == []
+        code = "import sys, speedtronic.runs.replay; print('speedtronic.integrations' in sys.modules)"
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+        assert result.stdout.strip() == "False", result.stderr
+
+
+class TestParseHook:
+    @pytest.mark.parametrize(
+        ("spec", "parsed"),
+        [
+            ("tensorboard", ("tensorboard", {})),
+            ("tensorboard:log_dir=tb/run", ("tensorboard", {"log_dir": "tb/run"})),
+            ("wandb:project=p,mode=offline", ("wandb", {"project": "p", "mode": "offline"})),
+            ('x:n=5,f=0.5,on=true,off=null,s="5"',
+             ("x", {"n": 5, "f": 0.5, "on": True, "off": None, "s": "5"})),
+            ("x:url=http://h:8080/a,b=2", ("x", {"url": "http://h:8080/a", "b": 2})),
+            ("x:tags=[1,2],name=a,b", ("x", {"tags": [1, 2], "name": "a,b"})),
+        ],
+    )
+    def test_shapes(self, spec: str, parsed: tuple[str, dict[str, Any]]) -> None:
+        """NAME[:KEY=VALUE,...]; JSON values as JSON, others as text; commas split only before KEY=."""
+        assert parse_hook(spec) == parsed
 
 
 # -- the command: failure paths that need no SDK -----------------------------------------------------

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import importlib.metadata
 import re
 import sys
 import textwrap
@@ -8,8 +9,15 @@ from typing import Any
 
 import pytest
 
-from speedtronic import runtime
-from speedtronic.runtime import ConfigError, build_logger, default_config, hook_types, load_config
+from speedtronic.hooks import ENTRY_POINT_GROUP, hook_type
+from speedtronic.runtime import (
+    ConfigError,
+    build_logger,
+    default_config,
+    hook_types,
+    load_config,
+    resolve_hook_type,
+)
 
 RECORDER = "tests.runtime.recording:RecordingHook"
 
@@ -21,20 +29,29 @@ def write(path: Path, text: str) -> Path:
 
 @pytest.fixture
 def tensorboard_is_a_recorder(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The built-in tensorboard type, pointed at the tests' recording hook (integrations are elsewhere)."""
-    monkeypatch.setitem(runtime.BUILTIN_HOOKS, "tensorboard", RECORDER)  # type: ignore[index]
+    """The registered tensorboard type resolves to the tests' recording hook (no event files written)."""
+    import speedtronic.integrations
+    from tests.runtime.recording import RecordingHook
+
+    monkeypatch.setattr(speedtronic.integrations, "TensorboardHook", RecordingHook)
+
+
+def install_plugin(site: Path, monkeypatch: pytest.MonkeyPatch, **types: str) -> None:
+    """An installed distribution in ``site`` registering ``types`` in the speedtronic.hooks group."""
+    dist_info = site / "speedtronic_test_plugin-0.1.dist-info"
+    dist_info.mkdir(parents=True)
+    (dist_info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: speedtronic-test-plugin\nVersion: 0.1\n"
+    )
+    lines = "".join(f"{name} = {target}\n" for name, target in types.items())
+    (dist_info / "entry_points.txt").write_text(f"[speedtronic.hooks]\n{lines}")
+    monkeypatch.syspath_prepend(str(site))
 
 
 @pytest.fixture
 def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """An installed distribution registering the hook type 'recorder' in the speedtronic.hooks group."""
-    dist_info = tmp_path / "site" / "speedtronic_test_plugin-0.1.dist-info"
-    dist_info.mkdir(parents=True)
-    (dist_info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: speedtronic-test-plugin\nVersion: 0.1\n"
-    )
-    (dist_info / "entry_points.txt").write_text(f"[speedtronic.hooks]\nrecorder = {RECORDER}\n")
-    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    install_plugin(tmp_path / "site", monkeypatch, recorder=RECORDER)
     return "recorder"
 
 
@@ -83,7 +100,7 @@ class TestDefaultConfig:
 
     def test_no_tensorboard_without_the_integration(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """A TensorboardHook that can't be imported means no default hook, and no error."""
-        monkeypatch.setitem(runtime.BUILTIN_HOOKS, "tensorboard", "speedtronic.nowhere:TensorboardHook")  # type: ignore[index]
+        monkeypatch.setitem(sys.modules, "speedtronic.integrations", None)  # registered, not importable
         assert default_config()["logging"]["hooks"] == []
 
     def test_no_tensorboard_without_the_package(
@@ -277,6 +294,36 @@ class TestHookTypes:
         (dist_info / "entry_points.txt").write_text(f"[speedtronic.hooks]\nwandb = {RECORDER}\n")
         monkeypatch.syspath_prepend(str(tmp_path))
         assert hook_types()["wandb"] == "speedtronic.integrations:WandbHook"
+
+    def test_builtins_are_speedtronics_own_entry_points(self) -> None:
+        """The built-in types are registered in speedtronic's metadata, the group third parties use."""
+        own = importlib.metadata.distribution("speedtronic").entry_points.select(group=ENTRY_POINT_GROUP)
+        registered = {entry_point.name: entry_point.value for entry_point in own}
+        assert set(registered) == {"progress", "structlog", "tensorboard", "wandb"}
+        assert {name: hook_types()[name] for name in registered} == registered
+
+    def test_config_and_the_registry_resolve_the_same_factory(self) -> None:
+        """A config's type and speedtronic.hooks.hook_type are one resolver."""
+        from speedtronic.integrations import StructlogHook
+
+        assert resolve_hook_type("structlog") is hook_type("structlog") is StructlogHook
+        assert hook_type(RECORDER).__name__ == "RecordingHook"  # a factory nobody registered
+
+    def test_an_unknown_name_lists_the_known_ones(self, plugin: str) -> None:
+        """hook_type's LookupError names the type and every registered one."""
+        with pytest.raises(LookupError, match=r"^unknown hook type 'nope'; known types: progress, recorder"):
+            hook_type("nope")
+
+    def test_a_registered_type_that_cant_be_imported_is_a_config_error(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """An entry point naming a factory that isn't there is reported when the config loads."""
+        install_plugin(tmp_path, monkeypatch, broken="tests.runtime.recording:Missing")
+        with pytest.raises(
+            ConfigError,
+            match=r"logging.hooks\[0\].type: hook type 'broken' \(tests.runtime.recording:Missing\)",
+        ):
+            load_config({"logging": {"hooks": [{"type": "broken"}]}})
 
 
 def test_config_error_keeps_its_parts() -> None:
