@@ -9,35 +9,46 @@ Built on ``queue.Queue``: one worker thread calls the hooks in order, so they ne
 and see events in the order they were handed over, each inside a copy of the emitting thread's
 ``contextvars`` context. The queue is bounded: when it is full, ``on_event`` waits at most
 ``put_timeout_s`` for room, then drops the event *for these hooks only* (the logger's files keep it)
-and raises ``HooksStalled``, which the logger counts and reports like any hook failure. So a stalled
-hook never blocks training for longer than ``put_timeout_s`` per event.
+and raises ``HooksStalled``, which the logger counts and reports like any hook failure. It waits once
+per stall: until the worker takes another event, later events find the queue full and are dropped at
+once. So a stalled hook costs training ``put_timeout_s`` once, not once per event.
 """
 
 from __future__ import annotations
 
 import atexit
-import contextlib
 import contextvars
 import os
 import queue
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from speedtronic.processors.dispatch import DispatchHooks, HookFailures, close_hook
 
-__all__ = ["DEFAULT_PUT_TIMEOUT_S", "BackgroundHooks", "HooksStalled", "background"]
+__all__ = [
+    "DEFAULT_CLOSE_TIMEOUT_S",
+    "DEFAULT_PUT_TIMEOUT_S",
+    "BackgroundHooks",
+    "HooksStalled",
+    "background",
+]
 
 DEFAULT_PUT_TIMEOUT_S = 1.0
 """Longest ``emit`` waits for room in a full queue before dropping the event for the hooks."""
+
+DEFAULT_CLOSE_TIMEOUT_S = 30.0
+"""Longest ``close()`` waits for the worker to deliver what is queued (``MetricLogger``'s default too)."""
 
 _STOP = object()
 _live: weakref.WeakSet[BackgroundHooks] = weakref.WeakSet()
 
 
 class HooksStalled(RuntimeError):
-    """The hooks' queue stayed full for ``put_timeout_s``: this event was not delivered to them."""
+    """The hooks' queue was full (for ``put_timeout_s``, or still, with no event taken since): this event
+    was not delivered to them."""
 
 
 class BackgroundHooks:
@@ -49,7 +60,9 @@ class BackgroundHooks:
             ``HookFailures``, which counts in ``errors`` and warns).
         queue_size: events waiting for the worker before ``on_event`` waits for room.
         put_timeout_s: how long ``on_event`` waits for room before dropping the event for these hooks
-            (``HooksStalled``).
+            (``HooksStalled``); once per stall, as the module says.
+        close_timeout_s: how long ``close()`` waits for the worker when not given a timeout (a logger
+            closing this hook calls ``close()``): a stalled hook never makes closing hang.
         name: the worker thread's name.
 
     A hook's ``BaseException`` (``SystemExit``) is raised from the next ``on_event``, ``flush`` or
@@ -64,10 +77,13 @@ class BackgroundHooks:
         on_error: Callable[[object, Exception, str], None] | None = None,
         queue_size: int = 10_000,
         put_timeout_s: float = DEFAULT_PUT_TIMEOUT_S,
+        close_timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S,
         name: str = "speedtronic-hooks",
     ) -> None:
         _check_size("queue_size", queue_size)
         _check_seconds("put_timeout_s", put_timeout_s)
+        _check_seconds("close_timeout_s", close_timeout_s)
+        self._close_timeout_s = close_timeout_s
         self._on_error: Callable[[object, Exception, str], None] = on_error or HookFailures()
         self.hooks = hooks if isinstance(hooks, list) else list(hooks)
         self._dispatch = DispatchHooks(self.hooks, on_error=self._on_error, consume=False)
@@ -86,6 +102,8 @@ class BackgroundHooks:
         self._starting = threading.Lock()
         self._closed = False
         self._abandoned = False  # close() timed out: the worker delivers nothing more
+        self._taken = 0  # events the worker has taken from the queue: its progress
+        self._stalled_at = -1  # ``_taken`` when a put last timed out: no waiting again until it moves
 
     def on_event(self, event: str, payload: dict[str, Any]) -> None:
         """Queue the event for the worker (waiting at most ``put_timeout_s`` for room)."""
@@ -95,15 +113,20 @@ class BackgroundHooks:
             return
         thread = self._thread or self._start()
         item = (contextvars.copy_context(), event, payload)
+        # No waiting on ourselves (a hook emitting), nor again while the worker has taken nothing
+        # since the last wait ran out (a stalled hook costs put_timeout_s once, not per event).
+        waits = thread is not threading.current_thread() and self._stalled_at != self._taken
         try:
-            if thread is threading.current_thread():  # a hook emitting: waiting on ourselves never ends
-                self._queue.put_nowait(item)
-            else:
+            if waits:
                 self._queue.put(item, timeout=self._put_timeout_s)
+            else:
+                self._queue.put_nowait(item)
         except queue.Full:
+            self._stalled_at = self._taken
             self.dropped += 1
+            waited = f"for {self._put_timeout_s} s" if waits else "and no event taken since"
             raise HooksStalled(
-                f"hooks' queue full for {self._put_timeout_s} s (a hook is stalled or slow): "
+                f"hooks' queue full {waited} (a hook is stalled or slow): "
                 f"{event!r} not delivered to them ({self.dropped} dropped so far)"
             ) from None
 
@@ -122,7 +145,8 @@ class BackgroundHooks:
         return done
 
     def close(self, timeout: float | None = None) -> int:
-        """Deliver what is queued (within ``timeout`` seconds), stop the worker, close the hooks.
+        """Deliver what is queued (within ``timeout`` seconds, default ``close_timeout_s``), stop the
+        worker, close the hooks.
 
         Returns how many events were not delivered. Past the timeout, nothing more is delivered and the
         hooks are not closed (one may still be running); each is reported to ``on_error`` as not closed.
@@ -130,15 +154,21 @@ class BackgroundHooks:
         if self._closed:
             return 0
         self._closed = True
+        timeout = self._close_timeout_s if timeout is None else timeout
         thread = self._thread
         undelivered = 0
         if thread is not None and thread is not threading.current_thread():
-            with contextlib.suppress(queue.Full):  # the worker stops at the timeout either way
+            deadline = time.monotonic() + timeout
+            try:  # the worker stops at the deadline either way
                 self._queue.put(_STOP, timeout=timeout)
-            thread.join(timeout)
+                stop_queued = 1
+            except queue.Full:
+                stop_queued = 0
+            thread.join(max(0.0, deadline - time.monotonic()))
             if thread.is_alive():
                 self._abandoned = True
-                undelivered = self._queue.unfinished_tasks - 1  # the one being delivered still runs
+                # what is queued, less the stop marker, plus the event being delivered, still running
+                undelivered = self._queue.unfinished_tasks - stop_queued
                 for hook in self.hooks:
                     self._on_error(
                         hook, TimeoutError(f"still running after {timeout} s: not closed"), "close"
@@ -164,6 +194,7 @@ class BackgroundHooks:
         get, done = self._queue.get, self._queue.task_done
         while True:
             item = get()
+            self._taken += 1
             try:
                 if item is _STOP:
                     return
