@@ -25,6 +25,7 @@ import logging
 import os
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType, TracebackType
@@ -378,12 +379,21 @@ class MetricLogger:
             self.close()
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until background hooks have received every event emitted so far; ``False`` if
-        ``timeout`` (seconds) ran out first. Every record is already written when ``emit`` returns,
-        and inline hooks have been called, so there is nothing else to wait for."""
-        if self._closed or self._background is None:
+        """Wait until background hooks (``background_hooks=True``, and each ``background(hook)`` among
+        the hooks) have received every event emitted so far; ``False`` if ``timeout`` (seconds, over
+        all of them) ran out first. Every record is already written when ``emit`` returns, and inline
+        hooks have been called, so there is nothing else to wait for."""
+        if self._closed:
             return True
-        return self._background.flush(timeout)
+        waiting = [hook for hook in self._hooks if isinstance(hook, BackgroundHooks)]
+        if self._background is not None:
+            waiting.append(self._background)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        done = True
+        for hooks in waiting:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            done = hooks.flush(left) and done
+        return done
 
     def reopen(self) -> None:
         """Reopen the text log and JSONL files at their paths: for logrotate's ``postrotate`` (or

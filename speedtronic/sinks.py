@@ -84,9 +84,13 @@ class LineFile:
         _exit_and_fork.guard_across_fork(self)
 
     def _open(self) -> None:
-        """Open the path (creating its parent directories); raises ``OSError`` when it can't."""
+        """Open the path (creating its parent directories); raises ``OSError`` when it can't.
+
+        Opened non-blocking, then set blocking: a FIFO nobody reads (its shipper is gone) fails at
+        once with ``ENXIO`` instead of waiting for a reader forever."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, _FLAGS, 0o644)
+        fd = os.open(self.path, _FLAGS | os.O_NONBLOCK, 0o644)
+        os.set_blocking(fd, True)
         info = os.fstat(fd)
         self._fd = fd
         self._identity = (info.st_dev, info.st_ino)
@@ -252,7 +256,18 @@ class TextStream:
                 self._stream.flush()
         except Exception as error:
             self.lost += 1
+            if isinstance(error, BrokenPipeError):
+                self._drop_unreadable()
             self._on_error(error, self.path)
+
+    def _drop_unreadable(self) -> None:
+        """The pipe's reader is gone (``stdout`` into ``head``): point the stream's descriptor at
+        ``/dev/null``, as Python's docs advise for SIGPIPE, so the line left in its buffer can't fail
+        again at exit (exit code 120); nothing written there could be read anyway."""
+        with contextlib.suppress(Exception):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
 
     def flush(self) -> None:
         """Flush the stream; a failure here loses nothing (``write`` flushed every line)."""

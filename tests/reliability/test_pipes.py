@@ -104,12 +104,6 @@ class TestStdoutIntoHead:
         assert "speedtronic: could not write a record to <stdout>" in result.stderr
         assert "Broken pipe" in result.stderr
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="the text line TextStream could not write stays in sys.stdout's buffer, so the "
-        "interpreter's final flush fails: 'Exception ignored ... BrokenPipeError', exit code 120 "
-        "(speedtronic/sinks.py TextStream; reported to the lead)",
-    )
     def test_text_on_the_broken_pipe_exits_0(self) -> None:
         """The same run exits 0 with nothing on stderr but speedtronic's own lines."""
         result, _ = piped_into_head(writer(json_file="/dev/stdout"))
@@ -144,11 +138,6 @@ class TestFifo:
         assert "logging_error" in text
         assert "BrokenPipeError" in text
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="LineFile opens a FIFO with a blocking O_WRONLY open(2), which waits for a reader "
-        "forever when the shipper is already gone (speedtronic/sinks.py; reported to the lead)",
-    )
     def test_a_fifo_without_a_reader_does_not_hang_the_logger(self, tmp_path: Path) -> None:
         """A FIFO nobody reads when the logger starts (the shipper died before a resume): the logger
         is refused or counts losses, but construction returns."""
