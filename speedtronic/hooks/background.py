@@ -174,6 +174,9 @@ class BackgroundHooks:
                         hook, TimeoutError(f"still running after {timeout} s: not closed"), "close"
                     )
                 return max(undelivered, 0)
+        elif thread is not None:  # a hook closing its logger from this worker: what is queued stays
+            undelivered = self._queue.qsize()  # undelivered, never handed to closed hooks
+            self._abandoned = True
         for hook in list(self.hooks):
             try:
                 close_hook(hook)

@@ -274,3 +274,33 @@ print(pid)
     assert (tmp_path / f"{child}.txt").read_text().split() == [f"child{i}" for i in range(5)]
     parents = [p for p in tmp_path.iterdir() if p.name != f"{child}.txt"]
     assert [p.read_text().split() for p in parents] == [["parent0", "parent1", "parent2"]]
+
+
+def test_a_hook_that_closes_its_logger_from_the_worker(jsonl_path: Path) -> None:
+    """close() from a background hook: queued events never reach the closed hooks; the loss is said."""
+    delivered: list[int] = []
+    closed: list[int] = []
+    gate = threading.Event()
+    logger = MetricLogger(stream=io.StringIO(), json_file=jsonl_path, background_hooks=True)
+
+    class Hook:
+        def on_event(self, event: str, payload: dict[str, Any]) -> None:
+            gate.wait(10)
+            delivered.append(payload["step"])
+            if payload["step"] == 0:
+                logger.close()
+
+        def close(self) -> None:
+            closed.append(len(delivered))
+
+    logger.hooks.append(Hook())
+    with pytest.warns(LoggingFailureWarning, match="not delivered"):
+        for step in range(5):
+            logger.emit("train_step", {"step": step})
+        gate.set()
+        deadline = time.monotonic() + 10
+        while not logger.closed and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.1)
+    assert delivered == [0]
+    assert closed == [1]
