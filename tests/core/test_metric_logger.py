@@ -199,6 +199,82 @@ def background(request: pytest.FixtureRequest) -> bool:
     return bool(request.param)
 
 
+class TestUserProcessors:
+    def test_a_user_stage_adds_and_drops_fields_for_every_sink_and_hook(self, tmp_path: Path) -> None:
+        """processors=[...] run after enrichment, before rendering: text, JSONL and hooks all see it."""
+        seen: list[dict[str, Any]] = []
+
+        def add_job(logger: Any, method_name: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+            event_dict["job"] = "nightly-7"
+            event_dict.pop("lr", None)
+            assert "elapsed_s" in event_dict  # enriched already
+            return event_dict
+
+        text, jsonl = tmp_path / "t.log", tmp_path / "m.jsonl"
+        with MetricLogger(
+            file=text, json_file=jsonl, processors=[add_job], hooks=[lambda e, p: seen.append(p)]
+        ) as lg:
+            lg.emit("train_step", {"step": 1, "lr": 0.1})
+        (record,) = read_jsonl(jsonl)
+        assert (record["job"], "lr" in record) == ("nightly-7", False)
+        assert " job=nightly-7" in text.read_text()
+        assert "lr=" not in text.read_text()
+        assert (seen[0]["job"], "lr" in seen[0]) == ("nightly-7", False)
+
+    def test_structlogs_own_processors_work_there(self, tmp_path: Path) -> None:
+        """A stock structlog processor (contextvars) in processors=[...] adds the app's context."""
+        import structlog
+
+        jsonl = tmp_path / "m.jsonl"
+        structlog.contextvars.bind_contextvars(request_id="r-9")
+        try:
+            with MetricLogger(
+                stream=io.StringIO(), json_file=jsonl, processors=[structlog.contextvars.merge_contextvars]
+            ) as logger:
+                logger.emit("checkpoint", {"step": 1})
+        finally:
+            structlog.contextvars.clear_contextvars()
+        assert read_jsonl(jsonl)[0]["request_id"] == "r-9"
+
+    def test_a_user_stage_that_drops_the_event_drops_it_everywhere(self, tmp_path: Path) -> None:
+        """structlog.DropEvent from a user stage: no line, no record, no hook call, no error."""
+        import structlog
+
+        def drop_checkpoints(logger: Any, method_name: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+            if event_dict["event"] == "checkpoint":
+                raise structlog.DropEvent
+            return event_dict
+
+        seen: list[str] = []
+        jsonl = tmp_path / "m.jsonl"
+        with MetricLogger(
+            stream=io.StringIO(),
+            json_file=jsonl,
+            processors=[drop_checkpoints],
+            hooks=[lambda e, p: seen.append(e)],
+        ) as logger:
+            logger.emit("checkpoint", {"step": 1})
+            logger.emit("train_step", {"step": 1})
+        assert [r["event"] for r in read_jsonl(jsonl)] == ["train_step"]
+        assert seen == ["train_step"]
+
+    def test_a_processor_that_is_not_callable_is_refused(self) -> None:
+        with pytest.raises(TypeError, match=r"processors=\.\.\.\): .* is not a structlog processor"):
+            MetricLogger(stream=io.StringIO(), processors=["oops"])  # type: ignore[list-item]
+
+    def test_a_numpy_step_counts_for_the_cadence(self) -> None:
+        """every_steps=2 with numpy.int64 steps: only the even ones are logged."""
+        import numpy as np
+
+        seen: list[int] = []
+        with MetricLogger(
+            stream=io.StringIO(), every_steps=2, hooks=[lambda e, p: seen.append(int(p["step"]))]
+        ) as lg:
+            for step in range(1, 7):
+                lg.emit("train_step", {"step": np.int64(step)})
+        assert seen == [2, 4, 6]
+
+
 class TestNoGlobalState:
     def test_application_structlog_config_doesnt_reach_the_chain(self, jsonl_path: Path) -> None:
         """An app's structlog.configure (level filter, processors) changes nothing for the logger."""
@@ -218,9 +294,7 @@ class TestNoGlobalState:
 
 
 class TestHookFailures:
-    def test_failing_hook_is_counted_reported_and_isolated(
-        self, jsonl_path: Path, background: bool
-    ) -> None:
+    def test_failing_hook_is_counted_reported_and_isolated(self, jsonl_path: Path, background: bool) -> None:
         """A raising hook is counted; the other hooks get every event; training goes on."""
         stream, good = io.StringIO(), Journal()
 
@@ -331,9 +405,7 @@ class TestHookFailures:
         with pytest.raises(HookFailureWarning):
             logger.emit("a", {})
         logger.close()
-        assert logger.hook_errors == {
-            "TestHookFailures.test_warning_can_be_escalated.<locals>.bad": 1
-        }
+        assert logger.hook_errors == {"TestHookFailures.test_warning_can_be_escalated.<locals>.bad": 1}
 
 
 class TestLifecycle:
