@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 import types
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from enum import Enum
 from typing import Any, Literal, Protocol, TypeAlias, TypedDict, Union, get_args, get_origin, get_type_hints
 
@@ -48,6 +48,7 @@ __all__ = [
     "TrainStartPayload",
     "TrainStepPayload",
     "ValidatePayloads",
+    "free_name",
     "level_for",
     "payload_key",
     "payload_problems",
@@ -76,16 +77,20 @@ RESERVED_KEYS: frozenset[str] = frozenset({"event", "timestamp", "_speedtronic"}
 payload key of one of these names is kept under ``payload_<key>`` instead (see ``payload_key``)."""
 
 
+def free_name(taken: Container[Any], name: str) -> str:
+    """``name``, or ``name#2``, ``name#3``... : the first not in ``taken``. The one rule every renamed
+    key follows (reserved payload keys, keys that collide once made strings)."""
+    candidate, n = name, 1
+    while candidate in taken:
+        n += 1
+        candidate = f"{name}#{n}"
+    return candidate
+
+
 def payload_key(key: str, taken: Mapping[str, Any]) -> str:
     """The name a payload key is kept under: itself, or ``payload_<key>`` for a reserved key
     (``payload_<key>#2``, ``#3``... if the payload has that name too)."""
-    if key not in RESERVED_KEYS:
-        return key
-    candidate, n = f"payload_{key}", 1
-    while candidate in taken:
-        n += 1
-        candidate = f"payload_{key}#{n}"
-    return candidate
+    return free_name(taken, f"payload_{key}") if key in RESERVED_KEYS else key
 
 
 if sys.version_info >= (3, 11):

@@ -48,7 +48,6 @@ from speedtronic.hooks import HookList
 from speedtronic.hooks.background import DEFAULT_PUT_TIMEOUT_S, BackgroundHooks
 from speedtronic.processors import (
     DEFAULT_MAX_LINE_BYTES,
-    DEFAULT_SECRET_PATTERNS,
     AddElapsed,
     AddMemory,
     AddRank,
@@ -122,7 +121,7 @@ def _parse_level(level: str | int) -> int:
 
 def _redactor(redact: bool | Iterable[str]) -> list[Redact]:
     if redact is True:
-        return [Redact(DEFAULT_SECRET_PATTERNS)]
+        return [Redact()]
     if redact is False:
         return []
     if isinstance(redact, str):

@@ -31,6 +31,8 @@ from typing import Any
 
 from structlog.typing import EventDict, WrappedLogger
 
+from speedtronic.events import free_name
+
 __all__ = [
     "CYCLE",
     "MAX_DEPTH",
@@ -547,12 +549,7 @@ def _safe_mapping(value: Mapping[Any, Any], depth: int, marks: _Marks, pointer: 
 
 def unique_key(taken: Mapping[str, Any], key: object) -> str:
     """``key`` as a string not yet in ``taken``: ``1`` and ``"1"`` become ``"1"`` and ``"1#2"``."""
-    text = _clean_text(key if type(key) is str else _key_text(key), None)
-    candidate, n = text, 1
-    while candidate in taken:
-        n += 1
-        candidate = f"{text}#{n}"
-    return candidate
+    return free_name(taken, _clean_text(key if type(key) is str else _key_text(key), None))
 
 
 def _key_text(key: object) -> str:

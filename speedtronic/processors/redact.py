@@ -35,6 +35,7 @@ from typing import Any
 
 from structlog.typing import EventDict, WrappedLogger
 
+from speedtronic.events import free_name
 from speedtronic.processors.convert import MAX_DEPTH, Converted, Truncated, _Seen, safe_str, to_python
 
 __all__ = ["DEFAULT_SECRET_PATTERNS", "REDACTED", "Redact", "is_secret_key", "redact_text"]
@@ -350,11 +351,7 @@ def _unchanged_text(text: str) -> str:
 
 
 def _free_key(taken: Mapping[Any, Any], key: Any) -> Any:
-    candidate, n = key, 1
-    while candidate in taken:
-        n += 1
-        candidate = f"{key}#{n}"
-    return candidate
+    return free_name(taken, key) if key in taken else key
 
 
 def _safe_repr(value: object) -> str:
