@@ -259,6 +259,7 @@ class MetricLogger:
         self._closed = False
         self._depth = 0  # emits in progress on the thread holding the lock (a hook may emit)
         self._close_requested = False
+        self._stuck = False  # close() could not get the logger from a thread stuck inside emit
         self._telling = False  # reporting a lost record to the other sinks
         self._close_timeout_s = close_timeout_s
         self.rank = rank if rank is not None else detect_rank()
@@ -419,6 +420,7 @@ class MetricLogger:
                 self._close_requested = True
                 return
             self._closed = True
+            self._stuck = not acquired  # another thread is inside emit (a hook stalled there)
         finally:
             if acquired:
                 self._lock.release()
@@ -469,6 +471,11 @@ class MetricLogger:
             return
         if not self.is_lead:
             return
+        if self._stuck:  # a hook may still be running inside another thread's emit: none is closed
+            for hook in list(self._hooks):
+                stuck = TimeoutError(f"another thread was inside emit after {self._close_timeout_s} s: not closed")
+                self._failures(hook, stuck, "close")
+            return
         seen: set[int] = set()
         for hook in list(self._hooks):
             if id(hook) in seen:
@@ -491,14 +498,20 @@ class MetricLogger:
         self._report("hook_error", fields)
 
     def _report(self, event: str, fields: dict[str, Any]) -> None:
-        """Write a record of the logger's own (never passed to hooks) to the text log and JSONL."""
-        with self._lock:
-            try:
-                self._own_records.log_event(level_for(event), event, dict(fields))
-            except (HookError, SpeedtronicWarning):
-                raise
-            except Exception as error:
-                self._record_failed(error, f"rendering {event!r}")
+        """Write a record of the logger's own (never passed to hooks) to the text log and JSONL.
+
+        Once ``close()`` found another thread stuck inside ``emit``, written without waiting for it
+        (each file keeps its lines whole by its own lock)."""
+        acquired = self._lock.acquire(timeout=0 if self._stuck else -1)
+        try:
+            self._own_records.log_event(level_for(event), event, dict(fields))
+        except (HookError, SpeedtronicWarning):
+            raise
+        except Exception as error:
+            self._record_failed(error, f"rendering {event!r}")
+        finally:
+            if acquired:
+                self._lock.release()
 
     def _sink_failed(self, error: BaseException, where: str) -> None:
         """A sink could not write a record: count it for that sink, and make it seen."""

@@ -172,20 +172,43 @@ class TestLifecycle:
         assert len(os.listdir("/proc/self/fd")) <= before + 2
         assert len(closed) == 300
 
-    def test_close_honours_its_timeout_while_a_hook_is_stalled(self) -> None:
-        """Another thread stuck in emit (a stalled inline hook): close() returns after close_timeout_s."""
+    def test_close_honours_its_timeout_while_a_hook_is_stalled(self, jsonl_path: Path) -> None:
+        """Another thread stuck in emit (a stalled inline hook): close() returns after close_timeout_s,
+        writes its totals, and never closes the hook that is still running."""
         import threading
 
         gate = threading.Event()
-        logger = MetricLogger(stream=io.StringIO(), hooks=[lambda e, p: gate.wait(30)], close_timeout_s=0.2)
-        emitter = threading.Thread(target=logger.emit, args=("x", {}))
+        closed: list[bool] = []
+
+        class Stalled:
+            def on_event(self, event: str, payload: dict[str, Any]) -> None:
+                if event == "stall":
+                    gate.wait(30)
+                elif event == "fail":
+                    raise ValueError("boom")
+
+            def close(self) -> None:
+                closed.append(True)
+
+        logger = MetricLogger(
+            stream=io.StringIO(), json_file=jsonl_path, hooks=[Stalled()], close_timeout_s=0.2
+        )
+        with pytest.warns(HookFailureWarning):
+            logger.emit("fail", {})
+        emitter = threading.Thread(target=logger.emit, args=("stall", {}))
         emitter.start()
         try:
             closer = threading.Thread(target=logger.close)
-            closer.start()
-            closer.join(10)
+            with pytest.warns(HookFailureWarning, match="not closed"):
+                closer.start()
+                closer.join(10)
             assert not closer.is_alive()
             assert logger.closed
+            assert closed == []
+            totals = [
+                r for r in read_jsonl(jsonl_path) if r["event"] == "hook_error" and r["phase"] == "total"
+            ]
+            assert totals[0]["failures"] == 2  # the failure and the hook left open
         finally:
             gate.set()
             emitter.join(10)
