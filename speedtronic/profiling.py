@@ -472,9 +472,9 @@ class MetricLogger:
         if not self.is_lead:
             return
         if self._stuck:  # a hook may still be running inside another thread's emit: none is closed
+            stuck = f"another thread was inside emit after {self._close_timeout_s} s: not closed"
             for hook in list(self._hooks):
-                stuck = TimeoutError(f"another thread was inside emit after {self._close_timeout_s} s: not closed")
-                self._failures(hook, stuck, "close")
+                self._failures(hook, TimeoutError(stuck), "close")
             return
         seen: set[int] = set()
         for hook in list(self._hooks):
