@@ -40,6 +40,8 @@ FORK_WAIT_S = 1.0
 class _Closable(Protocol):
     def close(self) -> None: ...
 
+    def close_now(self) -> None: ...
+
     def reopen(self) -> None: ...
 
 
@@ -74,10 +76,11 @@ def guard_across_fork(owner: _Locked) -> None:
 
 @atexit.register
 def close_all() -> None:
-    """Close every logger still open (at exit, or from ``speedtronic.lifecycle.close_on_signals``)."""
+    """Close every logger still open (at exit, or from ``speedtronic.lifecycle.close_on_signals``),
+    also one whose ``emit`` the signal interrupted: the process ends right after."""
     for logger in list(_open):
         with contextlib.suppress(Exception):  # a failing close must not stop the others
-            logger.close()
+            logger.close_now()
 
 
 def reopen_all() -> None:

@@ -63,6 +63,7 @@ from speedtronic.processors import (
 from speedtronic.processors.convert import NOTE_KEY, safe_str, unique_key
 from speedtronic.processors.memory import resolve_probe
 from speedtronic.processors.redact import redact_text
+from speedtronic.processors.render import LEVEL_NAMES
 from speedtronic.processors.text import DEFAULT_FLOAT_DIGITS
 from speedtronic.sinks import LineFile, TextStream, json_note, open_text_sink
 
@@ -145,13 +146,22 @@ def _event_fields(payload: Mapping[Any, Any]) -> Mapping[str, Any]:
     taken: dict[str, None] = dict.fromkeys(key for key in payload if type(key) is str)
     fields: dict[str, Any] = {}
     for key, value in payload.items():
-        if type(key) is str:
-            name = payload_key(key, taken) if key in RESERVED_KEYS else key
-        else:
-            name = unique_key(taken, key)
+        name = key if type(key) is str else unique_key(taken, key)
+        if name in RESERVED_KEYS:
+            name = payload_key(name, taken)
         taken[name] = None
         fields[name] = value
     return fields
+
+
+def _method_for(level: str | None, event: str) -> str:
+    """The structlog method name of an event: ``level`` (any case) or the catalog's."""
+    if level is None:
+        return level_for(event)
+    method = level.lower() if isinstance(level, str) else level
+    if method not in LEVEL_NAMES:
+        raise ValueError(f"emit({event!r}, level={level!r}): level must be one of {', '.join(LEVEL_NAMES)}")
+    return method
 
 
 _OWN: Mapping[str, str] = MappingProxyType({"origin": "speedtronic"})
@@ -259,6 +269,7 @@ class MetricLogger:
         self._closed = False
         self._depth = 0  # emits in progress on the thread holding the lock (a hook may emit)
         self._close_requested = False
+        self._owner = 0  # the thread inside emit, while _depth > 0
         self._stuck = False  # close() could not get the logger from a thread stuck inside emit
         self._telling = False  # reporting a lost record to the other sinks
         self._close_timeout_s = close_timeout_s
@@ -272,6 +283,7 @@ class MetricLogger:
                 on_error=self._failures,
                 queue_size=hook_queue_size,
                 put_timeout_s=hook_put_timeout_s,
+                close_timeout_s=close_timeout_s,
                 name=f"speedtronic-hooks-{id(self):x}",
             )
 
@@ -317,7 +329,8 @@ class MetricLogger:
         _exit_and_fork.guard_across_fork(self)
         # A logger nobody closed releases its files and closes its hooks when it is collected; one
         # still open at exit is closed by _exit_and_fork first (so not by this finalizer).
-        self._finalizer = weakref.finalize(self, _release, self._text, self._json, self._hooks)
+        owned = [self._background] if self._background is not None else self._hooks if self.is_lead else []
+        self._finalizer = weakref.finalize(self, _release, self._text, self._json, owned)
         self._finalizer.atexit = False
 
     # -- public API ---------------------------------------------------------------------------
@@ -362,12 +375,14 @@ class MetricLogger:
             return
         if not isinstance(payload, Mapping):
             raise TypeError(f"emit({event!r}): payload must be a mapping, got {type(payload).__name__}")
+        method = _method_for(level, event)
         with self._lock:
             if self._closed:
                 raise LoggerClosedError(f"emit({event!r}) on a closed MetricLogger; create a new one")
             self._depth += 1
+            self._owner = threading.get_ident()
             try:
-                self._log.log_event(level or level_for(event), str(event), _event_fields(payload))
+                self._log.log_event(method, str(event), _event_fields(payload))
             except (HookError, SpeedtronicWarning):
                 raise
             except Exception as error:
@@ -387,7 +402,9 @@ class MetricLogger:
             return True
         waiting = [hook for hook in self._hooks if isinstance(hook, BackgroundHooks)]
         if self._background is not None:
-            waiting.append(self._background)
+            waiting.insert(0, self._background)  # first: it feeds the background(hook)s among the hooks
+        if self._depth and self._owner == threading.get_ident():  # a hook inside this thread's emit:
+            return all(hooks.flush(0) for hooks in waiting)  # waiting could deadlock on our own lock
         deadline = None if timeout is None else time.monotonic() + timeout
         done = True
         for hooks in waiting:
@@ -412,11 +429,19 @@ class MetricLogger:
         takes effect when that event is done. If another thread holds the logger (a hook stalled
         inside ``emit``) for ``close_timeout_s``, it closes without waiting for it.
         """
+        self._close(wait_for_emit=True)
+
+    def close_now(self) -> None:
+        """``close()``, also from inside this thread's ``emit`` (a signal handler that interrupted it:
+        ``speedtronic.lifecycle.close_on_signals``), where ``close()`` would wait for the event."""
+        self._close(wait_for_emit=False)
+
+    def _close(self, *, wait_for_emit: bool) -> None:
         acquired = self._lock.acquire(timeout=self._close_timeout_s)
         try:
             if self._closed:
                 return
-            if acquired and self._depth:  # a hook of this thread's emit: close once the event is done
+            if acquired and self._depth and wait_for_emit:  # a hook of this thread's emit
                 self._close_requested = True
                 return
             self._closed = True

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO
 
 from speedtronic import _exit_and_fork
+from speedtronic.errors import LoggingFailureWarning, warn_at_caller
 from speedtronic.processors.render import JSONLRenderer, TextRenderer
 
 __all__ = ["TORN_SETTLE_S", "LineFile", "TextStream", "json_note", "open_text_sink", "text_note"]
@@ -80,6 +81,7 @@ class LineFile:
         self._identity: tuple[int, int] | None = None
         self._watch = True  # a regular file: follow rotation by stat'ing its path
         self._torn = False
+        self._retry_reopen_at = 0.0  # after a failed reopen at rotation: when to try again
         self._open()
         _exit_and_fork.guard_across_fork(self)
 
@@ -119,19 +121,25 @@ class LineFile:
             self._on_error(failure, str(self.path))
 
     def reopen(self) -> None:
-        """Close and reopen the path now (after logrotate moved or truncated it)."""
+        """Close and reopen the path now (after logrotate moved or truncated it). If the path can't
+        be opened, the error is reported and writing goes on to the file already open."""
         with self._lock:
-            if self._fd is None:
-                return
-            old = self._fd
-            self._finish_pending(old)
-            try:
-                self._open()
-            except OSError as error:
-                self._fd = old
-                self._on_error(error, str(self.path))
-                return
-            os.close(old)
+            failure = self._reopen()
+        if failure is not None:
+            self._on_error(failure, str(self.path))
+
+    def _reopen(self) -> OSError | None:
+        if self._fd is None:
+            return None
+        old = self._fd
+        self._finish_pending(old)
+        try:
+            self._open()
+        except OSError as error:
+            self._fd = old
+            return error
+        os.close(old)
+        return None
 
     def close(self) -> None:
         with self._lock:
@@ -143,6 +151,9 @@ class LineFile:
     # -- internals -------------------------------------------------------------------------------
 
     def _follow_rotation(self) -> None:
+        """Reopen the path when it names another file or none. When it can't be opened (a directory
+        in its place, no permission), the lines go on to the file already open (nothing is lost), a
+        ``LoggingFailureWarning`` says so once, and the reopen is tried again a second later."""
         try:
             info = os.stat(self._path)
             if (info.st_dev, info.st_ino) == self._identity:
@@ -151,24 +162,40 @@ class LineFile:
             pass
         except OSError:
             return
-        self.reopen()
+        now = time.monotonic()
+        if now < self._retry_reopen_at:
+            return
+        failure = self._reopen()
+        if failure is None:
+            self._retry_reopen_at = 0.0
+            return
+        if not self._retry_reopen_at:
+            warn_at_caller(
+                f"speedtronic: {self.path} was rotated but can't be reopened ({failure}); "
+                "writing on to the rotated file",
+                LoggingFailureWarning,
+            )
+        self._retry_reopen_at = now + 1.0
 
     def _mend(self) -> OSError | None:
-        """Finish a line written in part, note lost lines, close a torn tail; the error if any failed."""
+        """Finish a line written in part, close a torn tail, then note lost lines; the error if any
+        of it failed (what is not done stays to do at the next write)."""
         if self._pending:
             written, failure = self._write_all(self._pending)
             self._pending = self._pending[written:]
             if failure is not None:
                 return failure
+        if self._torn:
+            failure = self._begin(b"\n", lost=False)
+            if failure is not None:
+                return failure
+            self._torn = False
         if self._unnoted:
             note = self._note(self._unnoted, self._last_error) + b"\n"
             failure = self._begin(note, lost=False)
             if failure is not None:
                 return failure
             self._unnoted = 0
-        if self._torn:
-            self._torn = False
-            return self._begin(b"\n", lost=False)
         return None
 
     def _begin(self, data: bytes, *, lost: bool = True) -> OSError | None:
@@ -239,9 +266,10 @@ class TextStream:
     def __init__(self, stream: IO[str], on_error: OnWriteError) -> None:
         self._stream = stream
         self._on_error = on_error
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self.path = str(getattr(stream, "name", "<stream>"))
         self.lost = 0
+        _exit_and_fork.guard_across_fork(self)
 
     def write(self, line: str | bytes) -> None:
         """Write a rendered line and a newline, then flush."""

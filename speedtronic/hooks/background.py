@@ -102,6 +102,7 @@ class BackgroundHooks:
         self._starting = threading.Lock()
         self._closed = False
         self._abandoned = False  # close() timed out: the worker delivers nothing more
+        self._close_after_event = False  # close() from the worker: close the hooks after this event
         self._taken = 0  # events the worker has taken from the queue: its progress
         self._stalled_at = -1  # ``_taken`` when a put last timed out: no waiting again until it moves
 
@@ -175,15 +176,20 @@ class BackgroundHooks:
                     )
                 return max(undelivered, 0)
         elif thread is not None:  # a hook closing its logger from this worker: what is queued stays
-            undelivered = self._queue.qsize()  # undelivered, never handed to closed hooks
-            self._abandoned = True
+            undelivered = self._queue.qsize()  # undelivered, never handed to closed hooks, and the
+            self._abandoned = True  # hooks are closed once the event being delivered is done (_run)
+            self._close_after_event = True
+            return undelivered
+        self._close_hooks()
+        self._raise_fatal()
+        return undelivered
+
+    def _close_hooks(self) -> None:
         for hook in list(self.hooks):
             try:
                 close_hook(hook)
             except Exception as error:
                 self._on_error(hook, error, "close")
-        self._raise_fatal()
-        return undelivered
 
     def _start(self) -> threading.Thread:
         with self._starting:
@@ -208,6 +214,9 @@ class BackgroundHooks:
                     context.run(self._dispatch, None, "info", {**payload, "event": event})
                 except BaseException as error:  # a hook's SystemExit: for the emitting side to raise
                     self.fatal = error
+                if self._close_after_event:  # a hook closed its logger during this event
+                    self._close_hooks()
+                    return
             finally:
                 done()
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from structlog.typing import EventDict, WrappedLogger
 
-from speedtronic.errors import LoggingFailureWarning
+from speedtronic.errors import LoggingFailureWarning, warn_at_caller
 from speedtronic.processors.memory import MemoryProbe, no_reading, resolve_probe
 
 __all__ = ["AddElapsed", "AddMemory", "AddRank"]
@@ -72,7 +72,16 @@ class AddMemory:
         if probe is None:
             probe = self._probe = self._first_probe()
         if probe is not no_reading and "memory_bytes" not in event_dict:
-            reading = probe()
+            try:
+                reading = probe()
+            except Exception as error:  # a device in trouble (a device-side assert): no reading, once
+                self._probe = no_reading
+                warn_at_caller(
+                    f"AddMemory: reading memory failed ({type(error).__name__}: {error}); "
+                    "memory_bytes is no longer reported",
+                    LoggingFailureWarning,
+                )
+                return event_dict
             if reading is not None:
                 event_dict["memory_bytes"] = reading
         return event_dict

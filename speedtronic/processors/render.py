@@ -142,7 +142,7 @@ class CapLine:
     largest values together, each cut by what is still in excess, then those values' markers only.
     Past that (thousands of fields, a huge key) the line becomes the record's outline: the event, up to
     32 short numeric fields and ``"_dropped": "<truncated: N fields ...>"``. So a capped line costs at
-    most six renders, never one per value.
+    most eight renders, never one per value.
     """
 
     __slots__ = ("_limit", "_render")
@@ -193,8 +193,13 @@ class CapLine:
             return line
         outline = _outline(event_dict, self._limit)
         line = self._render(logger, method_name, outline)
-        if self._excess(line) > 0:
-            line = self._render(logger, method_name, {k: outline[k] for k in ("event", "_dropped")})
+        for keep in (200, 0):  # an event name that escapes long: cut it too
+            if self._excess(line) <= 0:
+                break
+            event = safe_str(event_dict.get("event", ""))
+            line = self._render(
+                logger, method_name, {"event": truncate(event, keep), "_dropped": outline["_dropped"]}
+            )
         return line
 
     def _excess(self, line: str | bytes) -> int:
