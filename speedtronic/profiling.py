@@ -368,8 +368,8 @@ class MetricLogger:
         ``level`` is the record's level as a structlog method name (default: the catalog's,
         ``speedtronic.events.level_for``). Hooks have been called when this returns (unless they run
         in the background). Never raises because of the payload's values or a hook (unless
-        ``strict_hooks``); raises ``LoggerClosedError`` after ``close()`` and ``TypeError`` for a
-        payload that is no mapping.
+        ``strict_hooks``); raises ``LoggerClosedError`` after ``close()``, ``TypeError`` for a
+        payload that is no mapping and ``ValueError`` for an unknown ``level``.
         """
         if not self._cadence.admits(event, payload):
             return
@@ -390,7 +390,7 @@ class MetricLogger:
             finally:
                 self._depth -= 1
                 close_now = self._close_requested and not self._depth
-        if close_now:  # a hook asked for close() during this event: done now that the event is
+        if close_now:  # a hook asked for close() during this event, which is now done
             self.close()
 
     def flush(self, timeout: float | None = None) -> bool:
