@@ -107,6 +107,9 @@ def _after_fork_in_child() -> None:
     _held.clear()
     for owner in list(_guarded):
         owner._lock = threading.RLock()
+        forked = getattr(owner, "_forked", None)  # state that belonged to the parent's threads
+        if callable(forked):
+            forked()
     _open.clear()
 
 

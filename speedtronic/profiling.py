@@ -473,6 +473,10 @@ class MetricLogger:
         state = "closed" if self._closed else "open"
         return f"<MetricLogger {state} every_steps={self.every_steps} hooks={len(self._hooks)}>"
 
+    def _forked(self) -> None:
+        """In a forked child: no thread of the parent is inside ``emit`` here."""
+        self._depth, self._owner, self._close_requested = 0, 0, False
+
     # -- closing --------------------------------------------------------------------------------
 
     def _close_hooks(self) -> None:

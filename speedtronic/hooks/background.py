@@ -100,7 +100,7 @@ class BackgroundHooks:
         self._queue: queue.Queue[Any] = queue.Queue(self._queue_size)
         self._thread: threading.Thread | None = None
         self._starting = threading.Lock()
-        self._closed = False
+        self._closed = getattr(self, "_closed", False)  # closed in a parent: closed in its child too
         self._abandoned = False  # close() timed out: the worker delivers nothing more
         self._close_after_event = False  # close() from the worker: close the hooks after this event
         self._taken = 0  # events the worker has taken from the queue: its progress

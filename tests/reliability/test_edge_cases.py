@@ -213,3 +213,31 @@ def test_a_long_escaping_event_name_still_fits_the_cap(renderer: Any) -> None:
         None, "info", {"event": "\x01" * 300, "blob": "z" * 5000, "timestamp": "t"}
     )
     assert len(line if isinstance(line, bytes) else line.encode()) <= 1023
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_child_forked_during_a_long_emit_can_close_its_logger(tmp_path: Path) -> None:
+    """Forked while another thread is inside emit past the fork's wait: the child's close() closes."""
+    code = f"""
+import io, os, sys, threading, time
+sys.path.insert(0, {REPO!r})
+from speedtronic.profiling import MetricLogger
+closed = []
+class Slow:
+    def on_event(self, event, payload):
+        time.sleep(2)
+    def close(self):
+        closed.append(os.getpid())
+logger = MetricLogger(stream=io.StringIO(), hooks=[Slow()])
+threading.Thread(target=logger.emit, args=("x", {{}})).start()
+time.sleep(0.2)
+pid = os.fork()
+if pid == 0:
+    logger.close()
+    os._exit(0 if logger.closed and closed == [os.getpid()] else 3)
+_, status = os.waitpid(pid, 0)
+print(os.waitstatus_to_exitcode(status))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "0"
