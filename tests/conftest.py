@@ -17,6 +17,20 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line, parse_constant=refuse) for line in path.read_text("utf-8").splitlines()]
 
 
+class Journal:
+    """A hook that journals ``"<name> <event>"`` and ``"<name> close"`` into a shared list, so a test
+    asserts the order of calls across hooks (pluggy's way)."""
+
+    def __init__(self, name: str, out: list[str]) -> None:
+        self.name, self.out = name, out
+
+    def on_event(self, event: str, payload: dict[str, Any]) -> None:
+        self.out.append(f"{self.name} {event}")
+
+    def close(self) -> None:
+        self.out.append(f"{self.name} close")
+
+
 @pytest.fixture
 def jsonl_path(tmp_path: Path) -> Path:
     return tmp_path / "run" / "metrics.jsonl"

@@ -10,17 +10,7 @@ import pytest
 from speedtronic.hooks import CallbackList, HookList, TrainingHook, as_callback, on_event
 from speedtronic.processors import DispatchHooks
 from speedtronic.profiling import MetricLogger
-
-
-class Journal:
-    def __init__(self, name: str, out: list[str]) -> None:
-        self.name, self.out = name, out
-
-    def on_event(self, event: str, payload: dict[str, Any]) -> None:
-        self.out.append(f"{self.name} {event}")
-
-    def close(self) -> None:
-        self.out.append(f"{self.name} close")
+from tests.conftest import Journal
 
 
 class TestTrainingHook:

@@ -22,20 +22,9 @@ from speedtronic.hooks import background
 from speedtronic.processors import CapLine, JSONLRenderer, TextRenderer
 from speedtronic.profiling import MetricLogger
 from speedtronic.sinks import LineFile
-from tests.conftest import read_jsonl
+from tests.conftest import Journal, read_jsonl
 
 REPO = str(Path(__file__).resolve().parents[2])
-
-
-class Journal:
-    def __init__(self, name: str, out: list[str]) -> None:
-        self.name, self.out = name, out
-
-    def on_event(self, event: str, payload: dict[str, Any]) -> None:
-        self.out.append(f"{self.name} {event}")
-
-    def close(self) -> None:
-        self.out.append(f"{self.name} close")
 
 
 def test_sigterm_inside_emit_still_closes_the_hooks(tmp_path: Path) -> None:
