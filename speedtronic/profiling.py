@@ -45,7 +45,7 @@ from speedtronic.errors import (
 )
 from speedtronic.events import RESERVED_KEYS, level_for, payload_key
 from speedtronic.hooks import HookList
-from speedtronic.hooks.background import DEFAULT_PUT_TIMEOUT_S, BackgroundHooks
+from speedtronic.hooks.background import DEFAULT_PUT_TIMEOUT_S, BackgroundHooks, check_count, check_seconds
 from speedtronic.processors import (
     DEFAULT_MAX_LINE_BYTES,
     AddElapsed,
@@ -130,11 +130,6 @@ def _redactor(redact: bool | Iterable[str]) -> list[Redact]:
             f"MetricLogger(redact=...) takes a list of patterns, not one string: use [{redact!r}]"
         )
     return [Redact(redact)]
-
-
-def _check_seconds(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e9:
-        raise ValueError(f"MetricLogger({name}=...) must be a finite number of seconds > 0, got {value!r}")
 
 
 def _event_fields(payload: Mapping[Any, Any]) -> Mapping[str, Any]:
@@ -236,12 +231,9 @@ class MetricLogger:
         # Every argument is checked before any file is opened.
         levelno = _parse_level(level)
         self._cadence = CadenceFilter(every_steps)
-        _check_seconds("close_timeout_s", close_timeout_s)
-        _check_seconds("hook_put_timeout_s", hook_put_timeout_s)
-        if isinstance(hook_queue_size, bool) or not isinstance(hook_queue_size, int) or hook_queue_size < 1:
-            raise ValueError(
-                f"MetricLogger(hook_queue_size=...) must be an int >= 1, got {hook_queue_size!r}"
-            )
+        check_seconds("MetricLogger(close_timeout_s=...)", close_timeout_s)
+        check_seconds("MetricLogger(hook_put_timeout_s=...)", hook_put_timeout_s)
+        check_count("MetricLogger(hook_queue_size=...)", hook_queue_size)
         if file is not None and stream is not None:
             raise ValueError("MetricLogger: pass either file= or stream= for the text log, not both")
         user_processors = list(processors)

@@ -34,6 +34,8 @@ __all__ = [
     "BackgroundHooks",
     "HooksStalled",
     "background",
+    "check_count",
+    "check_seconds",
 ]
 
 DEFAULT_PUT_TIMEOUT_S = 1.0
@@ -80,9 +82,9 @@ class BackgroundHooks:
         close_timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S,
         name: str = "speedtronic-hooks",
     ) -> None:
-        _check_size("queue_size", queue_size)
-        _check_seconds("put_timeout_s", put_timeout_s)
-        _check_seconds("close_timeout_s", close_timeout_s)
+        check_count("queue_size", queue_size)
+        check_seconds("put_timeout_s", put_timeout_s)
+        check_seconds("close_timeout_s", close_timeout_s)
         self._close_timeout_s = close_timeout_s
         self._on_error: Callable[[object, Exception, str], None] = on_error or HookFailures()
         self.hooks = hooks if isinstance(hooks, list) else list(hooks)
@@ -231,12 +233,14 @@ def background(hook: Any, **options: Any) -> BackgroundHooks:
     return BackgroundHooks([hook], **options)
 
 
-def _check_size(name: str, value: object) -> None:
+def check_count(name: str, value: object) -> None:
+    """``ValueError`` naming ``name`` unless ``value`` is an int >= 1 (a queue size)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be an int >= 1, got {value!r}")
 
 
-def _check_seconds(name: str, value: object) -> None:
+def check_seconds(name: str, value: object) -> None:
+    """``ValueError`` naming ``name`` unless ``value`` is a finite number of seconds > 0 (a timeout)."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e9:
         raise ValueError(f"{name} must be a number of seconds > 0 and finite, got {value!r}")
 
