@@ -3,7 +3,7 @@
 Each open ``MetricLogger`` is held weakly; at exit, the ones the user forgot are closed, so their
 files are flushed, their queued events delivered and their hooks (a W&B run, a TensorBoard writer)
 finished. That has to happen before an SDK's own exit handler tears the SDK down; ``atexit`` runs
-handlers last-registered-first, so ``run_first_at_exit()`` moves ours to the front again. It runs
+handlers last-registered-first, so ``close_loggers_first_at_exit()`` moves ours to the front again. It runs
 whenever a logger is created, and SDK-backed hooks call it after registering their own handler.
 
 ``os.fork`` copies only the forking thread. A lock another thread held at that moment would stay held
@@ -26,11 +26,11 @@ from typing import Any, Protocol
 __all__ = [
     "FORK_WAIT_S",
     "close_all",
+    "close_loggers_first_at_exit",
     "forget",
     "guard_across_fork",
     "remember",
     "reopen_all",
-    "run_first_at_exit",
 ]
 
 FORK_WAIT_S = 1.0
@@ -56,10 +56,10 @@ _held: list[Any] = []
 
 def remember(logger: _Closable) -> None:
     _open.add(logger)
-    run_first_at_exit()
+    close_loggers_first_at_exit()
 
 
-def run_first_at_exit() -> None:
+def close_loggers_first_at_exit() -> None:
     """Make closing the open loggers the next exit handler to run (before those registered so far)."""
     atexit.unregister(close_all)
     atexit.register(close_all)

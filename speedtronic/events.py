@@ -12,6 +12,7 @@ and value types where that is cheap). It is off by default; the trainer applies 
 
 from __future__ import annotations
 
+import logging
 import sys
 import types
 import warnings
@@ -25,6 +26,8 @@ from speedtronic.errors import SpeedtronicWarning
 
 __all__ = [
     "EVENT_LEVELS",
+    "LEVEL_NAMES",
+    "LEVEL_NUMBERS",
     "PAYLOADS",
     "RESERVED_KEYS",
     "CheckpointPayload",
@@ -50,6 +53,7 @@ __all__ = [
     "ValidatePayloads",
     "free_name",
     "level_for",
+    "method_for",
     "payload_key",
     "payload_problems",
 ]
@@ -70,6 +74,36 @@ event is ``info`` unless the producer passes a level (``MetricLogger.emit(..., l
 def level_for(event: str) -> str:
     """The structlog method name (``"info"``, ``"warning"``, ``"error"``) for ``event``."""
     return EVENT_LEVELS.get(event, "info")
+
+
+LEVEL_NAMES: Mapping[str, str] = {
+    "debug": "DEBUG",
+    "info": "INFO",
+    "msg": "INFO",
+    "warning": "WARNING",
+    "warn": "WARNING",
+    "error": "ERROR",
+    "err": "ERROR",
+    "exception": "ERROR",
+    "critical": "CRITICAL",
+    "fatal": "CRITICAL",
+}
+"""The level each structlog method name stands for: the one level table (the text line's level, the
+text log's threshold, ``StructlogHook``'s method and ``emit(level=...)`` all read it)."""
+
+LEVEL_NUMBERS: Mapping[str, int] = {method: getattr(logging, name) for method, name in LEVEL_NAMES.items()}
+"""Each structlog method name's stdlib level number (``"info"`` is ``logging.INFO``)."""
+
+
+def method_for(event: str, level: object = None) -> str:
+    """The structlog method name of a record: ``level`` (any case of a ``LEVEL_NAMES`` method name),
+    else the catalog's (``level_for``). ``ValueError`` naming the event for an unknown level."""
+    if level is None:
+        return level_for(event)
+    method = level.lower() if isinstance(level, str) else level
+    if method not in LEVEL_NAMES:
+        raise ValueError(f"emit({event!r}, level={level!r}): level must be one of {', '.join(LEVEL_NAMES)}")
+    return str(method)
 
 
 RESERVED_KEYS: frozenset[str] = frozenset({"event", "timestamp", "_speedtronic"})

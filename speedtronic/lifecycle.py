@@ -17,17 +17,9 @@ from types import FrameType
 from typing import Any
 
 from speedtronic import _exit_and_fork
+from speedtronic._exit_and_fork import close_loggers_first_at_exit
 
 __all__ = ["close_loggers_first_at_exit", "close_on_signals", "reopen_on_signals"]
-
-
-def close_loggers_first_at_exit() -> None:
-    """Make closing the open loggers the next exit handler to run, before those registered so far.
-
-    For a hook backed by an SDK that registers its own exit handler (W&B): call this after the SDK
-    has, so a logger still holding events for the hook is closed while the SDK still works.
-    """
-    _exit_and_fork.run_first_at_exit()
 
 
 def close_on_signals(*signums: int) -> None:

@@ -1,21 +1,22 @@
 """``MetricLogger``: one training event in, a text line, a JSONL record and hook calls out.
 
 The logger is a structlog processor chain of its own, built with ``structlog.wrap_logger`` (the
-global structlog configuration is never read or changed). Its stages are the public processors of
-``speedtronic.processors``::
+global structlog configuration is never read or changed) from ``build_processors``, the one place
+that lists the stages::
 
-    emit(event, payload)
-      CadenceFilter.admits: a skipped train_step returns here, before any work
-      {"event": event, **payload} -> ConvertValues -> [Redact] -> AddElapsed -> AddMemory -> [AddRank]
-        -> your processors (MetricLogger(processors=[...]))
-        -> WriteText: TextRenderer -> the text log (file or stream), at or above `level`
-        -> WriteLines: JSONLRenderer -> the JSONL file
+    emit(event, payload)          (asks the chain's CadenceFilter first: a skipped step costs one call)
+      {"event": event, **payload}
+        -> CadenceFilter -> ConvertValues -> [Redact] -> AddElapsed -> AddMemory -> [AddRank]
+        -> AddTimestamp -> your processors (MetricLogger(processors=[...]))
+        -> WriteLines(TextRenderer) -> the text log (file or stream), at or above `level`
+        -> WriteLines(JSONLRenderer) -> the JSONL file
         -> DispatchHooks (final): each hook, in order, its failures counted and reported
 
-One lock serialises the chain, so ``emit`` is safe from several threads: lines never interleave, and
-hooks are never called concurrently and see events in emission order. Hooks run inside ``emit`` (on
-the emitting thread) unless ``background_hooks=True`` or a hook is wrapped in
-``speedtronic.hooks.background``.
+The logger's own records (``hook_error``, ``logging_error``, the note where a file lost lines) go
+through the same chain, marked ``"_speedtronic": {"origin": "speedtronic"}``; ``DispatchHooks`` does
+not hand them to hooks. ``MetricLogger`` itself keeps the lifecycle: the lock, flush, reopen, close
+and the failure counts. One lock serialises the chain, so ``emit`` is safe from several threads: lines
+never interleave, and hooks are never called concurrently and see events in emission order.
 """
 
 from __future__ import annotations
@@ -27,12 +28,12 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType, TracebackType
 from typing import IO, Any
 
 import structlog
-from structlog.typing import EventDict, Processor, WrappedLogger
+from structlog.typing import Processor
 
 from speedtronic import _exit_and_fork
 from speedtronic.distributed import RankInfo, detect_rank, is_lead, rank_path
@@ -41,20 +42,30 @@ from speedtronic.errors import (
     LoggerClosedError,
     LoggingFailureWarning,
     SpeedtronicWarning,
+    check_count,
+    check_seconds,
+    reported,
     warn_at_caller,
 )
-from speedtronic.events import RESERVED_KEYS, level_for, payload_key
+from speedtronic.events import (
+    LEVEL_NAMES,
+    RESERVED_KEYS,
+    EventPayloadError,
+    level_for,
+    method_for,
+    payload_key,
+)
 from speedtronic.hooks import HookList
-from speedtronic.hooks.background import DEFAULT_PUT_TIMEOUT_S, BackgroundHooks, check_count, check_seconds
+from speedtronic.hooks.background import DEFAULT_PUT_TIMEOUT_S, BackgroundHooks
+from speedtronic.hooks.dispatch import DispatchHooks, HookFailures, close_hook
 from speedtronic.processors import (
     DEFAULT_MAX_LINE_BYTES,
     AddElapsed,
     AddMemory,
     AddRank,
+    AddTimestamp,
     CadenceFilter,
     ConvertValues,
-    DispatchHooks,
-    HookFailures,
     JSONLRenderer,
     Redact,
     TextRenderer,
@@ -63,14 +74,10 @@ from speedtronic.processors import (
 from speedtronic.processors.convert import NOTE_KEY, safe_str, unique_key
 from speedtronic.processors.memory import resolve_probe
 from speedtronic.processors.redact import redact_text
-from speedtronic.processors.render import LEVEL_NAMES
 from speedtronic.processors.text import DEFAULT_FLOAT_DIGITS
-from speedtronic.sinks import LineFile, TextStream, json_note, open_text_sink
+from speedtronic.sinks import LineFile, TextStream, open_text_sink
 
-__all__ = ["MetricLogger", "memory_usage_bytes"]
-
-_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-_STR = frozenset({str})
+__all__ = ["MetricLogger", "build_processors", "memory_usage_bytes"]
 
 
 def memory_usage_bytes(device: Any = None) -> int | None:
@@ -80,6 +87,81 @@ def memory_usage_bytes(device: Any = None) -> int | None:
     Never imports torch: if it has not been imported, no accelerator is in use.
     """
     return resolve_probe(device)()
+
+
+def build_processors(
+    *,
+    every_steps: int = 1,
+    redact: bool | Iterable[str] = True,
+    device: Any = None,
+    rank: RankInfo | None = None,
+    clock: Callable[[], float] = time.time,
+    processors: Iterable[Processor] = (),
+    text: Callable[[str], object] | None = None,
+    text_level: int = logging.INFO,
+    json: Callable[[bytes], object] | None = None,
+    hooks: Sequence[Any] = (),
+    on_hook_error: Callable[[object, Exception, str], None] | None = None,
+    max_line_bytes: int | None = DEFAULT_MAX_LINE_BYTES,
+    float_digits: int | None = DEFAULT_FLOAT_DIGITS,
+    local_time: bool = False,
+    caller: str = "build_processors",
+) -> list[Processor]:
+    """The stages of a ``MetricLogger``, in order: the one list of them.
+
+    ``text`` and ``json`` receive each rendered line (a ``str`` at or above ``text_level``, and
+    ``bytes``); either may be left out. ``hooks`` (a list read at each event) get every kept event,
+    their failures going to ``on_hook_error``. ``rank`` adds ``rank``/``world_size`` when the job has
+    more than one process. The list works in any structlog chain
+    (``structlog.wrap_logger(structlog.ReturnLogger(), processors=build_processors(text=print))``),
+    and its arguments are checked here, each error naming ``caller`` and the argument.
+    """
+    check_count(f"{caller}(every_steps=...)", every_steps)
+    stages: list[Processor] = [CadenceFilter(every_steps), ConvertValues()]
+    if redact is not False:
+        if isinstance(redact, str):
+            raise TypeError(f"{caller}(redact=...) takes a list of patterns, not one string: [{redact!r}]")
+        stages.append(Redact() if redact is True else Redact(redact))
+    try:
+        stages += [AddElapsed(), AddMemory(device)]
+    except Exception as error:
+        raise ValueError(f"{caller}(device={device!r}): {type(error).__name__}: {error}") from None
+    if rank is not None and rank.distributed:
+        stages.append(AddRank(rank.rank, rank.world_size))
+    stages.append(AddTimestamp(clock))
+    for processor in processors:
+        if not callable(processor):
+            raise TypeError(f"{caller}(processors=...): {processor!r} is not a structlog processor")
+        stages.append(processor)
+    if text is not None:
+        renderer = TextRenderer(
+            clock, float_digits=float_digits, max_line_bytes=max_line_bytes, local_time=local_time
+        )
+        stages.append(WriteLines(text, renderer, text_level))
+    if json is not None:
+        stages.append(WriteLines(json, JSONLRenderer(clock, as_bytes=True, max_line_bytes=max_line_bytes)))
+    stages.append(DispatchHooks(hooks, on_error=on_hook_error))
+    return stages
+
+
+class _SinkWriter:
+    """Writes a rendered line to one of the logger's sinks (bound once the sink is open), except a
+    ``logging_error`` record about that sink itself (its path is in ``muted`` while it is written)."""
+
+    __slots__ = ("_muted", "_sink", "_where")
+
+    def __init__(self, muted: list[str | None]) -> None:
+        self._muted = muted
+        self._sink: LineFile | TextStream | None = None
+        self._where = ""
+
+    def bind(self, sink: LineFile | TextStream | None) -> None:
+        self._sink = sink
+        self._where = str(sink.path) if sink is not None else ""
+
+    def __call__(self, line: Any) -> None:
+        if self._sink is not None and self._muted[0] != self._where:
+            self._sink.write(line)
 
 
 class _EventLogger(structlog.BoundLoggerBase):
@@ -97,46 +179,20 @@ class _EventLogger(structlog.BoundLoggerBase):
         getattr(self._logger, method_name)(*args, **kwargs)
 
 
-def _chain(processors: list[Processor]) -> _EventLogger:
-    """A bound logger over ``processors`` that ignores the global structlog configuration (an
-    application's wrapper class or level filter must not change or silence our events)."""
-    logger: _EventLogger = structlog.wrap_logger(
-        structlog.ReturnLogger(),
-        processors=processors,
-        wrapper_class=_EventLogger,
-        context_class=dict,
-        cache_logger_on_first_use=False,
-    ).bind()
-    return logger
-
-
 def _parse_level(level: str | int) -> int:
     if isinstance(level, int) and not isinstance(level, bool):
         return level
-    if isinstance(level, str) and level.upper() in _LEVELS:
+    names = sorted(set(LEVEL_NAMES.values()), key=logging.getLevelName)
+    if isinstance(level, str) and level.upper() in names:
         return int(logging.getLevelName(level.upper()))
-    raise ValueError(
-        f"MetricLogger(level=...) must be one of {', '.join(_LEVELS)} (or an int), got {level!r}"
-    )
-
-
-def _redactor(redact: bool | Iterable[str]) -> list[Redact]:
-    if redact is True:
-        return [Redact()]
-    if redact is False:
-        return []
-    if isinstance(redact, str):
-        raise TypeError(
-            f"MetricLogger(redact=...) takes a list of patterns, not one string: use [{redact!r}]"
-        )
-    return [Redact(redact)]
+    raise ValueError(f"MetricLogger(level=...) must be one of {', '.join(names)} (or an int), got {level!r}")
 
 
 def _event_fields(payload: Mapping[Any, Any]) -> Mapping[str, Any]:
     """The payload as event-dict fields: itself when every key is a ``str`` that no record owns, else
     a copy with other keys as strings no other key has (``1`` and ``"1"`` become ``"1#2"`` and
     ``"1"``) and reserved ones renamed (``timestamp`` becomes ``payload_timestamp``)."""
-    if _STR.issuperset(map(type, payload)) and RESERVED_KEYS.isdisjoint(payload):
+    if RESERVED_KEYS.isdisjoint(payload) and all(type(key) is str for key in payload):
         return payload
     taken: dict[str, None] = dict.fromkeys(key for key in payload if type(key) is str)
     fields: dict[str, Any] = {}
@@ -147,26 +203,6 @@ def _event_fields(payload: Mapping[Any, Any]) -> Mapping[str, Any]:
         taken[name] = None
         fields[name] = value
     return fields
-
-
-def _method_for(level: str | None, event: str) -> str:
-    """The structlog method name of an event: ``level`` (any case) or the catalog's."""
-    if level is None:
-        return level_for(event)
-    method = level.lower() if isinstance(level, str) else level
-    if method not in LEVEL_NAMES:
-        raise ValueError(f"emit({event!r}, level={level!r}): level must be one of {', '.join(LEVEL_NAMES)}")
-    return method
-
-
-_OWN: Mapping[str, str] = MappingProxyType({"origin": "speedtronic"})
-
-
-def _mark_own(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
-    """Marks a record the logger writes of its own (``hook_error``, ``logging_error``): its note says
-    ``"origin": "speedtronic"``, so a user event of the same name is told apart."""
-    event_dict[NOTE_KEY] = dict(_OWN)
-    return event_dict
 
 
 class MetricLogger:
@@ -202,6 +238,10 @@ class MetricLogger:
             largest values truncated with a marker. ``None`` or ``0``: no limit.
         float_digits: significant digits of floats in the text line (``None``: all of them); the
             JSONL record keeps every digit.
+        local_time: write the text line's time in the machine's time zone, with its offset
+            (``2026-01-01 07:00:00-05:00``); by default both the text line and the JSONL record are
+            in UTC, and name the same instant.
+        clock: the wall clock, seconds since the epoch (``time.time``): for tests needing fixed time.
 
     Use it as a context manager, or call ``close()``; loggers left open are closed at exit.
     """
@@ -227,47 +267,24 @@ class MetricLogger:
         redact: bool | Iterable[str] = True,
         max_line_bytes: int | None = DEFAULT_MAX_LINE_BYTES,
         float_digits: int | None = DEFAULT_FLOAT_DIGITS,
+        local_time: bool = False,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         # Every argument is checked before any file is opened.
         levelno = _parse_level(level)
-        self._cadence = CadenceFilter(every_steps)
         check_seconds("MetricLogger(close_timeout_s=...)", close_timeout_s)
         check_seconds("MetricLogger(hook_put_timeout_s=...)", hook_put_timeout_s)
         check_count("MetricLogger(hook_queue_size=...)", hook_queue_size)
         if file is not None and stream is not None:
             raise ValueError("MetricLogger: pass either file= or stream= for the text log, not both")
-        user_processors = list(processors)
-        for processor in user_processors:
-            if not callable(processor):
-                raise TypeError(f"MetricLogger(processors=...): {processor!r} is not a structlog processor")
-        try:
-            memory = AddMemory(device)
-        except Exception as error:
-            raise ValueError(f"MetricLogger(device={device!r}): {type(error).__name__}: {error}") from None
-        redactor = _redactor(redact)
-        self._text_renderer = text_renderer = TextRenderer(
-            max_line_bytes=max_line_bytes, float_digits=float_digits
-        )
-        self._json_renderer = json_renderer = JSONLRenderer(as_bytes=True, max_line_bytes=max_line_bytes)
-        self._hooks = HookList(hooks or ())
-        self._redact_text: Callable[[str], str] = redact_text if redact is not False else _unchanged
-        self._failures = HookFailures(
-            _weak(self._report_hook_error), strict=strict_hooks, redact=self._redact_text
-        )
-        self.write_errors = 0
-        """Records that could not be written or rendered, over every sink; each is also reported."""
-        self._lost: dict[str, int] = {}
-        self._lock = threading.RLock()
-        self._closed = False
-        self._depth = 0  # emits in progress on the thread holding the lock (a hook may emit)
-        self._close_requested = False
-        self._owner = 0  # the thread inside emit, while _depth > 0
-        self._stuck = False  # close() could not get the logger from a thread stuck inside emit
-        self._telling = False  # reporting a lost record to the other sinks
-        self._close_timeout_s = close_timeout_s
         self.rank = rank if rank is not None else detect_rank()
         self.is_lead = is_lead(self.rank, lead_rank)
         """Whether this process writes the text log and calls the hooks."""
+        self._hooks = HookList(hooks or ())
+        self._redact_text: Callable[[str], str] | None = redact_text if redact is not False else None
+        self._failures = HookFailures(
+            _weak(self._report_hook_error), strict=strict_hooks, redact=self._redact_text
+        )
         self._background: BackgroundHooks | None = None
         if self.is_lead and background_hooks and not strict_hooks:
             self._background = BackgroundHooks(
@@ -278,45 +295,54 @@ class MetricLogger:
                 close_timeout_s=close_timeout_s,
                 name=f"speedtronic-hooks-{id(self):x}",
             )
-
-        if json_file is not None:
-            json_file = rank_path(json_file, self.rank.rank)
-        self._text: LineFile | TextStream | None = None
-        self._json: LineFile | None = None
-        try:
-            self._text = open_text_sink(file, stream, _weak(self._sink_failed)) if self.is_lead else None
-            self._json = (
-                LineFile(json_file, _weak(self._sink_failed), json_note) if json_file is not None else None
+        called: Sequence[Any] = self._hooks if self._background is None else [self._background]
+        self._muted: list[str | None] = [None]  # the sink a logging_error is about: not written to it
+        text, json = _SinkWriter(self._muted), _SinkWriter(self._muted)
+        self.processors: tuple[Processor, ...] = tuple(
+            build_processors(
+                every_steps=every_steps,
+                redact=redact,
+                device=device,
+                rank=self.rank,
+                clock=clock,
+                processors=processors,
+                text=text if self.is_lead else None,
+                text_level=levelno,
+                json=json if json_file is not None else None,
+                hooks=called if self.is_lead else [],
+                on_hook_error=self._failures,
+                max_line_bytes=max_line_bytes,
+                float_digits=float_digits,
+                local_time=local_time,
+                caller="MetricLogger",
             )
-        except OSError as error:
-            if self._text is not None:
-                self._text.close()
-            which, path = (
-                ("json_file", json_file) if self._text is not None or not self.is_lead else ("file", file)
-            )
-            raise ValueError(f"MetricLogger({which}={str(path)!r}): can't open it: {error}") from None
-
-        elapsed = AddElapsed()
-        ranked: list[Processor] = (
-            [AddRank(self.rank.rank, self.rank.world_size)] if self.rank.distributed else []
         )
-        writes: list[Processor] = []
-        if self._text is not None:
-            writes.append(WriteLines(self._text.write, text_renderer, levelno))
-        if self._json is not None:
-            writes.append(WriteLines(self._json.write, json_renderer))
-        if not self.is_lead:
-            called: list[Any] = []
-        elif self._background is not None:
-            called = [self._background]
-        else:
-            called = self._hooks
-        dispatch = DispatchHooks(called, on_error=self._failures)
-        enrich: list[Processor] = [ConvertValues(), *redactor, elapsed, memory, *ranked]
-        self.processors: tuple[Processor, ...] = (*enrich, *user_processors, *writes, dispatch)
-        """The chain's stages, in order (``emit`` asks ``CadenceFilter`` before them)."""
-        self._log = _chain(list(self.processors))
-        self._own_records = _chain([_mark_own, ConvertValues(), elapsed, *ranked, *writes, DispatchHooks([])])
+        """The chain's stages, in order (``emit`` asks the ``CadenceFilter`` among them first)."""
+        self._cadence = next(stage for stage in self.processors if isinstance(stage, CadenceFilter))
+        self._dispatch = next(stage for stage in self.processors if isinstance(stage, DispatchHooks))
+
+        self.write_errors = 0
+        """Records that could not be written or rendered, over every sink; each is also reported."""
+        self._lost: dict[str, int] = {}
+        self._lock = threading.RLock()
+        self._closed = False
+        self._released = False  # the files are closed: nothing is written any more
+        self._depth = 0  # emits in progress on the thread holding the lock (a hook may emit)
+        self._close_requested = False
+        self._owner = 0  # the thread inside emit, while _depth > 0
+        self._stuck = False  # close() could not get the logger from a thread stuck inside emit
+        self._telling = False  # writing a logging_error record
+        self._close_timeout_s = close_timeout_s
+        self._text, self._json = self._open_sinks(file, stream, json_file)
+        text.bind(self._text)
+        json.bind(self._json)
+        self._log: _EventLogger = structlog.wrap_logger(
+            structlog.ReturnLogger(),
+            processors=list(self.processors),
+            wrapper_class=_EventLogger,
+            context_class=dict,
+            cache_logger_on_first_use=False,
+        ).bind()  # its own wrapper and context classes: an app's structlog.configure() can't reach it
         _exit_and_fork.remember(self)
         _exit_and_fork.guard_across_fork(self)
         # A logger nobody closed releases its files and closes its hooks when it is collected; one
@@ -324,6 +350,26 @@ class MetricLogger:
         owned = [self._background] if self._background is not None else self._hooks if self.is_lead else []
         self._finalizer = weakref.finalize(self, _release, self._text, self._json, owned)
         self._finalizer.atexit = False
+
+    def _open_sinks(
+        self,
+        file: str | os.PathLike[str] | None,
+        stream: IO[str] | None,
+        json_file: str | os.PathLike[str] | None,
+    ) -> tuple[LineFile | TextStream | None, LineFile | None]:
+        on_error, on_gap = _weak(self._sink_failed), _weak(self._sink_gap)
+        text: LineFile | TextStream | None = None
+        try:
+            text = open_text_sink(file, stream, on_error, on_gap) if self.is_lead else None
+            if json_file is None:
+                return text, None
+            json_file = rank_path(json_file, self.rank.rank)
+            return text, LineFile(json_file, on_error, on_gap)
+        except OSError as error:
+            if text is not None:
+                text.close()
+            which, path = ("json_file", json_file) if text is not None or not self.is_lead else ("file", file)
+            raise ValueError(f"MetricLogger({which}={str(path)!r}): can't open it: {error}") from None
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -354,20 +400,22 @@ class MetricLogger:
     def closed(self) -> bool:
         return self._closed
 
-    def emit(self, event: str, payload: Mapping[Any, Any], *, level: str | None = None) -> None:
-        """Log one event; a ``train_step`` skipped by the cadence returns before doing anything.
+    def emit(self, event: str, payload: Mapping[Any, Any], *, level: str | None = None) -> bool:
+        """Log one event; whether it passed the cadence (``False``: a skipped ``train_step``, which
+        returns before doing anything).
 
         ``level`` is the record's level as a structlog method name (default: the catalog's,
         ``speedtronic.events.level_for``). Hooks have been called when this returns (unless they run
         in the background). Never raises because of the payload's values or a hook (unless
-        ``strict_hooks``); raises ``LoggerClosedError`` after ``close()``, ``TypeError`` for a
-        payload that is no mapping and ``ValueError`` for an unknown ``level``.
+        ``strict_hooks``, or a strict ``ValidatePayloads`` among the processors); raises
+        ``LoggerClosedError`` after ``close()``, ``TypeError`` for a payload that is no mapping and
+        ``ValueError`` for an unknown ``level``.
         """
         if not self._cadence.admits(event, payload):
-            return
+            return False
         if not isinstance(payload, Mapping):
             raise TypeError(f"emit({event!r}): payload must be a mapping, got {type(payload).__name__}")
-        method = _method_for(level, event)
+        method = method_for(event, level)
         with self._lock:
             if self._closed:
                 raise LoggerClosedError(f"emit({event!r}) on a closed MetricLogger; create a new one")
@@ -375,7 +423,7 @@ class MetricLogger:
             self._owner = threading.get_ident()
             try:
                 self._log.log_event(method, str(event), _event_fields(payload))
-            except (HookError, SpeedtronicWarning):
+            except (HookError, SpeedtronicWarning, EventPayloadError):
                 raise
             except Exception as error:
                 self._record_failed(error, f"rendering {event!r}")
@@ -384,6 +432,7 @@ class MetricLogger:
                 close_now = self._close_requested and not self._depth
         if close_now:  # a hook asked for close() during this event, which is now done
             self.close()
+        return True
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until background hooks (``background_hooks=True``, and each ``background(hook)`` among
@@ -441,6 +490,7 @@ class MetricLogger:
         finally:
             if acquired:
                 self._lock.release()
+        self._dispatch.stop()  # an inline hook running in a stuck emit: no hook after it is called
         errors: list[BaseException] = []
         for step in (self._close_hooks, self._report_totals):
             try:
@@ -448,6 +498,8 @@ class MetricLogger:
             except BaseException as error:
                 errors.append(error)
         self._finalizer.detach()
+        with self._lock_unless_stuck():
+            self._released = True
         _release(self._text, self._json)
         _exit_and_fork.forget(self)
         if errors:
@@ -497,15 +549,9 @@ class MetricLogger:
             for hook in list(self._hooks):
                 self._failures(hook, TimeoutError(stuck), "close")
             return
-        seen: set[int] = set()
-        for hook in list(self._hooks):
-            if id(hook) in seen:
-                continue
-            seen.add(id(hook))
+        for hook in _unique(self._hooks):
             try:
-                close = getattr(hook, "close", None)
-                if callable(close):
-                    close()
+                close_hook(hook)
             except Exception as error:
                 self._failures(hook, error, "close")
 
@@ -513,49 +559,62 @@ class MetricLogger:
         for name, failures in self._failures.counts.items():
             self._report("hook_error", {"hook": name, "phase": "total", "failures": failures})
 
-    # -- failures -------------------------------------------------------------------------------
+    # -- the logger's own records ---------------------------------------------------------------
+
+    def _lock_unless_stuck(self) -> contextlib.AbstractContextManager[bool]:
+        """The logger's lock, or, once ``close()`` found another thread stuck inside ``emit``, no
+        waiting for it (each file keeps its lines whole by its own lock)."""
+        return _Acquired(self._lock, blocking=not self._stuck)
+
+    def _report(self, event: str, fields: dict[str, Any]) -> None:
+        """Run a record of the logger's own through the chain, marked as its own (so no hook gets it).
+        Nothing is written once ``close()`` has released the files: a report arriving later (a
+        background hook failing after the close timed out) is only counted."""
+        with self._lock_unless_stuck():
+            if self._released:
+                return
+            try:
+                self._log.log_event(level_for(event), event, {**fields, NOTE_KEY: {"origin": "speedtronic"}})
+            except (HookError, SpeedtronicWarning):
+                raise
+            except Exception as error:
+                self._record_failed(error, f"rendering {event!r}")
 
     def _report_hook_error(self, fields: dict[str, Any]) -> None:
         self._report("hook_error", fields)
 
-    def _report(self, event: str, fields: dict[str, Any]) -> None:
-        """Write a record of the logger's own (never passed to hooks) to the text log and JSONL.
-
-        Once ``close()`` found another thread stuck inside ``emit``, written without waiting for it
-        (each file keeps its lines whole by its own lock)."""
-        acquired = self._lock.acquire(timeout=0 if self._stuck else -1)
-        try:
-            self._own_records.log_event(level_for(event), event, dict(fields))
-        except (HookError, SpeedtronicWarning):
-            raise
-        except Exception as error:
-            self._record_failed(error, f"rendering {event!r}")
-        finally:
-            if acquired:
-                self._lock.release()
-
-    def _sink_failed(self, error: BaseException, where: str) -> None:
-        """A sink could not write a record: count it for that sink, and make it seen."""
-        if self._telling:  # a note about another sink's loss: not a record of the user's
+    def _sink_failed(self, error: BaseException, where: str, lost: bool = True) -> None:
+        """A sink could not write a line (``lost``: none of it; else only part, finished later):
+        count a lost one for that sink (not a ``logging_error`` of our own), and make it seen."""
+        if self._telling:
             return
-        self._lost[where] = self._lost.get(where, 0) + 1
+        if lost:
+            self._lost[where] = self._lost.get(where, 0) + 1
         self._record_failed(error, where)
 
+    def _sink_gap(self, lost: int, error: str, where: str) -> None:
+        """A file writes again after losing ``lost`` lines: a ``logging_error`` record says so, through
+        the chain, so its line lands in that file where the lines are missing (and in the others)."""
+        self._report("logging_error", {"sink": where, "error": error, "lost_records": lost})
+
     def _record_failed(self, error: BaseException, where: str) -> None:
-        """Count a lost record and report the 1st, 2nd, 4th, 8th...: a ``logging_error`` record in
-        every other sink that works, else one line on stderr (as ``logging.Handler.handleError``
-        does: warning filters can't silence it), and a ``LoggingFailureWarning`` at the user's call."""
+        """Count a failed write or render and report the 1st, 2nd, 4th, 8th...: a ``logging_error``
+        record in every other sink that works, else one line on stderr (as
+        ``logging.Handler.handleError`` does: warning filters can't silence it), and a
+        ``LoggingFailureWarning`` at the user's call."""
         self.write_errors += 1
-        if self._telling or self.write_errors & (self.write_errors - 1):
+        if self._telling or not reported(self.write_errors):
             return
-        text = self._redact_text(f"{type(error).__name__}: {safe_str(error)}")
-        fields = {"sink": where, "error": text, "lost_records": self.write_errors}
-        self._telling = True
+        text = f"{type(error).__name__}: {safe_str(error)}"
+        text = self._redact_text(text) if self._redact_text is not None else text
+        others = [sink for sink in (self._text, self._json) if sink is not None and str(sink.path) != where]
+        before = [sink.lost for sink in others]
+        self._telling, self._muted[0] = True, where
         try:
-            told = self._tell_other_sinks(where, fields)
+            self._report("logging_error", {"sink": where, "error": text, "lost_records": self.write_errors})
         finally:
-            self._telling = False
-        if not told:
+            self._telling, self._muted[0] = False, None
+        if not any(sink.lost == lost for sink, lost in zip(others, before, strict=True)):
             with contextlib.suppress(Exception):
                 sys.stderr.write(
                     f"speedtronic: could not write a record to {where} ({text}); "
@@ -567,19 +626,31 @@ class MetricLogger:
             LoggingFailureWarning,
         )
 
-    def _tell_other_sinks(self, where: str, fields: dict[str, Any]) -> bool:
-        """Write a ``logging_error`` record to each sink other than ``where``; whether one took it."""
-        told = False
-        for sink, render in ((self._text, self._text_renderer), (self._json, self._json_renderer)):
-            if sink is None or str(sink.path) == where:
-                continue
-            before = sink.lost
-            try:
-                sink.write(render(None, "error", {"event": "logging_error", **fields, NOTE_KEY: dict(_OWN)}))
-            except Exception:
-                continue
-            told = told or sink.lost == before
-        return told
+
+class _Acquired:
+    """``with _Acquired(lock, blocking)``: holds ``lock`` if it could be taken (at once, when not
+    ``blocking``)."""
+
+    __slots__ = ("_acquired", "_blocking", "_lock")
+
+    def __init__(self, lock: threading.RLock, *, blocking: bool) -> None:
+        self._lock, self._blocking, self._acquired = lock, blocking, False
+
+    def __enter__(self) -> bool:
+        self._acquired = self._lock.acquire(blocking=self._blocking)
+        return self._acquired
+
+    def __exit__(self, *exc: object) -> None:
+        if self._acquired:
+            self._lock.release()
+
+
+def _unique(hooks: Iterable[Any]) -> list[Any]:
+    """``hooks`` without repeats (one hook registered twice is closed once), in order."""
+    unique: dict[int, Any] = {}
+    for hook in hooks:
+        unique.setdefault(id(hook), hook)
+    return list(unique.values())
 
 
 def _weak(method: Callable[..., None]) -> Callable[..., None]:
@@ -595,17 +666,11 @@ def _weak(method: Callable[..., None]) -> Callable[..., None]:
     return call
 
 
-def _unchanged(text: str) -> str:
-    return text
-
-
 def _release(text: LineFile | TextStream | None, json: LineFile | None, hooks: Iterable[Any] = ()) -> None:
     """Close a logger's files (and, for a logger collected without ``close()``, its hooks)."""
-    for hook in hooks:
+    for hook in _unique(hooks):
         with contextlib.suppress(Exception):
-            close = getattr(hook, "close", None)
-            if callable(close):
-                close()
+            close_hook(hook)
     for sink in (text, json):
         if sink is not None:
             sink.close()

@@ -4,7 +4,8 @@ A ``LineFile`` writes each line with one ``write(2)`` straight to the OS (no use
 killed or forked process never loses or repeats a buffered line), follows a file that logrotate moved
 or removed (``logging.handlers.WatchedFileHandler``'s rule: the path is stat'ed before each write),
 mends a torn tail, and reports I/O failures to a callback instead of raising: a full disk must not
-end a training run.
+end a training run. Sinks write bytes and render nothing: where lines were lost, a ``LineFile`` asks
+its owner (``on_gap``) to write the note, which the logger does through its chain.
 """
 
 from __future__ import annotations
@@ -21,32 +22,21 @@ from typing import IO
 
 from speedtronic import _exit_and_fork
 from speedtronic.errors import LoggingFailureWarning, warn_at_caller
-from speedtronic.processors.render import JSONLRenderer, TextRenderer
 
-__all__ = ["TORN_SETTLE_S", "LineFile", "TextStream", "json_note", "open_text_sink", "text_note"]
+__all__ = ["TORN_SETTLE_S", "LineFile", "TextStream", "open_text_sink"]
 
-OnWriteError = Callable[[BaseException, str], None]
-"""``(error, path)``: told of every line that could not be written."""
-RenderNote = Callable[[int, str], bytes]
-"""``(lost_lines, error) -> line``: the note written where lines were lost."""
+OnWriteError = Callable[[BaseException, str, bool], None]
+"""``(error, path, lost)``: told of every failed write: a line lost (``lost``), or written only in part
+(to be finished when writing works again)."""
+OnGap = Callable[[int, str, str], None]
+"""``(lost_lines, last_error, path)``: ``lost_lines`` were lost and the file is about to be written
+again; called with the file's lock held, before the next line, so the note it writes now (through
+``write``, called again from it) lands where the lines are missing."""
 
 TORN_SETTLE_S = 0.002
 """How long a tail that looks torn must stay unchanged to count as torn (see ``_ends_torn``)."""
 
 _FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
-
-
-def json_note(lost: int, error: str) -> bytes:
-    """A ``logging_error`` JSONL record saying ``lost`` lines were lost."""
-    fields = {"event": "logging_error", "error": error, "lost_records": lost}
-    line = JSONLRenderer(as_bytes=True)(None, "error", fields)
-    return line if isinstance(line, bytes) else line.encode()
-
-
-def text_note(lost: int, error: str) -> bytes:
-    """A ``logging_error`` text line saying ``lost`` lines were lost."""
-    fields = {"event": "logging_error", "error": error, "lost_records": lost}
-    return TextRenderer()(None, "error", fields).encode("utf-8", "backslashreplace")
 
 
 class LineFile:
@@ -59,22 +49,27 @@ class LineFile:
       moved ours away) or none, the path is reopened, so a line emitted after the move goes to the new
       file. ``reopen()`` does the same on demand (logrotate's ``postrotate``, or SIGHUP).
     - A file whose last line is torn (a killed writer) gets a newline first.
-    - A failed write (disk full) is reported to ``on_error`` and the line counted in ``lost``. A line
-      written only in part is completed first when writing works again, then a ``note`` line says how
-      many lines were lost, so the file never holds a broken line in its middle.
+    - A failed write (disk full) is reported to ``on_error``; a line of which nothing was written is
+      counted in ``lost``. A line written only in part is completed first when writing works again
+      (also across ``reopen()`` of the same file), and is not lost; then ``on_gap`` is told how many
+      lines were lost, and the note it writes (through ``write``) lands where they are missing, so the
+      file never holds a broken line in its middle. A note that can't be written is not a lost line:
+      it is due again at the next write, and that write's line is lost.
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], on_error: OnWriteError, note: RenderNote = json_note
+        self, path: str | os.PathLike[str], on_error: OnWriteError, on_gap: OnGap | None = None
     ) -> None:
         self.path = Path(path)
-        self._path = str(self.path)  # stat'ed before each write: a str is quicker to pass than a Path
+        self._path = str(self.path)
         self._on_error = on_error
-        self._note = note
+        self._on_gap = on_gap
         self._lock = threading.RLock()
         self.lost = 0
         """Lines that could not be written, since the file was opened."""
         self._unnoted = 0  # lines lost since the last note
+        self._noting = False  # on_gap is writing its note
+        self._note_failure: OSError | None = None
         self._last_error = ""
         self._pending = b""  # the unwritten rest of a line written in part
         self._fd: int | None = None
@@ -103,22 +98,23 @@ class LineFile:
         """Append ``line`` plus a newline; on failure, report it and keep the file whole."""
         data = (line.encode("utf-8", "backslashreplace") if isinstance(line, str) else line) + b"\n"
         with self._lock:
-            fd = self._fd
-            if fd is None:
+            if self._fd is None:
                 raise ValueError(f"{self.path} is closed")
             if self._watch:
                 self._follow_rotation()
-                fd = self._fd
-            if self._pending or self._unnoted or self._torn:  # something to mend first
-                failure = self._mend()
-                if failure is None:
-                    failure = self._begin(data)
-                else:
-                    self._lose(failure)
-            else:
+            if self._noting:  # the note of a gap, from on_gap: never counted as a lost line
+                failure = self._mend() if self._pending or self._torn else None
+                self._note_failure = failure or self._begin(data, lost=False)
+                return
+            lost_before = self.lost
+            failure = self._mend() if self._pending or self._torn or self._unnoted else None
+            if failure is None:
                 failure = self._begin(data)
+            else:  # the file still can't be mended: this line can't follow
+                self._lose(failure)
+            lost = self.lost > lost_before
         if failure is not None:
-            self._on_error(failure, str(self.path))
+            self._on_error(failure, self._path, lost)
 
     def reopen(self) -> None:
         """Close and reopen the path now (after logrotate moved or truncated it). If the path can't
@@ -126,18 +122,24 @@ class LineFile:
         with self._lock:
             failure = self._reopen()
         if failure is not None:
-            self._on_error(failure, str(self.path))
+            self._on_error(failure, self._path, False)
 
     def _reopen(self) -> OSError | None:
         if self._fd is None:
             return None
-        old = self._fd
+        old, identity = self._fd, self._identity
         self._finish_pending(old)
         try:
             self._open()
         except OSError as error:
             self._fd = old
             return error
+        if self._pending:
+            if self._identity == identity:  # the same file: its tail is our line, finished at the
+                self._torn = False  # next write (mending it as torn would split the line)
+            else:  # a new file: the rest belongs to the old one, where the line stays cut
+                self._pending = b""
+                self._lose_line()
         os.close(old)
         return None
 
@@ -145,7 +147,8 @@ class LineFile:
         with self._lock:
             fd, self._fd = self._fd, None
             if fd is not None:
-                self._finish_pending(fd)
+                if not self._finish_pending(fd):
+                    self._lose_line()  # the line stays cut: lost
                 os.close(fd)
 
     # -- internals -------------------------------------------------------------------------------
@@ -178,8 +181,8 @@ class LineFile:
         self._retry_reopen_at = now + 1.0
 
     def _mend(self) -> OSError | None:
-        """Finish a line written in part, close a torn tail, then note lost lines; the error if any
-        of it failed (what is not done stays to do at the next write)."""
+        """Finish a line written in part, close a torn tail, then have ``on_gap`` note lost lines; the
+        error if any of it failed (what is not done stays to do at the next write)."""
         if self._pending:
             written, failure = self._write_all(self._pending)
             self._pending = self._pending[written:]
@@ -190,12 +193,17 @@ class LineFile:
             if failure is not None:
                 return failure
             self._torn = False
-        if self._unnoted:
-            note = self._note(self._unnoted, self._last_error) + b"\n"
-            failure = self._begin(note, lost=False)
-            if failure is not None:
-                return failure
-            self._unnoted = 0
+        if self._unnoted and self._on_gap is not None:  # the note, written through on_gap now
+            gap, self._unnoted = self._unnoted, 0
+            self._noting, self._note_failure = True, None
+            try:
+                self._on_gap(gap, self._last_error, self._path)
+            finally:
+                self._noting = False
+            if self._note_failure is not None:  # due again at the next write
+                self._unnoted += gap
+                return self._note_failure
+        self._unnoted = 0
         return None
 
     def _begin(self, data: bytes, *, lost: bool = True) -> OSError | None:
@@ -221,15 +229,19 @@ class LineFile:
         return written, None
 
     def _lose(self, error: OSError) -> None:
+        self._last_error = f"{type(error).__name__}: {error}"
+        self._lose_line()
+
+    def _lose_line(self) -> None:
         self.lost += 1
         self._unnoted += 1
-        self._last_error = f"{type(error).__name__}: {error}"
 
-    def _finish_pending(self, fd: int) -> None:
+    def _finish_pending(self, fd: int) -> bool:
+        """Try once to write the rest of a line written in part; whether none is left."""
         if self._pending:
             with contextlib.suppress(OSError):
-                os.write(fd, self._pending)
-            self._pending = b""
+                self._pending = self._pending[os.write(fd, self._pending) :]
+        return not self._pending
 
 
 def _ends_torn(path: Path, size: int) -> bool:
@@ -286,7 +298,7 @@ class TextStream:
             self.lost += 1
             if isinstance(error, BrokenPipeError):
                 self._drop_unreadable()
-            self._on_error(error, self.path)
+            self._on_error(error, self.path, True)
 
     def _drop_unreadable(self) -> None:
         """The pipe's reader is gone (``stdout`` into ``head``): point the stream's descriptor at
@@ -307,10 +319,13 @@ class TextStream:
 
 
 def open_text_sink(
-    file: str | os.PathLike[str] | None, stream: IO[str] | None, on_error: OnWriteError
+    file: str | os.PathLike[str] | None,
+    stream: IO[str] | None,
+    on_error: OnWriteError,
+    on_gap: OnGap | None = None,
 ) -> LineFile | TextStream:
     """Where the text log goes: ``file`` (appended, UTF-8, parent directories created) or ``stream``
     (default stdout). No stdlib logger is involved: the lines never reach logging's handlers."""
     if file is not None:
-        return LineFile(file, on_error, text_note)
+        return LineFile(file, on_error, on_gap)
     return TextStream(stream if stream is not None else sys.stdout, on_error)

@@ -2,8 +2,10 @@
 
 A hook is any object with ``on_event(event, payload)`` (a :class:`TrainingHook`) or any callable with
 that signature. Hooks are checked when they are registered, not at step 10,000: a hook that can't be
-called as ``(event, payload)`` is refused with a ``TypeError`` naming it. A hook may also have
-``close()``, which the logger calls once when it closes.
+called as ``(event, payload)`` is refused with a ``TypeError`` naming it. A hook that declares a
+keyword parameter ``level`` also gets the record's level (``"info"``, ``"error"``...). A hook may also
+have ``close()``, which the logger calls once when it closes. The contract and its dispatch
+(``DispatchHooks``, ``HookFailures``) live in ``speedtronic.hooks.dispatch``.
 """
 
 from __future__ import annotations
@@ -14,16 +16,28 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol, SupportsIndex, overload, runtime_checkable
 
 from speedtronic.hooks.background import BackgroundHooks, background
+from speedtronic.hooks.dispatch import (
+    Callback,
+    DispatchHooks,
+    HookFailures,
+    as_call,
+    as_callback,
+    close_hook,
+    hook_name,
+    target_of,
+)
 from speedtronic.hooks.registry import ENTRY_POINT_GROUP, hook_type, hook_types
-from speedtronic.processors.dispatch import Callback, as_callback, close_hook, hook_name, target_of
 
 __all__ = [
     "ENTRY_POINT_GROUP",
     "BackgroundHooks",
     "CallbackList",
+    "DispatchHooks",
     "Hook",
+    "HookFailures",
     "HookList",
     "TrainingHook",
+    "as_call",
     "as_callback",
     "background",
     "close_hook",
@@ -94,12 +108,15 @@ def _checked(hooks: Iterable[Any]) -> list[Any]:
 class CallbackList:
     """Fans ``on_event`` out to several hooks in order; is itself a ``TrainingHook``.
 
-    Every callback is called even when an earlier one raises; the first failure is re-raised
+    Every callback is called (through ``DispatchHooks``, so each gets its own payload, and its
+    ``level`` if it takes one) even when an earlier one raises; the first failure is re-raised
     afterwards, so the logger that owns this list counts it. ``close()`` closes each callback.
     """
 
     def __init__(self, callbacks: Iterable[Any] | None = None) -> None:
         self.callbacks = HookList(callbacks or ())
+        self._failed: list[Exception] = []
+        self._dispatch = DispatchHooks(self.callbacks, on_error=self._fail, consume=False)
 
     def append(self, callback: Any) -> None:
         self.callbacks.append(callback)
@@ -110,21 +127,25 @@ class CallbackList:
     def __iter__(self) -> Any:
         return iter(self.callbacks)
 
-    def on_event(self, event: str, payload: dict[str, Any]) -> None:
-        self._each(lambda cb: target_of(cb)(event, dict(payload)))
+    def on_event(self, event: str, payload: dict[str, Any], *, level: str = "info") -> None:
+        self._dispatch(None, level, {**payload, "event": event})
+        self._raise_first()
 
     def close(self) -> None:
-        self._each(close_hook)
-
-    def _each(self, action: Callable[[Any], None]) -> None:
-        first: Exception | None = None
         for callback in list(self.callbacks):
             try:
-                action(callback)
-            except Exception as exc:
-                first = first or exc
-        if first is not None:
-            raise first
+                close_hook(callback)
+            except Exception as error:
+                self._fail(callback, error, "close")
+        self._raise_first()
+
+    def _fail(self, callback: object, error: Exception, during: str) -> None:
+        self._failed.append(error)
+
+    def _raise_first(self) -> None:
+        failed, self._failed = self._failed, []
+        if failed:
+            raise failed[0]
 
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)

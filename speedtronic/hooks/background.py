@@ -12,6 +12,12 @@ and see events in the order they were handed over, each inside a copy of the emi
 and raises ``HooksStalled``, which the logger counts and reports like any hook failure. It waits once
 per stall: until the worker takes another event, later events find the queue full and are dropped at
 once. So a stalled hook costs training ``put_timeout_s`` once, not once per event.
+
+Signal handlers: a Python signal handler runs on the main thread between two bytecodes, possibly
+while that thread is inside this queue's lock (handing an event over). So nothing here waits for that
+lock from inside the frame it interrupted: an ``emit`` from such a handler drops the event for these
+hooks (counted, ``HooksStalled``; the files still get it), and a ``close()`` from it (``close_on_signals``)
+stops without draining, reporting what was queued as undelivered.
 """
 
 from __future__ import annotations
@@ -26,7 +32,8 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from speedtronic.processors.dispatch import DispatchHooks, HookFailures, close_hook
+from speedtronic.errors import check_count, check_seconds
+from speedtronic.hooks.dispatch import DispatchHooks, HookFailures, close_hook
 
 __all__ = [
     "DEFAULT_CLOSE_TIMEOUT_S",
@@ -34,8 +41,6 @@ __all__ = [
     "BackgroundHooks",
     "HooksStalled",
     "background",
-    "check_count",
-    "check_seconds",
 ]
 
 DEFAULT_PUT_TIMEOUT_S = 1.0
@@ -107,18 +112,27 @@ class BackgroundHooks:
         self._close_after_event = False  # close() from the worker: close the hooks after this event
         self._taken = 0  # events the worker has taken from the queue: its progress
         self._stalled_at = -1  # ``_taken`` when a put last timed out: no waiting again until it moves
+        self._in_queue = 0  # the thread inside a queue call here (it may hold the queue's lock)
 
-    def on_event(self, event: str, payload: dict[str, Any]) -> None:
-        """Queue the event for the worker (waiting at most ``put_timeout_s`` for room)."""
+    def on_event(self, event: str, payload: dict[str, Any], *, level: str = "info") -> None:
+        """Queue the event for the worker (waiting at most ``put_timeout_s`` for room); ``level`` is
+        passed on to the hooks that take it."""
         self._raise_fatal()
         if self._closed:
             self.dropped += 1
             return
+        if self._in_queue == threading.get_ident():  # a signal handler interrupted our own hand-over
+            self.dropped += 1
+            raise HooksStalled(
+                f"{event!r} emitted from a signal handler that interrupted this thread's hand-over "
+                f"to the hooks: not delivered to them ({self.dropped} dropped so far)"
+            )
         thread = self._thread or self._start()
-        item = (contextvars.copy_context(), event, payload)
+        item = (contextvars.copy_context(), event, payload, level)
         # No waiting on ourselves (a hook emitting), nor again while the worker has taken nothing
         # since the last wait ran out (a stalled hook costs put_timeout_s once, not per event).
         waits = thread is not threading.current_thread() and self._stalled_at != self._taken
+        self._in_queue = threading.get_ident()
         try:
             if waits:
                 self._queue.put(item, timeout=self._put_timeout_s)
@@ -132,6 +146,8 @@ class BackgroundHooks:
                 f"hooks' queue full {waited} (a hook is stalled or slow): "
                 f"{event!r} not delivered to them ({self.dropped} dropped so far)"
             ) from None
+        finally:
+            self._in_queue = 0
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every queued event is delivered; ``False`` if ``timeout`` (seconds) ran out.
@@ -139,11 +155,18 @@ class BackgroundHooks:
         Returns at once on the worker itself (a hook flushing its own logger).
         """
         thread = self._thread
-        if thread is None or thread is threading.current_thread() or not thread.is_alive():
+        interrupted = self._in_queue == threading.get_ident()  # a signal handler: don't take the lock
+        if interrupted or thread is None or thread is threading.current_thread() or not thread.is_alive():
             done = self._queue.unfinished_tasks == 0
         else:
-            with self._queue.all_tasks_done:
-                done = self._queue.all_tasks_done.wait_for(lambda: self._queue.unfinished_tasks == 0, timeout)
+            self._in_queue = threading.get_ident()
+            try:
+                with self._queue.all_tasks_done:
+                    done = self._queue.all_tasks_done.wait_for(
+                        lambda: self._queue.unfinished_tasks == 0, timeout
+                    )
+            finally:
+                self._in_queue = 0
         self._raise_fatal()
         return done
 
@@ -160,6 +183,12 @@ class BackgroundHooks:
         timeout = self._close_timeout_s if timeout is None else timeout
         thread = self._thread
         undelivered = 0
+        if thread is not None and self._in_queue == threading.get_ident():  # from a signal handler
+            self._abandoned = True  # that interrupted a hand-over: the worker delivers nothing more
+            undelivered = self._queue.unfinished_tasks  # read without the lock the frame may hold
+            for hook in self.hooks:
+                self._on_error(hook, RuntimeError("closed from a signal handler: not closed"), "close")
+            return undelivered
         if thread is not None and thread is not threading.current_thread():
             deadline = time.monotonic() + timeout
             try:  # the worker stops at the deadline either way
@@ -170,6 +199,7 @@ class BackgroundHooks:
             thread.join(max(0.0, deadline - time.monotonic()))
             if thread.is_alive():
                 self._abandoned = True
+                self._dispatch.stop()  # no hook after the one still running is called
                 # what is queued, less the stop marker, plus the event being delivered, still running
                 undelivered = self._queue.unfinished_tasks - stop_queued
                 for hook in self.hooks:
@@ -211,9 +241,9 @@ class BackgroundHooks:
                     return
                 if self._abandoned:
                     continue
-                context, event, payload = item
+                context, event, payload, level = item
                 try:
-                    context.run(self._dispatch, None, "info", {**payload, "event": event})
+                    context.run(self._dispatch, None, level, {**payload, "event": event})
                 except BaseException as error:  # a hook's SystemExit: for the emitting side to raise
                     self.fatal = error
                 if self._close_after_event:  # a hook closed its logger during this event
@@ -231,18 +261,6 @@ class BackgroundHooks:
 def background(hook: Any, **options: Any) -> BackgroundHooks:
     """``hook`` called on a worker thread of its own: ``BackgroundHooks([hook], **options)``."""
     return BackgroundHooks([hook], **options)
-
-
-def check_count(name: str, value: object) -> None:
-    """``ValueError`` naming ``name`` unless ``value`` is an int >= 1 (a queue size)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-
-
-def check_seconds(name: str, value: object) -> None:
-    """``ValueError`` naming ``name`` unless ``value`` is a finite number of seconds > 0 (a timeout)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e9:
-        raise ValueError(f"{name} must be a number of seconds > 0 and finite, got {value!r}")
 
 
 def _flush_at_exit() -> None:

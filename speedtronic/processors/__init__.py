@@ -2,39 +2,35 @@
 
 Each is a callable ``(logger, method_name, event_dict) -> event_dict``, configured in ``__init__``.
 A stage that filters raises ``structlog.DropEvent``; no stage depends on key order or deletes a key it
-doesn't own. ``MetricLogger`` runs them in this order (see ``speedtronic.profiling``)::
+doesn't own. ``MetricLogger`` runs them in the order ``speedtronic.chain.build_processors`` gives::
 
-    [CadenceFilter, asked by emit first] -> ConvertValues -> [Redact] -> AddElapsed -> AddMemory
-      -> [AddRank] -> your processors -> WriteLines(TextRenderer) -> WriteLines(JSONLRenderer)
+    CadenceFilter -> ConvertValues -> [Redact] -> AddElapsed -> AddMemory -> [AddRank]
+      -> AddTimestamp -> your processors -> WriteLines(TextRenderer) -> WriteLines(JSONLRenderer)
       -> DispatchHooks (final: consumes the event)
 
-One module per concern: ``cadence``, ``enrich``, ``redact``, ``convert``, ``text`` and ``render``,
-``output``, ``dispatch``.
+One module per concern: ``cadence``, ``convert``, ``redact``, ``enrich``, ``text`` and ``render``,
+``output``. ``DispatchHooks`` and ``HookFailures`` belong to the hook contract
+(``speedtronic.hooks.dispatch``); they are importable here too, where the chain's stages are listed.
 """
+
+from typing import Any
 
 from speedtronic.events import EVENT_LEVELS, level_for
 from speedtronic.processors.cadence import CadenceFilter, step_number
 from speedtronic.processors.convert import ConvertValues
-from speedtronic.processors.dispatch import DispatchHooks, HookFailures
-from speedtronic.processors.enrich import AddElapsed, AddMemory, AddRank
-from speedtronic.processors.output import WriteLines, WriteText
-from speedtronic.processors.redact import (
-    DEFAULT_SECRET_PATTERNS,
-    REDACTED,
-    Redact,
-    is_secret_key,
-    redact_text,
-)
+from speedtronic.processors.enrich import AddElapsed, AddMemory, AddRank, AddTimestamp
+from speedtronic.processors.output import WriteLines
+from speedtronic.processors.redact import REDACTED, Redact, is_secret_key, redact_text
 from speedtronic.processors.render import DEFAULT_MAX_LINE_BYTES, CapLine, JSONLRenderer, TextRenderer
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
-    "DEFAULT_SECRET_PATTERNS",
     "EVENT_LEVELS",
     "REDACTED",
     "AddElapsed",
     "AddMemory",
     "AddRank",
+    "AddTimestamp",
     "CadenceFilter",
     "CapLine",
     "ConvertValues",
@@ -44,9 +40,18 @@ __all__ = [
     "Redact",
     "TextRenderer",
     "WriteLines",
-    "WriteText",
     "is_secret_key",
     "level_for",
     "redact_text",
     "step_number",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``DispatchHooks`` and ``HookFailures``, from the hook contract where they live (imported on
+    first use: ``speedtronic.hooks`` builds on this package, not the other way round)."""
+    if name in ("DispatchHooks", "HookFailures"):
+        from speedtronic.hooks import dispatch
+
+        return getattr(dispatch, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

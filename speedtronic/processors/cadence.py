@@ -9,6 +9,8 @@ from typing import Any
 import structlog
 from structlog.typing import EventDict, WrappedLogger
 
+from speedtronic.errors import check_count
+
 __all__ = ["CadenceFilter", "step_number"]
 
 
@@ -37,16 +39,16 @@ class CadenceFilter:
 
     Every other event passes, and so does a ``train_step`` whose step is not integer-like (see
     ``step_number``: a step held in an accelerator tensor is never read, so such events always pass;
-    pass ``step`` as a Python int). ``admits`` is the rule itself: ``MetricLogger.emit`` asks it
-    before building an event dict, so a skipped step costs one call and no clock read, device query or
-    tensor conversion. In a chain, a dropped event raises ``structlog.DropEvent``.
+    pass ``step`` as a Python int). In a chain, a dropped event raises ``structlog.DropEvent``.
+    ``admits`` is the rule itself: ``MetricLogger.emit`` asks the chain's own ``CadenceFilter`` before
+    building an event dict, so a skipped step costs one call and no clock read, device query or tensor
+    conversion.
     """
 
     __slots__ = ("every_steps",)
 
     def __init__(self, every_steps: int = 1) -> None:
-        if isinstance(every_steps, bool) or not isinstance(every_steps, int) or every_steps < 1:
-            raise ValueError(f"every_steps must be an integer >= 1, got {every_steps!r}")
+        check_count("every_steps", every_steps)
         self.every_steps = every_steps
 
     def admits(self, event: object, fields: Mapping[Any, Any]) -> bool:

@@ -1,4 +1,5 @@
-"""Stages that add what the producer can't know: ``elapsed_s``, ``memory_bytes``, ``rank``."""
+"""Stages that add what the producer can't know: ``elapsed_s``, ``memory_bytes``, ``rank``, and the
+record's one ``timestamp``."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import Any
 
 from structlog.typing import EventDict, WrappedLogger
@@ -13,7 +15,32 @@ from structlog.typing import EventDict, WrappedLogger
 from speedtronic.errors import LoggingFailureWarning, warn_at_caller
 from speedtronic.processors.memory import MemoryProbe, no_reading, resolve_probe
 
-__all__ = ["AddElapsed", "AddMemory", "AddRank"]
+__all__ = ["AddElapsed", "AddMemory", "AddRank", "AddTimestamp", "iso_timestamp"]
+
+
+def iso_timestamp(seconds: float) -> str:
+    """``seconds`` since the epoch as RFC 3339 UTC with microseconds: ``2026-01-01T12:00:00.123456Z``
+    (what structlog's ``TimeStamper(fmt="iso", utc=True)`` writes)."""
+    return datetime.fromtimestamp(seconds, timezone.utc).isoformat(timespec="microseconds")[:-6] + "Z"
+
+
+class AddTimestamp:
+    """Adds ``timestamp``: the record's one reading of the wall clock, in UTC (``iso_timestamp``).
+
+    Both renderers use it, so the text line and the JSONL record name the same instant. An event
+    dict that has a ``timestamp`` already (structlog's ``TimeStamper`` earlier in your chain) keeps it.
+    ``clock`` (seconds since the epoch) is for tests that need a fixed time.
+    """
+
+    __slots__ = ("_clock",)
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+
+    def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+        if "timestamp" not in event_dict:
+            event_dict["timestamp"] = iso_timestamp(self._clock())
+        return event_dict
 
 
 class AddElapsed:

@@ -1,5 +1,5 @@
-"""Stages that hand a rendered line to a sink and pass the event dict on, so one chain writes several
-outputs (the text log and the JSONL record) before its final stage."""
+"""``WriteLines``: hands a rendered line to a sink and passes the event dict on, so one chain writes
+several outputs (the text log and the JSONL record) before its final stage."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 
 from structlog.typing import EventDict, WrappedLogger
 
-from speedtronic.processors.render import LEVEL_NAMES, TextRenderer
+from speedtronic.events import LEVEL_NUMBERS
 
-__all__ = ["WriteLines", "WriteText"]
+__all__ = ["WriteLines"]
 
 
 class WriteLines:
@@ -34,26 +34,7 @@ class WriteLines:
         self._level = level
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
-        if self._level and _LEVEL_NUMBERS.get(method_name, logging.INFO) < self._level:
+        if self._level and LEVEL_NUMBERS.get(method_name, logging.INFO) < self._level:
             return event_dict
         self._write(self._render(logger, method_name, event_dict))
         return event_dict
-
-
-class WriteText(WriteLines):
-    """``WriteLines`` with a ``TextRenderer`` by default and ``level=logging.INFO``."""
-
-    __slots__ = ()
-
-    def __init__(
-        self,
-        write: Callable[[Any], object],
-        renderer: Callable[[WrappedLogger, str, EventDict], Any] | None = None,
-        level: int = logging.INFO,
-    ) -> None:
-        super().__init__(write, renderer or TextRenderer(), level)
-
-
-_LEVEL_NUMBERS: dict[str, int] = {
-    method: int(logging.getLevelName(name)) for method, name in LEVEL_NAMES.items()
-}

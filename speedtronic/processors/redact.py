@@ -38,11 +38,7 @@ from structlog.typing import EventDict, WrappedLogger
 from speedtronic.events import free_name
 from speedtronic.processors.convert import MAX_DEPTH, Converted, Truncated, _Seen, safe_str, to_python
 
-__all__ = ["DEFAULT_SECRET_PATTERNS", "REDACTED", "Redact", "is_secret_key", "redact_text"]
-
-DEFAULT_SECRET_PATTERNS: tuple[str, ...] = ()
-"""Extra key patterns ``Redact`` hides by default: none, as the key-word rule (``is_secret_key``)
-covers them. ``Redact(patterns=[...])`` and ``MetricLogger(redact=[...])`` add ``fnmatch`` patterns."""
+__all__ = ["REDACTED", "Redact", "is_secret_key", "redact_text"]
 
 REDACTED = "[REDACTED]"
 
@@ -191,7 +187,7 @@ class Redact:
 
     def __init__(
         self,
-        patterns: Iterable[str] = DEFAULT_SECRET_PATTERNS,
+        patterns: Iterable[str] = (),
         replacement: str = REDACTED,
         *,
         words: bool = True,

@@ -1,43 +1,34 @@
 """Renderers: the pipe-delimited text line and the strict-JSON record, each within a line cap.
 
-Both are ordinary structlog renderers (they return the line); ``WriteText``/``WriteLines`` hand a
-rendered line to a sink and pass the event dict on, so one chain can write both.
+Both are ordinary structlog renderers (they return the line); ``WriteLines`` hands a rendered line to
+a sink and passes the event dict on, so one chain can write both. Both read the record's one
+``timestamp`` (``AddTimestamp``, or structlog's ``TimeStamper`` in your chain), so they name the same
+instant; standing alone, each reads its ``clock`` once per record instead.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from datetime import datetime, timezone
 from typing import Any
 
 import orjson
-import structlog
 from structlog.typing import EventDict, WrappedLogger
 
+from speedtronic.events import LEVEL_NAMES
 from speedtronic.processors.convert import NOTE_KEY, Truncated, is_plain, json_safe_record, safe_str, truncate
+from speedtronic.processors.enrich import iso_timestamp
 from speedtronic.processors.text import DEFAULT_FLOAT_DIGITS, ValueFormat, quote
 
-__all__ = ["DEFAULT_MAX_LINE_BYTES", "LEVEL_NAMES", "CapLine", "JSONLRenderer", "TextRenderer"]
+__all__ = ["DEFAULT_MAX_LINE_BYTES", "CapLine", "JSONLRenderer", "TextRenderer"]
 
 DEFAULT_MAX_LINE_BYTES = 32_000
 """Longest line written, newline included. See ``docs/shipping.md`` for each shipper's own limit
 (rsyslog's default 8 KiB needs ``max_line_bytes=8192`` or a larger ``maxMessageSize``)."""
 
-LEVEL_NAMES: Mapping[str, str] = {
-    "debug": "DEBUG",
-    "info": "INFO",
-    "msg": "INFO",
-    "warning": "WARNING",
-    "warn": "WARNING",
-    "error": "ERROR",
-    "err": "ERROR",
-    "exception": "ERROR",
-    "critical": "CRITICAL",
-    "fatal": "CRITICAL",
-}
-"""The level each structlog method name stands for."""
-
-_TEXT_SKIPPED = frozenset({"event", "timestamp", "level", NOTE_KEY})
+_TEXT_SKIPPED = frozenset({"event", "timestamp", NOTE_KEY})
+_TEXT_SKIPPED_WITH_LEVEL = _TEXT_SKIPPED | {"level"}
 _ORJSON_OPTIONS = (
     orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
 )
@@ -48,15 +39,18 @@ _OUTLINE_KEEP = 32  # short numeric fields kept in an outline
 class TextRenderer:
     """Renders ``2026-01-01 12:00:00 | INFO | train_step step=1 loss=1.2 lr=0.0003 elapsed_s=0.01``.
 
-    Local time to the second, the level (from the method name), the event, then every other key in
-    order (``timestamp`` and ``level`` keys, which other stages may add, and the record's
-    ``_speedtronic`` note are not repeated). Floats
-    with ``float_digits`` significant digits (``None``: every digit); strings bare when safe, else
-    quoted with escapes, so the result is always exactly one line (see ``speedtronic.processors.text``).
-    With ``max_line_bytes``, no longer than that once a newline is added (see ``CapLine``).
+    The record's ``timestamp`` to the second, in UTC like the JSONL record (``local_time=True``: local
+    time with its offset, ``2026-01-01 07:00:00-05:00``), the level (from the method name), the event,
+    then every other key in order. Not repeated: ``timestamp``, the record's ``_speedtronic`` note,
+    and a ``level`` key that only repeats the record's level (``add_log_level``'s); a payload's own
+    ``level`` with another value is shown. Values as ``ValueFormat`` writes them (floats with
+    ``float_digits`` significant digits; strings bare when safe, else quoted with escapes, so the
+    result is always exactly one line). With ``max_line_bytes``, no longer than that once a newline is
+    added (see ``CapLine``). ``clock`` (seconds since the epoch) is read only for an event dict with no
+    ISO ``timestamp``.
     """
 
-    __slots__ = ("_cap", "_clock", "_format")
+    __slots__ = ("_cap", "_clock", "_format", "_local")
 
     def __init__(
         self,
@@ -64,9 +58,11 @@ class TextRenderer:
         *,
         float_digits: int | None = DEFAULT_FLOAT_DIGITS,
         max_line_bytes: int | None = None,
+        local_time: bool = False,
     ) -> None:
         self._clock = clock
         self._format = ValueFormat(float_digits)
+        self._local = local_time
         self._cap = CapLine(self.render, max_line_bytes) if max_line_bytes else None
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> str:
@@ -76,29 +72,49 @@ class TextRenderer:
 
     def render(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> str:
         """The line, uncapped."""
-        now = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self._clock()))
         level = LEVEL_NAMES.get(method_name) or quote(method_name.upper())
         event = event_dict.get("event", "")
         name = quote(event if type(event) is str else safe_str(event))
-        return f"{now} | {level} | {name}{self._format.fields(event_dict, _TEXT_SKIPPED)}"
+        own_level = event_dict.get("level")
+        repeats_level = isinstance(own_level, str) and LEVEL_NAMES.get(own_level.lower()) == level
+        skip = _TEXT_SKIPPED_WITH_LEVEL if repeats_level else _TEXT_SKIPPED
+        return f"{self._time(event_dict)} | {level} | {name}{self._format.fields(event_dict, skip)}"
+
+    def _time(self, event_dict: EventDict) -> str:
+        stamp = event_dict.get("timestamp")
+        if isinstance(stamp, int | float) and not isinstance(stamp, bool):  # TimeStamper(fmt=None)
+            stamp = iso_timestamp(stamp)
+        elif not (isinstance(stamp, str) and len(stamp) >= 19 and stamp[10] in "T "):
+            stamp = iso_timestamp(self._clock())
+        if self._local:  # the stamp is UTC: shown in the machine's zone, with its offset
+            moment = datetime.fromisoformat(stamp[:19]).replace(tzinfo=timezone.utc)
+            return moment.astimezone().isoformat(sep=" ", timespec="seconds")
+        return f"{stamp[:10]} {stamp[11:19]}"
 
 
 class JSONLRenderer:
     """Renders one strict JSON object, no trailing newline: ``"event"`` first.
 
-    ``timestamp`` (UTC, RFC 3339, microseconds, by structlog's ``TimeStamper``) is added when the
-    event dict has none. A record of plain finite scalars is written as it is; any other goes through
-    ``json_safe_record`` first: NaN and infinities become ``null`` (listed with their JSON Pointer under
-    ``"_speedtronic": {"non_finite": ...}``), values JSON can't hold become their ``str()``, keys become
-    unique strings, and what was converted or truncated is noted there too. U+2028, U+2029 and U+0085
-    are escaped so ``splitlines()`` readers see one line. Returns ``str``, or ``bytes`` with
-    ``as_bytes=True``; with ``max_line_bytes``, no longer than that once a newline is added.
+    ``timestamp`` (UTC, RFC 3339, microseconds: ``iso_timestamp``) is the record's own (``AddTimestamp``
+    or structlog's ``TimeStamper`` earlier in the chain), or read from ``clock`` when the event dict
+    has none. A record of plain finite scalars is written as it is; any other goes through
+    ``json_safe_record`` first: NaN and infinities become ``null`` (noted under ``"_speedtronic"``),
+    values JSON can't hold become their ``str()``, keys become unique strings, and what was converted
+    or truncated is noted there too. U+2028, U+2029 and U+0085 are escaped so ``splitlines()``
+    readers see one line. Returns ``str``, or ``bytes`` with ``as_bytes=True``; with
+    ``max_line_bytes``, no longer than that once a newline is added.
     """
 
-    __slots__ = ("_as_bytes", "_cap", "_stamp")
+    __slots__ = ("_as_bytes", "_cap", "_clock")
 
-    def __init__(self, *, as_bytes: bool = False, max_line_bytes: int | None = None) -> None:
-        self._stamp = structlog.processors.TimeStamper(fmt="iso", utc=True)
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.time,
+        *,
+        as_bytes: bool = False,
+        max_line_bytes: int | None = None,
+    ) -> None:
+        self._clock = clock
         self._as_bytes = as_bytes
         self._cap = CapLine(self.render, max_line_bytes) if max_line_bytes else None
 
@@ -112,7 +128,7 @@ class JSONLRenderer:
         """The record, uncapped."""
         record = {"event": event_dict.get("event"), **event_dict}
         if "timestamp" not in record:
-            self._stamp(logger, method_name, record)
+            record["timestamp"] = iso_timestamp(self._clock())
         if not is_plain(record):
             record = json_safe_record(record)
         try:
@@ -204,8 +220,6 @@ class CapLine:
 
     def _excess(self, line: str | bytes) -> int:
         if isinstance(line, str):
-            if len(line) * 4 <= self._limit:  # UTF-8 takes at most 4 bytes a character
-                return 0
             line = line.encode("utf-8", "surrogatepass")
         return len(line) - self._limit
 

@@ -9,10 +9,9 @@ and spaces inside a value stay inside its quotes (CWE-117).
 
 from __future__ import annotations
 
-import functools
 import math
 import re
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Container, Mapping
 from typing import Any
 
 from speedtronic.processors.convert import int_text, safe_str
@@ -21,15 +20,14 @@ __all__ = [
     "DEFAULT_FLOAT_DIGITS",
     "ValueFormat",
     "format_fields",
-    "format_float",
     "format_key",
     "format_value",
     "quote",
 ]
 
 DEFAULT_FLOAT_DIGITS = 4
-"""Significant digits of a float in the text line (``lr=0.000975``, ``loss=3.224``); the JSONL record
-keeps every digit."""
+"""Significant digits of a float in the text line (``lr=0.000975``, ``loss=3.224``), whole digits
+never cut (``tokens_per_s=10556.0``); the JSONL record keeps every digit."""
 
 _SAFE = re.compile(r"[A-Za-z0-9_.,:/@%+\-\[\]()<>]+")
 _UNSAFE = re.compile('[\\\\"\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]')
@@ -53,35 +51,34 @@ def quote(text: str) -> str:
 
 
 class ValueFormat:
-    """Formats values as text-line tokens, floats with ``digits`` significant digits (decided here,
-    once): ``0.000975``, ``3.224``, ``1e-07``, ``1.0``; a float at or beyond ``10**digits`` rounded to
-    a whole number (``20134.0``); every digit (``repr``) with ``digits=None``; ``nan``, ``inf``,
-    ``-inf``. A float always reads as one (a point or an exponent), so it is told from an int.
-    Ints in decimal, ``True``/``None`` as such, strings (and anything else, by its ``str()``) quoted
-    when unsafe. Keys repeat from event to event, so each distinct string key is quoted once."""
+    """Formats values as text-line tokens; the float rule is decided here, once.
 
-    __slots__ = ("_digits", "_limit", "_quote_key", "_spec")
+    A float is rounded to ``digits`` significant digits, but its whole digits are never cut (a float
+    at or beyond ``10**digits`` is rounded to a whole number), then written as Python writes floats
+    (``repr``): ``0.000975``, ``3.224``, ``1e-07``, ``1.0``, ``10000.0`` (9999.5), ``10556.0``,
+    ``1e+20``; ``nan``, ``inf``, ``-inf``; every digit with ``digits=None``. So a float always reads
+    as one (a point or an exponent), told from an int. Ints in decimal, ``True``/``None`` as such,
+    strings (and anything else, by its ``str()``) bare when safe, else quoted (``quote``)."""
+
+    __slots__ = ("_digits", "_limit", "_spec")
 
     def __init__(self, digits: int | None = DEFAULT_FLOAT_DIGITS) -> None:
         if digits is not None and (isinstance(digits, bool) or not isinstance(digits, int) or digits < 1):
             raise ValueError(f"float_digits must be an int >= 1 or None, got {digits!r}")
         self._digits = digits
         self._spec = f".{digits}g" if digits is not None else ""
-        self._limit = 10.0**digits if digits is not None else 0.0  # 0: every float takes repr
-        self._quote_key: Callable[[str], str] = functools.lru_cache(maxsize=4096)(quote)
+        self._limit = 10.0**digits if digits is not None else math.inf
 
     def key(self, key: object) -> str:
         """A key as a token: bare when safe, quoted otherwise; non-string keys by their ``str()``."""
-        return self._quote_key(key) if type(key) is str else quote(safe_str(key))
+        return quote(key if type(key) is str else safe_str(key))
 
     def float(self, value: float) -> str:
-        if -self._limit < value < self._limit:  # finite and not huge (NaN compares false)
-            text = format(value, self._spec)
-        elif self._digits is not None and math.isfinite(value):
-            text = f"{value:.0f}"
-        else:
+        if self._digits is None or not math.isfinite(value):
             return repr(float(value))
-        return text if "." in text or "e" in text else text + ".0"  # a float reads as one: 1.0
+        if -self._limit < value < self._limit:
+            return repr(float(format(value, self._spec)))
+        return repr(float(round(value)))
 
     def __call__(self, value: Any) -> str:
         kind = type(value)
@@ -96,36 +93,13 @@ class ValueFormat:
         return quote(safe_str(value))
 
     def fields(self, event_dict: Mapping[Any, Any], skip: Container[Any] = ("event",)) -> str:
-        """`` key=value`` for every key not in ``skip``, each with a leading space, in order.
-
-        The same tokens as ``key()`` and ``__call__``; floats and ints, most of a training event, are
-        formatted here without a call each."""
-        quote_key, spec, limit = self._quote_key, self._spec, self._limit
-        parts = []
-        for key, value in event_dict.items():
-            if key in skip:
-                continue
-            kind = type(value)
-            if kind is float and -limit < value < limit:
-                text = format(value, spec)
-                if "." not in text and "e" not in text:
-                    text += ".0"
-            elif kind is int and -_SMALL < value < _SMALL:
-                text = str(value)
-            else:
-                text = self(value)
-            token = quote_key(key) if type(key) is str else quote(safe_str(key))
-            parts.append(f" {token}={text}")
-        return "".join(parts)
+        """`` key=value`` for every key not in ``skip``, each with a leading space, in order."""
+        return "".join(
+            f" {self.key(key)}={self(value)}" for key, value in event_dict.items() if key not in skip
+        )
 
 
-_SMALL = 10**18  # ints below this have fewer digits than Python's int-to-str limit
 _DEFAULT = ValueFormat()
-
-
-def format_float(value: float, digits: int | None = DEFAULT_FLOAT_DIGITS) -> str:
-    """A float as the text line writes it (see ``ValueFormat``)."""
-    return (_DEFAULT if digits == DEFAULT_FLOAT_DIGITS else ValueFormat(digits)).float(value)
 
 
 def format_value(value: Any, digits: int | None = DEFAULT_FLOAT_DIGITS) -> str:
@@ -135,7 +109,7 @@ def format_value(value: Any, digits: int | None = DEFAULT_FLOAT_DIGITS) -> str:
 
 def format_key(key: object) -> str:
     """A key as a token: bare when safe, quoted otherwise; non-string keys by their ``str()``."""
-    return quote(key if type(key) is str else safe_str(key))
+    return _DEFAULT.key(key)
 
 
 def format_fields(

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from speedtronic.distributed import RankInfo, detect_rank, is_lead, rank_path
+from speedtronic.events import ValidatePayloads
 from speedtronic.hooks import as_callback, close_hook
 from speedtronic.hooks.registry import ENTRY_POINT_GROUP, hook_type, hook_types
 from speedtronic.profiling import MetricLogger
@@ -258,6 +259,7 @@ def build_logger(config: Mapping[str, Any], *, device: Any = None) -> MetricLogg
                 strict_hooks=logging["strict_hooks"],
                 rank=rank,
                 lead_rank=logging["lead_rank"],
+                processors=[ValidatePayloads()] if logging["validate"] else [],
             )
         except (ValueError, OSError) as error:
             raise ConfigError("config", "logging", str(error)) from None
@@ -389,7 +391,6 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
                 checkpoint_every=train["checkpoint_every"],
                 keep_checkpoints=train["keep_checkpoints"],
                 resume=train["resume"],
-                validate_events=config["logging"]["validate"],
             )
             trainer.start_notes["lr_schedule_steps"] = train["schedule_steps"]
             if changes:

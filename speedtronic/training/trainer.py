@@ -60,9 +60,7 @@ from speedtronic.events import (
     Event,
     TrainStartPayload,
     TrainStepPayload,
-    ValidatePayloads,
 )
-from speedtronic.processors import CadenceFilter
 from speedtronic.profiling import MetricLogger
 from speedtronic.training import shapes as _shapes
 from speedtronic.training.config import ConfigError
@@ -188,7 +186,6 @@ class Trainer:
         checkpoint_every: save every this many steps, and at the end (0: never).
         keep_checkpoints: keep the newest this many checkpoints, deleting older ones (0: keep all).
         resume: start from the newest readable checkpoint in ``checkpoint_dir``, when there is one.
-        validate_events: check every payload against ``speedtronic.events`` before emitting it.
     """
 
     def __init__(
@@ -210,7 +207,6 @@ class Trainer:
         checkpoint_every: int = 0,
         keep_checkpoints: int = 0,
         resume: bool = False,
-        validate_events: bool = False,
     ) -> None:
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
@@ -263,7 +259,6 @@ class Trainer:
         self._drawn = 0
         """Batches drawn from ``data`` so far (a resumed run skips as many of a data without state)."""
         self._skip = 0
-        self._validator = ValidatePayloads() if validate_events else None
         self._forward: Callable[[Tensor], Tensor] = self.model
         self._compile_pending = bool(compile)
         if precision == "bf16":
@@ -299,7 +294,6 @@ class Trainer:
         self._profile_shapes()
         # A feature that is off is a DEBUG line in the text log; the JSONL and hooks still get it.
         self.emit(Event.OOO_BACKPROP, {"enabled": False, "reason": _OOO_BACKPROP_OFF}, level="debug")
-        cadence = CadenceFilter(self.logger.every_steps)
         batches = self._batches()
         window = _Window()
         loss: Tensor | None = None
@@ -326,8 +320,7 @@ class Trainer:
                 "microbatches": self.grad_accum,
                 "grad_norm": done.grad_norm,
             }
-            self.emit(Event.TRAIN_STEP, payload)
-            if cadence.admits(Event.TRAIN_STEP, payload):
+            if self.emit(Event.TRAIN_STEP, payload):  # logged: the next rates start from here
                 window.restart()
             if self.checkpoint_every and self.step % self.checkpoint_every == 0:
                 self.save_checkpoint()
@@ -565,12 +558,10 @@ class Trainer:
                 "suggested": -(-value // alignment) * alignment,
             })
 
-    def emit(self, event: str, payload: Any, *, level: str | None = None) -> None:
-        """Check ``payload`` against the catalog (with ``validate_events``), then log it (at ``level``,
-        default the catalog's); thread-safe."""
-        if self._validator is not None:
-            self._validator.check(event, payload)
-        self.logger.emit(event, payload, level=level)
+    def emit(self, event: str, payload: Any, *, level: str | None = None) -> bool:
+        """Log ``payload`` (at ``level``, default the catalog's); whether the logger's cadence kept it.
+        Thread-safe."""
+        return self.logger.emit(event, payload, level=level)
 
 
 def _check_precision(device: torch.device, precision: str) -> None:

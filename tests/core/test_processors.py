@@ -28,7 +28,6 @@ from speedtronic.processors import (
     JSONLRenderer,
     TextRenderer,
     WriteLines,
-    WriteText,
     level_for,
     step_number,
 )
@@ -392,7 +391,7 @@ class TestWriteLines:
     def test_writes_lines_at_or_above_its_level(self) -> None:
         """With a level, only events at or above it are rendered and written."""
         lines: list[str] = []
-        stage = WriteText(lines.append, level=logging.INFO)
+        stage = WriteLines(lines.append, TextRenderer(), logging.INFO)
         ed = {"event": "shape_warning"}
         assert stage(None, "warning", ed) is ed
         stage(None, "debug", {"event": "hidden"})
@@ -404,14 +403,15 @@ class TestWriteLines:
         def renderer(logger: object, method_name: str, event_dict: dict[str, object]) -> str:
             raise AssertionError("rendered")
 
-        WriteText(print, renderer, level=logging.WARNING)(None, "info", {"event": "train_step"})
+        WriteLines(print, renderer, logging.WARNING)(None, "info", {"event": "train_step"})
 
     def test_two_outputs_in_a_stock_chain(self) -> None:
         """Text and JSONL written by one user chain, which then goes on to its own final stage."""
         text: list[str] = []
         docs: list[str] = []
         capture = Capture()
-        log = stock_chain(WriteText(text.append), WriteLines(docs.append, JSONLRenderer()), capture=capture)
+        write_text = WriteLines(text.append, TextRenderer(), logging.INFO)
+        log = stock_chain(write_text, WriteLines(docs.append, JSONLRenderer()), capture=capture)
         log.info("train_step", step=1)
         assert text[0].endswith("train_step job=nightly step=1 request_id=r-1")
         assert json.loads(docs[0])["step"] == 1

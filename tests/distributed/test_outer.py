@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from speedtronic.distributed import RankInfo, is_lead
-from speedtronic.events import payload_problems
+from speedtronic.events import ValidatePayloads, payload_problems
 from speedtronic.profiling import MetricLogger
 from tests.runtime.recording import RecordingHook
 
@@ -29,7 +29,9 @@ def make_loop(steps: int, **outer: Any) -> tuple[Trainer, OuterLoop, RecordingHo
     torch.manual_seed(0)
     model = torch.nn.Linear(1, 1, bias=False)
     hook = RecordingHook()
-    logger = MetricLogger(stream=io.StringIO(), hooks=[hook], background_hooks=False)
+    logger = MetricLogger(
+        stream=io.StringIO(), hooks=[hook], background_hooks=False, processors=[ValidatePayloads(strict=True)]
+    )
     trainer = Trainer(
         model,
         torch.optim.SGD(model.parameters(), lr=INNER_LR),
@@ -39,7 +41,6 @@ def make_loop(steps: int, **outer: Any) -> tuple[Trainer, OuterLoop, RecordingHo
         logger=logger,
         device="cpu",
         max_grad_norm=None,
-        validate_events=True,
     )
     return trainer, OuterLoop(trainer, EVERY, **outer), hook
 

@@ -27,18 +27,20 @@ def logger() -> MetricLogger:
 
 class TestCaptureEvents:
     def test_captures_what_hooks_receive(self, logger: MetricLogger) -> None:
-        """Cadence applied, tensors converted, elapsed_s added, a payload 'event' kept aside."""
+        """Cadence applied, tensors converted, elapsed_s and the timestamp added, a payload 'event' kept
+        aside."""
         with capture_events(logger) as events:
             logger.emit("train_step", {"step": 1, "loss": torch.tensor(1.0)})
             logger.emit("train_step", {"step": 2, "loss": torch.tensor(0.5)})
             logger.emit("note", {"event": "inner"})
         logger.close()
 
-        assert [{k: v for k, v in e.items() if k != "elapsed_s"} for e in events] == [
+        assert [{k: v for k, v in e.items() if k not in ("elapsed_s", "timestamp")} for e in events] == [
             {"event": "train_step", "step": 2, "loss": 0.5},
             {"event": "note", "payload_event": "inner"},
         ]
         assert all(isinstance(e["elapsed_s"], float) for e in events)
+        assert all(isinstance(e["timestamp"], str) for e in events)
 
     def test_stops_capturing_and_unregisters_on_exit(self, logger: MetricLogger) -> None:
         """After the block the hook is gone and the list no longer grows; other hooks stay."""

@@ -174,7 +174,7 @@ class TestRaisingReport:
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
             return os.write(fd, bytes(data[:step]))
 
-        def escalated(error: OSError, where: str) -> None:
+        def escalated(error: OSError, where: str, lost: bool) -> None:
             raise RuntimeError(f"could not write {where}: {error}")
 
         monkeypatch.setattr(sinks, "os", types.SimpleNamespace(**{**vars(os), "write": write}))

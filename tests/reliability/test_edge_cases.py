@@ -150,7 +150,11 @@ def test_a_torn_tail_is_closed_before_the_note_of_lost_lines(
     path = tmp_path / "m.jsonl"
     path.write_bytes(b'{"torn"')
     errors: list[BaseException] = []
-    log = LineFile(path, lambda e, w: errors.append(e))
+
+    def note(lost: int, error: str, where: str) -> None:  # what MetricLogger writes through its chain
+        log.write(json.dumps({"event": "logging_error", "lost_records": lost}).encode())
+
+    log = LineFile(path, lambda e, w, lost: errors.append(e), note)
     real_write = os.write
 
     def full(fd: int, data: bytes) -> int:
@@ -163,7 +167,7 @@ def test_a_torn_tail_is_closed_before_the_note_of_lost_lines(
     log.close()
     lines = path.read_bytes().split(b"\n")
     assert lines[0] == b'{"torn"'
-    assert json.loads(lines[1])["event"] == "logging_error"
+    assert json.loads(lines[1]) == {"event": "logging_error", "lost_records": 1}
     assert json.loads(lines[2]) == {"a": 2}
     assert lines[3:] == [b""]
     assert len(errors) == 1

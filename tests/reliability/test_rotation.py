@@ -78,7 +78,7 @@ class TestReopen:
         """The path is stat'ed before each write: no line lands in the moved file after the move."""
         path = tmp_path / "m.jsonl"
         errors: list[Any] = []
-        log = LineFile(path, lambda e, w: errors.append(e))
+        log = LineFile(path, lambda e, w, lost: errors.append(e))
         log.write(b'{"step":0}')
         path.rename(tmp_path / "m.jsonl.1")
         log.write(b'{"step":1}')
@@ -100,7 +100,7 @@ class TestReopen:
         assert json_steps(path) == [2, 3]
 
     def test_a_write_after_close_names_the_file(self, tmp_path: Path) -> None:
-        log = LineFile(tmp_path / "m.jsonl", lambda e, w: None)
+        log = LineFile(tmp_path / "m.jsonl", lambda e, w, lost: None)
         log.close()
         with pytest.raises(ValueError, match=r"m\.jsonl is closed"):
             log.write(b"{}")

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from speedtronic.events import payload_problems
+from speedtronic.events import ValidatePayloads, payload_problems
 from speedtronic.profiling import MetricLogger
 from speedtronic.training.task import SuccessorTask, successor_model
 from speedtronic.training.trainer import FitResult, Trainer, latest_checkpoint
@@ -23,12 +23,12 @@ class RawPayloads(MetricLogger):
 
     def __init__(self, **kwargs: Any) -> None:
         self.text = io.StringIO()
-        super().__init__(stream=self.text, **kwargs)
+        super().__init__(stream=self.text, processors=[ValidatePayloads(strict=True)], **kwargs)
         self.raw: list[tuple[str, dict[str, Any]]] = []
 
-    def emit(self, event: str, payload: Any, *, level: str | None = None) -> None:
+    def emit(self, event: str, payload: Any, *, level: str | None = None) -> bool:
         self.raw.append((event, dict(payload)))
-        super().emit(event, payload, level=level)
+        return super().emit(event, payload, level=level)
 
 
 def make_trainer(
@@ -37,7 +37,7 @@ def make_trainer(
     torch.manual_seed(seed)
     hook = RecordingHook()
     logger = RawPayloads(every_steps=every_steps, hooks=[hook])
-    options: dict[str, Any] = {"device": "cpu", "validate_events": True, "checkpoint_dir": tmp_path / "ckpt"}
+    options: dict[str, Any] = {"device": "cpu", "checkpoint_dir": tmp_path / "ckpt"}
     options.update(kwargs)
     model = successor_model(16, hidden)
     trainer = Trainer(

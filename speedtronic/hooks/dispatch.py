@@ -1,7 +1,10 @@
-"""``DispatchHooks``: the chain's final stage, calling each hook with ``(event, payload)``.
+"""The hook contract and its dispatch: ``DispatchHooks``, the chain's final stage.
 
 A hook is an object with ``on_event(event, payload)`` or a callable with that signature. Each is
-checked when it is registered (``as_callback``), not at step 10,000. A hook's ``Exception`` is a value:
+checked when it is registered (``as_callback``), not at step 10,000. A hook that also declares a
+keyword parameter ``level`` (``on_event(self, event, payload, *, level="info")``) is called with the
+record's level as a structlog method name (``"debug"``, ``"info"``, ``"warning"``, ``"error"``,
+``"critical"``): decided once per hook (``as_call``). A hook's ``Exception`` is a value:
 ``HookFailures`` counts it per hook, reports it (the first with its traceback, then the 2nd, 4th,
 8th... with a count) and the other hooks still run; ``BaseException`` (``KeyboardInterrupt``,
 ``SystemExit``) propagates.
@@ -20,20 +23,25 @@ from typing import Any, cast
 import structlog
 from structlog.typing import EventDict, WrappedLogger
 
-from speedtronic.errors import HookError, HookFailureWarning, warn_at_caller
-from speedtronic.processors.convert import safe_str
+from speedtronic.errors import HookError, HookFailureWarning, reported, warn_at_caller
+from speedtronic.processors.convert import NOTE_KEY, safe_str
 
 __all__ = [
+    "Call",
     "Callback",
     "DispatchHooks",
     "HookFailures",
+    "as_call",
     "as_callback",
     "close_hook",
     "hook_name",
+    "is_own_record",
     "target_of",
 ]
 
 Callback = Callable[[str, dict[str, Any]], None]
+Call = Callable[[str, dict[str, Any], str], None]
+"""A hook as dispatch calls it: ``(event, payload, level)``, whatever the hook's own signature."""
 
 
 def hook_name(hook: object) -> str:
@@ -75,6 +83,40 @@ def as_callback(hook: object) -> Callback:
     return cast(Callback, target)
 
 
+def as_call(hook: object) -> Call:
+    """``hook`` as ``(event, payload, level)``: ``level`` is passed as a keyword to a hook whose
+    callable declares a parameter named ``level`` that can be passed by keyword, and left out otherwise.
+    Checked like ``as_callback``."""
+    target = as_callback(hook)
+    try:
+        parameters = inspect.signature(target, follow_wrapped=False).parameters
+    except (TypeError, ValueError):
+        parameters = MappingProxyType({})
+    level = parameters.get("level")
+    if level is not None and level.kind in _BY_KEYWORD:
+
+        def with_level(event: str, payload: dict[str, Any], level: str) -> None:
+            target(event, payload, level=level)  # type: ignore[call-arg]  # it declares level
+
+        return with_level
+
+    def without_level(event: str, payload: dict[str, Any], level: str) -> None:
+        target(event, payload)
+
+    return without_level
+
+
+_BY_KEYWORD = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
+
+def is_own_record(event_dict: Mapping[str, Any]) -> bool:
+    """Whether a record is one the logger wrote of its own (``hook_error``, ``logging_error``): its
+    note says ``"origin": "speedtronic"``. A payload can't forge it: the logger renames a payload's
+    ``_speedtronic`` key."""
+    note = event_dict.get(NOTE_KEY)
+    return isinstance(note, dict) and note.get("origin") == "speedtronic"
+
+
 def close_hook(hook: object) -> None:
     """Call ``hook.close()`` when the hook has one."""
     close = getattr(hook, "close", None)
@@ -110,7 +152,7 @@ class HookFailures:
         self._redact = redact or (lambda text: text)
         self._counts: dict[str, int] = {}
         self._names: dict[int, tuple[object, str]] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entered by a signal handler's emit on this thread
 
     @property
     def counts(self) -> Mapping[str, int]:
@@ -122,7 +164,7 @@ class HookFailures:
             name = self._name_of(hook)
             failures = self._counts[name] = self._counts.get(name, 0) + 1
         text = self._redact(f"{type(error).__name__}: {safe_str(error)}")
-        if failures & (failures - 1) == 0:  # the 1st, 2nd, 4th, 8th...
+        if reported(failures):
             fields: dict[str, Any] = {
                 "hook": name,
                 "phase": "close" if during == "close" else "on_event",
@@ -166,10 +208,11 @@ class DispatchHooks:
     """Calls each hook with ``(event, payload)``, isolating their failures; never changes the event dict.
 
     Each hook gets a payload of its own (the event dict less ``"event"``, a fresh shallow copy), so one
-    hook's mutation can't reach another hook or a later stage. ``hooks`` may be any sequence; a list the
-    caller keeps changing (``MetricLogger.hooks``) is read at each event, so a hook added later gets the
-    events after it. Each hook is checked when this stage is created; a list changed later is checked
-    by its owner (``speedtronic.hooks.HookList``).
+    hook's mutation can't reach another hook or a later stage; a hook that declares ``level`` also gets
+    the record's level. ``hooks`` may be any sequence; a list the caller keeps changing
+    (``MetricLogger.hooks``) is read at each event, so a hook added later gets the events after it.
+    How to call each hook is decided once per hook (``as_call``). The logger's own records
+    (``is_own_record``) are not delivered: a hook failing on its own failure report would report itself.
 
     A hook's ``Exception`` goes to ``on_error(hook, error, event)`` (default: a ``HookFailures`` of this
     stage's own, whose counts are ``errors``) and the remaining hooks still run. ``BaseException``
@@ -181,7 +224,7 @@ class DispatchHooks:
     renderer).
     """
 
-    __slots__ = ("_consume", "_hooks", "_on_error", "errors")
+    __slots__ = ("_calls", "_consume", "_hooks", "_on_error", "_stopped", "errors")
 
     def __init__(
         self,
@@ -191,23 +234,44 @@ class DispatchHooks:
         consume: bool = True,
     ) -> None:
         self._hooks = hooks if isinstance(hooks, list) else list(hooks)
+        self._calls: dict[int, tuple[object, Call]] = {}
         for hook in self._hooks:
-            as_callback(hook)
+            self._call_of(hook)
         failures = HookFailures()
         self.errors: Mapping[str, int] = failures.counts
         """Failures per hook name, when ``on_error`` is the default."""
         self._on_error = on_error if on_error is not None else failures
         self._consume = consume
+        self._stopped = False
+
+    def stop(self) -> None:
+        """Call no hook from now on, also none left in an event being dispatched on another thread
+        (the hook running there finishes): ``MetricLogger.close()`` calls it, so no hook is called
+        after ``close()`` returns."""
+        self._stopped = True
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
-        event = event_dict.get("event")
-        event = event if type(event) is str else safe_str(event)
-        for hook in tuple(self._hooks):
-            payload = {key: value for key, value in event_dict.items() if key != "event"}
-            try:
-                target_of(hook)(event, payload)
-            except Exception as error:
-                self._on_error(hook, error, event)
+        if self._hooks and not is_own_record(event_dict):
+            event = event_dict.get("event")
+            event = event if type(event) is str else safe_str(event)
+            for hook in tuple(self._hooks):
+                if self._stopped:
+                    break
+                payload = {key: value for key, value in event_dict.items() if key != "event"}
+                try:
+                    self._call_of(hook)(event, payload, method_name)
+                except Exception as error:
+                    self._on_error(hook, error, event)
         if self._consume:
             raise structlog.DropEvent
         return event_dict
+
+    def _call_of(self, hook: object) -> Call:
+        known = self._calls.get(id(hook))
+        if known is not None and known[0] is hook:
+            return known[1]
+        if len(self._calls) > 4 * len(self._hooks) + 64:  # hooks replaced many times: forget the old
+            self._calls.clear()
+        call = as_call(hook)
+        self._calls[id(hook)] = (hook, call)
+        return call

@@ -1,0 +1,252 @@
+"""One chain, the only path: cadence as a stage, one timestamp, the logger's own records, hook levels."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+
+from speedtronic.errors import HookFailureWarning, LoggingFailureWarning
+from speedtronic.hooks import BackgroundHooks, CallbackList
+from speedtronic.processors import JSONLRenderer, TextRenderer
+from speedtronic.processors.text import ValueFormat
+from speedtronic.profiling import MetricLogger, build_processors
+from tests.conftest import read_jsonl
+
+FIXED = 1_767_268_800.25  # 2026-01-01T12:00:00.25Z
+
+
+class TestCadenceIsAStage:
+    def test_emit_says_whether_the_cadence_kept_the_event(self) -> None:
+        """emit returns False for a skipped train_step and True for every event that passed."""
+        with MetricLogger(stream=io.StringIO(), every_steps=2) as logger:
+            kept = [logger.emit("train_step", {"step": s}) for s in (1, 2, 3, 4)]
+            assert logger.emit("checkpoint", {"step": 3}) is True
+        assert kept == [False, True, False, True]
+
+    def test_the_cadence_is_the_chains_first_stage(self) -> None:
+        """logger.processors starts with the CadenceFilter that emit asks, configured every_steps."""
+        with MetricLogger(stream=io.StringIO(), every_steps=5) as logger:
+            first = logger.processors[0]
+            assert type(first).__name__ == "CadenceFilter"
+            assert first.every_steps == logger.every_steps == 5  # type: ignore[attr-defined]
+
+    def test_build_processors_works_in_a_stock_bound_logger(self) -> None:
+        """The same list, in your own structlog logger: cadence, enrichment, text, hooks."""
+        lines: list[str] = []
+        seen: list[tuple[str, dict[str, Any]]] = []
+        stages = build_processors(
+            every_steps=10, text=lines.append, hooks=[lambda e, p: seen.append((e, p))], clock=lambda: FIXED
+        )
+        log = structlog.wrap_logger(structlog.ReturnLogger(), processors=stages)
+        log.info("train_step", step=5, loss=1.0, api_key="hunter2")
+        log.info("train_step", step=10, loss=0.5, api_key="hunter2")
+        assert len(lines) == 1
+        assert lines[0].startswith("2026-01-01 12:00:00 | INFO | train_step step=10 loss=0.5 api_key=[REDACT")
+        assert [(e, p["step"], p["timestamp"]) for e, p in seen] == [
+            ("train_step", 10, "2026-01-01T12:00:00.250000Z")
+        ]
+
+    def test_bad_arguments_name_the_caller_and_argument(self) -> None:
+        """build_processors' checks name the argument, and MetricLogger's name the logger."""
+        with pytest.raises(ValueError, match=r"build_processors\(every_steps=\.\.\.\) must be an int >= 1"):
+            build_processors(every_steps=0)
+        with pytest.raises(ValueError, match=r"MetricLogger\(every_steps=\.\.\.\) must be an int >= 1"):
+            MetricLogger(stream=io.StringIO(), every_steps=0)
+
+
+class TestOneTimestamp:
+    def test_text_and_jsonl_name_the_same_instant(self, tmp_path: Path) -> None:
+        """One clock reading per event, rendered by both: UTC to the second, and to the µs."""
+        text = io.StringIO()
+        with MetricLogger(stream=text, json_file=tmp_path / "m.jsonl", clock=lambda: FIXED) as logger:
+            logger.emit("train_step", {"step": 1})
+        (record,) = read_jsonl(tmp_path / "m.jsonl")
+        assert record["timestamp"] == "2026-01-01T12:00:00.250000Z"
+        assert text.getvalue().startswith("2026-01-01 12:00:00 | INFO | train_step step=1")
+
+    def test_utc_by_default_whatever_the_time_zone(self, tmp_path: Path) -> None:
+        """Under TZ=America/New_York the text line still says 12:00:00, as the JSONL does (a child
+        process: the zone is read at start)."""
+        code = (
+            "import io, sys\n"
+            "from speedtronic.profiling import MetricLogger\n"
+            f"with MetricLogger(json_file=sys.argv[1], clock=lambda: {FIXED}) as logger:\n"
+            "    logger.emit('train_step', {'step': 1})\n"
+            f"with MetricLogger(local_time=True, clock=lambda: {FIXED}) as logger:\n"
+            "    logger.emit('train_step', {'step': 2})\n"
+        )
+        env = {**os.environ, "TZ": "America/New_York"}
+        out = subprocess.run(
+            [sys.executable, "-c", code, str(tmp_path / "m.jsonl")],
+            env=env, capture_output=True, text=True, timeout=120, check=True,
+        ).stdout.splitlines()
+        assert out[0].startswith("2026-01-01 12:00:00 | INFO | train_step step=1")
+        assert out[1].startswith("2026-01-01 07:00:00-05:00 | INFO | train_step step=2")
+        assert read_jsonl(tmp_path / "m.jsonl")[0]["timestamp"] == "2026-01-01T12:00:00.250000Z"
+
+    def test_renderers_take_a_fixed_clock(self) -> None:
+        """Standing alone (no timestamp in the event dict), each renderer reads its own clock."""
+        record = json.loads(JSONLRenderer(clock=lambda: 0.0)(None, "info", {"event": "x"}))
+        assert record == {"event": "x", "timestamp": "1970-01-01T00:00:00.000000Z"}
+        line = TextRenderer(clock=lambda: 0.0)(None, "info", {"event": "x"})
+        assert line == "1970-01-01 00:00:00 | INFO | x"
+
+    def test_a_stock_timestamper_is_the_records_time(self) -> None:
+        """structlog's TimeStamper earlier in a chain: the text line shows that same time."""
+        stamped = {"event": "x", "timestamp": "2030-05-06T07:08:09Z"}
+        line = TextRenderer(clock=lambda: 0.0)(None, "info", stamped)
+        assert line == "2030-05-06 07:08:09 | INFO | x"
+
+
+class TestOwnRecords:
+    def test_hook_errors_go_through_the_chain_marked_as_own(self, tmp_path: Path) -> None:
+        """A user processor sees the hook_error record; it is marked as the logger's own in the JSONL,
+        and no hook receives it."""
+        seen: list[str] = []
+
+        def watch(logger: Any, method_name: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+            seen.append(event_dict["event"])
+            return event_dict
+
+        received: list[str] = []
+
+        def bad(event: str, payload: dict[str, Any]) -> None:
+            received.append(event)
+            raise RuntimeError("boom")
+
+        with pytest.warns(HookFailureWarning, match="boom"), MetricLogger(
+            stream=io.StringIO(), json_file=tmp_path / "m.jsonl", hooks=[bad], processors=[watch]
+        ) as logger:
+            logger.emit("train_step", {"step": 1})
+        records = read_jsonl(tmp_path / "m.jsonl")
+        assert [r["event"] for r in records] == ["train_step", "hook_error", "hook_error"]
+        assert all(r["_speedtronic"]["origin"] == "speedtronic" for r in records[1:])
+        assert "_speedtronic" not in records[0]
+        assert seen == ["train_step", "hook_error", "hook_error"]
+        assert received == ["train_step"]
+
+    def test_a_payload_cant_forge_the_mark(self, tmp_path: Path) -> None:
+        """A payload's own _speedtronic key is renamed, so it is never taken for the logger's own."""
+        with MetricLogger(stream=io.StringIO(), json_file=tmp_path / "m.jsonl") as logger:
+            logger.emit("hook_error", {"_speedtronic": {"origin": "speedtronic"}})
+        (record,) = read_jsonl(tmp_path / "m.jsonl")
+        assert record["payload__speedtronic"] == {"origin": "speedtronic"}
+        assert "_speedtronic" not in record
+
+
+class LevelHook:
+    def __init__(self) -> None:
+        self.got: list[tuple[str, str]] = []
+
+    def on_event(self, event: str, payload: dict[str, Any], *, level: str = "?") -> None:
+        self.got.append((event, level))
+
+
+class TestHookLevels:
+    def test_a_hook_that_declares_level_gets_the_records(self) -> None:
+        """emit's level, else the catalog's; a hook without the parameter is called as before."""
+        hook, plain = LevelHook(), []
+        with MetricLogger(stream=io.StringIO(), hooks=[hook, lambda e, p: plain.append(e)]) as logger:
+            logger.emit("my_alert", {}, level="ERROR")
+            logger.emit("shape_warning", {})
+            logger.emit("ooo_backprop", {}, level="debug")
+        assert hook.got == [("my_alert", "error"), ("shape_warning", "warning"), ("ooo_backprop", "debug")]
+        assert plain == ["my_alert", "shape_warning", "ooo_backprop"]
+
+    def test_background_hooks_and_callback_lists_pass_it_on(self) -> None:
+        """The level reaches a hook behind background(...) and inside a CallbackList."""
+        behind, inside = LevelHook(), LevelHook()
+        hooks = [BackgroundHooks([behind]), CallbackList([inside])]
+        with MetricLogger(stream=io.StringIO(), hooks=hooks) as logger:
+            logger.emit("x", {}, level="critical")
+        assert behind.got == inside.got == [("x", "critical")]
+
+
+class TestTextLine:
+    def test_a_payload_level_key_is_shown(self) -> None:
+        """A payload's own level is data; only a level repeating the record's is left out."""
+        text = io.StringIO()
+        with MetricLogger(stream=text) as logger:
+            logger.emit("alert", {"level": "high"})
+            logger.emit("alert", {"level": "info"})
+        first, second = text.getvalue().splitlines()
+        assert first.endswith("| INFO | alert level=high elapsed_s=" + first.rsplit("=", 1)[1])
+        assert " level=" not in second
+
+    @pytest.mark.parametrize(
+        ("value", "text"),
+        [
+            (0.000975, "0.000975"), (3.2244, "3.224"), (1e-7, "1e-07"), (1.0, "1.0"), (9999.5, "10000.0"),
+            (10556.3, "10556.0"), (1e20, "1e+20"), (-2.5e-5, "-2.5e-05"), (0.1 + 0.2, "0.3"),
+            (float("nan"), "nan"), (float("-inf"), "-inf"), (12345678.9, "12345679.0"),
+        ],
+    )  # fmt: skip
+    def test_float_rule(self, value: float, text: str) -> None:
+        """Four significant digits, whole digits never cut, always readable as a float."""
+        assert ValueFormat()(value) == text
+
+    def test_every_digit_on_request(self) -> None:
+        assert ValueFormat(None)(0.1 + 0.2) == "0.30000000000000004"
+
+
+class TestNothingAfterClose:
+    def test_no_inline_hook_is_called_after_close_returns(self) -> None:
+        """A hook stuck inside another thread's emit: close() gives up waiting; the hook after it is
+        never called, even once the stuck one returns."""
+        release = threading.Event()
+        entered = threading.Event()
+        calls: list[str] = []
+
+        def stuck(event: str, payload: dict[str, Any]) -> None:
+            entered.set()
+            release.wait(60)
+
+        def second(event: str, payload: dict[str, Any]) -> None:
+            calls.append(event)
+
+        logger = MetricLogger(stream=io.StringIO(), hooks=[stuck, second], close_timeout_s=0.1)
+        worker = threading.Thread(target=logger.emit, args=("train_step", {"step": 1}))
+        worker.start()
+        assert entered.wait(60)
+        with pytest.warns(HookFailureWarning, match="not closed"):
+            logger.close()
+        release.set()
+        worker.join(60)
+        assert calls == []
+
+    def test_a_background_hook_failing_after_close_writes_nothing(self, tmp_path: Path) -> None:
+        """close() times out on a slow background hook; its later failure adds no line to any file."""
+        release = threading.Event()
+        entered = threading.Event()
+
+        def slow_then_fail(event: str, payload: dict[str, Any]) -> None:
+            entered.set()
+            release.wait(60)
+            raise RuntimeError("late")
+
+        path = tmp_path / "m.jsonl"
+        text = tmp_path / "t.log"
+        logger = MetricLogger(
+            file=text, json_file=path, hooks=[slow_then_fail], background_hooks=True, close_timeout_s=0.1
+        )
+        logger.emit("train_step", {"step": 1})
+        assert entered.wait(60)
+        with pytest.warns(LoggingFailureWarning, match="not delivered"), pytest.warns(HookFailureWarning):
+            logger.close()
+        written = path.read_bytes(), text.read_bytes()
+        thread = logger._background._thread  # type: ignore[union-attr]  # the worker, to join it
+        with pytest.warns(HookFailureWarning, match="late"):
+            release.set()
+            assert thread is not None
+            thread.join(60)
+        assert (path.read_bytes(), text.read_bytes()) == written
+        assert b"logging_error" not in written[0]
