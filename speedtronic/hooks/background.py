@@ -127,13 +127,13 @@ class BackgroundHooks:
                 f"{event!r} emitted from a signal handler that interrupted this thread's hand-over "
                 f"to the hooks: not delivered to them ({self.dropped} dropped so far)"
             )
-        thread = self._thread or self._start()
-        item = (contextvars.copy_context(), event, payload, level)
-        # No waiting on ourselves (a hook emitting), nor again while the worker has taken nothing
-        # since the last wait ran out (a stalled hook costs put_timeout_s once, not per event).
-        waits = thread is not threading.current_thread() and self._stalled_at != self._taken
         self._in_queue = threading.get_ident()
         try:
+            thread = self._thread or self._start()
+            item = (contextvars.copy_context(), event, payload, level)
+            # No waiting on ourselves (a hook emitting), nor again while the worker has taken nothing
+            # since the last wait ran out (a stalled hook costs put_timeout_s once, not per event).
+            waits = thread is not threading.current_thread() and self._stalled_at != self._taken
             if waits:
                 self._queue.put(item, timeout=self._put_timeout_s)
             else:
