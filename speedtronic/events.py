@@ -111,20 +111,28 @@ RESERVED_KEYS: frozenset[str] = frozenset({"event", "timestamp", "_speedtronic"}
 payload key of one of these names is kept under ``payload_<key>`` instead (see ``payload_key``)."""
 
 
-def free_name(taken: Container[Any], name: str) -> str:
+def free_name(taken: Container[Any], name: str, counters: dict[str, int] | None = None) -> str:
     """``name``, or ``name#2``, ``name#3``... : the first not in ``taken``. The one rule every renamed
-    key follows (reserved payload keys, keys that collide once made strings)."""
-    candidate, n = name, 1
+    key follows (reserved payload keys, keys that collide once made strings, credential keys).
+
+    ``counters`` (one dict per mapping being renamed) remembers the last suffix given for each name,
+    so renaming ``n`` keys that all collide on one name costs ``O(n)``, not ``O(n**2)``."""
+    if name not in taken:
+        return name
+    n = counters.get(name, 1) if counters is not None else 1
+    candidate = name
     while candidate in taken:
         n += 1
         candidate = f"{name}#{n}"
+    if counters is not None:
+        counters[name] = n
     return candidate
 
 
-def payload_key(key: str, taken: Mapping[str, Any]) -> str:
+def payload_key(key: str, taken: Mapping[str, Any], counters: dict[str, int] | None = None) -> str:
     """The name a payload key is kept under: itself, or ``payload_<key>`` for a reserved key
     (``payload_<key>#2``, ``#3``... if the payload has that name too)."""
-    return free_name(taken, f"payload_{key}") if key in RESERVED_KEYS else key
+    return free_name(taken, f"payload_{key}", counters) if key in RESERVED_KEYS else key
 
 
 if sys.version_info >= (3, 11):

@@ -196,10 +196,11 @@ def _event_fields(payload: Mapping[Any, Any]) -> Mapping[str, Any]:
         return payload
     taken: dict[str, None] = dict.fromkeys(key for key in payload if type(key) is str)
     fields: dict[str, Any] = {}
+    counters: dict[str, int] = {}
     for key, value in payload.items():
-        name = key if type(key) is str else unique_key(taken, key)
+        name = key if type(key) is str else unique_key(taken, key, counters)
         if name in RESERVED_KEYS:
-            name = payload_key(name, taken)
+            name = payload_key(name, taken, counters)
         taken[name] = None
         fields[name] = value
     return fields

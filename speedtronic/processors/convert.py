@@ -409,9 +409,10 @@ def json_safe_record(record: Mapping[Any, Any]) -> dict[str, Any]:
     truncated: list[str] = []
     found: list[tuple[str, str]] = []
     seen = _Seen()
+    counters: dict[str, int] = {}
     for key, item in _items(record):
         marks = _Marks(found, seen)
-        name = unique_key(out, key)
+        name = unique_key(out, key, counters)
         out[name] = _safe(item, 0, marks, "/" + _pointer_token(name))
         if marks.converted or name != key:
             converted.append(name)
@@ -477,20 +478,22 @@ def _safe(value: Any, depth: int, marks: _Marks, pointer: str) -> Any:
     marks.seen.count += 1
     if isinstance(value, bool) or value is None:
         return value
+    # A subclass of str, float or int is read through the base type's own slot: its value, never
+    # its (possibly raising) __str__, __float__ or __int__.
     if isinstance(value, str):
         if isinstance(value, Truncated):
             marks.truncated = True
         elif isinstance(value, Converted):
             marks.converted = True
-        return _clean_text(str(value), marks)
+        return _clean_text(str.__str__(value), marks)
     if isinstance(value, float):
         if math.isfinite(value):
-            return float(value)
+            return float.__float__(value)
         marks.non_finite.append((pointer, non_finite_text(value)))
         return None
     if isinstance(value, int):
         if _INT64_MIN <= value <= _UINT64_MAX:
-            return int(value)
+            return int.__int__(value)
         marks.converted = True
         return int_text(value)
     if isinstance(value, Mapping | list | tuple):
@@ -539,17 +542,19 @@ def _items(value: Mapping[Any, Any]) -> list[tuple[Any, Any]]:
 
 def _safe_mapping(value: Mapping[Any, Any], depth: int, marks: _Marks, pointer: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    counters: dict[str, int] = {}
     for key, item in _items(value):
-        name = unique_key(out, key)
+        name = unique_key(out, key, counters)
         if name != key:
             marks.converted = True
         out[name] = _safe(item, depth, marks, f"{pointer}/{_pointer_token(name)}")
     return out
 
 
-def unique_key(taken: Mapping[str, Any], key: object) -> str:
-    """``key`` as a string not yet in ``taken``: ``1`` and ``"1"`` become ``"1"`` and ``"1#2"``."""
-    return free_name(taken, _clean_text(key if type(key) is str else _key_text(key), None))
+def unique_key(taken: Mapping[str, Any], key: object, counters: dict[str, int] | None = None) -> str:
+    """``key`` as a string not yet in ``taken``: ``1`` and ``"1"`` become ``"1"`` and ``"1#2"``
+    (``counters``: see ``speedtronic.events.free_name``)."""
+    return free_name(taken, _clean_text(key if type(key) is str else _key_text(key), None), counters)
 
 
 def _key_text(key: object) -> str:

@@ -235,8 +235,9 @@ class Redact:
         if renamed:  # a key that is itself a credential: rebuilt in place, in order
             items = list(event_dict.items())
             event_dict.clear()
+            counters: dict[str, int] = {}
             for key, value in items:
-                event_dict[_free_key(event_dict, self._name(key))] = value
+                event_dict[_free_key(event_dict, self._name(key), counters)] = value
         return event_dict
 
     def _is_secret(self, key: object) -> bool:
@@ -304,12 +305,13 @@ class Redact:
     def _scrub_mapping(self, value: Mapping[Any, Any], depth: int, seen: _Seen) -> Any:
         changed = False
         out: dict[Any, Any] = {}
+        counters: dict[str, int] = {}
         for key, item in list(value.items()):
             secret, name = self._judge(key) if type(key) is str else (self._is_secret(key), key)
             new = self._replacement if secret else self._scrub(item, depth + 1, seen)
             changed = changed or new is not item
             if name is not key:  # a key that is itself a credential
-                key = _free_key(out, name)
+                key = _free_key(out, name, counters)
                 changed = True
             out[key] = new
         return out if changed else value
@@ -346,8 +348,8 @@ def _unchanged_text(text: str) -> str:
     return text
 
 
-def _free_key(taken: Mapping[Any, Any], key: Any) -> Any:
-    return free_name(taken, key) if key in taken else key
+def _free_key(taken: Mapping[Any, Any], key: Any, counters: dict[str, int]) -> Any:
+    return free_name(taken, key, counters) if key in taken else key
 
 
 def _safe_repr(value: object) -> str:

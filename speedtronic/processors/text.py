@@ -90,6 +90,13 @@ class ValueFormat:
             return quote(value)
         if kind is bool or value is None:
             return str(value)
+        # subclasses by their base type's own value, never their (possibly raising) __str__
+        if isinstance(value, str):
+            return quote(str.__str__(value))
+        if isinstance(value, float):
+            return self.float(float.__float__(value))
+        if isinstance(value, int) and not isinstance(value, bool):
+            return int_text(int.__int__(value))
         return quote(safe_str(value))
 
     def fields(self, event_dict: Mapping[Any, Any], skip: Container[Any] = ("event",)) -> str:

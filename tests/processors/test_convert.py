@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -171,3 +172,48 @@ class TestConvertValuesInAStockChain:
         (entry,) = capture.entries
         assert (entry["lr"], entry["rank"]) == (0.25, 1)
         assert entry["loop"] == {"name": "loop", "self": "<cycle>"}
+
+
+class RaisingStr(str):
+    def __str__(self) -> str:
+        raise RuntimeError("no __str__")
+
+
+class RaisingFloat(float):
+    def __float__(self) -> float:
+        raise RuntimeError("no __float__")
+
+    def __str__(self) -> str:
+        raise RuntimeError("no __str__")
+
+
+class RaisingInt(int):
+    def __int__(self) -> int:
+        raise RuntimeError("no __int__")
+
+    def __index__(self) -> int:
+        raise RuntimeError("no __index__")
+
+    def __str__(self) -> str:
+        raise RuntimeError("no __str__")
+
+
+class TestRaisingConversions:
+    def test_subclasses_with_raising_conversions_reach_every_sink(self, tmp_path: Path) -> None:
+        """A str, float or int subclass whose __str__/__float__/__int__ raises: the text line, the
+        JSONL record and the hooks all get its value."""
+        import io
+
+        from speedtronic.profiling import MetricLogger
+        from tests.conftest import read_jsonl
+
+        payloads: list[dict[str, Any]] = []
+        text = io.StringIO()
+        path = tmp_path / "m.jsonl"
+        with MetricLogger(stream=text, json_file=path, hooks=[lambda e, p: payloads.append(p)]) as logger:
+            logger.emit("x", {"s": RaisingStr("hello"), "f": RaisingFloat(1.5), "i": RaisingInt(7)})
+            assert logger.write_errors == 0
+        (record,) = read_jsonl(path)
+        assert (record["s"], record["f"], record["i"]) == ("hello", 1.5, 7)
+        assert " s=hello f=1.5 i=7 " in text.getvalue()
+        assert len(payloads) == 1

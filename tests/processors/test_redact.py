@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import io
 import types
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +17,7 @@ from structlog.testing import LogCapture
 
 from speedtronic.processors import ConvertValues, Redact
 from speedtronic.processors.redact import is_secret_key, redact_text
+from speedtronic.profiling import MetricLogger
 from tests.reliability.conftest import python
 
 CANARY = "sk-CANARY123"
@@ -343,3 +346,39 @@ class TestInAStockChain:
         assert list(entry["headers"][0]) == ["Authorization", "[REDACTED]"]
         assert (entry["run"], entry["tokens"], entry["event"]) == ("r1", 5, "login")
         assert entry["log_level"] == "info"
+
+
+class CountingDict(dict):  # type: ignore[type-arg]  # any keys, as a payload's
+    """A dict that counts membership checks: the work of finding free names."""
+
+    checks = 0
+
+    def __contains__(self, key: object) -> bool:
+        CountingDict.checks += 1
+        return super().__contains__(key)
+
+
+class TestRenamingIsLinear:
+    def test_names_colliding_on_one_base_cost_linear_checks(self) -> None:
+        """10,000 names that all want "[REDACTED]" are renamed with O(n) lookups, not O(n**2)."""
+        from speedtronic.events import free_name
+
+        taken, counters = CountingDict(), {}
+        CountingDict.checks = 0
+        for _ in range(10_000):
+            taken[free_name(taken, "[REDACTED]", counters)] = None
+        assert len(taken) == 10_000
+        assert CountingDict.checks <= 3 * 10_000
+
+    def test_many_credential_keys_are_all_kept_apart(self, tmp_path: Path) -> None:
+        """16,000 keys that are themselves credentials: every value kept, under distinct names."""
+        import orjson
+
+        path = tmp_path / "m.jsonl"
+        keys = {f"ghp_{'a' * 36}{i:06d}": i for i in range(16_000)}
+        with MetricLogger(stream=io.StringIO(), json_file=path, max_line_bytes=None) as logger:
+            logger.emit("x", keys)
+        record = orjson.loads(path.read_bytes())
+        names = [name for name in record if name.startswith("[REDACTED]")]
+        assert len(names) == len(set(names)) == 16_000
+        assert sorted(record[name] for name in names) == list(range(16_000))
