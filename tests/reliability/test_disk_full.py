@@ -97,6 +97,25 @@ class TestRecovery:
             assert b"lost_records=5" in lines[4]
             assert len(lines) == 8
 
+    @pytest.mark.parametrize("reopen", [False, True])
+    def test_a_line_written_in_part_is_not_lost(self, reopen: bool, disk: FakeDisk, tmp_path: Path) -> None:
+        """A record cut by a full disk, then reopen() (logrotate's postrotate) or not, then space back:
+        the record is finished in place, not counted lost, and the note counts only the lost ones."""
+        path = tmp_path / "m.jsonl"
+        with pytest.warns(LoggingFailureWarning), MetricLogger(stream=io.StringIO(), json_file=path) as logger:
+            logger.emit("train_step", {"step": 1})
+            disk.free = 20  # the next record fits only in part
+            for step in (2, 3, 4):
+                logger.emit("train_step", {"step": step})
+            if reopen:
+                logger.reopen()
+            disk.free = 10**9
+            logger.emit("train_step", {"step": 5})
+            assert logger.lost_records == {str(path): 2}
+        records = [strict_loads(line) for line in path.read_bytes().splitlines()]
+        assert [r.get("step") for r in records] == [1, 2, None, 5]
+        assert records[2]["lost_records"] == 2
+
     def test_failed_note_is_retried(self, disk: FakeDisk, tmp_path: Path) -> None:
         """Still full when the note is due: it is retried later with the count still right."""
         path = tmp_path / "m.jsonl"
