@@ -149,7 +149,7 @@ class HookFailures:
     ) -> None:
         self._report = report
         self._strict = strict
-        self._redact = redact or (lambda text: text)
+        self._redact = redact
         self._counts: dict[str, int] = {}
         self._names: dict[int, tuple[object, str]] = {}
         self._lock = threading.RLock()  # re-entered by a signal handler's emit on this thread
@@ -163,7 +163,7 @@ class HookFailures:
         with self._lock:
             name = self._name_of(hook)
             failures = self._counts[name] = self._counts.get(name, 0) + 1
-        text = self._redact(f"{type(error).__name__}: {safe_str(error)}")
+        text = self._hidden(f"{type(error).__name__}: {safe_str(error)}")
         if reported(failures):
             fields: dict[str, Any] = {
                 "hook": name,
@@ -173,7 +173,7 @@ class HookFailures:
                 "failures": failures,
             }
             if failures == 1:
-                fields["traceback"] = self._redact(_format_traceback(error))
+                fields["traceback"] = self._hidden(_format_traceback(error))
             if self._report is not None:
                 self._report(fields)
             if not self._strict:
@@ -183,6 +183,9 @@ class HookFailures:
                 )
         if self._strict:
             raise HookError(f"hook {name!r} failed during {during!r}: {text}") from error
+
+    def _hidden(self, text: str) -> str:
+        return self._redact(text) if self._redact is not None else text
 
     def _name_of(self, hook: object) -> str:
         known = self._names.get(id(hook))

@@ -47,6 +47,7 @@ __all__ = [
     "json_safe_record",
     "non_finite_text",
     "restore_non_finite",
+    "safe_repr",
     "safe_str",
     "to_python",
     "truncate",
@@ -129,7 +130,8 @@ def _length(value: Any) -> str:
         return "?"
 
 
-def _safe_repr(value: object) -> str:
+def safe_repr(value: object) -> str:
+    """``repr(value)``, or a placeholder naming the type when ``__repr__`` itself fails."""
     try:
         return repr(value)
     except Exception:
@@ -156,7 +158,7 @@ class _Head:
         if isinstance(value, str):
             self.put(repr(value[: self.left]))
         elif not isinstance(value, Mapping | list | tuple | set | frozenset):
-            self.put(_safe_repr(value)[: self.left])
+            self.put(safe_repr(value)[: self.left])
         elif id(value) in self._open:
             self.put(CYCLE)
         elif depth >= MAX_DEPTH:

@@ -60,7 +60,7 @@ class ValueFormat:
     as one (a point or an exponent), told from an int. Ints in decimal, ``True``/``None`` as such,
     strings (and anything else, by its ``str()``) bare when safe, else quoted (``quote``)."""
 
-    __slots__ = ("_digits", "_limit", "_spec")
+    __slots__ = ("_digits", "_keys", "_limit", "_spec")
 
     def __init__(self, digits: int | None = DEFAULT_FLOAT_DIGITS) -> None:
         if digits is not None and (isinstance(digits, bool) or not isinstance(digits, int) or digits < 1):
@@ -68,16 +68,25 @@ class ValueFormat:
         self._digits = digits
         self._spec = f".{digits}g" if digits is not None else ""
         self._limit = 10.0**digits if digits is not None else math.inf
+        self._keys: dict[str, str] = {}  # the same keys come back every event: each is quoted once
 
     def key(self, key: object) -> str:
         """A key as a token: bare when safe, quoted otherwise; non-string keys by their ``str()``."""
-        return quote(key if type(key) is str else safe_str(key))
+        if type(key) is not str:
+            return quote(safe_str(key))
+        token = self._keys.get(key)
+        if token is None:
+            token = quote(key)
+            if len(self._keys) < _MAX_KEYS:
+                self._keys[key] = token
+        return token
 
     def float(self, value: float) -> str:
         if self._digits is None or not math.isfinite(value):
             return repr(float(value))
         if -self._limit < value < self._limit:
-            return repr(float(format(value, self._spec)))
+            text = format(value, self._spec)  # what repr() writes too, unless it needs a point or
+            return text if "." in text and "e" not in text else repr(float(text))  # drops "e+04"
         return repr(float(round(value)))
 
     def __call__(self, value: Any) -> str:
@@ -106,6 +115,7 @@ class ValueFormat:
         )
 
 
+_MAX_KEYS = 4096  # distinct keys whose tokens a ValueFormat keeps
 _DEFAULT = ValueFormat()
 
 
