@@ -144,14 +144,25 @@ def build_processors(
     return stages
 
 
+class _Routing:
+    """Where the logger's own record being written goes: not to ``skip`` (a ``logging_error`` about
+    that sink itself), or only to ``only`` (the note of a gap in that file). Paths; ``None``: no rule."""
+
+    __slots__ = ("only", "skip")
+
+    def __init__(self) -> None:
+        self.skip: str | None = None
+        self.only: str | None = None
+
+
 class _SinkWriter:
-    """Writes a rendered line to one of the logger's sinks (bound once the sink is open), except a
-    ``logging_error`` record about that sink itself (its path is in ``muted`` while it is written)."""
+    """Writes a rendered line to one of the logger's sinks (bound once the sink is open), following
+    the ``_Routing`` of the logger's own records."""
 
-    __slots__ = ("_muted", "_sink", "_where")
+    __slots__ = ("_routing", "_sink", "_where")
 
-    def __init__(self, muted: list[str | None]) -> None:
-        self._muted = muted
+    def __init__(self, routing: _Routing) -> None:
+        self._routing = routing
         self._sink: LineFile | TextStream | None = None
         self._where = ""
 
@@ -160,8 +171,10 @@ class _SinkWriter:
         self._where = str(sink.path) if sink is not None else ""
 
     def __call__(self, line: Any) -> None:
-        if self._sink is not None and self._muted[0] != self._where:
-            self._sink.write(line)
+        routing = self._routing
+        if self._sink is None or routing.skip == self._where or routing.only not in (None, self._where):
+            return
+        self._sink.write(line)
 
 
 class _EventLogger(structlog.BoundLoggerBase):
@@ -297,8 +310,8 @@ class MetricLogger:
                 name=f"speedtronic-hooks-{id(self):x}",
             )
         called: Sequence[Any] = self._hooks if self._background is None else [self._background]
-        self._muted: list[str | None] = [None]  # the sink a logging_error is about: not written to it
-        text, json = _SinkWriter(self._muted), _SinkWriter(self._muted)
+        self._routing = _Routing()  # where the logger's own record being written goes
+        text, json = _SinkWriter(self._routing), _SinkWriter(self._routing)
         self.processors: tuple[Processor, ...] = tuple(
             build_processors(
                 every_steps=every_steps,
@@ -594,9 +607,14 @@ class MetricLogger:
         self._record_failed(error, where)
 
     def _sink_gap(self, lost: int, error: str, where: str) -> None:
-        """A file writes again after losing ``lost`` lines: a ``logging_error`` record says so, through
-        the chain, so its line lands in that file where the lines are missing (and in the others)."""
-        self._report("logging_error", {"sink": where, "error": error, "lost_records": lost})
+        """A file lost ``lost`` lines and is written again: a ``logging_error`` record says so, through
+        the chain, to that file only, where the lines are missing (the others were told of the
+        failure when it happened)."""
+        self._routing.only = where
+        try:
+            self._report("logging_error", {"sink": where, "error": error, "lost_records": lost})
+        finally:
+            self._routing.only = None
 
     def _record_failed(self, error: BaseException, where: str) -> None:
         """Count a failed write or render and report the 1st, 2nd, 4th, 8th...: a ``logging_error``
@@ -610,11 +628,11 @@ class MetricLogger:
         text = self._redact_text(text) if self._redact_text is not None else text
         others = [sink for sink in (self._text, self._json) if sink is not None and str(sink.path) != where]
         before = [sink.lost for sink in others]
-        self._telling, self._muted[0] = True, where
+        self._telling, self._routing.skip = True, where
         try:
             self._report("logging_error", {"sink": where, "error": text, "lost_records": self.write_errors})
         finally:
-            self._telling, self._muted[0] = False, None
+            self._telling, self._routing.skip = False, None
         if not any(sink.lost == lost for sink, lost in zip(others, before, strict=True)):
             with contextlib.suppress(Exception):
                 sys.stderr.write(

@@ -271,8 +271,9 @@ class TextStream:
 
     A line the stream's encoding can't hold (``PYTHONIOENCODING=ascii``) is written with
     backslash escapes instead of being lost. A failing stream (closed, a broken pipe) is reported to
-    ``on_error`` and counted in ``lost``, never raised. The stream is the caller's: ``close`` flushes
-    it and leaves it open.
+    ``on_error`` and counted in ``lost``, never raised. Once its pipe's reader is gone, every later
+    line is lost too, and counted and reported as such without being written. The stream is the
+    caller's: ``close`` flushes it and leaves it open.
     """
 
     def __init__(self, stream: IO[str], on_error: OnWriteError) -> None:
@@ -281,10 +282,15 @@ class TextStream:
         self._lock = threading.RLock()
         self.path = str(getattr(stream, "name", "<stream>"))
         self.lost = 0
+        self._broken: BrokenPipeError | None = None  # the reader left: nothing written can be read
         _exit_and_fork.guard_across_fork(self)
 
     def write(self, line: str | bytes) -> None:
         """Write a rendered line and a newline, then flush."""
+        if self._broken is not None:
+            self.lost += 1
+            self._on_error(self._broken, self.path, True)
+            return
         text = line.decode("utf-8", "backslashreplace") if isinstance(line, bytes) else line
         try:
             with self._lock:
@@ -297,13 +303,14 @@ class TextStream:
         except Exception as error:
             self.lost += 1
             if isinstance(error, BrokenPipeError):
+                self._broken = error
                 self._drop_unreadable()
             self._on_error(error, self.path, True)
 
     def _drop_unreadable(self) -> None:
         """The pipe's reader is gone (``stdout`` into ``head``): point the stream's descriptor at
         ``/dev/null``, as Python's docs advise for SIGPIPE, so the line left in its buffer can't fail
-        again at exit (exit code 120); nothing written there could be read anyway."""
+        again at exit (exit code 120). Later lines are counted lost, not written there."""
         with contextlib.suppress(Exception):
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, self._stream.fileno())
