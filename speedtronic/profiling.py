@@ -1,16 +1,10 @@
 """``MetricLogger``: one training event in, a text line, a JSONL record and hook calls out.
 
 The logger is a structlog processor chain of its own, built with ``structlog.wrap_logger`` (the
-global structlog configuration is never read or changed) from ``build_processors``, the one place
-that lists the stages::
-
-    emit(event, payload)          (asks the chain's CadenceFilter first: a skipped step costs one call)
-      {"event": event, **payload}
-        -> CadenceFilter -> ConvertValues -> [Redact] -> AddElapsed -> AddMemory -> [AddRank]
-        -> AddTimestamp -> your processors (MetricLogger(processors=[...]))
-        -> WriteLines(TextRenderer) -> the text log (file or stream), at or above `level`
-        -> WriteLines(JSONLRenderer) -> the JSONL file
-        -> DispatchHooks (final): each hook, in order, its failures counted and reported
+global structlog configuration is never read or changed) from ``build_processors``, the one list of
+its stages (``docs/processors.md`` describes each, in order: cadence, conversion, redaction,
+enrichment, one timestamp, your processors, the text line, the JSONL record, then the hooks). ``emit``
+asks the chain's ``CadenceFilter`` first, so a skipped step costs one call.
 
 The logger's own records (``hook_error``, ``logging_error``, the note where a file lost lines) go
 through the same chain, marked ``"_speedtronic": {"origin": "speedtronic"}``; ``DispatchHooks`` does

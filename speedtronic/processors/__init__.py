@@ -2,11 +2,8 @@
 
 Each is a callable ``(logger, method_name, event_dict) -> event_dict``, configured in ``__init__``.
 A stage that filters raises ``structlog.DropEvent``; no stage depends on key order or deletes a key it
-doesn't own. ``MetricLogger`` runs them in the order ``speedtronic.chain.build_processors`` gives::
-
-    CadenceFilter -> ConvertValues -> [Redact] -> AddElapsed -> AddMemory -> [AddRank]
-      -> AddTimestamp -> your processors -> WriteLines(TextRenderer) -> WriteLines(JSONLRenderer)
-      -> DispatchHooks (final: consumes the event)
+doesn't own. ``speedtronic.profiling.build_processors`` puts them in ``MetricLogger``'s order (listed,
+and checked by a test, in ``docs/processors.md``).
 
 One module per concern: ``cadence``, ``convert``, ``redact``, ``enrich``, ``text`` and ``render``,
 ``output``. ``DispatchHooks`` and ``HookFailures`` belong to the hook contract

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Container, Mapping
+from collections.abc import Callable, Container, Mapping
 from typing import Any
 
 from speedtronic.processors.convert import int_text, safe_str
@@ -60,7 +60,7 @@ class ValueFormat:
     as one (a point or an exponent), told from an int. Ints in decimal, ``True``/``None`` as such,
     strings (and anything else, by its ``str()``) bare when safe, else quoted (``quote``)."""
 
-    __slots__ = ("_digits", "_keys", "_limit", "_spec")
+    __slots__ = ("_by_type", "_digits", "_keys", "_limit", "_spec")
 
     def __init__(self, digits: int | None = DEFAULT_FLOAT_DIGITS) -> None:
         if digits is not None and (isinstance(digits, bool) or not isinstance(digits, int) or digits < 1):
@@ -69,6 +69,9 @@ class ValueFormat:
         self._spec = f".{digits}g" if digits is not None else ""
         self._limit = 10.0**digits if digits is not None else math.inf
         self._keys: dict[str, str] = {}  # the same keys come back every event: each is quoted once
+        self._by_type: dict[type, Callable[[Any], str]] = {  # the formatter of each plain type
+            float: self.float, int: int_text, str: quote, bool: str, type(None): str,
+        }  # fmt: skip
 
     def key(self, key: object) -> str:
         """A key as a token: bare when safe, quoted otherwise; non-string keys by their ``str()``."""
@@ -90,15 +93,9 @@ class ValueFormat:
         return repr(float(round(value)))
 
     def __call__(self, value: Any) -> str:
-        kind = type(value)
-        if kind is float:
-            return self.float(value)
-        if kind is int:
-            return int_text(value)
-        if kind is str:
-            return quote(value)
-        if kind is bool or value is None:
-            return str(value)
+        plain = self._by_type.get(type(value))
+        if plain is not None:
+            return plain(value)
         # subclasses by their base type's own value, never their (possibly raising) __str__
         if isinstance(value, str):
             return quote(str.__str__(value))
@@ -110,9 +107,11 @@ class ValueFormat:
 
     def fields(self, event_dict: Mapping[Any, Any], skip: Container[Any] = ("event",)) -> str:
         """`` key=value`` for every key not in ``skip``, each with a leading space, in order."""
-        return "".join(
-            f" {self.key(key)}={self(value)}" for key, value in event_dict.items() if key not in skip
-        )
+        parts = []
+        for key, value in event_dict.items():
+            if key not in skip:
+                parts.append(f" {self.key(key)}={self(value)}")
+        return "".join(parts)
 
 
 _MAX_KEYS = 4096  # distinct keys whose tokens a ValueFormat keeps
