@@ -29,4 +29,4 @@ __all__ = [
     "on_event",
 ]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
