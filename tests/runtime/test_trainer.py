@@ -144,6 +144,7 @@ class TestEvents:
                 "grad_accum": 1,
                 "parameters": parameters,
                 "elapsed_s": hook.named("train_start")[0]["elapsed_s"],
+                "timestamp": hook.named("train_start")[0]["timestamp"],
             }
         ]
 
@@ -285,12 +286,13 @@ class TestPrecisionAndShapes:
         """A hidden size of 12 on a CPU at fp32 (alignment 8): one shape_warning per layer size using it."""
         trainer, hook = make_trainer(tmp_path, steps=1, hidden=12)
         fit(trainer)
-        assert hook.named("shape_profile")[0] | {"elapsed_s": 0} == {
+        assert hook.named("shape_profile")[0] | {"elapsed_s": 0, "timestamp": ""} == {
             "device": "cpu",
             "precision": "fp32",
             "alignment": 8,
             "warnings": 4,
             "elapsed_s": 0,
+            "timestamp": "",
         }
         warnings = [(p["field"], p["value"], p["suggested"]) for p in hook.named("shape_warning")]
         assert warnings == [
