@@ -14,7 +14,15 @@ import orjson
 import structlog
 from structlog.typing import EventDict, WrappedLogger
 
-from speedtronic.processors.convert import NOTE_KEY, Truncated, is_plain, json_safe_record, safe_str, truncate
+from speedtronic.processors.convert import (
+    NOTE_KEY,
+    Truncated,
+    empty_note,
+    is_plain,
+    json_safe_record,
+    safe_str,
+    truncate,
+)
 from speedtronic.processors.text import DEFAULT_FLOAT_DIGITS, ValueFormat, quote
 
 __all__ = ["DEFAULT_MAX_LINE_BYTES", "LEVEL_NAMES", "CapLine", "JSONLRenderer", "TextRenderer"]
@@ -87,10 +95,12 @@ class JSONLRenderer:
     """Renders one strict JSON object, no trailing newline: ``"event"`` first.
 
     ``timestamp`` (UTC, RFC 3339, microseconds, by structlog's ``TimeStamper``) is added when the
-    event dict has none. A record of plain finite scalars is written as it is; any other goes through
-    ``json_safe_record`` first: NaN and infinities become ``null`` (listed with their JSON Pointer under
-    ``"_speedtronic": {"non_finite": ...}``), values JSON can't hold become their ``str()``, keys become
-    unique strings, and what was converted or truncated is noted there too. U+2028, U+2029 and U+0085
+    event dict has none. Every record carries the ``"_speedtronic"`` note in its one fixed shape
+    (``speedtronic.processors.convert.empty_note``): it says the record's contract. A record of plain
+    finite scalars is written as it is plus that note; any other goes through ``json_safe_record``
+    first: NaN and infinities become ``null`` (listed by JSON Pointer under the note's ``non_finite``),
+    values JSON can't hold become their ``str()``, keys become unique strings, and what was converted
+    or truncated is noted there too. U+2028, U+2029 and U+0085
     are escaped so ``splitlines()`` readers see one line. Returns ``str``, or ``bytes`` with
     ``as_bytes=True``; with ``max_line_bytes``, no longer than that once a newline is added.
     """
@@ -113,12 +123,18 @@ class JSONLRenderer:
         record = {"event": event_dict.get("event"), **event_dict}
         if "timestamp" not in record:
             self._stamp(logger, method_name, record)
-        if not is_plain(record):
-            record = json_safe_record(record)
+        if is_plain(record) and NOTE_KEY not in record:  # every record carries the note: its contract
+            timestamp = record.pop("timestamp")
+            record[NOTE_KEY] = empty_note()
+            record["timestamp"] = timestamp
+        else:
+            record = json_safe_record(record, always_note=True)
         try:
             data = orjson.dumps(record, option=_ORJSON_OPTIONS)
         except TypeError:  # a lone surrogate or a type orjson refuses: json_safe_record converts it
-            data = orjson.dumps(json_safe_record(record), default=safe_str, option=_ORJSON_OPTIONS)
+            data = orjson.dumps(
+                json_safe_record(record, always_note=True), default=safe_str, option=_ORJSON_OPTIONS
+            )
         if not data.isascii():
             data = _escape_line_breaks(data)
         return data if self._as_bytes else data.decode()
