@@ -524,7 +524,7 @@ def restore_non_finite(record: dict[str, Any]) -> dict[str, Any]:
     listed = note.get("non_finite") if isinstance(note, dict) else None
     if not isinstance(listed, dict):
         return record
-    if "v" in note:
+    if isinstance(note, dict) and "v" in note:
         for kind in _NON_FINITE_KINDS:
             for pointer in _list(listed.get(kind)):
                 _put_back(record, pointer, _FLOAT_OF_KIND[kind])
