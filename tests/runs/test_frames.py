@@ -36,11 +36,11 @@ class TestLateNonFinite:
         assert types["grad_norm"] == "DOUBLE"
         assert "DATE" not in " ".join(types.values())
         [(grad_norm, inf)] = duckdb.sql(
-            f"select grad_norm, _speedtronic.non_finite.inf::VARCHAR[] from read_json_auto('{late_file}') "
-            f"where step = {LATE}"
+            "select grad_norm, json_extract_string(to_json(_speedtronic.non_finite), '$.inf[*]') "
+            f"from read_json_auto('{late_file}') where step = {LATE}"
         ).fetchall()
         assert grad_norm is None
-        assert [pointer.strip('"') for pointer in inf] == ["/grad_norm"]
+        assert inf == ["/grad_norm"]
 
     def test_polars_whole_file_schema(self, late_file: Path) -> None:
         """polars.read_ndjson(infer_schema_length=None): grad_norm Float64, the note lists the pointer."""
