@@ -94,6 +94,7 @@ figures = (
 DUCKDB_SUMMARY = """
 import duckdb
 con = duckdb.connect()
+con.execute("PRAGMA disable_progress_bar")
 con.execute(f"create view r as select * from read_json_auto('{PATH}', sample_size=-1)")
 figures = (
     con.sql("select event, count(*) from r group by event").fetchall(),
@@ -116,8 +117,8 @@ CASES: dict[str, tuple[str, str]] = {
     ),
     "polars.read_ndjson": ("import polars as pl", "pl.read_ndjson(PATH, infer_schema_length=None)"),
     "duckdb.read_json_auto": (
-        "import duckdb",
-        "duckdb.sql(f\"select * from read_json_auto('{PATH}', sample_size=-1)\").arrow()",
+        "import duckdb\ncon = duckdb.connect()\ncon.execute('PRAGMA disable_progress_bar')",
+        "con.sql(f\"select * from read_json_auto('{PATH}', sample_size=-1)\").arrow()",
     ),
     "summarize": ("from speedtronic.runs.summary import summarize_run", "summarize_run(PATH, rank=RANK)"),
     "polars aggregate": ("import polars as pl", POLARS_SUMMARY),
@@ -146,7 +147,7 @@ def measure(case: str, path: Path, rounds: int, rank: str = "first") -> tuple[fl
             [sys.executable, "-c", PROBE.format(setup=CASES[case][0], code=CASES[case][1]), str(path), rank],
             capture_output=True, text=True, check=True,
         )
-        took, peak = map(float, done.stdout.split())
+        took, peak = map(float, done.stdout.splitlines()[-1].split())
         times.append(took)
         peaks.append(peak)
     return statistics.median(times), max(peaks)
