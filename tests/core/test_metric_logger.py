@@ -55,7 +55,7 @@ class TestEmit:
         assert record["loss"] == 1.2
         ((event, payload),) = hook.calls
         assert event == "train_step"
-        assert payload == {k: v for k, v in record.items() if k not in ("event", "timestamp")}
+        assert payload == {k: v for k, v in record.items() if k not in ("event", "timestamp", "_speedtronic")}
 
     def test_payload_is_not_mutated(self) -> None:
         """emit copies the payload; the caller's dict is unchanged."""
