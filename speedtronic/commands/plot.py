@@ -9,7 +9,7 @@ from typing import Any
 from speedtronic.commands._runs import add_rank_argument, rank_choice, report_skipped
 from speedtronic.commands.cli import CommandError
 from speedtronic.runs import RunError
-from speedtronic.runs.plot import DEFAULT_KEYS, NothingToPlot, plot_runs
+from speedtronic.runs.plot import DEFAULT_KEYS, MAX_RANK_SERIES, NothingToPlot, plot_runs
 
 __all__ = ["add_parser", "run"]
 
@@ -66,6 +66,12 @@ def run(args: argparse.Namespace) -> int:
                 "value(s) drawn as gaps",
                 file=sys.stderr,
             )
+    for name, count in result.ranks_not_drawn.items():
+        print(
+            f"speedtronic: warning: {name}: {count:,} more rank(s) not drawn: --rank all draws the first "
+            f"{MAX_RANK_SERIES}; choose one with --rank N",
+            file=sys.stderr,
+        )
     for key in result.empty_keys():
         print(f"speedtronic: warning: no run has {key!r} in its {args.event} records", file=sys.stderr)
     print(f"wrote {result.path}", file=sys.stderr)

@@ -9,10 +9,17 @@ Two conversions live here:
 A value that can't be written as itself is replaced by a marker string: ``Converted`` (written as its
 text: bytes, a set, an int beyond 64 bits) or ``Truncated`` (cut short: too long, too deep, too many
 elements). A non-finite float is written as ``null``, so a number's column stays a number for typed
-readers. ``json_safe_record`` notes all of these in the record's ``"_speedtronic"`` field:
-``{"converted": [keys], "truncated": [keys], "non_finite": {"/loss": "NaN"}}`` (``non_finite`` maps a
-JSON Pointer, RFC 6901, to ``"NaN"``, ``"Infinity"`` or ``"-Infinity"``), so a reader can tell a marker
-from a string the trainer logged and restore each non-finite number (``restore_non_finite``).
+readers. ``json_safe_record`` notes all of these in the record's ``"_speedtronic"`` field, which has
+one fixed shape (``empty_note``), so schema-inferring readers (DuckDB, polars, pyarrow) type it once::
+
+    {"v": 2, "origin": "user", "converted": [keys], "truncated": [keys],
+     "non_finite": {"nan": [pointers], "inf": [pointers], "neg_inf": [pointers]}}
+
+``v`` is the record contract (``NOTE_VERSION``): a record carrying it wrote non-finite numbers as
+``null`` listed by JSON Pointer (RFC 6901), so every string in it is a string the trainer logged.
+``origin`` is ``"speedtronic"`` for the logger's own records (``hook_error``, ``logging_error``).
+``restore_non_finite`` puts the numbers back, from this note and from the older pointer-keyed one
+(``{"non_finite": {"/loss": "NaN"}}``, no ``v``).
 
 Every walk over a value (``to_python``, ``json_safe_record``, ``truncate``, and ``Redact``) visits each
 container once per event: a container met again inside itself becomes the marker ``<cycle>``; one met
@@ -39,13 +46,17 @@ __all__ = [
     "MAX_ELEMENTS",
     "MAX_REPEATS",
     "NOTE_KEY",
+    "NOTE_VERSION",
+    "ORIGIN_OWN",
     "ConvertValues",
     "Converted",
     "Truncated",
+    "empty_note",
     "int_text",
     "is_plain",
     "json_safe_record",
     "non_finite_text",
+    "note_contract",
     "restore_non_finite",
     "safe_repr",
     "safe_str",
@@ -67,7 +78,18 @@ CYCLE = "<cycle>"
 """What a container met again inside itself is written as (a ``Truncated`` marker)."""
 
 NOTE_KEY = "_speedtronic"
-"""The JSONL field naming what was converted or truncated: ``{"converted": [...], "truncated": [...]}``."""
+"""The JSONL field saying the record's contract and what was converted, truncated or non-finite."""
+
+NOTE_VERSION = 2
+"""The record contract a note's ``"v"`` names: every key always present, non-finite numbers ``null``
+and listed by kind, strings always the trainer's. Records without it are older (see ``note_contract``)."""
+
+ORIGIN_OWN = "speedtronic"
+"""The note's ``"origin"`` on a record the logger wrote about itself; ``"user"`` on every other."""
+
+_NON_FINITE_KINDS = ("nan", "inf", "neg_inf")
+_KIND_OF_TEXT = {"NaN": "nan", "Infinity": "inf", "-Infinity": "neg_inf"}
+_FLOAT_OF_KIND = {"nan": math.nan, "inf": math.inf, "neg_inf": -math.inf}
 
 _PLAIN: frozenset[type] = frozenset({str, int, float, bool, type(None)})
 _INT64_MIN = -(2**63)
@@ -394,17 +416,31 @@ def is_plain(record: Mapping[Any, Any]) -> bool:
     return True
 
 
-def json_safe_record(record: Mapping[Any, Any]) -> dict[str, Any]:
+def empty_note(origin: str = "user") -> dict[str, Any]:
+    """The note of a record with nothing to say, in the one shape every note has (a new dict)."""
+    return {
+        "v": NOTE_VERSION,
+        "origin": origin,
+        "converted": [],
+        "truncated": [],
+        "non_finite": {"nan": [], "inf": [], "neg_inf": []},
+    }
+
+
+def json_safe_record(record: Mapping[Any, Any], *, always_note: bool = False) -> dict[str, Any]:
     """``record`` as data orjson writes as strict JSON with nothing lost silently, plus ``NOTE_KEY``.
 
-    Non-finite floats become ``None`` (their JSON Pointer and ``"NaN"``/``"Infinity"``/``"-Infinity"``
-    go under ``non_finite`` in the note); integers beyond 64 bits and objects JSON can't hold become
-    their ``str()``; lone surrogates become ``\\udXXX`` text; keys become unique strings; containers
-    deeper than ``MAX_DEPTH`` become a marker string.
+    Non-finite floats become ``None`` (their JSON Pointer goes under the note's ``non_finite``, in its
+    ``"nan"``, ``"inf"`` or ``"neg_inf"`` list); integers beyond 64 bits and objects JSON can't hold
+    become their ``str()``; lone surrogates become ``\\udXXX`` text; keys become unique strings;
+    containers deeper than ``MAX_DEPTH`` become a marker string.
 
     A key is listed under ``"converted"`` when it or anything inside its value was written as text (a
     non-string or colliding key, a set, bytes, a huge int, a lone surrogate), under ``"truncated"`` when
-    something in its value was cut short. The note goes before ``timestamp``.
+    something in its value was cut short. The note (``empty_note``'s shape, before ``timestamp``) is
+    added when there is something to note, when ``record`` holds a note dict of its own (the logger's
+    own records: its ``origin`` and lists are kept), or always with ``always_note`` (every JSONL record
+    carries it: it is how a line says which contract it follows).
     """
     out: dict[str, Any] = {}
     converted: list[str] = []
@@ -420,56 +456,105 @@ def json_safe_record(record: Mapping[Any, Any]) -> dict[str, Any]:
             converted.append(name)
         if marks.truncated:
             truncated.append(name)
-    non_finite = dict(found)
-    if converted or truncated or non_finite:
-        timestamp = out.pop("timestamp", _ABSENT)
-        note: dict[str, Any] = {}
-        if converted:
-            note["converted"] = converted
-        if truncated:
-            note["truncated"] = truncated
-        if non_finite:
-            note["non_finite"] = non_finite
-        given = out.get(NOTE_KEY)
-        if isinstance(given, dict):  # a note the chain set itself (the logger's own records): one note
-            out[NOTE_KEY] = {**given, **note}
-        else:
-            out[unique_key(out, NOTE_KEY)] = note
-        if timestamp is not _ABSENT:
-            out["timestamp"] = timestamp
+    given = out.get(NOTE_KEY)
+    if isinstance(given, dict):
+        # A note the chain set itself (the logger's own records; or this function's output, written
+        # again): one note. Its own entries were walked as values, so they are kept, not re-listed.
+        converted = [key for key in converted if key != NOTE_KEY]
+        truncated = [key for key in truncated if key != NOTE_KEY]
+        found = [(at, text) for at, text in found if not at.startswith("/" + NOTE_KEY + "/")]
+    elif not (converted or truncated or found or always_note):
+        return out
+    timestamp = out.pop("timestamp", _ABSENT)
+    note = _merged_note(given if isinstance(given, dict) else None, converted, truncated, found)
+    out[NOTE_KEY if isinstance(given, dict) else unique_key(out, NOTE_KEY)] = note
+    if timestamp is not _ABSENT:
+        out["timestamp"] = timestamp
     return out
+
+
+def _merged_note(
+    given: dict[str, Any] | None, converted: list[str], truncated: list[str], found: list[tuple[str, str]]
+) -> dict[str, Any]:
+    origin = given.get("origin") if given is not None else None
+    note = empty_note(origin if type(origin) is str else "user")
+    lists = note["non_finite"]
+    if given is not None:
+        for name in ("converted", "truncated"):
+            note[name] += [key for key in _list(given.get(name)) if type(key) is str]
+        earlier = given.get("non_finite")
+        if isinstance(earlier, dict):
+            for kind in _NON_FINITE_KINDS:
+                lists[kind] += [at for at in _list(earlier.get(kind)) if type(at) is str]
+    note["converted"] += converted
+    note["truncated"] += truncated
+    for pointer, text in found:
+        lists[_KIND_OF_TEXT.get(text, "nan")].append(pointer)
+    return note
+
+
+def _list(value: Any) -> list[Any]:
+    return value if type(value) is list else []
+
+
+def note_contract(note: Any) -> int:
+    """Which record contract a record's ``NOTE_KEY`` value says it follows.
+
+    ``NOTE_VERSION`` (2) for a note with ``"v"``; 1 for the pointer-keyed note of the writer before it
+    (``{"non_finite": {"/loss": "NaN"}}``) and for one naming the record as the logger's own; 0 for
+    anything else, no note included: an older writer's record, or another writer's, whose
+    ``"NaN"``/``"Infinity"``/``"-Infinity"`` strings stood for the numbers.
+    """
+    if type(note) is not dict:
+        return 0
+    version = note.get("v")
+    if type(version) is int and version >= NOTE_VERSION:
+        return version
+    if isinstance(note.get("non_finite"), dict) or "origin" in note:
+        return 1
+    return 0
 
 
 def restore_non_finite(record: dict[str, Any]) -> dict[str, Any]:
     """``record`` (as read from a JSONL line) with the non-finite numbers its note lists put back.
 
-    Each JSON Pointer in ``record["_speedtronic"]["non_finite"]`` that leads to a ``null`` gets
-    ``float("nan")``, ``float("inf")`` or ``float("-inf")`` again; the record is changed in place and
-    returned. Pointers that lead nowhere are ignored.
+    Each JSON Pointer in the note's ``non_finite`` lists (``"nan"``, ``"inf"``, ``"neg_inf"``; or, in
+    files of the writer before, its pointer-keyed map to ``"NaN"``/``"Infinity"``/``"-Infinity"``) that
+    leads to a ``null`` gets ``float("nan")``, ``float("inf")`` or ``float("-inf")`` again; the record
+    is changed in place and returned. Pointers that lead nowhere are ignored.
     """
     note = record.get(NOTE_KEY)
-    pointers = note.get("non_finite") if isinstance(note, dict) else None
-    if not isinstance(pointers, dict):
+    listed = note.get("non_finite") if isinstance(note, dict) else None
+    if not isinstance(listed, dict):
         return record
-    for pointer, text in pointers.items():
-        if not isinstance(pointer, str) or not pointer.startswith("/"):
-            continue
-        tokens = [t.replace("~1", "/").replace("~0", "~") for t in pointer[1:].split("/")]
-        container: Any = record
-        try:
-            for token in tokens[:-1]:
-                container = container[int(token)] if isinstance(container, list) else container[token]
-            last: Any = int(tokens[-1]) if isinstance(container, list) else tokens[-1]
-            if container[last] is None:
-                container[last] = float(_FROM_TEXT.get(text, "nan"))
-        except (KeyError, IndexError, ValueError, TypeError):
-            continue
+    if isinstance(note, dict) and "v" in note:
+        for kind in _NON_FINITE_KINDS:
+            for pointer in _list(listed.get(kind)):
+                _put_back(record, pointer, _FLOAT_OF_KIND[kind])
+    else:
+        for pointer, text in listed.items():
+            kind = _KIND_OF_TEXT.get(text, "nan") if type(text) is str else "nan"
+            _put_back(record, pointer, _FLOAT_OF_KIND[kind])
     return record
+
+
+def _put_back(record: dict[str, Any], pointer: object, number: float) -> None:
+    if not isinstance(pointer, str) or not pointer.startswith("/"):
+        return
+    tokens = [t.replace("~1", "/").replace("~0", "~") for t in pointer[1:].split("/")]
+    container: Any = record
+    try:
+        for token in tokens[:-1]:
+            container = container[int(token)] if isinstance(container, list) else container[token]
+        last: Any = int(tokens[-1]) if isinstance(container, list) else tokens[-1]
+        if container[last] is None:
+            container[last] = number
+    except (KeyError, IndexError, ValueError, TypeError):
+        return
 
 
 _ABSENT = object()
 _DEEP = f"<truncated: nested deeper than {MAX_DEPTH} levels>"
-_FROM_TEXT = {"NaN": "nan", "Infinity": "inf", "-Infinity": "-inf"}
 
 
 def _pointer_token(key: str) -> str:

@@ -17,7 +17,15 @@ import orjson
 from structlog.typing import EventDict, WrappedLogger
 
 from speedtronic.events import LEVEL_NAMES
-from speedtronic.processors.convert import NOTE_KEY, Truncated, is_plain, json_safe_record, safe_str, truncate
+from speedtronic.processors.convert import (
+    NOTE_KEY,
+    Truncated,
+    empty_note,
+    is_plain,
+    json_safe_record,
+    safe_str,
+    truncate,
+)
 from speedtronic.processors.enrich import iso_timestamp
 from speedtronic.processors.text import DEFAULT_FLOAT_DIGITS, ValueFormat, quote
 
@@ -97,8 +105,10 @@ class JSONLRenderer:
 
     ``timestamp`` (UTC, RFC 3339, microseconds: ``iso_timestamp``) is the record's own (``AddTimestamp``
     or structlog's ``TimeStamper`` earlier in the chain), or read from ``clock`` when the event dict
-    has none. A record of plain finite scalars is written as it is; any other goes through
-    ``json_safe_record`` first: NaN and infinities become ``null`` (noted under ``"_speedtronic"``),
+    has none. Every record carries the ``"_speedtronic"`` note in its one fixed shape
+    (``speedtronic.processors.convert.empty_note``): it says the record's contract. A record of plain
+    finite scalars is written as it is plus that note; any other goes through ``json_safe_record``
+    first: NaN and infinities become ``null`` (listed by JSON Pointer under the note's ``non_finite``),
     values JSON can't hold become their ``str()``, keys become unique strings, and what was converted
     or truncated is noted there too. U+2028, U+2029 and U+0085 are escaped so ``splitlines()``
     readers see one line. Returns ``str``, or ``bytes`` with ``as_bytes=True``; with
@@ -129,12 +139,18 @@ class JSONLRenderer:
         record = {"event": event_dict.get("event"), **event_dict}
         if "timestamp" not in record:
             record["timestamp"] = iso_timestamp(self._clock())
-        if not is_plain(record):
-            record = json_safe_record(record)
+        if is_plain(record) and NOTE_KEY not in record:  # every record carries the note: its contract
+            timestamp = record.pop("timestamp")
+            record[NOTE_KEY] = empty_note()
+            record["timestamp"] = timestamp
+        else:
+            record = json_safe_record(record, always_note=True)
         try:
             data = orjson.dumps(record, option=_ORJSON_OPTIONS)
         except TypeError:  # a lone surrogate or a type orjson refuses: json_safe_record converts it
-            data = orjson.dumps(json_safe_record(record), default=safe_str, option=_ORJSON_OPTIONS)
+            data = orjson.dumps(
+                json_safe_record(record, always_note=True), default=safe_str, option=_ORJSON_OPTIONS
+            )
         if not data.isascii():
             data = _escape_line_breaks(data)
         return data if self._as_bytes else data.decode()

@@ -55,13 +55,15 @@ def read_frames(
     """
     build = _builder(library)
     wanted = None if events is None else list(dict.fromkeys(events))
-    rows: dict[str, list[dict[str, Any]]] = {name: [] for name in wanted or ()}
+    tables: dict[str, _Table] = {name: _Table() for name in wanted or ()}
     for record in read_records(path, skipped, rank=rank):
-        if wanted is None or record.event in rows:
-            row = dict(record.payload)
-            row[_TIMESTAMP] = record.timestamp
-            rows.setdefault(record.event, []).append(row)
-    return {event: build(_columns(event_rows)) for event, event_rows in rows.items()}
+        table = tables.get(record.event)
+        if table is None:
+            if wanted is not None:
+                continue
+            table = tables[record.event] = _Table()
+        table.add(record.payload, record.timestamp)
+    return {event: build(table.typed()) for event, table in tables.items()}
 
 
 def read_frame(
@@ -81,20 +83,42 @@ def read_frame(
 _Kind = Literal["int", "float", "bool", "str", "datetime", "object"]
 
 
-def _columns(rows: list[dict[str, Any]]) -> list[tuple[str, _Kind, list[Any]]]:
-    """Each key seen in ``rows`` (``timestamp`` last) with its kind and one value per row."""
-    names = dict.fromkeys(key for row in rows for key in row if key != _TIMESTAMP)
-    out: list[tuple[str, _Kind, list[Any]]] = []
-    for name in names:
-        values = [row.get(name) for row in rows]
-        out.append((name, _kind(values), values))
-    texts = [row[_TIMESTAMP] for row in rows]
-    stamps = [_utc(text) for text in texts]
-    if all(stamp is not None or text is None for stamp, text in zip(stamps, texts, strict=True)):
-        out.append((_TIMESTAMP, "datetime", stamps))
-    else:
-        out.append((_TIMESTAMP, _kind(texts), texts))
-    return out
+class _Table:
+    """One event's values, a list per key (``None`` where a record lacks it): no dict per row."""
+
+    __slots__ = ("columns", "rows", "stamps")
+
+    def __init__(self) -> None:
+        self.columns: dict[str, list[Any]] = {}
+        self.stamps: list[str | None] = []
+        self.rows = 0
+
+    def add(self, payload: dict[str, Any], timestamp: str | None) -> None:
+        columns = self.columns
+        for key, value in payload.items():
+            column = columns.get(key)
+            if column is None:
+                column = columns[key] = [None] * self.rows
+            column.append(value)
+        self.rows += 1
+        if len(payload) < len(columns):
+            for column in columns.values():
+                if len(column) < self.rows:
+                    column.append(None)
+        self.stamps.append(timestamp)
+
+    def typed(self) -> list[tuple[str, _Kind, list[Any]]]:
+        """Each key (``timestamp`` last) with its kind and one value per row."""
+        out: list[tuple[str, _Kind, list[Any]]] = [
+            (name, _kind(values), values) for name, values in self.columns.items()
+        ]
+        texts = self.stamps
+        stamps = [_utc(text) for text in texts]
+        if all(stamp is not None or text is None for stamp, text in zip(stamps, texts, strict=True)):
+            out.append((_TIMESTAMP, "datetime", stamps))
+        else:
+            out.append((_TIMESTAMP, _kind(texts), texts))
+        return out
 
 
 def _kind(values: list[Any]) -> _Kind:

@@ -21,9 +21,21 @@ from typing import Any
 
 from speedtronic.runs.reader import RankChoice, RunClock, Skipped, as_number, read_records, run_files
 
-__all__ = ["DEFAULT_KEYS", "FORMATS", "NothingToPlot", "PlotResult", "Series", "ema", "plot_runs"]
+__all__ = [
+    "DEFAULT_KEYS",
+    "FORMATS",
+    "MAX_RANK_SERIES",
+    "NothingToPlot",
+    "PlotResult",
+    "Series",
+    "ema",
+    "plot_runs",
+]
 
 DEFAULT_KEYS = ("loss", "lr")
+MAX_RANK_SERIES = 16
+"""With ``rank="all"``, the ranks drawn per run: the lowest this many; the others are counted
+(``PlotResult.ranks_not_drawn``) and named in a note on the figure."""
 FORMATS = ("png", "pdf", "svg")
 """What ``plot_runs`` writes, chosen by the output's suffix."""
 _MARKERS_UP_TO = 50
@@ -44,6 +56,8 @@ class Series:
     y: array[float] = field(default_factory=lambda: array("d"))
     non_finite: int = 0
     """Points whose value was NaN or infinite: drawn as a gap."""
+    rank: int | None = None
+    """The rank drawn, with ``rank="all"`` (the series' ``run`` then says ``<run> rank <r>``)."""
 
     def rewind(self, x: float) -> None:
         """Drop the points at ``x`` and after: a restarted run records them again."""
@@ -70,6 +84,8 @@ class PlotResult:
     path: Path
     series: list[Series]
     skipped: dict[str, Skipped]
+    ranks_not_drawn: dict[str, int] = field(default_factory=dict)
+    """Per run, with ``rank="all"``: ranks beyond ``MAX_RANK_SERIES`` that had points but were not drawn."""
 
     def empty_keys(self) -> list[str]:
         """Keys for which no run had a single point."""
@@ -92,8 +108,11 @@ def ema(values: Sequence[float], weight: float) -> list[float]:
 
 def _collect(
     path: str | os.PathLike[str], label: str, keys: Sequence[str], x: str, event: str, rank: RankChoice
-) -> tuple[list[Series], Skipped]:
-    series = [Series(label, key) for key in keys]
+) -> tuple[list[Series], Skipped, int]:
+    """The run's series, one per key (per key and rank with ``rank="all"``, up to ``MAX_RANK_SERIES``
+    ranks), what the read skipped, and how many more ranks had points but are not drawn."""
+    per_rank: dict[int, list[Series]] = {}
+    not_drawn: set[int] = set()
     skipped = Skipped()
     clock = RunClock()
     for record in read_records(path, skipped, rank=rank):
@@ -103,13 +122,25 @@ def _collect(
         xv = since_start if x == "elapsed_s" else as_number(record.payload.get(x))
         if xv is None or not math.isfinite(xv):
             continue
+        key = record.rank if rank == "all" else 0
+        series = per_rank.get(key)
+        if series is None:
+            if len(per_rank) >= MAX_RANK_SERIES:
+                if any(as_number(record.payload.get(k)) is not None for k in keys):
+                    not_drawn.add(key)
+                continue
+            name = f"{label} rank {key}" if rank == "all" else label
+            series = per_rank[key] = [Series(name, k, rank=key if rank == "all" else None) for k in keys]
         for one in series:
             if x == "step":
                 one.rewind(xv)
             yv = as_number(record.payload.get(one.key))
             if yv is not None:
                 one.add(xv, yv)
-    return series, skipped
+    if not per_rank:
+        per_rank[0] = [Series(label, k) for k in keys]
+    drawn = [one for _, series in sorted(per_rank.items()) for one in series]
+    return drawn, skipped, len(not_drawn)
 
 
 def plot_runs(
@@ -131,7 +162,10 @@ def plot_runs(
 
     ``smooth`` (0 <= smooth < 1) is TensorBoard's smoothing weight: the smoothed line is drawn over
     the raw one, which is kept faint. Keys are plotted even when some runs lack them; a key no run has
-    gets a panel saying so. Raises ``speedtronic.runs.RunError`` for a run that can't be read,
+    gets a panel saying so. With ``rank="all"`` each rank of a run is its own series (``<run> rank <r>``,
+    in the legend), up to ``MAX_RANK_SERIES`` ranks per run; the rest are counted in
+    ``PlotResult.ranks_not_drawn`` and named in a note on the figure. Raises
+    ``speedtronic.runs.RunError`` for a run that can't be read,
     ``NothingToPlot`` (before writing anything) when no run has a single point, ``ValueError`` for bad
     arguments (a suffix that names no format among them), ``OSError`` when ``out`` can't be written.
     """
@@ -156,9 +190,12 @@ def plot_runs(
 
     series: list[Series] = []
     skipped: dict[str, Skipped] = {}
+    not_drawn: dict[str, int] = {}
     for run, name in zip(runs, names, strict=True):
-        run_series, skipped[name] = _collect(run, name, keys, x, event, rank)
+        run_series, skipped[name], more = _collect(run, name, keys, x, event, rank)
         series += run_series
+        if more:
+            not_drawn[name] = more
     if not any(len(one.y) for one in series):
         raise NothingToPlot(
             f"no {event} record in {', '.join(names)} has a numeric {x!r} and any of {', '.join(keys)}"
@@ -167,14 +204,24 @@ def plot_runs(
     figure = figure_cls(figsize=(8, 2.6 * len(keys) + 0.6), dpi=dpi, layout="constrained")
     canvas_cls(figure)
     axes = figure.subplots(len(keys), 1, sharex=True, squeeze=False)[:, 0]
-    colors = {name: f"C{index % 10}" for index, name in enumerate(names)}  # a run's colour in every panel
+    labels_drawn = list(dict.fromkeys(one.run for one in series))  # a run's (or rank's) colour in every panel
+    colors = {name: f"C{index % 10}" for index, name in enumerate(labels_drawn)}
     for ax, key in zip(axes, keys, strict=True):
         _panel(ax, key, [s for s in series if s.key == key], colors, smooth, log_y)
     axes[-1].set_xlabel(x)
     figure.suptitle(title if title is not None else _title(names, event))
+    if not_drawn:
+        figure.text(
+            0.01, 0.005, _not_drawn_note(not_drawn), fontsize="small", ha="left", va="bottom", color="0.4"
+        )
     path = Path(out)
     figure.savefig(path, format=fmt)
-    return PlotResult(path, series, skipped)
+    return PlotResult(path, series, skipped, not_drawn)
+
+
+def _not_drawn_note(not_drawn: dict[str, int]) -> str:
+    parts = [f"{name}: {count:,} more rank(s) not drawn" for name, count in not_drawn.items()]
+    return f"{'; '.join(parts)} (the first {MAX_RANK_SERIES} are; choose one with --rank N)"
 
 
 def _panel(

@@ -13,13 +13,23 @@ lasts until its ``train_end`` or the end of the file. ``Record.segment`` numbers
 file), and ``RunClock`` turns each segment's ``elapsed_s`` (its logger's clock, restarting at 0) into
 the time since the run first started.
 
-The writer's conventions are undone here, once: the ``null`` its note's ``"non_finite"`` pointers
-name become NaN or infinities again (``speedtronic.processors.convert.restore_non_finite``); in older
-files, ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` become floats again: exactly in the keys the
-record's ``"_speedtronic": {"converted": [...]}`` note names when it has one (so a string that
-happens to read "NaN" stays a string), everywhere in a record without one (JSONL from another
-writer). ``timestamp`` and the note are set apart from the payload,
+The writer's conventions are undone here, once, by the record's contract (its ``"_speedtronic"``
+note, ``speedtronic.processors.convert.note_contract``): in a record whose note says it (every record
+of today's writer, and the pointer-keyed notes of the writer before), the ``null`` its note lists
+become NaN or infinities again and every string stays a string; in a record with no such note (older
+files, another writer's JSONL) ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` become floats again:
+exactly in the keys its ``"converted"`` note names when it has one, everywhere otherwise. A record
+whose note says ``"origin": "speedtronic"`` is the logger's own (``Record.own``): only those count as
+``hook_error``/``logging_error`` reports. ``timestamp`` and the note are set apart from the payload,
 so ``Record.payload`` is exactly what a live hook received.
+
+Memory is bounded whatever a file holds: files are read in chunks of ``CHUNK_BYTES``, and a line
+longer than ``MAX_LINE_BYTES`` (a file without newlines, a corrupt tail) is skipped and counted
+without ever being held whole.
+
+A run directory's per-rank files are picked by name: ``<stem>.rank<r>.jsonl`` holds rank ``r``'s
+records, and ``<stem>.jsonl`` rank 0's when such siblings exist. Reading one rank opens only its
+files (and any file whose name says no rank); the others are counted, not read.
 """
 
 from __future__ import annotations
@@ -34,9 +44,11 @@ from typing import Any, Literal, NamedTuple
 
 import orjson
 
-from speedtronic.processors.convert import restore_non_finite
+from speedtronic.processors.convert import NOTE_KEY, ORIGIN_OWN, note_contract, restore_non_finite
 
 __all__ = [
+    "CHUNK_BYTES",
+    "MAX_LINE_BYTES",
     "RATE_SUFFIX",
     "RankChoice",
     "Record",
@@ -44,6 +56,7 @@ __all__ = [
     "RunError",
     "Skipped",
     "as_number",
+    "file_rank",
     "rate_keys",
     "read_records",
     "run_files",
@@ -55,9 +68,17 @@ RATE_SUFFIX = "_per_s"
 RankChoice = int | Literal["first", "all"]
 """Which rank's records to read: one rank, the rank of the first record (default), or every rank."""
 
+MAX_LINE_BYTES = 16 * 1024 * 1024
+"""Longest line read (16 MiB, newline excluded): a longer one is skipped and counted, never held whole.
+The writer's own lines are capped far below this (``DEFAULT_MAX_LINE_BYTES``, 32,000 bytes)."""
+
+CHUNK_BYTES = 256 * 1024
+"""How much of a file is read at a time."""
+
 _NON_FINITE: dict[str, float] = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _NON_FINITE_HINTS = (b'"NaN"', b'Infinity"')
 _EXAMPLES = 5
+_RANK_NAME = re.compile(r"(?P<stem>.+)\.rank(?P<rank>\d+)\.jsonl")
 
 
 class RunError(Exception):
@@ -79,36 +100,45 @@ class Record(NamedTuple):
     """The writer's ``_speedtronic`` note: which keys it converted or truncated."""
     segment: int = 0
     """Which segment of its file the record belongs to: 0, then one more at each later ``train_start``."""
+    own: bool = False
+    """Whether the logger wrote this record about itself (its note says ``"origin": "speedtronic"``):
+    a user event named ``hook_error`` is not."""
 
 
 class RunClock:
     """Elapsed seconds across a run's segments: each segment's ``elapsed_s`` restarts at 0, so a
     record's time since the run first started is the segments before it plus its own ``elapsed_s``.
-    Kept per rank; ``total`` is the longest rank's."""
+    Kept per rank; ``total`` is the longest rank's, kept up to date as records are added (so reading a
+    run costs the same per record however many ranks it has)."""
 
-    __slots__ = ("_ranks",)
+    __slots__ = ("_longest", "_ranks")
 
     def __init__(self) -> None:
         self._ranks: dict[int, list[Any]] = {}
         """rank -> [time of the segments done, current (file, segment), longest elapsed_s in it]"""
+        self._longest = 0.0
 
     def add(self, record: Record) -> float | None:
         """The record's time since the run started; ``None`` when it has no finite ``elapsed_s``."""
-        clock = self._ranks.setdefault(record.rank, [0.0, None, 0.0])
+        clock = self._ranks.get(record.rank)
+        if clock is None:
+            clock = self._ranks[record.rank] = [0.0, None, 0.0]
         where = (record.source, record.segment)
         if clock[1] != where:
             clock[0], clock[1], clock[2] = clock[0] + clock[2], where, 0.0
         elapsed = as_number(record.payload.get("elapsed_s"))
         if elapsed is None or not math.isfinite(elapsed):
             return None
-        clock[2] = max(clock[2], elapsed)
+        if elapsed > clock[2]:
+            clock[2] = elapsed
+            # A rank's done + current only grows, so the longest rank's is a running maximum.
+            self._longest = max(self._longest, clock[0] + elapsed)
         return float(clock[0] + elapsed)
 
     @property
     def total(self) -> float | None:
         """Seconds over every segment (the longest rank's); ``None`` before any record had a time."""
-        totals = [done + current for done, _, current in self._ranks.values()]
-        return max(totals) if totals and max(totals) > 0 else None
+        return self._longest if self._longest > 0 else None
 
 
 class Skipped:
@@ -118,13 +148,15 @@ class Skipped:
     first few line numbers of each as examples.
     """
 
-    __slots__ = ("_examples", "lines", "other_ranks")
+    __slots__ = ("_examples", "lines", "other_rank_files", "other_ranks")
 
     def __init__(self) -> None:
         self.lines: Counter[tuple[str, str]] = Counter()
         """Skipped lines per ``(file, reason)``."""
         self.other_ranks: Counter[int] = Counter()
-        """Records left out because they belong to another rank, per rank."""
+        """Records left out because they belong to another rank, per rank (in files that were read)."""
+        self.other_rank_files: Counter[int] = Counter()
+        """Files not opened because their name says they hold another rank's records, per rank."""
         self._examples: dict[tuple[str, str], list[int]] = {}
 
     def add_line(self, source: Path, line: int, reason: str) -> None:
@@ -139,7 +171,12 @@ class Skipped:
         return sum(self.lines.values())
 
     def __bool__(self) -> bool:
-        return bool(self.lines or self.other_ranks)
+        return bool(self.lines or self.other_ranks or self.other_rank_files)
+
+    @property
+    def left_out_ranks(self) -> list[int]:
+        """Every rank left out, from the records read and the files not opened."""
+        return sorted(set(self.other_ranks) | set(self.other_rank_files))
 
     def by_reason(self) -> dict[str, int]:
         """Skipped lines per reason, all files together."""
@@ -149,7 +186,8 @@ class Skipped:
         return dict(counts)
 
     def describe(self, run: str) -> list[str]:
-        """One human-readable line per file and per left-out rank of ``run``, naming line numbers."""
+        """One human-readable line per file with skipped lines, and one line for every rank left out
+        (however many ranks: their count, the first few, what was read of them)."""
         files: dict[str, list[str]] = {}
         for (source, reason), count in self.lines.items():
             numbers = ", ".join(map(str, self._examples[(source, reason)]))
@@ -157,8 +195,22 @@ class Skipped:
             plural = "s" if count > 1 else ""
             files.setdefault(source, []).append(f"{count} {reason} (line{plural} {numbers}{more})")
         out = [f"{source}: skipped {'; '.join(parts)}" for source, parts in files.items()]
-        for rank, count in sorted(self.other_ranks.items()):
+        ranks = self.left_out_ranks
+        if len(ranks) == 1 and not self.other_rank_files:
+            rank = ranks[0]
+            count = self.other_ranks[rank]
             out.append(f"{run}: left out {count:,} record(s) of rank {rank} (read them with --rank {rank})")
+        elif ranks:
+            shown = ", ".join(map(str, ranks[:_EXAMPLES])) + (", ..." if len(ranks) > _EXAMPLES else "")
+            what = []
+            if self.other_ranks:
+                what.append(f"{self.other_ranks.total():,} record(s) read and left out")
+            if self.other_rank_files:
+                what.append(f"{self.other_rank_files.total():,} file(s) not opened")
+            out.append(
+                f"{run}: left out {len(ranks):,} other rank(s) ({shown}): {', '.join(what)} "
+                "(read one with --rank N, every one with --rank all)"
+            )
         return out
 
     def as_dict(self) -> dict[str, Any]:
@@ -166,6 +218,7 @@ class Skipped:
             "lines": self.total_lines,
             "by_reason": self.by_reason(),
             "other_ranks": {str(rank): count for rank, count in sorted(self.other_ranks.items())},
+            "other_rank_files": {str(rank): count for rank, count in sorted(self.other_rank_files.items())},
         }
 
 
@@ -205,26 +258,47 @@ def _file_order(path: Path) -> tuple[bool, list[Any]]:
     return path.name != "metrics.jsonl", parts
 
 
+def file_rank(path: Path, files: list[Path] | None = None) -> int | None:
+    """The rank whose records ``path`` holds, by its name: ``r`` for ``<stem>.rank<r>.jsonl``; 0 for
+    ``<stem>.jsonl`` when ``files`` (its run's) holds a ``<stem>.rank<r>.jsonl``; else ``None``."""
+    named = _RANK_NAME.fullmatch(path.name)
+    if named is not None:
+        return int(named["rank"])
+    stem = path.name.removesuffix(".jsonl")
+    for other in files or ():
+        match = _RANK_NAME.fullmatch(other.name)
+        if match is not None and match["stem"] == stem and other.parent == path.parent:
+            return 0
+    return None
+
+
 def read_records(
     path: str | os.PathLike[str],
     skipped: Skipped | None = None,
     *,
     rank: RankChoice = "first",
+    max_line_bytes: int = MAX_LINE_BYTES,
 ) -> Iterator[Record]:
-    """Stream the records of a run, one line at a time, in file order.
+    """Stream the records of a run, in file order, in memory bounded by ``max_line_bytes``.
 
     The path is resolved now (``RunError`` for one that can't be read); files are opened as the
-    iterator reaches them, and an I/O error there is a ``RunError`` too. Lines that can't be used, and
-    records of ranks other than ``rank``, go into ``skipped``.
+    iterator reaches them, and an I/O error there is a ``RunError`` too. Lines that can't be used
+    (longer than ``max_line_bytes`` included), and records of ranks other than ``rank``, go into
+    ``skipped``; a file whose name says it holds another rank (``file_rank``) is not opened.
     """
     files = run_files(path)
-    return _records(files, skipped if skipped is not None else Skipped(), rank)
+    return _records(files, skipped if skipped is not None else Skipped(), rank, max_line_bytes)
 
 
-def _records(files: list[Path], skipped: Skipped, rank: RankChoice) -> Iterator[Record]:
+def _records(files: list[Path], skipped: Skipped, rank: RankChoice, limit: int) -> Iterator[Record]:
     chosen: int | None = rank if isinstance(rank, int) else None
+    named = {source: file_rank(source, files) for source in files} if rank != "all" else {}
     for source in files:
-        for record in _file_records(source, skipped):
+        by_name = named.get(source)
+        if chosen is not None and by_name is not None and by_name != chosen:
+            skipped.other_rank_files[by_name] += 1
+            continue
+        for record in _file_records(source, skipped, limit):
             if rank == "all":
                 yield record
                 continue
@@ -236,13 +310,47 @@ def _records(files: list[Path], skipped: Skipped, rank: RankChoice) -> Iterator[
                 skipped.other_ranks[record.rank] += 1
 
 
-def _file_records(source: Path, skipped: Skipped) -> Iterator[Record]:
+def _lines(file: Any, limit: int) -> Iterator[tuple[bytes | None, bool]]:
+    """Each line of ``file`` (newline removed) and whether it ended in a newline; ``None`` for a line
+    over ``limit`` bytes, which is read past chunk by chunk and never held whole."""
+    pieces: list[bytes] = []  # the start of a line that runs past the chunk it began in
+    held = 0
+    too_long = False
+    while chunk := file.read(CHUNK_BYTES):
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            if too_long or held + end - start > limit:
+                yield None, True
+            elif pieces:
+                yield b"".join([*pieces, chunk[start:end]]), True
+            else:
+                yield chunk[start:end], True
+            pieces, held, too_long = [], 0, False
+            start = end + 1
+        if not too_long and start < len(chunk):
+            pieces.append(chunk[start:])
+            held += len(chunk) - start
+            if held > limit:
+                pieces, held, too_long = [], 0, True
+    if too_long:
+        yield None, False
+    elif pieces:
+        yield b"".join(pieces), False
+
+
+def _file_records(source: Path, skipped: Skipped, limit: int) -> Iterator[Record]:
     segment, started, lines, records = 0, False, 0, 0
     try:
         with source.open("rb") as file:
-            for number, raw in enumerate(file, 1):
-                lines += bool(raw.strip())
-                record = _parse(raw, source, number, skipped, segment)
+            for number, (raw, ended) in enumerate(_lines(file, limit), 1):
+                if raw is None:
+                    lines += 1
+                    skipped.add_line(source, number, f"line over {limit:,} bytes")
+                    continue
+                if not raw.strip():
+                    continue
+                lines += 1
+                record = _parse(raw, ended, source, number, skipped, segment)
                 if record is None:
                     continue
                 if record.event == "train_start":
@@ -258,29 +366,30 @@ def _file_records(source: Path, skipped: Skipped) -> Iterator[Record]:
         raise RunError(f"{source}: not a speedtronic JSONL file (no line is a JSON record with an event)")
 
 
-def _parse(raw: bytes, source: Path, number: int, skipped: Skipped, segment: int) -> Record | None:
-    if not raw.strip():
-        return None
+def _parse(
+    raw: bytes, ended: bool, source: Path, number: int, skipped: Skipped, segment: int
+) -> Record | None:
     try:
         fields = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        torn = not raw.endswith(b"\n")
-        skipped.add_line(source, number, "torn last line" if torn else "not JSON")
+        skipped.add_line(source, number, "not JSON" if ended else "torn last line")
         return None
     if type(fields) is not dict:
         skipped.add_line(source, number, "not a JSON object")
         return None
-    if b'"non_finite"' in raw:  # the writer's nulls for NaN and infinities, noted by JSON Pointer
+    note = fields.get(NOTE_KEY)
+    contract = note_contract(note)
+    if contract and _lists_non_finite(note):  # the writer's nulls for NaN and infinities, by JSON Pointer
         restore_non_finite(fields)
     event = fields.pop("event", None)
     if type(event) is not str or not event:
         skipped.add_line(source, number, "no event name")
         return None
     timestamp = fields.pop("timestamp", None)
-    notes = fields.pop("_speedtronic", None)
+    notes = fields.pop(NOTE_KEY, None)
     notes = notes if type(notes) is dict else None
-    older = notes is None or "non_finite" not in notes  # an older writer's, or another writer's, strings
-    if older and any(hint in raw for hint in _NON_FINITE_HINTS):
+    if not contract and any(hint in raw for hint in _NON_FINITE_HINTS):
+        # An older writer's, or another writer's, strings for NaN and infinities.
         converted = notes.get("converted") if notes is not None else None
         if type(converted) is not list:
             fields = _restore_non_finite(fields)
@@ -297,7 +406,17 @@ def _parse(raw: bytes, source: Path, number: int, skipped: Skipped, segment: int
         number,
         notes,
         segment,
+        notes is not None and notes.get("origin") == ORIGIN_OWN,
     )
+
+
+def _lists_non_finite(note: Any) -> bool:
+    listed = note.get("non_finite")
+    if type(listed) is not dict:
+        return False
+    if "v" not in note:
+        return bool(listed)
+    return bool(listed.get("nan") or listed.get("inf") or listed.get("neg_inf"))
 
 
 def _restore_non_finite(value: Any) -> Any:

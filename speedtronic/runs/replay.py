@@ -2,8 +2,9 @@
 
 Each record goes through the core's own ``DispatchHooks`` stage with the payload the live hooks got
 (every key but ``event`` and ``timestamp``; NaN and infinities as floats again), in file order, and the
-hooks are closed at the end. Records the logger wrote for itself (``hook_error``, ``logging_error``)
-are not replayed: live hooks never saw them. So a ``TensorboardHook`` or ``WandbHook`` fed by a replay
+hooks are closed at the end. Records the logger wrote for itself (``hook_error``, ``logging_error``,
+marked ``"origin": "speedtronic"`` in their note: ``Record.own``) are not replayed: live hooks never saw
+them; a user's event of the same name is. So a ``TensorboardHook`` or ``WandbHook`` fed by a replay
 writes the same tags, steps and values as one fed live; only wall-clock times differ (now, not then).
 
 Replay targets are hook types by name (``replay_hook``), resolved through the ``speedtronic.hooks``
@@ -37,7 +38,8 @@ __all__ = [
 ]
 
 LOGGER_RECORDS = frozenset({"hook_error", "logging_error"})
-"""Events ``MetricLogger`` writes about itself to the text log and JSONL only, never to hooks."""
+"""Events ``MetricLogger`` writes about itself to the text log and JSONL only, never to hooks (a record
+is the logger's own when its note says so, ``Record.own``: a user event of these names is replayed)."""
 
 
 class ReplayRefused(Exception):
@@ -73,7 +75,7 @@ def replay_run(
     dispatch = DispatchHooks(checked.callbacks, on_error=_reraise, consume=False)
     try:
         for record in read_records(path, result.skipped, rank=rank):
-            if record.event in LOGGER_RECORDS:
+            if record.own:  # the logger's own report; a user event of the same name is replayed
                 result.not_replayed[record.event] += 1
                 continue
             dispatch(None, "info", {**record.payload, "event": record.event})

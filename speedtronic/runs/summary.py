@@ -117,7 +117,7 @@ class RunSummary:
             self.finished = True
             final = as_number(payload.get("final_loss"))
             self.final_loss = final if final is not None else self.final_loss
-        elif event == "hook_error":
+        elif event == "hook_error" and record.own:  # a user event of that name is not a hook failure
             self._add_hook_error(payload)
         elif level == "warning":
             self.warnings[event] += 1
@@ -336,5 +336,9 @@ def _counts(counts: dict[str, int]) -> str:
 
 def _skipped(skipped: Skipped) -> str:
     parts = [f"{skipped.total_lines:,} line(s)"] if skipped.lines else []
-    parts += [f"{count:,} of rank {rank}" for rank, count in sorted(skipped.other_ranks.items())]
+    ranks = skipped.left_out_ranks
+    if len(ranks) == 1 and not skipped.other_rank_files:
+        parts.append(f"{skipped.other_ranks[ranks[0]]:,} of rank {ranks[0]}")
+    elif ranks:
+        parts.append(f"{len(ranks):,} other ranks")
     return ", ".join(parts) or _MISSING

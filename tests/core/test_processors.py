@@ -301,11 +301,11 @@ class TestTextRenderer:
 
 class TestJSONLRenderer:
     def test_event_first(self) -> None:
-        """Key order: event, then the fields in order, then the timestamp when the renderer adds it."""
+        """Key order: event, the fields in order, the note, then the timestamp when the renderer adds it."""
         doc = JSONLRenderer()(None, "info", {"step": 1, "elapsed_s": 0.5, "event": "train_step"})
         assert isinstance(doc, str)
         record = json.loads(doc)
-        assert list(record) == ["event", "step", "elapsed_s", "timestamp"]
+        assert list(record) == ["event", "step", "elapsed_s", "_speedtronic", "timestamp"]
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", record["timestamp"])
 
     def test_non_finite_floats_are_null_and_noted(self) -> None:
@@ -323,8 +323,8 @@ class TestJSONLRenderer:
             {"d/e": None},
             None,
         )
-        assert record["_speedtronic"] == {
-            "non_finite": {"/a": "NaN", "/b/1": "Infinity", "/c/d~1e": "-Infinity"}
+        assert record["_speedtronic"]["non_finite"] == {
+            "nan": ["/a"], "inf": ["/b/1"], "neg_inf": ["/c/d~1e"]
         }
 
     def test_as_bytes(self) -> None:

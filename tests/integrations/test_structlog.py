@@ -185,7 +185,7 @@ class TestNonFinite:
         [record] = records(output)
         assert (record["loss"], record["grad_norm"], record["history"]) == (None, None, [1.0, None])
         assert record["_speedtronic"]["non_finite"] == {
-            "/loss": "NaN", "/grad_norm": "Infinity", "/history/1": "-Infinity"
+            "nan": ["/loss"], "inf": ["/grad_norm"], "neg_inf": ["/history/1"]
         }
 
     def test_strict_json_off_hands_the_floats_as_they_are(self) -> None:
@@ -217,7 +217,7 @@ class TestThroughAMetricLogger:
             ("delta_upload_failed", "error", "job-42"),
         ]
         assert (lines[0]["step"], lines[0]["loss"], lines[0]["payload_level"]) == (2, None, 7)
-        assert lines[0]["_speedtronic"]["non_finite"] == {"/loss": "NaN"}
+        assert lines[0]["_speedtronic"]["non_finite"] == {"nan": ["/loss"], "inf": [], "neg_inf": []}
 
     def test_the_apps_level_filter_applies(self, stdlib_app: tuple[Any, io.StringIO, logging.Logger]) -> None:
         """A stdlib logger at WARNING keeps shape_warning and drops the info-level train_step."""

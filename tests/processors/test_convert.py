@@ -18,6 +18,7 @@ from speedtronic.processors.convert import (
     CYCLE,
     MAX_REPEATS,
     Truncated,
+    empty_note,
     json_safe_record,
     restore_non_finite,
     to_python,
@@ -85,15 +86,16 @@ class TestJsonSafeRecord:
         """A cycle is written as ``<cycle>`` and its key listed under ``truncated``."""
         record = json_safe_record({"loop": cyclic_dict()})
         assert record["loop"] == {"name": "loop", "self": "<cycle>"}
-        assert record["_speedtronic"] == {"truncated": ["loop"]}
+        assert record["_speedtronic"] == {**empty_note(), "truncated": ["loop"]}
 
     def test_shared_container_keeps_every_note(self) -> None:
         """A shared container's notes and non-finite pointers hold at every place it appears."""
         shared = {"y": [1.0, math.nan], "raw": b"x"}
         record = json_safe_record({"p": shared, "q": [shared, shared]})
         assert record["_speedtronic"] == {
+            **empty_note(),
             "converted": ["p", "q"],
-            "non_finite": {"/p/y/1": "NaN", "/q/0/y/1": "NaN", "/q/1/y/1": "NaN"},
+            "non_finite": {"nan": ["/p/y/1", "/q/0/y/1", "/q/1/y/1"], "inf": [], "neg_inf": []},
         }
         back = restore_non_finite(json.loads(orjson.dumps(record)))
         assert all(math.isnan(v) for v in (back["p"]["y"][1], back["q"][0]["y"][1], back["q"][1]["y"][1]))

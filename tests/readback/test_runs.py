@@ -165,4 +165,5 @@ def test_the_writers_note_says_which_nan_strings_were_floats(tmp_path: Path) -> 
     (record,) = read_records(path)
     assert math.isnan(record.payload["loss"])
     assert record.payload["label"] == "NaN"
-    assert record.notes == {"non_finite": {"/loss": "NaN"}}
+    assert record.notes is not None
+    assert record.notes["non_finite"] == {"nan": ["/loss"], "inf": [], "neg_inf": []}

@@ -44,7 +44,10 @@ class TestSummarizeRun:
     def test_events_the_hooks_never_got_are_counted(self, tmp_path: Path) -> None:
         """A hook_error with phase="drain" counts undelivered events, not a hook failure."""
         path = tmp_path / "m.jsonl"
-        path.write_text('{"event":"hook_error","hook":"*","phase":"drain","undelivered":12}\n')
+        path.write_text(
+            '{"event":"hook_error","hook":"*","phase":"drain","undelivered":12,'
+            '"_speedtronic":{"origin":"speedtronic"}}\n'
+        )
         s = summarize_run(path)
         assert (s.undelivered, s.hook_failures) == (12, {})
         assert table(format_summaries([s]))["undelivered"] == ["12"]
@@ -101,7 +104,7 @@ class TestSummarizeCommand:
         assert run["segments"] == 1
         assert run["rates"]["samples_per_s"] == {"mean": 200.0, "last": 200.0}
         assert run["errors"] == {"delta_upload_failed": 1}
-        assert run["skipped"] == {"lines": 0, "by_reason": {}, "other_ranks": {}}
+        assert run["skipped"] == {"lines": 0, "by_reason": {}, "other_ranks": {}, "other_rank_files": {}}
 
     def test_bad_lines_are_reported_on_stderr_with_line_numbers(self, cli: CLI, run_file: Path) -> None:
         """Junk and a torn tail: the summary is printed, stderr names the file, reasons and lines."""

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from speedtronic.processors.convert import NOTE_KEY
+from speedtronic.processors.convert import NOTE_KEY, NOTE_VERSION
 from speedtronic.profiling import MetricLogger
 from tests.reliability.conftest import python, read_records
 
@@ -39,8 +39,12 @@ def log_one(path: Path, payload: dict[Any, Any]) -> tuple[dict[str, Any], dict[s
     return record, seen[0]
 
 
-def note(record: dict[str, Any]) -> dict[str, list[str]]:
-    return dict(record.get("_speedtronic", {}))
+def note(record: dict[str, Any]) -> dict[str, Any]:
+    """The record's note without its fixed entries (contract, origin) and empty lists."""
+    full = dict(record[NOTE_KEY])
+    assert (full.pop("v"), full.pop("origin")) == (NOTE_VERSION, "user")
+    full["non_finite"] = {kind: at for kind, at in full["non_finite"].items() if at}
+    return {key: value for key, value in full.items() if value}
 
 
 class TestArraysAndTensors:
@@ -126,7 +130,7 @@ class TestDepthAndSize:
         shared = {"lr": 0.1, "loss": math.nan}
         record, _ = log_one(jsonl_path, {"a": shared, "b": [shared]})
         assert record["a"] == record["b"][0] == {"lr": 0.1, "loss": None}
-        assert note(record) == {"non_finite": {"/a/loss": "NaN", "/b/0/loss": "NaN"}}
+        assert note(record) == {"non_finite": {"nan": ["/a/loss", "/b/0/loss"]}}
 
     @pytest.mark.parametrize(
         "setup",
@@ -164,7 +168,7 @@ class TestConversionNotes:
         record, _ = log_one(jsonl_path, {"loss": math.nan, "label": "NaN", "grad": None, "lr": -math.inf})
         values = (record["loss"], record["label"], record["grad"], record["lr"])
         assert values == (None, "NaN", None, None)
-        assert note(record) == {"non_finite": {"/loss": "NaN", "/lr": "-Infinity"}}
+        assert note(record) == {"non_finite": {"nan": ["/loss"], "neg_inf": ["/lr"]}}
 
     def test_values_written_as_text_are_listed(self, jsonl_path: Path) -> None:
         """bytes, sets, Decimal, huge ints and lone surrogates are converted, and say so."""
@@ -184,7 +188,7 @@ class TestConversionNotes:
         assert note(record) == {"converted": ["raw", "tags", "price", "big", "text", "nested"]}
         assert list(record)[-2:] == ["_speedtronic", "timestamp"]
 
-    def test_plain_record_has_no_note(self, jsonl_path: Path) -> None:
-        """An ordinary record carries no _speedtronic field."""
+    def test_plain_record_has_an_empty_note(self, jsonl_path: Path) -> None:
+        """An ordinary record carries the note in its fixed shape, every list empty: its contract."""
         record, _ = log_one(jsonl_path, {"step": 1, "loss": 0.5, "tags": ["a", "b"], "cfg": {"lr": 1e-3}})
-        assert "_speedtronic" not in record
+        assert note(record) == {}

@@ -111,7 +111,7 @@ class TestOwnRecords:
                 logger.emit("x", {})
         records = [r for r in read_jsonl(jsonl_path) if r["event"] == "hook_error"]
         assert [r.get("_speedtronic", {}).get("origin") for r in records] == [
-            None,
+            "user",
             "speedtronic",
             "speedtronic",
         ]
@@ -122,7 +122,7 @@ class TestOwnRecords:
             logger.emit("x", {"_speedtronic": "mine", "loss": float("nan")})
         (record,) = read_jsonl(jsonl_path)
         assert record["payload__speedtronic"] == "mine"
-        assert record["_speedtronic"] == {"non_finite": {"/loss": "NaN"}}
+        assert record["_speedtronic"]["non_finite"] == {"nan": ["/loss"], "inf": [], "neg_inf": []}
 
 
 class TestLifecycle:
