@@ -14,6 +14,7 @@ each round. Run it on a quiet machine.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import logging.handlers
 import os
@@ -301,9 +302,13 @@ def goal_full_and_skip(report: Report, events: int, rounds: int) -> None:
         to_stdlib = ratio(samples, name, "stdlib logging (watched)")
         print(f"    {name:28s} {statistics.median(values):8.2f} µs {to_watched:11.2f}x {to_stdlib:8.2f}x")
     to_watched = ratio(samples, "speedtronic", "plain chain + stat")
-    report.goal("full path / plain chain + stat (like for like)", f"{to_watched:.2f}x", "<= 1.0x", to_watched <= 1.0)
+    report.goal(
+        "full path / plain chain + stat (like for like)", f"{to_watched:.2f}x", "<= 1.0x", to_watched <= 1.0
+    )
     to_stdlib = ratio(samples, "speedtronic", "stdlib logging (watched)")
-    report.goal("full path / stdlib, two WatchedFileHandlers", f"{to_stdlib:.2f}x", "<= 0.8x", to_stdlib <= 0.8)
+    report.goal(
+        "full path / stdlib, two WatchedFileHandlers", f"{to_stdlib:.2f}x", "<= 0.8x", to_stdlib <= 0.8
+    )
     to_plain = ratio(samples, "speedtronic", "plain structlog chain")
     print(f"    (against the plain chain without the stat, which doesn't follow logrotate: {to_plain:.2f}x)")
     skipped = ratio(samples, "speedtronic skipped step", "speedtronic")
@@ -323,10 +328,8 @@ def stage_costs(events: int) -> None:
             for index, stage in enumerate(stages):
                 t0 = time.perf_counter()
                 for event_dict in dicts:
-                    try:
+                    with contextlib.suppress(structlog.DropEvent):
                         stage(None, "info", event_dict)
-                    except structlog.DropEvent:
-                        pass
                 per_stage[index].append((time.perf_counter() - t0) / events * 1e6)
         logger.close()
     total = sum(statistics.median(times) for times in per_stage)
@@ -336,7 +339,7 @@ def stage_costs(events: int) -> None:
         if name == "WriteLines":
             name += f"({type(stage._render).__name__})"  # type: ignore[attr-defined]  # which renderer
         print(f"    {name:32s} {cost:7.2f} µs  {cost / total:6.1%}")
-    print(f"    {'all stages':32s} {total:7.2f} µs  (emit adds the event dict, the lock and structlog's call)")
+    print(f"    {'all stages':32s} {total:7.2f} µs  (emit adds the event dict, lock and structlog's call)")
 
 
 def rss_bytes() -> int:

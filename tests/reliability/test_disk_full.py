@@ -102,7 +102,8 @@ class TestRecovery:
         """A record cut by a full disk, then reopen() (logrotate's postrotate) or not, then space back:
         the record is finished in place, not counted lost, and the note counts only the lost ones."""
         path = tmp_path / "m.jsonl"
-        with pytest.warns(LoggingFailureWarning), MetricLogger(stream=io.StringIO(), json_file=path) as logger:
+        logger = MetricLogger(stream=io.StringIO(), json_file=path)
+        with pytest.warns(LoggingFailureWarning), logger:
             logger.emit("train_step", {"step": 1})
             disk.free = 20  # the next record fits only in part
             for step in (2, 3, 4):
