@@ -20,8 +20,8 @@ become NaN or infinities again and every string stays a string; in a record with
 files, another writer's JSONL) ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` become floats again:
 exactly in the keys its ``"converted"`` note names when it has one, everywhere otherwise. A record
 whose note says ``"origin": "speedtronic"`` is the logger's own (``Record.own``): only those count as
-``hook_error``/``logging_error`` reports. ``timestamp`` and the note are set apart from the payload,
-so ``Record.payload`` is exactly what a live hook received.
+``hook_error``/``logging_error`` reports. ``timestamp`` and the note are set apart from the payload;
+``Record.hook_payload`` (the payload with its ``timestamp``) is exactly what a live hook received.
 
 Memory is bounded whatever a file holds: files are read in chunks of ``CHUNK_BYTES``, and a line
 longer than ``MAX_LINE_BYTES`` (a file without newlines, a corrupt tail) is skipped and counted
@@ -90,7 +90,7 @@ class Record(NamedTuple):
 
     event: str
     payload: dict[str, Any]
-    """Every key but ``event`` and ``timestamp``: what the live hooks received."""
+    """Every key but ``event``, ``timestamp`` and the note: the event's own data."""
     timestamp: str | None
     rank: int
     """The record's integer ``rank`` key; 0 for records without one (a single-process run)."""
@@ -103,6 +103,13 @@ class Record(NamedTuple):
     own: bool = False
     """Whether the logger wrote this record about itself (its note says ``"origin": "speedtronic"``):
     a user event named ``hook_error`` is not."""
+
+    @property
+    def hook_payload(self) -> dict[str, Any]:
+        """What a live hook received: the payload with the record's ``timestamp`` (a new dict)."""
+        if self.timestamp is None:
+            return dict(self.payload)
+        return {**self.payload, "timestamp": self.timestamp}
 
 
 class RunClock:

@@ -1,7 +1,8 @@
 """``replay_run``: push a recorded run through hooks exactly as ``MetricLogger`` delivered it live.
 
 Each record goes through the core's own ``DispatchHooks`` stage with the payload the live hooks got
-(every key but ``event`` and ``timestamp``; NaN and infinities as floats again), in file order, and the
+(``Record.hook_payload``: every key but ``event``, the record's ``timestamp`` included; NaN and
+infinities as floats again), in file order, and the
 hooks are closed at the end. Records the logger wrote for itself (``hook_error``, ``logging_error``,
 marked ``"origin": "speedtronic"`` in their note: ``Record.own``) are not replayed: live hooks never saw
 them; a user's event of the same name is. So a ``TensorboardHook`` or ``WandbHook`` fed by a replay
@@ -78,7 +79,7 @@ def replay_run(
             if record.own:  # the logger's own report; a user event of the same name is replayed
                 result.not_replayed[record.event] += 1
                 continue
-            dispatch(None, "info", {**record.payload, "event": record.event})
+            dispatch(None, "info", {**record.hook_payload, "event": record.event})
             result.replayed[record.event] += 1
     finally:
         if close:

@@ -20,7 +20,7 @@ class TestReadRecords:
         path = tmp_path / "metrics.jsonl"
         live = log_run(path)
         records = list(read_records(path))
-        assert same([(r.event, r.payload) for r in records], live)
+        assert same([(r.event, r.hook_payload) for r in records], live)
         step3 = records[4].payload
         assert math.isnan(step3["loss"])
         assert step3["samples_per_s"] == math.inf
