@@ -108,14 +108,15 @@ class BackgroundHooks:
         self._taken = 0  # events the worker has taken from the queue: its progress
         self._stalled_at = -1  # ``_taken`` when a put last timed out: no waiting again until it moves
 
-    def on_event(self, event: str, payload: dict[str, Any]) -> None:
-        """Queue the event for the worker (waiting at most ``put_timeout_s`` for room)."""
+    def on_event(self, event: str, payload: dict[str, Any], level: str = "info") -> None:
+        """Queue the event for the worker (waiting at most ``put_timeout_s`` for room); its hooks get
+        ``level`` as ``DispatchHooks`` gives it."""
         self._raise_fatal()
         if self._closed:
             self.dropped += 1
             return
         thread = self._thread or self._start()
-        item = (contextvars.copy_context(), event, payload)
+        item = (contextvars.copy_context(), event, payload, level)
         # No waiting on ourselves (a hook emitting), nor again while the worker has taken nothing
         # since the last wait ran out (a stalled hook costs put_timeout_s once, not per event).
         waits = thread is not threading.current_thread() and self._stalled_at != self._taken
@@ -211,9 +212,9 @@ class BackgroundHooks:
                     return
                 if self._abandoned:
                     continue
-                context, event, payload = item
+                context, event, payload, level = item
                 try:
-                    context.run(self._dispatch, None, "info", {**payload, "event": event})
+                    context.run(self._dispatch, None, level, {**payload, "event": event})
                 except BaseException as error:  # a hook's SystemExit: for the emitting side to raise
                     self.fatal = error
                 if self._close_after_event:  # a hook closed its logger during this event

@@ -30,6 +30,7 @@ __all__ = [
     "as_callback",
     "close_hook",
     "hook_name",
+    "takes_level",
     "target_of",
 ]
 
@@ -73,6 +74,17 @@ def as_callback(hook: object) -> Callback:
             "wrap a function with another signature in speedtronic.hooks.on_event(...)"
         ) from None
     return cast(Callback, target)
+
+
+def takes_level(target: Callable[..., Any]) -> bool:
+    """Whether ``target`` accepts a keyword argument ``level`` (then it is called with the record's level)."""
+    try:
+        parameter = inspect.signature(target, follow_wrapped=False).parameters.get("level")
+    except (TypeError, ValueError):
+        return False
+    return parameter is not None and parameter.kind in (
+        inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY
+    )
 
 
 def close_hook(hook: object) -> None:
@@ -165,6 +177,9 @@ def _format_traceback(error: BaseException) -> str:
 class DispatchHooks:
     """Calls each hook with ``(event, payload)``, isolating their failures; never changes the event dict.
 
+    A hook whose callable accepts a keyword ``level`` gets ``level=`` the chain's method name, the
+    record's level (``"debug"`` ... ``"critical"``).
+
     Each hook gets a payload of its own (the event dict less ``"event"``, a fresh shallow copy), so one
     hook's mutation can't reach another hook or a later stage. ``hooks`` may be any sequence; a list the
     caller keeps changing (``MetricLogger.hooks``) is read at each event, so a hook added later gets the
@@ -181,7 +196,7 @@ class DispatchHooks:
     renderer).
     """
 
-    __slots__ = ("_consume", "_hooks", "_on_error", "errors")
+    __slots__ = ("_consume", "_hooks", "_levelled", "_on_error", "errors")
 
     def __init__(
         self,
@@ -198,14 +213,21 @@ class DispatchHooks:
         """Failures per hook name, when ``on_error`` is the default."""
         self._on_error = on_error if on_error is not None else failures
         self._consume = consume
+        self._levelled: dict[int, tuple[object, bool]] = {}  # id(hook) -> (hook, takes_level)
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
         event = event_dict.get("event")
         event = event if type(event) is str else safe_str(event)
         for hook in tuple(self._hooks):
             payload = {key: value for key, value in event_dict.items() if key != "event"}
+            known = self._levelled.get(id(hook))
+            if known is None or known[0] is not hook:
+                known = self._levelled[id(hook)] = (hook, takes_level(target_of(hook)))
             try:
-                target_of(hook)(event, payload)
+                if known[1]:
+                    target_of(hook)(event, payload, level=method_name)
+                else:
+                    target_of(hook)(event, payload)
             except Exception as error:
                 self._on_error(hook, error, event)
         if self._consume:
