@@ -11,7 +11,12 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -470,3 +475,41 @@ class TestProcessorsInTheApplicationsChain:
         log.info("train_step", step=10, loss=torch.tensor(0.5))
         [record] = records(output)
         assert (record["event"], record["step"], record["loss"]) == ("train_step", 10, 0.5)
+
+
+class TestUnderTheCLI:
+    def test_one_console_line_per_event_and_the_text_log_in_train_log(self, tmp_path: Path) -> None:
+        """`speedtronic train` with {type: structlog}: stdout holds structlog's lines only, each event
+        once; the text log is in {run_dir}/train.log, which the summary names."""
+        run_dir = tmp_path / "run"
+        (tmp_path / "config.yaml").write_text(
+            "train: {steps: 6, checkpoint_every: 0, batch_size: 8, device: cpu}\n"
+            "logging: {every_steps: 2, hooks: [{type: structlog}]}\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-m", "speedtronic", "train", "--config", "config.yaml",
+             "--run-dir", str(run_dir)],
+            cwd=tmp_path, capture_output=True, text=True, timeout=300,
+            env={**os.environ, "OMP_NUM_THREADS": "1", "NO_COLOR": "1"},
+        )
+        assert done.returncode == 0, done.stderr
+        console = done.stdout.splitlines()
+        assert " | INFO | " not in done.stdout  # no text log line on the console
+        steps = [line for line in console if re.search(r"\btrain_step\b", line)]
+        assert len(steps) == 3  # steps 2, 4, 6: one line each
+        assert all("[info     ]" in line for line in steps)  # structlog's ConsoleRenderer
+        assert sum(bool(re.search(r"\btrain_end\b", line)) for line in console) == 1
+        text_log = (run_dir / "train.log").read_text().splitlines()
+        assert sum(" | INFO | train_step " in line for line in text_log) == 3
+        assert str(run_dir / "train.log") in done.stderr
+
+    def test_a_config_that_names_the_text_log_file_keeps_it(self, tmp_path: Path) -> None:
+        """logging.file given: the text log goes there, and nothing goes to train.log."""
+        from speedtronic.commands.train import with_structlog_console
+
+        config = {"logging": {"file": "my.log", "hooks": [{"type": "structlog"}]}}
+        assert with_structlog_console(config) is config
+        plain = {"logging": {"file": None, "hooks": [{"type": "tensorboard"}]}}
+        assert with_structlog_console(plain) is plain
+        moved = with_structlog_console({"logging": {"file": None, "hooks": [{"type": "structlog"}]}})
+        assert moved["logging"]["file"] == "{run_dir}/train.log"
