@@ -4,7 +4,7 @@ thread and off its GIL."""
 from __future__ import annotations
 
 import atexit
-import importlib.util
+import importlib
 import os
 import queue
 import threading
@@ -110,12 +110,17 @@ class TensorboardHook:
         timeout_s: float = 30.0,
         process: bool = True,
     ) -> None:
-        if importlib.util.find_spec("tensorboard") is None:
+        try:  # what the writer needs, imported here so a missing or broken install fails now
+            for module in ("compat.proto.event_pb2", "summary.writer.event_file_writer"):
+                importlib.import_module(f"tensorboard.{module}")
+        except ModuleNotFoundError as error:
+            if error.name != "tensorboard":  # a broken or shadowed install: its own error says more
+                raise
             raise ModuleNotFoundError(
                 "speedtronic.integrations.TensorboardHook requires tensorboard: "
                 "pip install 'speedtronic[tensorboard]'",
                 name="tensorboard",
-            )
+            ) from error
         check_count("TensorboardHook: max_queue", max_queue)
         check_seconds("TensorboardHook: flush_secs", flush_secs)
         check_seconds("TensorboardHook: timeout_s", timeout_s)
