@@ -1,9 +1,8 @@
 """A short run into TensorBoard event files: `tensorboard --logdir runs/tensorboard` shows it.
 
-The default ``TensorboardHook()`` writes the curves a person plots: ``train_step``'s loss, lr and
-throughput (grad_norm and memory too when the payload has them), the outer loop's, and every number of
-events the catalog doesn't know, such as this script's ``eval``. Settings (``train_start``) and
-one-off facts (``checkpoint``, ``train_end``) are not plotted; pass ``events=`` to choose otherwise.
+The default ``TensorboardHook()`` writes every number of every event as the tag ``<event>/<key>``
+(``train_step/loss``, ``eval/val_loss``, ``train_start/target_step``...), at the event's ``step``;
+pass ``skip=`` to leave keys out, or ``events=`` to choose what is written.
 
 (Not named tensorboard.py: run as a script, that file would shadow the tensorboard package.)
 """

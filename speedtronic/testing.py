@@ -149,6 +149,10 @@ class WandbOfflineRun:
     """``define_metric`` calls: metric name or glob -> its x-axis (``""`` when it has none)."""
     exit_code: int | None = None
     """The exit code the run was finished with; ``None`` while it was never finished."""
+    config: dict[str, Any] = field(default_factory=dict)
+    """The run's config (``run.config``), its updates applied in order."""
+    summary: dict[str, Any] = field(default_factory=dict)
+    """The run's summary: each key's last value (nested keys joined with ``/``), W&B's own included."""
 
 
 _WANDB_HEADER = struct.Struct("<4sHB")  # b":W&B", magic 0xBEE1, version 0
@@ -202,6 +206,12 @@ def _read_wandb_run(location: Path) -> WandbOfflineRun:
         if kind == "history":
             items = record.history.item
             run.history.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in items})
+        elif kind == "config":
+            run.config.update({item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                               for item in record.config.update})
+        elif kind == "summary":
+            run.summary.update({item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                                for item in record.summary.update})
         elif kind == "metric":
             run.step_metrics[record.metric.name or record.metric.glob_name] = record.metric.step_metric
         elif kind == "exit":

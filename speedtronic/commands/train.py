@@ -4,6 +4,8 @@ Text log lines go to stdout (or ``logging.file``); the closing summary goes to s
 pure log lines. When stdout is a terminal (and tqdm is installed), a live progress bar takes stdout
 instead and the text log goes to ``{run_dir}/train.log`` unless the config names a file; piped or
 in CI, the plain text log stays on stdout. ``--no-progress`` keeps the plain log on a terminal too.
+With a ``structlog`` hook in ``logging.hooks``, its lines are the console's and the text log goes to
+``{run_dir}/train.log`` (unless the config names a file), so each event is printed once.
 Under ``torchrun`` the log, the bar and the summary come from rank 0 only.
 
 A run directory is one run: ``--resume`` continues the run recorded there (its own ``config.yaml``,
@@ -29,7 +31,7 @@ if TYPE_CHECKING:
     from speedtronic.runtime import RunInfo
     from speedtronic.training.trainer import FitResult
 
-__all__ = ["add_parser", "run", "summary", "with_progress"]
+__all__ = ["add_parser", "run", "summary", "with_progress", "with_structlog_console"]
 
 
 def add_parser(subparsers: Any) -> None:
@@ -64,6 +66,15 @@ def with_progress(config: dict[str, Any]) -> dict[str, Any]:
     return {**config, "logging": logging}
 
 
+def with_structlog_console(config: dict[str, Any]) -> dict[str, Any]:
+    """With a ``structlog`` hook, the app's structlog lines are the console's: the text log moves to
+    ``{run_dir}/train.log`` (unless the config names a file), so each event is printed once."""
+    logging = config["logging"]
+    if logging["file"] is not None or all(spec["type"] != "structlog" for spec in logging["hooks"]):
+        return config
+    return {**config, "logging": {**logging, "file": "{run_dir}/train.log"}}
+
+
 def _progress_wanted(args: argparse.Namespace) -> bool:
     from speedtronic.integrations.progress import progress_wanted
 
@@ -94,6 +105,9 @@ def run(args: argparse.Namespace) -> int:
                 raise CommandError("--resume: name the run to continue with --run-dir")
             if _progress_wanted(args):
                 config = runtime.load_config(with_progress(config))
+            console = with_structlog_console(config)
+            if console is not config:
+                config = runtime.load_config(console)
             result, info = runtime.train_from_config(config)
         except runtime.ConfigError as error:
             raise CommandError(str(error)) from None

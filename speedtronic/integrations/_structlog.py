@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import logging
+import traceback
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 import structlog
 
 from speedtronic.events import level_for
-from speedtronic.processors.convert import NOTE_KEY, json_safe_record, to_python, unique_key
+from speedtronic.processors.convert import NOTE_KEY, json_safe_record, safe_str, to_python, unique_key
 
 __all__ = ["StructlogHook"]
+
+
+def _log_record_names() -> frozenset[str]:
+    """The names ``logging.Logger.makeRecord`` refuses in ``extra``: a real record's attributes, plus
+    ``message`` and ``asctime`` (computed from the interpreter at hand: 3.12 adds ``taskName``)."""
+    record = logging.LogRecord("name", logging.INFO, "path", 1, "msg", (), None)
+    return frozenset(vars(record)) | {"message", "asctime"}
+
 
 _RESERVED_KEYS: frozenset[str] = frozenset(
     {
@@ -28,34 +38,57 @@ _RESERVED_KEYS: frozenset[str] = frozenset(
         # speedtronic's note about the record (non-finite numbers, converted values).
         NOTE_KEY,
     }
-)
+) | _log_record_names()
+
+
+def exception_text(error: BaseException) -> str:
+    """``"ZeroDivisionError: division by zero"``: the exception's type and message, as a traceback's
+    last line says them."""
+    try:
+        return traceback.format_exception_only(type(error), error)[-1].rstrip("\n")
+    except Exception:
+        return f"{type(error).__qualname__}: {safe_str(error)}"
 
 
 class StructlogHook:
-    """Logs each event through a structlog logger, at the event's level, its payload as key-values.
+    """Logs each event through a structlog logger, at the record's level, its payload as key-values.
 
     The default logger is ``structlog.get_logger("speedtronic")``: a lazy proxy that reads the global
     configuration at each call, so the application's ``structlog.configure(...)``, its contextvars
     (``merge_contextvars``) and ``structlog.testing.capture_logs()`` all apply, whenever they are set
     up. Or pass the app's own logger (``structlog.wrap_logger(...)``, ``structlog.stdlib`` ones
-    included). The level is ``speedtronic.events.level_for(event)``: warning for ``shape_warning``,
-    error for ``delta_upload_failed``, info for most events.
+    included).
+
+    **The record's level is the method called**: the level ``MetricLogger.emit(..., level=...)`` was
+    given, else the catalog's (``speedtronic.events.level_for``: warning for ``shape_warning``, error
+    for ``delta_upload_failed``, info for most events). So ``emit("my_alert", {...}, level="error")``
+    calls ``logger.error(...)`` and ``ooo_backprop`` (debug) calls ``logger.debug(...)``, and the
+    app's level filter (``make_filtering_bound_logger``, a stdlib logger's level) applies as to its
+    own calls. (The logger passes the level to hooks that accept ``level``; called without one, the
+    hook uses the catalog's.)
 
     **Every payload key arrives, under a documented name.** The event's name is the log call's event.
     Payload keys become unique strings (``1`` and ``"1"`` → ``"1"``, ``"1#2"``, as in the JSONL
     record), and a key in ``StructlogHook.RESERVED_KEYS`` (or in ``reserved``) is passed as
     ``payload_<key>``: ``self``, ``event`` and ``method_name`` (the logging methods' parameters);
-    ``level``, ``timestamp``, ``logger``, ``exc_info``, ``stack_info``, ``exception`` and the other keys
-    structlog's processors add or consume; and ``_speedtronic``. When the payload has that name too,
-    ``payload_<key>#2`` (``#3``...). So ``{"level": 3, "step": 5}`` reaches the app as
-    ``payload_level=3 step=5``, next to the ``level`` its ``add_log_level`` adds.
+    ``level``, ``timestamp``, ``logger``, ``exc_info``, ``exception`` and the other keys structlog's
+    processors add or consume; every attribute of a stdlib ``logging.LogRecord`` (``name``, ``args``,
+    ``msg``, ``levelname``, ``created``, ``module``...) plus ``message`` and ``asctime``, which stdlib
+    logging refuses in ``extra`` (structlog's ``render_to_log_kwargs`` route); and ``_speedtronic``.
+    When the payload has that name too, ``payload_<key>#2`` (``#3``...). So ``{"name": "resnet",
+    "step": 5}`` reaches the app as ``payload_name='resnet' step=5``.
+
+    **Exceptions keep their type and traceback.** The first payload value that is an exception is
+    also passed as ``exc_info=`` (what structlog users pass), so the app's ``format_exc_info``,
+    ``dict_tracebacks``, ``ConsoleRenderer`` or stdlib handler renders its type, message and traceback
+    (when it was raised); under its own key every exception value is its type and message,
+    ``"ZeroDivisionError: division by zero"``.
 
     **Strict JSON by default.** Values are converted as for the JSONL record (tensors and numpy values
     to numbers, anything JSON can't hold to its text), and a NaN or infinity becomes ``None`` with a
-    note naming it: ``_speedtronic={"non_finite": {"/loss": "NaN"}}`` (a JSON Pointer per value), so the
-    app's ``JSONRenderer`` writes strict JSON and its ``loss`` column stays numeric. With
-    ``strict_json=False`` values are only converted to Python numbers and lists: NaN stays a float,
-    for an app that renders for people (``ConsoleRenderer``).
+    note naming it under ``_speedtronic``, so the app's ``JSONRenderer`` writes strict JSON and its
+    ``loss`` column stays numeric. With ``strict_json=False`` values are only converted to Python
+    numbers and lists: NaN stays a float, for an app that renders for people (``ConsoleRenderer``).
 
     Args:
         logger: a structlog logger; default ``structlog.get_logger("speedtronic")``.
@@ -66,24 +99,32 @@ class StructlogHook:
     __slots__ = ("_logger", "_reserved", "_strict_json")
 
     RESERVED_KEYS: ClassVar[frozenset[str]] = _RESERVED_KEYS
-    """Payload keys passed as ``payload_<key>``, so the app's logger and processors can neither clash
-    with them nor consume them."""
+    """Payload keys passed as ``payload_<key>``, so the app's logger and processors (and stdlib
+    logging's ``LogRecord``) can neither clash with them nor consume them."""
 
     def __init__(self, logger: Any = None, *, reserved: Iterable[str] = (), strict_json: bool = True) -> None:
         self._logger = logger if logger is not None else structlog.get_logger("speedtronic")
         self._reserved = self.RESERVED_KEYS | frozenset(reserved)
         self._strict_json = strict_json
 
-    def on_event(self, event: str, payload: Mapping[Any, Any]) -> None:
+    def on_event(self, event: str, payload: Mapping[Any, Any], *, level: str | None = None) -> None:
+        """Log the event at ``level`` (default: the catalog's level for ``event``)."""
         fields: dict[str, Any] = {}
+        raised: BaseException | None = None
         for key, value in payload.items():
             name = unique_key(fields, key)
             if name in self._reserved:
                 name = unique_key(fields, f"payload_{name}")
-            fields[name] = to_python(value)
+            if isinstance(value, BaseException):
+                raised = raised or value
+                fields[name] = exception_text(value)
+            else:
+                fields[name] = to_python(value)
         if self._strict_json:
             fields = json_safe_record(fields)
-        getattr(self._logger, level_for(event))(event, **fields)
+        if raised is not None:
+            fields["exc_info"] = raised
+        getattr(self._logger, level or level_for(event))(event, **fields)
 
     def __repr__(self) -> str:
         return f"<StructlogHook logger={self._logger!r}>"

@@ -1,39 +1,33 @@
-"""``TensorboardHook``: the numbers a person plots, as TensorBoard scalars written off the training thread."""
+"""``TensorboardHook``: every number of every event as a TensorBoard scalar, written off the training
+thread and off its GIL."""
 
 from __future__ import annotations
 
 import atexit
-import functools
+import importlib
 import os
 import queue
 import threading
 import time
 import warnings
-from collections.abc import Callable, Collection, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any, ClassVar
 
 from speedtronic.errors import SpeedtronicWarning
-from speedtronic.events import Event
-from speedtronic.processors.convert import to_python
-
-if TYPE_CHECKING:
-    from speedtronic.integrations._tensorboard_process import ProcessWriter
+from speedtronic.hooks.background import check_count, check_seconds
+from speedtronic.processors.convert import to_python, unique_key
 
 __all__ = ["TensorboardHook", "TensorboardWarning"]
 
-_METRIC_EVENTS: dict[str, tuple[str, ...]] = {
-    Event.TRAIN_STEP: ("loss", "lr", "grad_norm", "samples_per_s", "tokens_per_s", "memory_bytes"),
-    Event.OUTER_STEP: ("included", "lag"),
-    Event.DELTA_UPLOADED: ("upload_s", "bytes"),
-}
+_SKIPPED_KEYS: frozenset[str] = frozenset({"step"})
 
-_DEFAULT_EVENTS: Mapping[str, Collection[str] | None] = {
-    **{str(event): () for event in Event},
-    **{str(event): keys for event, keys in _METRIC_EVENTS.items()},
-    "*": None,
-}
+_SEND_EVERY_S = 0.2
+"""How often the writer thread hands the points gathered so far to the writer."""
+_SEND_AT = 1000
+"""Points gathered that wake the writer thread before its time."""
 
-_SKIPPED_KEYS: frozenset[str] = frozenset({"step", "elapsed_s", "memory_bytes"})
+_NUMBERS = (int, float)
+_NOT_NUMBERS = frozenset({str, bool, type(None)})
 
 
 class TensorboardWarning(SpeedtronicWarning):
@@ -41,7 +35,7 @@ class TensorboardWarning(SpeedtronicWarning):
 
 
 class _Control:
-    """A request the writer thread answers in order with the events before it: flush, or close."""
+    """A request the writer thread answers once the points before it are written: flush, or close."""
 
     __slots__ = ("close", "done")
 
@@ -50,85 +44,75 @@ class _Control:
         self.done = threading.Event()
 
 
-_PLAIN_TYPES = frozenset({int, float, str, bool, type(None)})
-_is_plain = _PLAIN_TYPES.__contains__
-
-
 class TensorboardHook:
-    """Writes the numbers a person plots as TensorBoard scalars ``<event>/<key>``, from a thread of its own.
+    """Writes every number of every event as a TensorBoard scalar ``<event>/<key>``, off the training thread.
 
-    **What is written.** ``events`` maps an event name to the payload keys to write (``None``: every
-    numeric key but ``SKIPPED_KEYS``; ``()``: nothing); the entry ``"*"`` applies to any event not
-    named. The default, ``DEFAULT_EVENTS``, writes ``train_step``'s loss, lr, grad_norm, samples_per_s,
-    tokens_per_s and memory_bytes, ``outer_step``'s included and lag, ``delta_uploaded``'s upload_s
-    and bytes, nothing else from the catalog's events, and every number of events the catalog doesn't
-    know (``eval/val_loss``). Choose yours, e.g. ``events={"train_step": ["loss"], "eval": None}``, or
-    add to the default: ``events={**TensorboardHook.DEFAULT_EVENTS, "checkpoint": ["save_s"]}``.
+    **What is written.** By default every int and float of every event (0-d tensors and numpy scalars
+    included, converted), except the keys in ``skip`` (default ``SKIPPED_KEYS``: ``step``, the
+    x-axis); bools, strings, lists and other values are skipped, not errors. Or choose: ``events``
+    maps an event name to the keys to write (``None``: every number but ``skip``; ``()``: nothing),
+    and its entry ``"*"`` applies to the events not named, e.g. ``events={"train_step": ["loss"],
+    "*": ()}``. The step is the payload's integer ``step`` when it has one, else a counter per event
+    name (0, 1, 2...). All of one event's scalars go into one ``Event`` record, as TensorBoard's
+    float32 ``simple_value`` (what ``SummaryWriter.add_scalar`` writes).
 
-    Numbers are ints and floats (0-d tensors and numpy scalars included, converted); bools, strings,
-    lists and other values are skipped, not errors. The step is the payload's integer ``step`` when it
-    has one, else a counter per event name (0, 1, 2...). All of one event's scalars go into one
-    ``Event`` record, as TensorBoard's float32 ``simple_value`` (what ``SummaryWriter.add_scalar``
-    writes).
+    **Tags can't collide.** A tag is the event name, a ``/``, the key as it is; in the event name
+    ``/`` and ``%`` are written ``%2F`` and ``%25``, so the first ``/`` of a tag always ends the event:
+    event ``eval`` with key ``val/loss`` is ``eval/val/loss``, event ``eval/val`` with key ``loss`` is
+    ``eval%2Fval/loss``. (``WandbHook`` names its metrics the same way.)
 
-    **Off the training thread.** ``on_event`` only copies the payload (reading device values with
-    ``.item()`` there, on the caller's thread) and puts it on a ``queue.SimpleQueue``; the hook's
-    writer thread picks the numbers, builds the records and hands them to tensorboard's
-    ``EventFileWriter``, which checksums and writes them from its own thread. So an event costs the
-    training thread a few microseconds, and ``on_event`` never waits. The queue is bounded: when the
-    writer is ``max_queue`` events behind (a stalled disk), further events are dropped, counted in
-    ``dropped`` and reported once with a ``TensorboardWarning``. (``on_event`` expects one caller at a
-    time, as ``MetricLogger`` calls hooks under its lock.) ``flush()`` and ``close()`` wait at
-    most ``timeout_s`` and raise ``TimeoutError`` past it. A failure of the writer (disk full) is
-    raised by the next ``on_event``, ``flush`` or ``close``, so the logger counts it.
+    **Off the training thread, and off its GIL.** ``on_event`` picks the numbers (reading device
+    values with ``.item()`` there, on the caller's thread) and appends one tuple to a list; nothing
+    else happens on the training thread. The hook's writer thread wakes every 0.2 s (or at 1000
+    points) and sends what is gathered, as one ``marshal`` frame, to a writer process of its own
+    (``python -m speedtronic.integrations._tensorboard_process``, started with the hook, not waited
+    for), which builds, checksums and writes the records: work that, on a thread of the training
+    process, would hold the GIL training needs. ``process=False`` writes from the writer thread
+    instead (no child process; the records are built in this process). When the writer is
+    ``max_queue`` events behind (a stalled disk), further events are dropped, counted in ``dropped``
+    and reported once with a ``TensorboardWarning``. (``on_event`` expects one caller at a time, as
+    ``MetricLogger`` calls hooks under its lock.)
+
+    **Failures never stop training.** A failed writer (disk full, a killed writer process) is raised
+    by the next ``on_event``, ``flush`` or ``close`` as ``RuntimeError``, so the logger counts and
+    reports it as a hook failure and carries on; the events it lost are counted in ``dropped``.
+    ``flush()`` and ``close()`` wait at most ``timeout_s`` and raise ``TimeoutError`` past it; a
+    writer process that stops answering is then killed, so nothing waits on it at exit.
 
     The event file (``events.out.tfevents.*`` in ``log_dir``, one per hook) is flushed every
-    ``flush_secs`` seconds: a killed run loses at most the last ``flush_secs`` of points, a run that
-    calls ``close()`` (or ``MetricLogger.close()``, or exits normally) loses none. After ``close()``,
-    ``on_event`` raises ``RuntimeError``; no second event file is ever created.
-
-    With ``process=True`` the event file is written by a process of its own
-    (``speedtronic.integrations._tensorboard_process``) that the writer thread sends the scalars to,
-    so building and checksumming records never competes with training for the GIL: worth it for a
-    training loop that is busy in Python, at the cost of one interpreter start (about a second).
+    ``flush_secs`` seconds: a killed run loses at most the last ``flush_secs`` + 0.2 s of points (a
+    killed training process none of what it sent: the writer process reads the end of its pipe and
+    closes the file), a run that calls ``close()`` (or ``MetricLogger.close()``, or exits normally)
+    loses none. After ``close()``, ``on_event`` raises ``RuntimeError``; no second event file is ever
+    created. Don't log through one hook from a forked child process.
 
     Args:
-        log_dir: directory for the event file (created if missing).
-        events: event name → keys to write (see above); default ``TensorboardHook.DEFAULT_EVENTS``.
+        log_dir: directory for the event file (created here: a ``ValueError`` names it when it can't be).
+        events: event name → keys to write (see above); default: every number of every event.
+        skip: keys not written where every number is (``events`` entries ``None``, or the default).
         flush_secs: longest time a written point waits in memory before it reaches the file.
-        max_queue: events waiting for the writer thread before new ones are dropped.
+        max_queue: events waiting for the writer before new ones are dropped.
         timeout_s: longest wait of ``flush()`` and ``close()``.
-        process: write the event file from a separate process (see above).
+        process: write from a child process (default) or from the writer thread.
     """
 
-    DEFAULT_EVENTS: ClassVar[Mapping[str, Collection[str] | None]] = _DEFAULT_EVENTS
-    """What ``TensorboardHook()`` writes: event name → the payload keys written as ``<event>/<key>``.
-
-    Training metrics (``train_step``: loss, lr, grad_norm, samples_per_s, tokens_per_s,
-    memory_bytes), the outer loop's (``outer_step``: included, lag; ``delta_uploaded``: upload_s,
-    bytes), nothing for the catalog's other events (``train_start``, ``checkpoint``...: settings and
-    one-off facts, not curves), and ``"*"``: every event the catalog doesn't name (your own ``eval``,
-    say) with all its numbers. ``None`` means every numeric key but ``SKIPPED_KEYS``; ``()`` nothing."""
-
     SKIPPED_KEYS: ClassVar[frozenset[str]] = _SKIPPED_KEYS
-    """Keys an event whose entry is ``None`` doesn't write: ``step`` is the x-axis, and ``elapsed_s``
-    and ``memory_bytes`` are added to every event by the logger (memory is plotted as
-    ``train_step/memory_bytes``)."""
+    """Keys not written by default: ``step`` is the x-axis."""
 
     def __init__(
         self,
         log_dir: str | os.PathLike[str] = "runs/tensorboard",
         *,
-        events: Mapping[str, Collection[str] | None] = _DEFAULT_EVENTS,
+        events: Mapping[str, Collection[str] | None] | None = None,
+        skip: Collection[str] = _SKIPPED_KEYS,
         flush_secs: float = 2.0,
-        max_queue: int = 1000,
+        max_queue: int = 10_000,
         timeout_s: float = 30.0,
-        process: bool = False,
+        process: bool = True,
     ) -> None:
-        try:
-            from tensorboard.compat.proto.event_pb2 import Event as EventProto
-            from tensorboard.compat.proto.summary_pb2 import Summary
-            from tensorboard.summary.writer.event_file_writer import EventFileWriter
+        try:  # what the writer needs, imported here so a missing or broken install fails now
+            for module in ("compat.proto.event_pb2", "summary.writer.event_file_writer"):
+                importlib.import_module(f"tensorboard.{module}")
         except ModuleNotFoundError as error:
             if error.name != "tensorboard":  # a broken or shadowed install: its own error says more
                 raise
@@ -137,84 +121,124 @@ class TensorboardHook:
                 "pip install 'speedtronic[tensorboard]'",
                 name="tensorboard",
             ) from error
-        if max_queue < 1:
-            raise ValueError(f"TensorboardHook: max_queue must be at least 1, not {max_queue!r}")
+        check_count("TensorboardHook: max_queue", max_queue)
+        check_seconds("TensorboardHook: flush_secs", flush_secs)
+        check_seconds("TensorboardHook: timeout_s", timeout_s)
         self.log_dir = os.fspath(log_dir)
+        try:
+            os.makedirs(self.log_dir, exist_ok=True)
+        except OSError as error:
+            raise ValueError(f"TensorboardHook(log_dir={self.log_dir!r}): can't create it: {error}") from None
         self.timeout_s = timeout_s
+        self.max_queue = max_queue
+        events = {"*": None} if events is None else events
         self._events = {event: None if keys is None else tuple(keys) for event, keys in events.items()}
         self._other = self._events.pop("*", ())
+        self._skip = frozenset(skip)
         # Imported here: the writer process runs that module as __main__, which must not be imported
         # before (by this package's __init__).
-        from speedtronic.integrations._tensorboard_process import ProcessWriter, scalar_event
+        from speedtronic.integrations._tensorboard_process import InProcessWriter, Point, ProcessWriter
 
-        self._writer: ProcessWriter | _InProcessWriter
-        if process:
-            self._writer = ProcessWriter(self.log_dir, flush_secs=flush_secs, max_queue=100)
-        else:
-            writer = EventFileWriter(self.log_dir, flush_secs=flush_secs)
-            self._writer = _InProcessWriter(writer, functools.partial(scalar_event, EventProto, Summary))
-        self.max_queue = max_queue
-        self.dropped = 0
-        """Events dropped because the writer was ``max_queue`` events behind."""
-        self._counters: dict[str, int] = {}  # the writer thread's
-        self._queue: queue.SimpleQueue[tuple[str, float, dict[Any, Any]] | _Control] = queue.SimpleQueue()
-        self._accepted = 0  # the training thread's count...
-        self._handed = 0  # ...and the writer thread's
+        self._writer: ProcessWriter | InProcessWriter = (
+            ProcessWriter(self.log_dir, flush_secs=flush_secs)
+            if process
+            else InProcessWriter(self.log_dir, flush_secs=flush_secs)
+        )
+        self._points: list[Point] = []  # appended by on_event, taken by the writer thread
+        self._sending = 0  # points the writer thread has taken and not yet handed over
+        self._counters: dict[str, int] = {}
+        self._full_drops = 0  # the training thread's count...
+        self._lost = 0  # ...and the writer thread's
         self._failure: Exception | None = None
         self._closed = False
+        self._controls: queue.SimpleQueue[_Control] = queue.SimpleQueue()
+        self._wake = threading.Event()
         self._pid = os.getpid()
         self._thread = threading.Thread(target=self._write, name="speedtronic-tensorboard", daemon=True)
         self._thread.start()
         atexit.register(self._close_at_exit)
 
     @property
+    def dropped(self) -> int:
+        """Events not written: the writer was ``max_queue`` events behind, or failed."""
+        return self._full_drops + self._lost
+
+    @property
     def pending(self) -> int:
-        """Events handed to the hook and not yet passed to the event file writer."""
-        return self._accepted - self._handed
+        """Events handed to the hook and not yet handed to the writer."""
+        return len(self._points) + self._sending
 
     def on_event(self, event: str, payload: Mapping[Any, Any]) -> None:
-        """Queue the event for the writer thread; it writes the chosen numbers at the event's step.
+        """Gather the event's numbers for the writer thread; they are written at the event's step.
 
-        The least work possible here, on the training thread: a copy of the payload (device values
-        read now, with ``.item()``, so never from another thread or stream) and a put on the queue.
+        The least work possible here, on the training thread: the numbers picked (device values
+        read now, with ``.item()``, so never from another thread or stream) and one append.
         """
         if self._closed:
             raise RuntimeError(f"TensorboardHook({self.log_dir!r}) is closed; create a new hook")
-        if self._failure is not None:
+        keys = self._events.get(event, self._other)
+        if keys is None:
+            chosen: Iterable[tuple[Any, Any]] = (
+                (key, value) for key, value in payload.items() if key not in self._skip
+            )
+        else:
+            chosen = ((key, payload[key]) for key in keys if key in payload)
+        names: list[str] = []
+        values: list[float] = []
+        for key, value in chosen:
+            if type(value) not in _NUMBERS:
+                if type(value) in _NOT_NUMBERS:
+                    continue
+                value = to_python(value)
+                if type(value) not in _NUMBERS:
+                    continue
+            names.append(key if type(key) is str else unique_key(dict.fromkeys(names), key))
+            values.append(value)
+        if values:
+            self._gather(event, payload.get("step"), names, values)
+        if self._failure is not None:  # the writer failed: the logger counts it, training goes on
             self._raise_failure()
-        if self._queue.qsize() >= self.max_queue:
+
+    def _gather(self, event: str, step: Any, names: list[str], values: list[float]) -> None:
+        if type(step) is not int:
+            step = to_python(step)
+            if type(step) is not int:
+                step = self._counters.get(event, 0)
+                self._counters[event] = step + 1
+        if len(self._points) + self._sending >= self.max_queue:
             self._drop()
             return
-        if all(map(_is_plain, map(type, payload.values()))):
-            fields = dict(payload)
-        else:
-            fields = {key: to_python(value) for key, value in payload.items()}
-        self._accepted += 1
-        self._queue.put((event, time.time(), fields))
+        self._points.append((event, time.time(), step, names, values))
+        if len(self._points) >= _SEND_AT:
+            self._wake.set()
 
     def flush(self, timeout_s: float | None = None) -> None:
-        """Block until every point queued so far is in the file; ``TimeoutError`` after ``timeout_s``."""
+        """Block until every point handed over so far is in the file; ``TimeoutError`` after ``timeout_s``."""
         if not self._closed:
             self._request(_Control(close=False), timeout_s)
             self._raise_failure()
 
     def close(self, timeout_s: float | None = None) -> None:
-        """Write what is queued and close the event file; idempotent.
+        """Write what is gathered and close the event file; idempotent.
 
-        Raises ``TimeoutError`` when that takes longer than ``timeout_s`` (default: the hook's); the
-        writer thread (a daemon) then goes on writing until the process exits.
+        Raises ``TimeoutError`` when that takes longer than ``timeout_s`` (default: the hook's); a
+        writer process is then killed, and the writer thread (a daemon) ends with it.
         """
         if self._closed:
             return
         self._closed = True
         atexit.unregister(self._close_at_exit)
-        self._request(_Control(close=True), timeout_s)
+        try:
+            self._request(_Control(close=True), timeout_s)
+        except TimeoutError:
+            self._writer.abandon()
+            raise
         self._thread.join()
         self._raise_failure()
 
     def _drop(self) -> None:
-        self.dropped += 1
-        if self.dropped == 1:
+        self._full_drops += 1
+        if self._full_drops == 1:
             warnings.warn(
                 f"TensorboardHook({self.log_dir!r}): the writer is {self.max_queue} events behind; "
                 "dropping events until it catches up (counted in .dropped)",
@@ -224,7 +248,8 @@ class TensorboardHook:
 
     def _request(self, control: _Control, timeout_s: float | None) -> None:
         timeout = self.timeout_s if timeout_s is None else timeout_s
-        self._queue.put(control)
+        self._controls.put(control)
+        self._wake.set()
         if not control.done.wait(timeout):
             what = "close" if control.close else "flush"
             raise TimeoutError(f"TensorboardHook({self.log_dir!r}): {what} not done in {timeout} s")
@@ -235,45 +260,34 @@ class TensorboardHook:
             raise RuntimeError(f"TensorboardHook({self.log_dir!r}): writing failed: {failure!r}") from failure
 
     def _write(self) -> None:
-        """The writer thread: each queued item in order, until a close request."""
+        """The writer thread: every ``_SEND_EVERY_S`` (or when woken), the points gathered, then the
+        requests made before them, until a close request."""
         while True:
-            item = self._queue.get()
+            self._wake.wait(_SEND_EVERY_S)
+            self._wake.clear()
+            controls = []
+            while not self._controls.empty():
+                controls.append(self._controls.get())
+            count = self._sending = len(self._points)  # every point gathered before the requests
+            batch = self._points[:count]
+            del self._points[:count]
+            closing = any(control.close for control in controls)
             try:
-                if isinstance(item, _Control):
-                    if item.close:
-                        self._writer.close()
-                    else:
-                        self._writer.flush()
-                else:
-                    self._write_event(*item)
+                if batch:
+                    self._writer.write(batch)
+                if closing:
+                    self._writer.close()
+                elif controls:
+                    self._writer.flush()
             except Exception as error:
                 self._failure = error
+                self._lost += count if batch else 0
             finally:
-                if isinstance(item, _Control):
-                    item.done.set()
-                else:
-                    self._handed += 1
-            if isinstance(item, _Control) and item.close:
+                self._sending = 0
+                for control in controls:
+                    control.done.set()
+            if closing:
                 return
-
-    def _write_event(self, event: str, wall_time: float, payload: dict[Any, Any]) -> None:
-        keys = self._events.get(event, self._other)
-        if keys is None:
-            chosen = [(key, value) for key, value in payload.items() if key not in _SKIPPED_KEYS]
-        else:
-            chosen = [(key, payload[key]) for key in keys if key in payload]
-        tags, values = [], []
-        for key, value in chosen:
-            if type(value) in (int, float):
-                tags.append(f"{event}/{key}")
-                values.append(value)
-        if not values:
-            return
-        step = payload.get("step")
-        if type(step) is not int:
-            step = self._counters.get(event, 0)
-            self._counters[event] = step + 1
-        self._writer.add_scalars(wall_time, step, tags, values)
 
     def _close_at_exit(self) -> None:
         # A forked child (a DataLoader worker) inherits the handler, not the thread: the file is the
@@ -287,19 +301,3 @@ class TensorboardHook:
 
     def __repr__(self) -> str:
         return f"<TensorboardHook {'closed' if self._closed else 'open'} log_dir={self.log_dir!r}>"
-
-
-class _InProcessWriter:
-    """tensorboard's ``EventFileWriter`` behind ``add_scalars``: records built here, written by its thread."""
-
-    def __init__(self, writer: Any, make_event: Callable[[float, int, list[str], list[Any]], Any]) -> None:
-        self._writer, self._make_event = writer, make_event
-
-    def add_scalars(self, wall_time: float, step: int, tags: list[str], values: list[Any]) -> None:
-        self._writer.add_event(self._make_event(wall_time, step, tags, values))
-
-    def flush(self) -> None:
-        self._writer.flush()
-
-    def close(self) -> None:
-        self._writer.close()

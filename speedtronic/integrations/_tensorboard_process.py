@@ -1,22 +1,18 @@
-"""A TensorBoard event file written by a process of its own, for ``TensorboardHook(process=True)``.
+"""TensorBoard event files from batches of scalars: in this process, or in a child process of their own.
 
-tensorboard's ``EventFileWriter`` computes each record's CRC32C in pure Python on a thread of the
-training process, where it competes with training for the GIL. Here the training process only
-serialises each ``Event`` (protobuf's C code) and writes the bytes to a pipe; a child interpreter
-(``python -m speedtronic.integrations._tensorboard_process``: a plain subprocess, so the user's main
-module is never imported again, as ``multiprocessing``'s spawn would) owns the ``EventFileWriter``
-and does the rest. ``TensorboardHook``'s writer thread is the one writing to the pipe: when the child
-falls behind, that thread waits, and the hook's bounded queue protects the training thread. If the
-training process dies, the child reads the end of the pipe and closes the file with everything it
-was sent.
-
-The training process doesn't even build the protobuf messages: a frame carries the event's scalars
-as ``marshal`` data (``(wall_time, step, tags, values)``: C code, NaN and infinities kept; both ends
-run the same interpreter), and the child builds the ``Event`` with ``scalar_event``, the function
-the in-process writer uses too.
+``TensorboardHook`` hands its writer batches of points, each ``(event, wall_time, step, keys,
+values)``. Turning a point into an ``Event`` record (protobuf), checksumming it (tensorboard's
+CRC32C runs in pure Python) and writing it holds the GIL: on a thread of the training process it
+competes with training for it. So by default a child interpreter does all of it: ``ProcessWriter``
+sends each batch as one ``marshal`` frame (C code; NaN and infinities kept; both ends run the same
+interpreter) down a pipe, and the child (``python -m speedtronic.integrations._tensorboard_process``:
+a plain subprocess, so the user's main module is never imported again, as ``multiprocessing``'s
+spawn would) builds the records with ``write_batch`` and owns tensorboard's ``EventFileWriter``.
+If the training process dies, the child reads the end of the pipe and closes the file with
+everything it was sent. ``InProcessWriter`` does the same work on the calling thread.
 
 Protocol, parent to child on stdin: frames of a 4-byte big-endian length, then a kind byte (``S``
-scalars, ``F`` flush, ``C`` close) and the scalars. The child answers ``ok`` (or an error) on stdout,
+points, ``F`` flush, ``C`` close) and the points. The child answers ``ok`` (or an error) on stdout,
 one line, once started and after each flush and close.
 """
 
@@ -24,71 +20,135 @@ from __future__ import annotations
 
 import contextlib
 import marshal
+import math
 import os
 import select
 import signal
 import struct
 import subprocess
 import sys
+from collections.abc import Sequence
 from typing import IO, Any
 
-__all__ = ["ProcessWriter", "main", "scalar_event"]
+from speedtronic.integrations._names import metric_name
 
-_SCALARS, _FLUSH, _CLOSE = b"S", b"F", b"C"
+__all__ = ["InProcessWriter", "Point", "ProcessWriter", "main", "write_batch"]
+
+Point = tuple[str, float, int, Sequence[str], Sequence[float]]
+"""One event's scalars: ``(event, wall_time, step, keys, values)``; each key is written as the tag
+``<event>/<key>`` (``speedtronic.integrations._names.metric_name``)."""
+
+_POINTS, _FLUSH, _CLOSE = b"S", b"F", b"C"
 _HEADER = struct.Struct(">I")
 
 
-def scalar_event(
-    event_type: Any, summary_type: Any, wall_time: float, step: int, tags: list[str], values: list[Any]
-) -> Any:
-    """One TensorBoard ``Event`` holding a scalar (float32 ``simple_value``) for each tag."""
-    scalars = zip(tags, values, strict=True)
-    summary = summary_type(value=[summary_type.Value(tag=tag, simple_value=value) for tag, value in scalars])
-    return event_type(wall_time=wall_time, step=step, summary=summary)
+def _as_float(value: float) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond a double: as far as float32 goes anyway
+        return math.inf if value > 0 else -math.inf
+
+
+def write_batch(writer: Any, batch: Sequence[Point]) -> None:
+    """Add one TensorBoard ``Event`` per point to ``writer`` (an ``EventFileWriter``): a float32
+    ``simple_value`` per tag, what ``SummaryWriter.add_scalar`` writes."""
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    for event, wall_time, step, keys, values in batch:
+        summary = Summary(value=[
+            Summary.Value(tag=metric_name(event, key), simple_value=_as_float(value))
+            for key, value in zip(keys, values, strict=True)
+        ])
+        writer.add_event(Event(wall_time=wall_time, step=step, summary=summary))
+
+
+class InProcessWriter:
+    """tensorboard's ``EventFileWriter`` in this process: ``write``, ``flush``, ``close``."""
+
+    def __init__(self, log_dir: str, *, flush_secs: float) -> None:
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+        self._writer = EventFileWriter(log_dir, flush_secs=flush_secs)
+
+    def write(self, batch: Sequence[Point]) -> None:
+        write_batch(self._writer, batch)
+
+    def flush(self) -> None:
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()
+
+    def abandon(self) -> None:
+        """Nothing to stop: the file writer's own thread is a daemon."""
 
 
 class ProcessWriter:
-    """A TensorBoard event file written by a child process: ``add_scalars``, ``flush``, ``close``."""
+    """A TensorBoard event file written by a child process: ``write``, ``flush``, ``close``, ``abandon``.
 
-    def __init__(self, log_dir: str, *, flush_secs: float, max_queue: int, timeout_s: float = 60.0):
+    The child is started here and not waited for: the first call waits (at most ``timeout_s``) for
+    its ``ok``, so building a hook costs the training thread a ``fork``/``exec``, not an interpreter
+    start.
+    """
+
+    def __init__(self, log_dir: str, *, flush_secs: float, timeout_s: float = 60.0) -> None:
         self._timeout_s = timeout_s
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         self._process = subprocess.Popen(
-            [sys.executable, "-m", __name__, os.fspath(log_dir), str(flush_secs), str(max_queue)],
+            [sys.executable, "-m", __name__, os.fspath(log_dir), str(flush_secs)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0,
         )
-        try:
-            self._reply("start")
-        except BaseException:
-            self._end(kill=True)
-            raise
+        self._started = False
+        self._ended = False
 
-    def add_scalars(self, wall_time: float, step: int, tags: list[str], values: list[Any]) -> None:
-        """Have the child write one ``Event`` with these scalars (see ``scalar_event``)."""
-        self._send(_SCALARS, marshal.dumps((wall_time, step, tags, values)))
+    def write(self, batch: Sequence[Point]) -> None:
+        """Send the points; the child writes them (see ``write_batch``)."""
+        self._start()
+        self._send(_POINTS, marshal.dumps(list(batch)))
 
     def flush(self) -> None:
         """Return once the child has written everything sent so far to the file."""
+        self._start()
         self._send(_FLUSH)
         self._reply("flush")
 
     def close(self) -> None:
         """Have the child write what it has and close the file; then wait for it to end."""
         try:
+            self._start()
             self._send(_CLOSE)
             self._reply("close")
         finally:
             self._end(kill=False)
 
+    def abandon(self) -> None:
+        """Kill the child (it stopped answering): a thread blocked writing to it gets an error."""
+        self._end(kill=True)
+
+    def _start(self) -> None:
+        if self._ended:
+            raise RuntimeError("TensorBoard writer process: ended after an earlier failure")
+        if not self._started:
+            try:
+                self._reply("start")
+            except BaseException:
+                self._end(kill=True)
+                raise
+            self._started = True
+
     def _end(self, *, kill: bool) -> None:
         """Close both pipes and reap the child (killed when asked, or when it won't end in time)."""
+        if self._ended:
+            return
+        self._ended = True
         process = self._process
         assert process.stdin is not None
         assert process.stdout is not None
-        with contextlib.suppress(OSError):
-            process.stdin.close()
         if kill:
             process.kill()
+        with contextlib.suppress(OSError):
+            process.stdin.close()
         try:
             process.wait(self._timeout_s)
         except subprocess.TimeoutExpired:
@@ -123,16 +183,16 @@ def _read_exactly(stream: IO[bytes], size: int) -> bytes | None:
 
 
 def main(argv: list[str]) -> int:
-    """The child: write each event received; flush or close when told; stop at the end of stdin."""
+    """The child: write each batch received; flush or close when told; stop at the end of stdin."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C hits the process group; the parent decides
-    log_dir, flush_secs, max_queue = argv[0], float(argv[1]), int(argv[2])
+    with contextlib.suppress(OSError):  # background work: training gets the cores first
+        os.nice(10)
+    log_dir, flush_secs = argv[0], float(argv[1])
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     try:
-        from tensorboard.compat.proto.event_pb2 import Event
-        from tensorboard.compat.proto.summary_pb2 import Summary
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-        writer = EventFileWriter(log_dir, max_queue_size=max_queue, flush_secs=flush_secs)
+        writer = EventFileWriter(log_dir, flush_secs=flush_secs)
     except Exception as error:
         stdout.write(f"{type(error).__name__}: {error}\n".encode())
         stdout.flush()
@@ -146,8 +206,8 @@ def main(argv: list[str]) -> int:
             if frame is None:  # the training process is gone: keep what it sent
                 break
             kind = frame[:1]
-            if kind == _SCALARS:
-                writer.add_event(scalar_event(Event, Summary, *marshal.loads(frame[1:])))
+            if kind == _POINTS:
+                write_batch(writer, marshal.loads(frame[1:]))
             elif kind == _FLUSH:
                 writer.flush()
                 stdout.write(b"ok\n")
@@ -156,11 +216,9 @@ def main(argv: list[str]) -> int:
                 break
     finally:
         writer.close()
-        try:
+        with contextlib.suppress(OSError):
             stdout.write(b"ok\n")
             stdout.flush()
-        except OSError:
-            pass
     return 0
 
 

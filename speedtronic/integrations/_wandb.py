@@ -1,4 +1,4 @@
-"""``WandbHook``: every delivered event becomes one row of a W&B run, plotted against ``step``."""
+"""``WandbHook``: every delivered event becomes one row of a W&B run, ``<event>/<key>`` against ``step``."""
 
 from __future__ import annotations
 
@@ -7,36 +7,54 @@ import os
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from speedtronic.integrations._names import metric_name
 from speedtronic.lifecycle import close_loggers_first_at_exit
 from speedtronic.processors.convert import to_python, unique_key
 
 __all__ = ["WandbHook"]
 
-# W&B fills these itself; a payload key with one of these names would be overwritten or would move
-# the row, so it is logged as ``payload_step`` etc. instead (like the core's ``payload_event``).
-_RESERVED = frozenset({"_step", "_runtime", "_timestamp", "_wandb"})
+STEP = "step"
+"""The one x-axis of every metric the hook logs: the training step."""
 
 
 class _Run(Protocol):
     """The part of ``wandb.Run`` the hook uses."""
 
+    @property
+    def config(self) -> Any: ...
     def log(self, data: dict[str, Any]) -> None: ...
     def define_metric(self, name: str, step_metric: str | None = None) -> Any: ...
     def finish(self, exit_code: int | None = None) -> None: ...
 
 
+def _step_of(value: Any) -> int | None:
+    """An event's training step: an int (a 0-d tensor's value included), else ``None``."""
+    value = to_python(value)
+    return value if type(value) is int else None
+
+
 class WandbHook:
-    """Logs each event to a W&B run as ``{**payload, "event": event}``; ``close()`` finishes the run.
+    """Logs each event to a W&B run as one row of metrics ``<event>/<key>``; ``close()`` finishes the run.
 
-    Keys are the payload's own, flat, as the original design logged them. The hook never passes
-    ``step=`` to ``run.log``: W&B's own ``_step`` counts rows, so an ``outer_step`` logged between
-    train steps (or a step that goes back after a resume) is never dropped by W&B's monotonic-step
-    rule. Instead the payload's ``step`` is the charts' x-axis (``define_metric("*",
-    step_metric="step")``); a row without ``step`` is plotted at the last step seen.
+    **Metric names: ``<event>/<key>``**, for every event (``train_step/loss``, ``eval/loss``,
+    ``checkpoint/save_s``), so no two events ever share a metric, its chart or its summary value,
+    and W&B groups each event's charts in a section of its own. The key is the payload's own
+    (non-string keys become strings, as in the JSONL record); an event name's ``/`` and ``%`` are
+    written ``%2F`` and ``%25``, so the first ``/`` always ends the event: event ``eval`` with key
+    ``val/loss`` is ``eval/val/loss``, event ``eval/val`` with key ``loss`` is ``eval%2Fval/loss``
+    (the same names as ``TensorboardHook``'s tags). W&B's own keys (``_step``, ``_runtime``...) can't
+    be hit: a payload ``_step`` is ``<event>/_step``.
 
-    Nothing is lost to W&B's key rules: non-string keys become strings (as in the JSONL record), and
-    the keys W&B fills itself (``_step``, ``_runtime``, ``_timestamp``, ``_wandb``) are logged as
-    ``payload_step`` etc.
+    **One x-axis, ``step``**: every row carries ``step``, the payload's integer ``step`` (then not
+    repeated as ``<event>/step``), else the last step seen (0 before the first), and every metric is
+    plotted against it (``define_metric("*", step_metric="step")``). The hook never passes ``step=``
+    to ``run.log``: W&B's own ``_step`` counts rows, so an ``outer_step`` between train steps, or a
+    step that goes back after a resume, is never dropped by W&B's monotonic-step rule.
+
+    **The run's config** is ``train_start``'s ``config`` (``speedtronic train`` puts the run's
+    resolved config there): ``run.config.update(config)``, not a history column. Values go as
+    Python numbers (tensors converted); NaN and infinities as floats, which W&B records as ``NaN``,
+    ``Infinity`` and ``-Infinity``. The summary holds each metric's last value.
 
     Args:
         project: W&B project for the run this hook creates with ``wandb.init(project=...,
@@ -74,8 +92,9 @@ class WandbHook:
         self.run: _Run = run
         """The W&B run the events go to (public: finish it, add config, log your own values)."""
         self._finish = created if finish is None else finish
-        self.run.define_metric("step")
-        self.run.define_metric("*", step_metric="step")
+        self.run.define_metric(STEP)
+        self.run.define_metric("*", step_metric=STEP)
+        self._step = 0
         self._training = False
         self._closed = False
         self._pid = os.getpid()
@@ -83,14 +102,22 @@ class WandbHook:
         close_loggers_first_at_exit()  # a logger still holding events for this hook closes first
 
     def on_event(self, event: str, payload: Mapping[Any, Any]) -> None:
-        """Log one row: the payload's values (tensors as numbers), plus ``"event"``."""
+        """Log one row: ``step`` and the payload's values as ``<event>/<key>`` (tensors as numbers)."""
         if self._closed:
             raise RuntimeError(f"WandbHook.on_event({event!r}) after close(); the run is finished")
-        row: dict[str, Any] = {}
+        step = _step_of(payload[STEP]) if STEP in payload else None
+        keys: dict[str, Any] = {}
         for key, value in payload.items():
-            name = unique_key(row, key)
-            row[unique_key(row, "payload" + name) if name in _RESERVED else name] = to_python(value)
-        row["event"] = event
+            if key == STEP and step is not None:
+                continue
+            if key == "config" and event == "train_start" and isinstance(value, Mapping):
+                self.run.config.update(to_python(value), allow_val_change=True)
+                continue
+            keys[unique_key(keys, key)] = to_python(value)
+        if step is not None:
+            self._step = step
+        row = {metric_name(event, key): value for key, value in keys.items()}
+        row[STEP] = self._step
         if event == "train_start":
             self._training = True
         elif event == "train_end":

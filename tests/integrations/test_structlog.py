@@ -1,8 +1,9 @@
 """StructlogHook into an application's own structlog setup, and speedtronic's processors in an app's chain.
 
 The app setups are stock ones, built here with ``structlog.wrap_logger`` (never ``structlog.configure``):
-a JSON chain (contextvars, ``add_log_level``, ``TimeStamper``, ``JSONRenderer``) and stdlib logging
-with ``structlog.stdlib.ProcessorFormatter`` on a logger of the tests' own.
+a JSON chain (contextvars, ``add_log_level``, ``TimeStamper``, ``JSONRenderer``), stdlib logging with
+``structlog.stdlib.ProcessorFormatter`` on a logger of the tests' own, and structlog's other stdlib
+route, ``render_to_log_kwargs`` into a stdlib logger whose formatter adds the record's extras.
 """
 
 from __future__ import annotations
@@ -10,7 +11,12 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -111,6 +117,85 @@ def stdlib_app() -> Iterator[tuple[Any, io.StringIO, logging.Logger]]:
         stdlib_logger.setLevel(logging.NOTSET)
 
 
+@pytest.fixture
+def kwargs_app() -> Iterator[tuple[Any, io.StringIO, logging.Logger]]:
+    """structlog's stdlib route: ``render_to_log_kwargs`` hands each event to a stdlib logger as
+    ``msg`` and ``extra``; the handler's ProcessorFormatter adds the extras back (``ExtraAdder``) and
+    renders the exception with ``dict_tracebacks``."""
+    output = io.StringIO()
+    handler = logging.StreamHandler(output)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[
+                structlog.stdlib.ExtraAdder(),
+                structlog.stdlib.add_log_level,
+                structlog.stdlib.add_logger_name,
+            ],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.dict_tracebacks,
+                structlog.processors.JSONRenderer(),
+            ],
+        )
+    )
+    stdlib_logger = logging.getLogger("speedtronic_tests.kwargs_app")
+    stdlib_logger.addHandler(handler)
+    stdlib_logger.setLevel(logging.INFO)
+    stdlib_logger.propagate = False
+    logger = structlog.wrap_logger(
+        stdlib_logger,
+        wrapper_class=structlog.stdlib.BoundLogger,
+        processors=[
+            structlog.stdlib.filter_by_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.stdlib.render_to_log_kwargs,
+        ],
+    )
+    try:
+        yield logger, output, stdlib_logger
+    finally:
+        stdlib_logger.removeHandler(handler)
+        stdlib_logger.propagate = True
+        stdlib_logger.setLevel(logging.NOTSET)
+
+
+def filtering_app(level: int, *extra: Any) -> tuple[Any, io.StringIO]:
+    """An app whose logger is ``structlog.make_filtering_bound_logger(level)``: JSON lines into a buffer."""
+    output = io.StringIO()
+    logger = structlog.wrap_logger(
+        structlog.PrintLogger(output),
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        processors=[structlog.processors.add_log_level, *extra, structlog.processors.JSONRenderer()],
+    )
+    return logger, output
+
+
+def raised_error() -> ZeroDivisionError:
+    """A ZeroDivisionError that was raised, so it has a traceback."""
+    try:
+        1 / 0  # noqa: B018  # the point is the exception
+    except ZeroDivisionError as error:
+        return error
+    raise AssertionError("1 / 0 did not raise")
+
+
+ALERTS: list[tuple[str, dict[str, Any], str | None]] = [
+    ("train_step", {"step": 1, "loss": 1.0}, None),
+    ("ooo_backprop", {"enabled": False, "reason": "off"}, "debug"),
+    ("my_alert", {"value": 3}, "error"),
+    ("shape_warning", {"field": "hidden", "value": 1000, "suggested": 1024}, None),
+    ("quiet_note", {"value": 1}, "warning"),
+    ("train_end", {"step": 1}, "critical"),
+]
+"""Events and the level each is emitted with (None: the catalog's)."""
+
+
+def emit_alerts(hook: StructlogHook, **options: Any) -> None:
+    with MetricLogger(stream=io.StringIO(), hooks=[hook], **options) as metrics:
+        for event, payload, level in ALERTS:
+            metrics.emit(event, payload, level=level)
+
+
 def assert_clashing_keys_kept(record: dict[str, Any]) -> None:
     """Every CLASHING key arrived as payload_<key>, with its value as given."""
     for key, value in CLASHING.items():
@@ -170,6 +255,141 @@ class TestReservedKeys:
             "_record", "_from_structlog", "positional_args", "_speedtronic",
         }
         assert structlog_names <= StructlogHook.RESERVED_KEYS
+
+
+class TestLevel:
+    """The record's level is the method the hook calls (relies on the logger passing ``level=``)."""
+
+    def test_a_structlog_app_filtering_at_warning_gets_what_it_asked_for(self) -> None:
+        """make_filtering_bound_logger(WARNING): info and debug events dropped, emit's level kept."""
+        logger, output = filtering_app(logging.WARNING)
+        emit_alerts(StructlogHook(logger))
+        assert [(r["event"], r["level"]) for r in records(output)] == [
+            ("my_alert", "error"), ("shape_warning", "warning"), ("quiet_note", "warning"),
+            ("train_end", "critical"),
+        ]
+
+    def test_a_debug_event_arrives_at_debug(self) -> None:
+        """ooo_backprop, emitted at debug, is a debug call: kept at DEBUG, its level named so."""
+        logger, output = filtering_app(logging.DEBUG)
+        emit_alerts(StructlogHook(logger))
+        assert [(r["event"], r["level"]) for r in records(output)] == [
+            ("train_step", "info"), ("ooo_backprop", "debug"), ("my_alert", "error"),
+            ("shape_warning", "warning"), ("quiet_note", "warning"), ("train_end", "critical"),
+        ]
+
+    def test_a_stdlib_app_filtering_at_warning_gets_what_it_asked_for(
+        self, stdlib_app: tuple[Any, io.StringIO, logging.Logger]
+    ) -> None:
+        """Through stdlib logging (filter_by_level, a logger at WARNING): the same events survive."""
+        logger, output, stdlib_logger = stdlib_app
+        stdlib_logger.setLevel(logging.WARNING)
+        emit_alerts(StructlogHook(logger))
+        assert [(r["event"], r["level"]) for r in records(output)] == [
+            ("my_alert", "error"), ("shape_warning", "warning"), ("quiet_note", "warning"),
+            ("train_end", "critical"),
+        ]
+
+    def test_levels_survive_background_hooks(self) -> None:
+        """With background_hooks=True the worker thread calls the hook at the record's level too."""
+        logger, output = filtering_app(logging.WARNING)
+        emit_alerts(StructlogHook(logger), background_hooks=True)
+        assert [(r["event"], r["level"]) for r in records(output)] == [
+            ("my_alert", "error"), ("shape_warning", "warning"), ("quiet_note", "warning"),
+            ("train_end", "critical"),
+        ]
+
+    def test_called_without_a_level_the_hook_uses_the_catalogs(self) -> None:
+        """on_event(event, payload) alone: warning for shape_warning, info for an unknown event."""
+        with structlog.testing.capture_logs() as captured:
+            hook = StructlogHook()
+            hook.on_event("shape_warning", {"field": "hidden"})
+            hook.on_event("delta_upload_failed", {"error": "timeout"})
+            hook.on_event("my_alert", {"value": 3})
+            hook.on_event("my_alert", {"value": 4}, level="critical")
+        assert [(e["event"], e["log_level"]) for e in captured] == [
+            ("shape_warning", "warning"), ("delta_upload_failed", "error"), ("my_alert", "info"),
+            ("my_alert", "critical"),
+        ]
+
+
+class TestStdlibRoute:
+    def test_every_log_record_name_reaches_the_app_renamed(
+        self, kwargs_app: tuple[Any, io.StringIO, logging.Logger]
+    ) -> None:
+        """Each attribute of a real LogRecord (and message, asctime) as a payload key: no KeyError from
+        makeRecord, the event logged, the value under payload_<key>."""
+        logger, output, _ = kwargs_app
+        record = logging.LogRecord("name", logging.INFO, "path", 1, "msg", (), None)
+        names = sorted({*vars(record), "message", "asctime"})
+        assert {"name", "args", "msg", "levelname", "created", "module", "stack_info"} <= set(names)
+        with MetricLogger(stream=io.StringIO(), hooks=[StructlogHook(logger)], strict_hooks=True) as metrics:
+            metrics.emit("model_info", {"step": 7, **{name: f"value of {name}" for name in names}})
+            metrics.emit("train_step", {"step": 8, "name": "resnet", "args": [1, 2], "loss": 0.5})
+
+        first, second = records(output)
+        assert (first["event"], first["step"], first["logger"]) == (
+            "model_info", 7, "speedtronic_tests.kwargs_app"
+        )
+        for name in names:
+            assert first[f"payload_{name}"] == f"value of {name}", name
+        assert (second["payload_name"], second["payload_args"], second["loss"]) == ("resnet", [1, 2], 0.5)
+
+    def test_every_log_record_name_is_reserved(self) -> None:
+        """StructlogHook.RESERVED_KEYS holds every name stdlib logging refuses in extra."""
+        record = logging.LogRecord("name", logging.INFO, "path", 1, "msg", (), None)
+        assert {*vars(record), "message", "asctime"} <= StructlogHook.RESERVED_KEYS
+
+    def test_an_exception_keeps_its_traceback_through_stdlib(
+        self, kwargs_app: tuple[Any, io.StringIO, logging.Logger]
+    ) -> None:
+        """exc_info reaches the stdlib record: the app's dict_tracebacks renders type, message, frames."""
+        logger, output, _ = kwargs_app
+        StructlogHook(logger).on_event("my_alert", {"error": raised_error()}, level="error")
+        [record] = records(output)
+        assert record["error"] == "ZeroDivisionError: division by zero"
+        [exception] = record["exception"]
+        assert (exception["exc_type"], exception["exc_value"]) == ("ZeroDivisionError", "division by zero")
+        assert exception["frames"][-1]["name"] == "raised_error"
+
+
+class TestExceptions:
+    def test_dict_tracebacks_renders_the_first_exception(self) -> None:
+        """The app's dict_tracebacks gets exc_info: type, message and the frames it was raised in."""
+        logger, output = filtering_app(logging.INFO, structlog.processors.dict_tracebacks)
+        with MetricLogger(stream=io.StringIO(), hooks=[StructlogHook(logger)]) as metrics:
+            metrics.emit("delta_upload_failed", {"local_step": 2, "error": raised_error()})
+
+        [record] = records(output)
+        assert (record["level"], record["error"]) == ("error", "ZeroDivisionError: division by zero")
+        [exception] = record["exception"]
+        assert (exception["exc_type"], exception["exc_value"]) == ("ZeroDivisionError", "division by zero")
+        assert [frame["name"] for frame in exception["frames"]] == ["raised_error"]
+
+    def test_format_exc_info_writes_the_traceback(self, json_app: tuple[Any, io.StringIO]) -> None:
+        """The app's format_exc_info gets the traceback text; an unraised one is its last line alone."""
+        logger, output = json_app
+        hook = StructlogHook(logger)
+        hook.on_event("my_alert", {"error": raised_error(), "other": KeyError("k")}, level="error")
+        hook.on_event("my_alert", {"error": ValueError("never raised")}, level="error")
+
+        first, second = records(output)
+        assert first["exception"].startswith("Traceback (most recent call last):")
+        assert first["exception"].endswith("ZeroDivisionError: division by zero")
+        assert (first["error"], first["other"]) == ("ZeroDivisionError: division by zero", "KeyError: 'k'")
+        assert (second["error"], second["exception"]) == (
+            "ValueError: never raised", "ValueError: never raised"
+        )
+
+    def test_a_payload_exc_info_key_is_not_taken_for_the_exception(self) -> None:
+        """A payload key exc_info is payload_exc_info; exc_info is the exception's own."""
+        error = raised_error()
+        with structlog.testing.capture_logs() as captured:
+            StructlogHook(strict_json=False).on_event("my_alert", {"exc_info": False, "error": error})
+        assert captured == [
+            {"event": "my_alert", "log_level": "info", "payload_exc_info": False,
+             "error": "ZeroDivisionError: division by zero", "exc_info": error}
+        ]
 
 
 class TestNonFinite:
@@ -255,3 +475,41 @@ class TestProcessorsInTheApplicationsChain:
         log.info("train_step", step=10, loss=torch.tensor(0.5))
         [record] = records(output)
         assert (record["event"], record["step"], record["loss"]) == ("train_step", 10, 0.5)
+
+
+class TestUnderTheCLI:
+    def test_one_console_line_per_event_and_the_text_log_in_train_log(self, tmp_path: Path) -> None:
+        """`speedtronic train` with {type: structlog}: stdout holds structlog's lines only, each event
+        once; the text log is in {run_dir}/train.log, which the summary names."""
+        run_dir = tmp_path / "run"
+        (tmp_path / "config.yaml").write_text(
+            "train: {steps: 6, checkpoint_every: 0, batch_size: 8, device: cpu}\n"
+            "logging: {every_steps: 2, hooks: [{type: structlog}]}\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-m", "speedtronic", "train", "--config", "config.yaml",
+             "--run-dir", str(run_dir)],
+            cwd=tmp_path, capture_output=True, text=True, timeout=300,
+            env={**os.environ, "OMP_NUM_THREADS": "1", "NO_COLOR": "1"},
+        )
+        assert done.returncode == 0, done.stderr
+        console = done.stdout.splitlines()
+        assert " | INFO | " not in done.stdout  # no text log line on the console
+        steps = [line for line in console if re.search(r"\btrain_step\b", line)]
+        assert len(steps) == 3  # steps 2, 4, 6: one line each
+        assert all("[info     ]" in line for line in steps)  # structlog's ConsoleRenderer
+        assert sum(bool(re.search(r"\btrain_end\b", line)) for line in console) == 1
+        text_log = (run_dir / "train.log").read_text().splitlines()
+        assert sum(" | INFO | train_step " in line for line in text_log) == 3
+        assert str(run_dir / "train.log") in done.stderr
+
+    def test_a_config_that_names_the_text_log_file_keeps_it(self, tmp_path: Path) -> None:
+        """logging.file given: the text log goes there, and nothing goes to train.log."""
+        from speedtronic.commands.train import with_structlog_console
+
+        config = {"logging": {"file": "my.log", "hooks": [{"type": "structlog"}]}}
+        assert with_structlog_console(config) is config
+        plain = {"logging": {"file": None, "hooks": [{"type": "tensorboard"}]}}
+        assert with_structlog_console(plain) is plain
+        moved = with_structlog_console({"logging": {"file": None, "hooks": [{"type": "structlog"}]}})
+        assert moved["logging"]["file"] == "{run_dir}/train.log"

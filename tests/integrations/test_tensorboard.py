@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import math
 import signal
 import subprocess
 import sys
@@ -50,29 +51,58 @@ TRAIN_STEP = {
 
 
 class TestTagSet:
-    def test_the_default_writes_what_a_person_plots(self, log_dir: Path) -> None:
-        """Training and outer-loop metrics, memory and the user's own events; no settings or elapsed_s."""
+    def test_the_default_writes_every_number_of_every_event(self, log_dir: Path) -> None:
+        """Every int and float of every event (keys the hook never heard of too), step as the x-axis;
+        strings and bools skipped."""
         with MetricLogger(stream=io.StringIO()) as logger:
             logger.hooks.append(TensorboardHook(log_dir))
             logger.emit("train_start", {"start_step": 0, "target_step": 4, "device": "cpu",
                                         "precision": "fp32", "grad_accum": 1, "parameters": 1000})
-            logger.emit("train_step", {**TRAIN_STEP, "loss": torch.tensor(0.5)})
+            logger.emit("train_step", {**TRAIN_STEP, "loss": torch.tensor(0.5), "epoch": 1,
+                                       "learning_rate": 0.001})
             logger.emit("checkpoint", {"step": 2, "path": "ckpt/step_2.pt", "save_s": 0.1})
-            logger.emit("outer_step", {"outer_step": 1, "candidates": 2, "included": 2, "step": 2, "lag": 0})
-            logger.emit("eval", {"step": 2, "val_loss": 0.75, "split": "val"})
-            logger.emit("train_end", {"step": 2, "steps_run": 2, "duration_s": 1.0, "final_loss": 0.5})
+            logger.emit("eval", {"step": 2, "val_loss": 0.75, "split": "val", "best": True})
 
         points = scalars(log_dir)
         assert set(points) == {
-            "train_step/loss", "train_step/lr", "train_step/grad_norm", "train_step/samples_per_s",
-            "train_step/tokens_per_s", "train_step/memory_bytes", "outer_step/included", "outer_step/lag",
-            "eval/val_loss",
+            *(f"train_start/{key}" for key in ("start_step", "target_step", "grad_accum", "parameters",
+                                               "elapsed_s")),
+            *(f"train_step/{key}" for key in TRAIN_STEP if key != "step"),
+            "train_step/epoch", "train_step/learning_rate", "train_step/elapsed_s",
+            "checkpoint/save_s", "checkpoint/elapsed_s", "eval/val_loss", "eval/elapsed_s",
         }
         assert points["train_step/loss"] == [(2, 0.5)]
-        assert points["train_step/memory_bytes"] == [(2, 4096.0)]
-        assert points["outer_step/included"] == [(2, 2.0)]
+        assert points["train_step/epoch"] == [(2, 1.0)]
+        assert points["train_step/learning_rate"] == [(2, pytest.approx(0.001))]
+        assert points["train_start/parameters"] == [(0, 1000.0)]  # no step: the event's counter
         assert points["eval/val_loss"] == [(2, 0.75)]
         assert len(event_files(log_dir)) == 1
+
+    def test_skip_is_the_opt_out_list(self, log_dir: Path) -> None:
+        """skip= names keys never written where every number is; explicit key lists ignore it."""
+        hook = TensorboardHook(log_dir, skip={"step", "elapsed_s", "memory_bytes"},
+                               events={"checkpoint": ["save_s", "elapsed_s"], "*": None})
+        hook.on_event("train_step", {**TRAIN_STEP, "elapsed_s": 1.0})
+        hook.on_event("checkpoint", {"step": 2, "save_s": 0.5, "elapsed_s": 1.5})
+        hook.close()
+        points = scalars(log_dir)
+        assert set(points) == {
+            *(f"train_step/{key}" for key in TRAIN_STEP if key not in ("step", "memory_bytes")),
+            "checkpoint/save_s", "checkpoint/elapsed_s",
+        }
+
+    def test_tags_of_different_events_never_collide(self, log_dir: Path) -> None:
+        """Event eval with key val/loss and event eval/val with key loss: two tags (the event's / escaped)."""
+        hook = TensorboardHook(log_dir)
+        hook.on_event("eval", {"step": 1, "val/loss": 0.5})
+        hook.on_event("eval/val", {"step": 1, "loss": 0.25})
+        hook.on_event("100%", {"step": 1, "done": 1})
+        hook.on_event("100%2F", {"step": 1, "done": 2})
+        hook.close()
+        assert scalars(log_dir) == {
+            "eval/val/loss": [(1, 0.5)], "eval%2Fval/loss": [(1, 0.25)],
+            "100%25/done": [(1, 1.0)], "100%252F/done": [(1, 2.0)],
+        }
 
     def test_events_chooses_exactly_what_is_written(self, log_dir: Path) -> None:
         """events={"train_step": ["loss"], "eval": None}: those keys, every number of eval, nothing else."""
@@ -81,25 +111,9 @@ class TestTagSet:
         hook.on_event("eval", {"step": 2, "val_loss": 0.75, "accuracy": 0.5, "elapsed_s": 3.0})
         hook.on_event("my_event", {"step": 2, "value": 1.0})
         hook.close()
-        assert set(scalars(log_dir)) == {"train_step/loss", "eval/val_loss", "eval/accuracy"}
-
-    def test_the_default_can_be_extended(self, log_dir: Path) -> None:
-        """{**TensorboardHook.DEFAULT_EVENTS, "checkpoint": ["save_s"]} adds one curve to the default."""
-        hook = TensorboardHook(log_dir, events={**TensorboardHook.DEFAULT_EVENTS, "checkpoint": ["save_s"]})
-        hook.on_event("checkpoint", {"step": 10, "path": "c.pt", "save_s": 0.5})
-        hook.on_event("train_step", TRAIN_STEP)
-        hook.close()
-        points = scalars(log_dir)
-        assert points["checkpoint/save_s"] == [(10, 0.5)]
-        assert "train_step/loss" in points
-
-    def test_star_none_writes_every_number_of_every_event(self, log_dir: Path) -> None:
-        """events={"*": None}: every event's numbers but step, elapsed_s and memory_bytes."""
-        hook = TensorboardHook(log_dir, events={"*": None})
-        hook.on_event("train_start", {"target_step": 4, "parameters": 1000, "device": "cpu",
-                                      "elapsed_s": 0.1})
-        hook.close()
-        assert set(scalars(log_dir)) == {"train_start/target_step", "train_start/parameters"}
+        assert set(scalars(log_dir)) == {
+            "train_step/loss", "eval/val_loss", "eval/accuracy", "eval/elapsed_s"
+        }
 
 
 class TestTensorboardHook:
@@ -246,13 +260,13 @@ def stalled(
     """A hook whose event file writer hangs (a stalled disk) until the returned event is set."""
     hook = TensorboardHook(log_dir, max_queue=3)
     release = threading.Event()
-    write = hook._writer.add_scalars  # the one fault injected: the writer thread's call into the file
+    write = hook._writer.write  # the one fault injected: the writer thread's call into the writer
 
     def hang(*args: Any) -> None:
         release.wait()
         write(*args)
 
-    monkeypatch.setattr(hook._writer, "add_scalars", hang)
+    monkeypatch.setattr(hook._writer, "write", hang)
     yield hook, release
     release.set()
     hook.close()
@@ -268,11 +282,11 @@ class TestHandOff:
             for step in range(1, 21):
                 hook.on_event("train_step", {"step": step, "loss": 1.0})
         assert len(warned) == 1
-        assert hook.dropped in (16, 17)  # the writer may or may not have taken the first event yet
+        assert hook.dropped == 17  # events the writer holds count, taken or not
         release.set()
         hook.close()
         steps = [step for step, _ in scalars(log_dir)["train_step/loss"]]
-        assert steps == list(range(1, 21 - hook.dropped))
+        assert steps == [1, 2, 3]
 
     def test_flush_gives_up_after_its_timeout(self, stalled: tuple[TensorboardHook, threading.Event]) -> None:
         """flush(timeout_s=) raises TimeoutError instead of waiting on a stalled writer forever."""
@@ -293,14 +307,16 @@ class TestHandOff:
         def disk_full(*args: Any) -> None:
             raise OSError(28, "No space left on device")
 
-        monkeypatch.setattr(hook._writer, "add_scalars", disk_full)
-        with MetricLogger(stream=io.StringIO(), hooks=[hook]) as logger, warnings.catch_warnings():
+        monkeypatch.setattr(hook._writer, "write", disk_full)
+        with warnings.catch_warnings(), MetricLogger(stream=io.StringIO(), hooks=[hook]) as logger:
             warnings.simplefilter("ignore")
             logger.emit("train_step", {"step": 1, "loss": 1.0})
             while hook.pending:  # the writer thread has tried the first event
                 time.sleep(0.01)
             logger.emit("train_step", {"step": 2, "loss": 1.0})
             assert sum(logger.hook_errors.values()) == 1
+        assert hook.dropped == 2  # step 1, and step 2 that close() tried to write
+        assert logger.hook_errors["TensorboardHook"] == 2  # the second at close
 
     def test_a_hook_never_closed_is_written_at_exit(self, log_dir: Path) -> None:
         """A script that forgets close(): every point reaches the file when the interpreter exits."""
@@ -330,19 +346,21 @@ class TestDefaults:
 
 
 class TestWriterProcess:
-    """TensorboardHook(process=True): the same file, written by a child interpreter."""
+    """The default writer process against TensorboardHook(process=False): the same file."""
 
     def test_same_points_as_the_in_process_writer(self, tmp_path: Path) -> None:
         """Both writers give EventAccumulator the same tags, steps and values; one file each."""
         events = [("train_step", {"step": s, "loss": 1.0 / s, "lr": 0.1}) for s in range(1, 30)]
         events.append(("outer_step", {"outer_step": 1, "deltas_included": 2}))
+        events.append(("eval/val", {"step": 29, "loss": float("inf"), "huge": -(2**1100)}))
         for process in (False, True):
-            with MetricLogger(stream=io.StringIO(), hooks=[TensorboardHook(tmp_path / str(process),
-                                                                           process=process)]) as lg:
-                for event, payload in events:
-                    lg.emit(event, payload)
+            hook = TensorboardHook(tmp_path / str(process), process=process)
+            for event, payload in events:
+                hook.on_event(event, payload)
+            hook.close()
         assert scalars(tmp_path / "True") == scalars(tmp_path / "False")
         assert scalars(tmp_path / "True")["train_step/loss"][0] == (1, 1.0)
+        assert scalars(tmp_path / "True")["eval%2Fval/huge"] == [(29, -math.inf)]
         assert len(event_files(tmp_path / "True")) == 1
 
     def test_flush_makes_points_readable_before_close(self, log_dir: Path) -> None:
@@ -401,15 +419,39 @@ class TestWriterProcess:
         assert marker.read_text() == "ran\n"
 
 
-def test_a_writer_process_that_cant_start_leaves_nothing_running(tmp_path: Path) -> None:
-    """A log_dir that is a file: the error names the writer process, and no child is left behind."""
+def test_a_log_dir_that_cant_be_created_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    """A log_dir that is a file: ValueError naming it, and no writer process left behind."""
     import gc
-    import warnings
 
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")
     with warnings.catch_warnings():
         warnings.simplefilter("error", ResourceWarning)
-        with pytest.raises(RuntimeError, match="TensorBoard writer process failed at start"):
-            TensorboardHook(blocker, process=True)
+        with pytest.raises(ValueError, match=r"TensorboardHook\(log_dir=.*not-a-dir'\): can't create it"):
+            TensorboardHook(blocker)
         gc.collect()
+
+
+class TestAFailedWriter:
+    def test_a_killed_writer_process_is_counted_and_training_goes_on(self, log_dir: Path) -> None:
+        """The writer process killed mid-run: the logger counts the failure, emit never raises, the
+        lost events are in dropped, and close() returns at once instead of waiting on the dead child."""
+        hook = TensorboardHook(log_dir)
+        hook.on_event("train_step", {"step": 1, "loss": 1.0})
+        hook.flush()  # the child is up and has written step 1
+        hook._writer._process.kill()  # type: ignore[union-attr]  # the one fault: the child dies
+        hook._writer._process.wait()  # type: ignore[union-attr]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            logger = MetricLogger(stream=io.StringIO(), hooks=[hook])
+            for step in range(2, 40):
+                logger.emit("train_step", {"step": step, "loss": 1.0 / step})
+                if step == 2:
+                    while hook.pending:  # the writer thread has tried to send step 2
+                        time.sleep(0.01)
+            started = time.monotonic()
+            logger.close()
+        assert time.monotonic() - started < hook.timeout_s
+        assert logger.hook_errors["TensorboardHook"] >= 1
+        assert hook.dropped >= 1
+        assert scalars(log_dir)["train_step/loss"] == [(1, 1.0)]

@@ -8,6 +8,7 @@ main one is shared by the module.
 from __future__ import annotations
 
 import io
+import math
 import os
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote
 
 import pytest
 import torch
@@ -51,21 +53,36 @@ def make_hook(wandb_dir: Path, **kwargs: Any) -> WandbHook:
     return WandbHook(PROJECT, dir=str(wandb_dir), mode="offline", **kwargs)
 
 
+CONFIG = {"lr": 0.1, "model": {"hidden": 8}, "hooks": [{"type": "wandb"}]}
+
+
+def events_of(run: WandbOfflineRun) -> list[str]:
+    """Each row's event, read from its metric names (``<event>/<key>``; the event part escaped)."""
+    return [
+        unquote({key.split("/", 1)[0] for key in row if "/" in key and not key.startswith("_")}.pop())
+        for row in run.history
+    ]
+
+
 @pytest.fixture(scope="module")
 def logged(wandb_dir: Path) -> Logged:
     """A training run's events through a MetricLogger (every_steps=2) into one W&B run, then closed."""
     hook = make_hook(wandb_dir)
     with MetricLogger(stream=io.StringIO(), every_steps=2) as logger:
         logger.hooks.append(hook)
-        logger.emit("train_start", {"start_step": 0, "target_step": 4})
+        logger.emit("train_start", {"start_step": 0, "target_step": 4, "config": CONFIG})
         logger.emit("train_step", {"step": 1, "loss": torch.tensor(1.0)})
         logger.emit("train_step", {"step": 2, "loss": torch.tensor(0.5), "lr": 0.1})
+        logger.emit("eval", {"step": 2, "loss": 0.75, "val/loss": 0.8})
+        logger.emit("eval/val", {"step": 2, "loss": 0.7})
         logger.emit("outer_step", {"outer_step": 1, "deltas_included": 3})
         logger.emit("train_step", {"step": 4, "loss": torch.tensor(0.25), "lr": 0.1})
-        logger.emit("checkpoint", {"step": 4, "path": "ckpt/step_4.pt"})
-        logger.emit("odd_keys", {"_step": 99, 1: "one", "nested": {"a": 1}})
+        logger.emit("train_step", {"step": 6, "loss": torch.tensor(float("nan")), "grad_norm": float("inf"),
+                                   "lr": float("-inf")})
+        logger.emit("checkpoint", {"step": 6, "path": "ckpt/step_6.pt"})
+        logger.emit("odd_keys", {"_step": 99, "_runtime": 1, 1: "one", "nested": {"a": 1}})
         logger.emit("note", {"text": LONG_TEXT})
-        logger.emit("train_end", {"step": 4, "final_loss": 0.25})
+        logger.emit("train_end", {"step": 6, "final_loss": 0.25})
     return hook, read_wandb_run(run_dir(hook.run))
 
 
@@ -73,32 +90,65 @@ class TestLoggedRun:
     def test_every_delivered_event_is_one_row_in_order(self, logged: Logged) -> None:
         """Nothing is dropped: one row per delivered event (cadence applied), W&B's _step 0, 1, 2..."""
         _, run = logged
-        events = [row["event"] for row in run.history]
-        assert events == ["train_start", "train_step", "outer_step", "train_step", "checkpoint", "odd_keys",
-                          "note", "train_end"]
+        events = events_of(run)
+        assert events == ["train_start", "train_step", "eval", "eval/val", "outer_step", "train_step",
+                          "train_step", "checkpoint", "odd_keys", "note", "train_end"]
         assert [row["_step"] for row in run.history] == list(range(len(events)))
 
-    def test_values_and_the_training_step_reach_the_run(self, logged: Logged) -> None:
-        """Tensors arrive as numbers; step is logged; elapsed_s is in every row."""
+    def test_metrics_are_named_event_slash_key(self, logged: Logged) -> None:
+        """train_step's loss and eval's loss are two metrics; an event's '/' can't make a third collide."""
         _, run = logged
-        steps = [(row["step"], row["loss"], row["lr"]) for row in run.history if row["event"] == "train_step"]
-        assert steps == [(2, 0.5, 0.1), (4, 0.25, 0.1)]
-        assert all(isinstance(row["elapsed_s"], float) for row in run.history)
-        assert run.history[-1]["final_loss"] == 0.25
-        assert run.history[-2]["text"] == LONG_TEXT
+        losses = [(row["step"], row["train_step/loss"]) for row in run.history if "train_step/loss" in row]
+        assert losses[:2] == [(2, 0.5), (4, 0.25)]
+        [evaluation] = [row for row in run.history if "eval/loss" in row]
+        assert (evaluation["eval/loss"], evaluation["eval/val/loss"]) == (0.75, 0.8)
+        [sub] = [row for row in run.history if "eval%2Fval/loss" in row]
+        assert (sub["eval%2Fval/loss"], "eval/val/loss" in sub) == (0.7, False)
+        assert run.history[-1]["train_end/final_loss"] == 0.25
+        assert run.history[-2]["note/text"] == LONG_TEXT
+        assert all(isinstance(row[f"{quote(event, safe='')}/elapsed_s"], float)
+                   for event, row in zip(events_of(run), run.history, strict=True))
+        assert "event" not in {key for row in run.history for key in row}
 
-    def test_charts_plot_against_step(self, logged: Logged) -> None:
-        """step is the x-axis of every metric; an outer_step between train steps sits at the last step."""
+    def test_the_summary_holds_each_metrics_own_last_value(self, logged: Logged) -> None:
+        """The eval loss logged after a train step doesn't replace the train loss in the summary."""
+        _, run = logged
+        assert run.summary["eval/loss"] == 0.75
+        assert math.isnan(run.summary["train_step/loss"])
+        assert run.summary["train_step/lr"] == -math.inf
+        assert run.summary["eval%2Fval/loss"] == 0.7
+
+    def test_non_finite_values_reach_w_and_b_as_such(self, logged: Logged) -> None:
+        """NaN and infinities are logged as floats: W&B records NaN, Infinity, -Infinity."""
+        _, run = logged
+        [row] = [row for row in run.history if row.get("step") == 6 and "train_step/loss" in row]
+        assert math.isnan(row["train_step/loss"])
+        assert (row["train_step/grad_norm"], row["train_step/lr"]) == (math.inf, -math.inf)
+
+    def test_charts_plot_against_one_step_axis(self, logged: Logged) -> None:
+        """step is every metric's x-axis and in every row; a row without a step sits at the last step."""
         _, run = logged
         assert run.step_metrics == {"step": "", "*": "step"}
-        [outer] = [row for row in run.history if row["event"] == "outer_step"]
-        assert (outer["outer_step"], outer["deltas_included"], outer["step"]) == (1, 3, 2)
+        assert [row["step"] for row in run.history] == [0, 2, 2, 2, 2, 4, 6, 6, 6, 6, 6]
+        [outer] = [row for row in run.history if "outer_step/outer_step" in row]
+        assert (outer["outer_step/outer_step"], outer["outer_step/deltas_included"]) == (1, 3)
+        assert not any("train_step/step" in row for row in run.history)  # the axis, not a metric
 
-    def test_keys_w_and_b_would_lose_are_renamed(self, logged: Logged) -> None:
-        """A payload _step becomes payload_step (W&B's own _step untouched); non-string keys strings."""
+    def test_the_runs_config_is_train_starts_config(self, logged: Logged) -> None:
+        """train_start's config becomes run.config, not a history column."""
         _, run = logged
-        [row] = [row for row in run.history if row["event"] == "odd_keys"]
-        assert (row["payload_step"], row["_step"], row["1"], row["nested/a"]) == (99, 5, "one", 1)
+        assert {key: run.config[key] for key in CONFIG} == CONFIG
+        [start] = [row for row in run.history if "train_start/target_step" in row]
+        assert start["train_start/target_step"] == 4
+        assert not any(key.startswith("train_start/config") for key in start)
+
+    def test_w_and_bs_own_keys_are_untouched(self, logged: Logged) -> None:
+        """A payload _step is odd_keys/_step (not payload_step); W&B's _step still counts rows."""
+        _, run = logged
+        [row] = [row for row in run.history if "odd_keys/_step" in row]
+        assert (row["odd_keys/_step"], row["odd_keys/_runtime"], row["_step"]) == (99, 1, 8)
+        assert (row["odd_keys/1"], row["odd_keys/nested/a"]) == ("one", 1)
+        assert not any(key.startswith("payload") for key in row)
 
     def test_close_finished_the_run_with_exit_code_0(self, logged: Logged) -> None:
         """MetricLogger.close() finished the run; a finished training run exits with 0."""
@@ -121,14 +171,14 @@ class TestLifecycle:
         crashed.on_event("train_start", {"target_step": 100})
         crashed.on_event("train_step", {"step": 1, "loss": 2.0})
         explicit.on_event("train_start", {"target_step": 100})
-        explicit.on_event("train_end", {"step": 100})
+        explicit.on_event("train_end", {"step": 100, "final_loss": 0.5})
         crashed.close()
         explicit.close(exit_code=3)
 
         assert run_dir(crashed.run) != run_dir(explicit.run)
         first, second = read_wandb_run(run_dir(crashed.run)), read_wandb_run(run_dir(explicit.run))
-        assert [row["event"] for row in first.history] == ["train_start", "train_step"]
-        assert [row["event"] for row in second.history] == ["train_start", "train_end"]
+        assert events_of(first) == ["train_start", "train_step"]
+        assert events_of(second) == ["train_start", "train_end"]
         assert (first.exit_code, second.exit_code) == (1, 3)
 
     def test_a_run_passed_in_is_not_finished_by_the_hook(self, wandb_dir: Path) -> None:
@@ -141,8 +191,8 @@ class TestLifecycle:
         run.finish()
 
         recorded = read_wandb_run(run_dir(run))
-        assert [(row.get("event"), row.get("mine")) for row in recorded.history] == [("train_step", None),
-                                                                                    (None, 1)]
+        assert [(row.get("train_step/loss"), row.get("mine")) for row in recorded.history] == [(0.5, None),
+                                                                                              (None, 1)]
         assert recorded.exit_code == 0
 
     def test_run_and_project_together_are_refused(self) -> None:
@@ -171,5 +221,33 @@ class TestLifecycle:
         assert "HookFailureWarning" not in result.stderr.decode()  # finished cleanly, before W&B's teardown
 
         recorded = read_wandb_run(Path(record.read_text()).parent)
-        assert [row["event"] for row in recorded.history] == ["train_start", "train_step"]
+        assert events_of(recorded) == ["train_start", "train_step"]
         assert recorded.exit_code == 1
+
+
+class TestUnderTheCLI:
+    def test_speedtronic_train_records_the_runs_config(self, wandb_dir: Path, tmp_path: Path) -> None:
+        """`speedtronic train` with {type: wandb}: the run's config is the resolved config, train_step
+        metrics under train_step/, one row per delivered event."""
+        run, own_dir = tmp_path / "run", tmp_path / "wandb"
+        own_dir.mkdir()
+        (tmp_path / "config.yaml").write_text(
+            "train: {steps: 4, checkpoint_every: 0, batch_size: 8, device: cpu, lr: 0.002}\n"
+            f"logging: {{every_steps: 2, hooks: [{{type: wandb, project: {PROJECT}, mode: offline, "
+            f"dir: {str(own_dir)!r}}}]}}\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-m", "speedtronic", "train", "--config", "config.yaml", "--run-dir", str(run)],
+            cwd=tmp_path, capture_output=True, text=True, timeout=300,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
+        assert done.returncode == 0, done.stderr
+        [offline] = (own_dir / "wandb").glob("offline-run-*")
+        recorded = read_wandb_run(offline)
+        assert recorded.config["train"]["lr"] == 0.002
+        assert recorded.config["run_dir"] == str(run)
+        assert recorded.config["logging"]["every_steps"] == 2
+        steps = [(row["step"], row["train_step/lr"]) for row in recorded.history if "train_step/loss" in row]
+        assert [step for step, _ in steps] == [2, 4]
+        assert "train_start/config" not in recorded.history[0]
+        assert recorded.exit_code == 0

@@ -84,10 +84,10 @@ class TestProgrammaticPattern:
         trainer.logger.close()
         assert result.step == 20
         recorded = read_wandb_run(Path(hook.run.dir).parent)  # type: ignore[attr-defined]  # wandb.Run
-        events = [row["event"] for row in recorded.history]
-        assert events[0] == "train_start"
-        assert events[-1] == "train_end"  # fit() returned only once the hook had every event
-        assert [row["step"] for row in recorded.history if row["event"] == "train_step"] == [5, 10, 15, 20]
+        assert "train_start/target_step" in recorded.history[0]  # metrics are <event>/<key>
+        assert "train_end/final_loss" in recorded.history[-1]  # fit() returned once the hook had every event
+        assert [row["step"] for row in recorded.history if "train_step/loss" in row] == [5, 10, 15, 20]
+        assert recorded.config["train"]["steps"] == 20  # train_start's config is the run's
         assert recorded.exit_code == 0
 
 
