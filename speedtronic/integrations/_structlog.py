@@ -67,6 +67,9 @@ class StructlogHook:
     own calls. (The logger passes the level to hooks that accept ``level``; called without one, the
     hook uses the catalog's.)
 
+    **The record's time arrives as ``timestamp``** (UTC, RFC 3339), the instant the JSONL record
+    names; an app's ``TimeStamper`` replaces it with its own reading of the clock.
+
     **Every payload key arrives, under a documented name.** The event's name is the log call's event.
     Payload keys become unique strings (``1`` and ``"1"`` → ``"1"``, ``"1#2"``, as in the JSONL
     record), and a key in ``StructlogHook.RESERVED_KEYS`` (or in ``reserved``) is passed as
@@ -110,11 +113,15 @@ class StructlogHook:
     def on_event(self, event: str, payload: Mapping[Any, Any], *, level: str | None = None) -> None:
         """Log the event at ``level`` (default: the catalog's level for ``event``)."""
         fields: dict[str, Any] = {}
+        counters: dict[str, int] = {}
         raised: BaseException | None = None
+        stamp = payload.get("timestamp")
         for key, value in payload.items():
-            name = unique_key(fields, key)
+            if key == "timestamp" and isinstance(value, str):  # the record's own time: kept as such
+                continue
+            name = unique_key(fields, key, counters)
             if name in self._reserved:
-                name = unique_key(fields, f"payload_{name}")
+                name = unique_key(fields, f"payload_{name}", counters)
             if isinstance(value, BaseException):
                 raised = raised or value
                 fields[name] = exception_text(value)
@@ -124,6 +131,8 @@ class StructlogHook:
             fields = json_safe_record(fields)
         if raised is not None:
             fields["exc_info"] = raised
+        if isinstance(stamp, str):
+            fields["timestamp"] = stamp
         getattr(self._logger, level or level_for(event))(event, **fields)
 
     def __repr__(self) -> str:

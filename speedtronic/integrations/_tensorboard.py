@@ -13,8 +13,7 @@ import warnings
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any, ClassVar
 
-from speedtronic.errors import SpeedtronicWarning
-from speedtronic.hooks.background import check_count, check_seconds
+from speedtronic.errors import SpeedtronicWarning, check_count, check_seconds
 from speedtronic.processors.convert import to_python, unique_key
 
 __all__ = ["TensorboardHook", "TensorboardWarning"]
