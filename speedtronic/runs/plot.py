@@ -4,6 +4,10 @@ A resumed run is drawn as one line: against ``elapsed_s`` the time is cumulative
 segments (``speedtronic.runs.RunClock``), and against ``step`` a step recorded again after a restart
 replaces the points recorded from it on before (the latest record of a step wins).
 
+Plotting ``train_step`` records, the ``eval`` records' values of the same keys (the held-out ``loss``)
+are drawn in the same panel, dashed, in the run's colour (``with_eval=False`` leaves them out; an
+``eval`` of ``split="test"`` is never drawn there).
+
 matplotlib is imported only here, and only its object-oriented API is used (``Figure`` rendered by the
 Agg canvas): no display, no pyplot, and the caller's matplotlib backend is left alone. Records are
 streamed; only the points themselves are kept, as arrays of doubles (16 bytes a point).
@@ -40,6 +44,8 @@ class Series:
 
     run: str
     key: str
+    event: str = "train_step"
+    """The records the points come from."""
     x: array[float] = field(default_factory=lambda: array("d"))
     y: array[float] = field(default_factory=lambda: array("d"))
     non_finite: int = 0
@@ -91,25 +97,31 @@ def ema(values: Sequence[float], weight: float) -> list[float]:
 
 
 def _collect(
-    path: str | os.PathLike[str], label: str, keys: Sequence[str], x: str, event: str, rank: RankChoice
+    path: str | os.PathLike[str],
+    label: str,
+    keys: Sequence[str],
+    x: str,
+    events: Sequence[str],
+    rank: RankChoice,
 ) -> tuple[list[Series], Skipped]:
-    series = [Series(label, key) for key in keys]
+    """The series of ``keys`` for each of ``events`` (the first one's first), read in one pass."""
+    series = {event: [Series(label, key, event) for key in keys] for event in events}
     skipped = Skipped()
     clock = RunClock()
     for record in read_records(path, skipped, rank=rank):
         since_start = clock.add(record)  # every record: a segment's time counts even without points
-        if record.event != event:
+        if record.event not in series or (record.event == "eval" and record.payload.get("split") == "test"):
             continue
         xv = since_start if x == "elapsed_s" else as_number(record.payload.get(x))
         if xv is None or not math.isfinite(xv):
             continue
-        for one in series:
+        for one in series[record.event]:
             if x == "step":
                 one.rewind(xv)
             yv = as_number(record.payload.get(one.key))
             if yv is not None:
                 one.add(xv, yv)
-    return series, skipped
+    return [one for event in events for one in series[event]], skipped
 
 
 def plot_runs(
@@ -125,13 +137,15 @@ def plot_runs(
     labels: Sequence[str] | None = None,
     rank: RankChoice = "first",
     dpi: int = 100,
+    with_eval: bool = True,
 ) -> PlotResult:
     """Draw ``keys`` of the ``event`` records of each run against ``x`` and save the figure to ``out``,
     in the format its suffix names (``FORMATS``).
 
     ``smooth`` (0 <= smooth < 1) is TensorBoard's smoothing weight: the smoothed line is drawn over
     the raw one, which is kept faint. Keys are plotted even when some runs lack them; a key no run has
-    gets a panel saying so. Raises ``speedtronic.runs.RunError`` for a run that can't be read,
+    gets a panel saying so. With ``event="train_step"`` and ``with_eval``, the ``eval`` records' values
+    of the same keys are drawn dashed beside each run's line. Raises ``speedtronic.runs.RunError`` for a run that can't be read,
     ``NothingToPlot`` (before writing anything) when no run has a single point, ``ValueError`` for bad
     arguments (a suffix that names no format among them), ``OSError`` when ``out`` can't be written.
     """
@@ -154,10 +168,11 @@ def plot_runs(
         run_files(run)  # every path is checked before the first is read
     figure_cls, canvas_cls = _matplotlib()
 
+    events = [event, "eval"] if with_eval and event == "train_step" else [event]
     series: list[Series] = []
     skipped: dict[str, Skipped] = {}
     for run, name in zip(runs, names, strict=True):
-        run_series, skipped[name] = _collect(run, name, keys, x, event, rank)
+        run_series, skipped[name] = _collect(run, name, keys, x, events, rank)
         series += run_series
     if not any(len(one.y) for one in series):
         raise NothingToPlot(
@@ -169,7 +184,7 @@ def plot_runs(
     axes = figure.subplots(len(keys), 1, sharex=True, squeeze=False)[:, 0]
     colors = {name: f"C{index % 10}" for index, name in enumerate(names)}  # a run's colour in every panel
     for ax, key in zip(axes, keys, strict=True):
-        _panel(ax, key, [s for s in series if s.key == key], colors, smooth, log_y)
+        _panel(ax, key, [s for s in series if s.key == key], event, colors, smooth, log_y)
     axes[-1].set_xlabel(x)
     figure.suptitle(title if title is not None else _title(names, event))
     path = Path(out)
@@ -178,7 +193,7 @@ def plot_runs(
 
 
 def _panel(
-    ax: Any, key: str, series: list[Series], colors: dict[str, str], smooth: float, log_y: bool
+    ax: Any, key: str, series: list[Series], event: str, colors: dict[str, str], smooth: float, log_y: bool
 ) -> None:
     ax.set_ylabel(key)
     ax.grid(True, alpha=0.3)
@@ -188,7 +203,9 @@ def _panel(
         return
     for one in drawn:
         style = {"color": colors[one.run], "marker": "." if len(one.y) <= _MARKERS_UP_TO else None}
-        if smooth:
+        if one.event != event:  # eval beside train_step
+            ax.plot(one.x, one.y, linewidth=1.5, linestyle="--", label=f"{one.run} (eval)", **style)
+        elif smooth:
             ax.plot(one.x, one.y, alpha=0.25, linewidth=1, color=style["color"])
             ax.plot(one.x, ema(one.y, smooth), linewidth=1.5, label=one.run, **style)
         else:

@@ -390,6 +390,8 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
                 keep_checkpoints=train["keep_checkpoints"],
                 resume=train["resume"],
                 validate_events=config["logging"]["validate"],
+                eval_data=task.held_out(train["eval_batches"]) if train["eval_every"] else None,
+                eval_every=train["eval_every"],
             )
             trainer.start_notes["lr_schedule_steps"] = train["schedule_steps"]
             if changes:
