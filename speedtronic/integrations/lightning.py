@@ -7,13 +7,16 @@ loggers); importing ``speedtronic.integrations`` does not.
 
 What Lightning hands a logger and the records it becomes:
 
-- ``log_metrics(metrics, step)``: a ``train_step`` with ``step`` and the metrics as logged
+- ``log_metrics(metrics, step)``: a ``train_step`` with ``step`` as Lightning passes it (the step its
+  TensorBoard and CSV loggers write: batches stepped before the one that logged, so 0-based) and the
+  metrics as logged
   (``train_loss``, ``epoch``), or, when the call holds validation or test metrics (``val_loss``,
   ``val/acc``, ``test_loss``: a name starting ``eval``, ``val``, ``valid``, ``validation`` or
   ``test``, then ``_`` or ``/``), an ``eval`` record per prefix with the bare names (``loss``),
   ``split`` and the call's other keys (``epoch``).
 - ``log_hyperparams(params)``: ``hyperparams`` (``config``: the params as a dict).
-- ``after_save_checkpoint``: ``checkpoint`` (``step``, ``path`` of the file ``ModelCheckpoint`` wrote).
+- ``after_save_checkpoint``: ``checkpoint`` (``step``: ``trainer.global_step``, as in the file's name;
+  ``path`` of the file ``ModelCheckpoint`` wrote).
 - ``finalize(status)``: closes the ``MetricLogger`` if this logger built it (a later ``trainer.test()``
   builds it again; the files are appended to).
 
