@@ -39,9 +39,11 @@ __all__ = [
     "DeltaUploadStalePayload",
     "DeltaUploadedPayload",
     "DeviceScalar",
+    "EvalPayload",
     "Event",
     "EventPayloadError",
     "EventPayloadWarning",
+    "HyperparamsPayload",
     "OooBackpropPayload",
     "OuterStepPayload",
     "Real",
@@ -164,6 +166,8 @@ class Event(StrEnum):
     SHAPE_WARNING = "shape_warning"
     OOO_BACKPROP = "ooo_backprop"
     CHECKPOINT_SKIPPED = "checkpoint_skipped"
+    EVAL = "eval"
+    HYPERPARAMS = "hyperparams"
 
 
 class DeviceScalar(Protocol):
@@ -395,6 +399,31 @@ class CheckpointSkippedPayload(TypedDict):
     """Why it could not be read."""
 
 
+# -- evaluation and framework adapters (speedtronic.integrations.transformers, .lightning, .torchtune) ----
+
+
+class _EvalRequired(TypedDict):
+    step: int
+    """The training step the evaluated model had reached."""
+
+
+class EvalPayload(_EvalRequired, total=False):
+    """``eval``: metrics on held-out data; more keys are the metrics under their bare names."""
+
+    loss: Real
+    """Mean loss over the held-out batches."""
+    perplexity: float
+    """``exp(loss)``, for a token-level loss (the reference trainer)."""
+    split: str
+    """The prefix a framework logged the metrics under (``"eval"``, ``"val"``, ``"test"``)."""
+
+
+class HyperparamsPayload(TypedDict):
+    """``hyperparams``: a run's configuration as a training framework hands it over."""
+
+    config: dict[str, Any]
+
+
 PAYLOADS: Mapping[Event, type[Mapping[str, Any]]] = {
     Event.TRAIN_START: TrainStartPayload,
     Event.TRAIN_STEP: TrainStepPayload,
@@ -411,6 +440,8 @@ PAYLOADS: Mapping[Event, type[Mapping[str, Any]]] = {
     Event.SHAPE_WARNING: ShapeWarningPayload,
     Event.OOO_BACKPROP: OooBackpropPayload,
     Event.CHECKPOINT_SKIPPED: CheckpointSkippedPayload,
+    Event.EVAL: EvalPayload,
+    Event.HYPERPARAMS: HyperparamsPayload,
 }
 """Each event's payload ``TypedDict``."""
 

@@ -36,6 +36,10 @@ def add_parser(subparsers: Any) -> None:
         "--smooth", type=float, default=0.0, metavar="W",
         help="TensorBoard-style smoothing weight in [0, 1) (default: 0, none)",
     )
+    parser.add_argument(
+        "--no-eval", action="store_true",
+        help="with --event train_step: leave out the eval records' values drawn dashed beside it",
+    )
     parser.add_argument("--log-y", action="store_true", help="logarithmic y axes")
     parser.add_argument("--title", help="the figure's title (default: the runs and the event)")
     add_rank_argument(parser)
@@ -51,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = plot_runs(
             args.runs, args.output, keys=keys, x=args.x, event=args.event, smooth=args.smooth,
-            log_y=args.log_y, title=args.title, rank=rank_choice(args.rank),
+            log_y=args.log_y, title=args.title, rank=rank_choice(args.rank), with_eval=not args.no_eval,
         )
     except (RunError, NothingToPlot, ModuleNotFoundError, ValueError) as error:
         raise CommandError(str(error)) from None
@@ -63,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         if series.non_finite:
             print(
                 f"speedtronic: warning: {series.run}: {series.non_finite:,} non-finite {series.key!r} "
-                "value(s) drawn as gaps",
+                f"{'' if series.event == args.event else f'({series.event}) '}value(s) drawn as gaps",
                 file=sys.stderr,
             )
     for name, count in result.ranks_not_drawn.items():

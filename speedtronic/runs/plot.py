@@ -4,6 +4,10 @@ A resumed run is drawn as one line: against ``elapsed_s`` the time is cumulative
 segments (``speedtronic.runs.RunClock``), and against ``step`` a step recorded again after a restart
 replaces the points recorded from it on before (the latest record of a step wins).
 
+Plotting ``train_step`` records, the ``eval`` records' values of the same keys (the held-out ``loss``)
+are drawn in the same panel, dashed, in the run's colour (``with_eval=False`` leaves them out; an
+``eval`` of ``split="test"`` is never drawn there).
+
 matplotlib is imported only here, and only its object-oriented API is used (``Figure`` rendered by the
 Agg canvas): no display, no pyplot, and the caller's matplotlib backend is left alone. Records are
 streamed; only the points themselves are kept, as arrays of doubles (16 bytes a point).
@@ -52,6 +56,8 @@ class Series:
 
     run: str
     key: str
+    event: str = "train_step"
+    """The records the points come from."""
     x: array[float] = field(default_factory=lambda: array("d"))
     y: array[float] = field(default_factory=lambda: array("d"))
     non_finite: int = 0
@@ -107,30 +113,38 @@ def ema(values: Sequence[float], weight: float) -> list[float]:
 
 
 def _collect(
-    path: str | os.PathLike[str], label: str, keys: Sequence[str], x: str, event: str, rank: RankChoice
+    path: str | os.PathLike[str],
+    label: str,
+    keys: Sequence[str],
+    x: str,
+    events: Sequence[str],
+    rank: RankChoice,
 ) -> tuple[list[Series], Skipped, int]:
-    """The run's series, one per key (per key and rank with ``rank="all"``, up to ``MAX_RANK_SERIES``
-    ranks), what the read skipped, and how many more ranks had points but are not drawn."""
-    per_rank: dict[int, list[Series]] = {}
+    """The run's series, one per key and event (per key, event and rank with ``rank="all"``, up to
+    ``MAX_RANK_SERIES`` ranks), read in one pass; what the read skipped, and how many more ranks had
+    points but are not drawn."""
+    per_rank: dict[int, dict[str, list[Series]]] = {}
     not_drawn: set[int] = set()
     skipped = Skipped()
     clock = RunClock()
     for record in read_records(path, skipped, rank=rank):
         since_start = clock.add(record)  # every record: a segment's time counts even without points
-        if record.event != event:
+        if record.event not in events or (record.event == "eval" and record.payload.get("split") == "test"):
             continue
         xv = since_start if x == "elapsed_s" else as_number(record.payload.get(x))
         if xv is None or not math.isfinite(xv):
             continue
         key = record.rank if rank == "all" else 0
-        series = per_rank.get(key)
-        if series is None:
+        by_event = per_rank.get(key)
+        if by_event is None:
             if len(per_rank) >= MAX_RANK_SERIES:
                 if any(as_number(record.payload.get(k)) is not None for k in keys):
                     not_drawn.add(key)
                 continue
             name = f"{label} rank {key}" if rank == "all" else label
-            series = per_rank[key] = [Series(name, k, rank=key if rank == "all" else None) for k in keys]
+            shown = key if rank == "all" else None
+            by_event = per_rank[key] = {e: [Series(name, k, e, rank=shown) for k in keys] for e in events}
+        series = by_event[record.event]
         for one in series:
             if x == "step":
                 one.rewind(xv)
@@ -138,8 +152,8 @@ def _collect(
             if yv is not None:
                 one.add(xv, yv)
     if not per_rank:
-        per_rank[0] = [Series(label, k) for k in keys]
-    drawn = [one for _, series in sorted(per_rank.items()) for one in series]
+        per_rank[0] = {e: [Series(label, k, e) for k in keys] for e in events}
+    drawn = [one for _, by_event in sorted(per_rank.items()) for e in events for one in by_event[e]]
     return drawn, skipped, len(not_drawn)
 
 
@@ -156,6 +170,7 @@ def plot_runs(
     labels: Sequence[str] | None = None,
     rank: RankChoice = "first",
     dpi: int = 100,
+    with_eval: bool = True,
 ) -> PlotResult:
     """Draw ``keys`` of the ``event`` records of each run against ``x`` and save the figure to ``out``,
     in the format its suffix names (``FORMATS``).
@@ -164,7 +179,9 @@ def plot_runs(
     the raw one, which is kept faint. Keys are plotted even when some runs lack them; a key no run has
     gets a panel saying so. With ``rank="all"`` each rank of a run is its own series (``<run> rank <r>``,
     in the legend), up to ``MAX_RANK_SERIES`` ranks per run; the rest are counted in
-    ``PlotResult.ranks_not_drawn`` and named in a note on the figure. Raises
+    ``PlotResult.ranks_not_drawn`` and named in a note on the figure. With ``event="train_step"`` and
+    ``with_eval``, the ``eval`` records' values of the same keys are drawn dashed beside each run's
+    line. Raises
     ``speedtronic.runs.RunError`` for a run that can't be read,
     ``NothingToPlot`` (before writing anything) when no run has a single point, ``ValueError`` for bad
     arguments (a suffix that names no format among them), ``OSError`` when ``out`` can't be written.
@@ -191,8 +208,9 @@ def plot_runs(
     series: list[Series] = []
     skipped: dict[str, Skipped] = {}
     not_drawn: dict[str, int] = {}
+    events = [event, "eval"] if with_eval and event == "train_step" else [event]
     for run, name in zip(runs, names, strict=True):
-        run_series, skipped[name], more = _collect(run, name, keys, x, event, rank)
+        run_series, skipped[name], more = _collect(run, name, keys, x, events, rank)
         series += run_series
         if more:
             not_drawn[name] = more
@@ -207,7 +225,7 @@ def plot_runs(
     labels_drawn = list(dict.fromkeys(one.run for one in series))  # a run's (or rank's) colour in every panel
     colors = {name: f"C{index % 10}" for index, name in enumerate(labels_drawn)}
     for ax, key in zip(axes, keys, strict=True):
-        _panel(ax, key, [s for s in series if s.key == key], colors, smooth, log_y)
+        _panel(ax, key, [s for s in series if s.key == key], event, colors, smooth, log_y)
     axes[-1].set_xlabel(x)
     figure.suptitle(title if title is not None else _title(names, event))
     if not_drawn:
@@ -225,7 +243,7 @@ def _not_drawn_note(not_drawn: dict[str, int]) -> str:
 
 
 def _panel(
-    ax: Any, key: str, series: list[Series], colors: dict[str, str], smooth: float, log_y: bool
+    ax: Any, key: str, series: list[Series], event: str, colors: dict[str, str], smooth: float, log_y: bool
 ) -> None:
     ax.set_ylabel(key)
     ax.grid(True, alpha=0.3)
@@ -235,7 +253,9 @@ def _panel(
         return
     for one in drawn:
         style = {"color": colors[one.run], "marker": "." if len(one.y) <= _MARKERS_UP_TO else None}
-        if smooth:
+        if one.event != event:  # eval beside train_step
+            ax.plot(one.x, one.y, linewidth=1.5, linestyle="--", label=f"{one.run} (eval)", **style)
+        elif smooth:
             ax.plot(one.x, one.y, alpha=0.25, linewidth=1, color=style["color"])
             ax.plot(one.x, ema(one.y, smooth), linewidth=1.5, label=one.run, **style)
         else:

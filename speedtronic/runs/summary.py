@@ -74,6 +74,11 @@ class RunSummary:
     loss_best: float | None = None
     loss_best_step: int | None = None
     non_finite_losses: int = 0
+    eval_loss_last: float | None = None
+    """The last ``eval`` record's ``loss`` (records of a ``split="test"`` are left out)."""
+    eval_loss_last_step: int | None = None
+    eval_loss_best: float | None = None
+    eval_loss_best_step: int | None = None
     rates: dict[str, RateStats] = field(default_factory=dict)
     elapsed_s: float | None = None
     """Seconds over every segment of the run."""
@@ -110,6 +115,8 @@ class RunSummary:
             self.finished = False
             target = payload.get("target_step")
             self.target_step = target if type(target) is int else self.target_step
+        elif event == "eval":
+            self._add_eval(payload)
         elif event == "checkpoint":
             self.checkpoints += 1
             self.last_checkpoint = {"step": payload.get("step"), "path": payload.get("path")}
@@ -141,6 +148,15 @@ class RunSummary:
                 self.loss_best, self.loss_best_step = loss, step if type(step) is int else None
         for key in rate_keys(payload):
             self.rates.setdefault(key, RateStats()).add(payload[key])
+
+    def _add_eval(self, payload: dict[str, Any]) -> None:
+        loss, step = as_number(payload.get("loss")), payload.get("step")
+        if loss is None or payload.get("split") == "test":
+            return
+        step = step if type(step) is int else None
+        self.eval_loss_last, self.eval_loss_last_step = loss, step
+        if math.isfinite(loss) and (self.eval_loss_best is None or loss < self.eval_loss_best):
+            self.eval_loss_best, self.eval_loss_best_step = loss, step
 
     def _count_step(self, step: int) -> None:
         if not 0 <= step < _STEP_BITS:  # a step number off the scale is counted, not remembered
@@ -182,6 +198,12 @@ class RunSummary:
                 "best": _json_float(self.loss_best),
                 "best_step": self.loss_best_step,
                 "non_finite": self.non_finite_losses,
+            },
+            "eval_loss": {
+                "last": _json_float(self.eval_loss_last),
+                "last_step": self.eval_loss_last_step,
+                "best": _json_float(self.eval_loss_best),
+                "best_step": self.eval_loss_best_step,
             },
             "rates": {
                 key: {"mean": _json_float(rate.mean), "last": _json_float(rate.last)}
@@ -235,6 +257,9 @@ def format_summaries(summaries: Sequence[RunSummary]) -> str:
     rows.append(("loss best", [_best(s) for s in summaries]))
     if any(s.non_finite_losses for s in summaries):
         rows.append(("loss non-finite", [_count(s.non_finite_losses) for s in summaries]))
+    if any(s.eval_loss_last is not None for s in summaries):
+        rows.append(("eval loss last", [_at(s.eval_loss_last, s.eval_loss_last_step) for s in summaries]))
+        rows.append(("eval loss best", [_at(s.eval_loss_best, s.eval_loss_best_step) for s in summaries]))
     for key in _union(s.rates for s in summaries):
         rows.append((f"{key} mean", [_number(_rate(s, key, "mean")) for s in summaries]))
         rows.append((f"{key} last", [_number(_rate(s, key, "last")) for s in summaries]))
@@ -299,10 +324,14 @@ def _segments(summary: RunSummary) -> str:
 
 
 def _best(summary: RunSummary) -> str:
-    if summary.loss_best is None:
+    return _at(summary.loss_best, summary.loss_best_step)
+
+
+def _at(value: float | None, step: int | None) -> str:
+    if value is None:
         return _MISSING
-    at = f" @ step {summary.loss_best_step:,}" if summary.loss_best_step is not None else ""
-    return f"{_number(summary.loss_best)}{at}"
+    at = f" @ step {step:,}" if step is not None else ""
+    return f"{_number(value)}{at}"
 
 
 def _duration(seconds: float | None) -> str:

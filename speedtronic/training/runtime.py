@@ -391,6 +391,8 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
                 checkpoint_every=train["checkpoint_every"],
                 keep_checkpoints=train["keep_checkpoints"],
                 resume=train["resume"],
+                eval_data=task.held_out(train["eval_batches"]) if train["eval_every"] else None,
+                eval_every=train["eval_every"],
             )
             trainer.start_notes["lr_schedule_steps"] = train["schedule_steps"]
             trainer.start_notes["config"] = config  # the run's settings, for trackers (W&B's run config)

@@ -15,6 +15,9 @@ from torch import Tensor, nn
 
 __all__ = ["SuccessorTask", "successor_model"]
 
+_HELD_OUT_STREAM = 1_000_002
+"""The shard number whose stream is the held-out data: a job's shards are its ranks, far below it."""
+
 
 class SuccessorTask:
     """An endless iterable of ``(tokens, targets)`` batches, both ``(batch_size, seq_len)`` int64.
@@ -28,10 +31,17 @@ class SuccessorTask:
         self, vocab_size: int, seq_len: int, batch_size: int, noise: float, seed: int, shard: int = 0
     ) -> None:
         self.vocab_size, self.seq_len, self.batch_size, self.noise = vocab_size, seq_len, batch_size, noise
+        self._seed = seed
         self._generator = torch.Generator().manual_seed(seed)
         self.successor = torch.randperm(vocab_size, generator=self._generator)
         if shard:
             self._generator.manual_seed(seed * 1_000_003 + shard)
+
+    def held_out(self, batches: int) -> list[tuple[Tensor, Tensor]]:
+        """``batches`` batches of the same task from a stream of their own (no shard of a job draws
+        it): the same list on every rank and every resume, for evaluation."""
+        generator = torch.Generator().manual_seed(self._seed * 1_000_003 + _HELD_OUT_STREAM)
+        return [self._draw(generator) for _ in range(batches)]
 
     def state_dict(self) -> dict[str, Tensor]:
         return {"generator": self._generator.get_state()}
@@ -40,12 +50,15 @@ class SuccessorTask:
         self._generator.set_state(state["generator"].cpu())
 
     def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
-        shape = (self.batch_size, self.seq_len)
         while True:
-            tokens = torch.randint(0, self.vocab_size, shape, generator=self._generator)
-            replaced = torch.rand(shape, generator=self._generator) < self.noise
-            random_tokens = torch.randint(0, self.vocab_size, shape, generator=self._generator)
-            yield tokens, torch.where(replaced, random_tokens, self.successor[tokens])
+            yield self._draw(self._generator)
+
+    def _draw(self, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        shape = (self.batch_size, self.seq_len)
+        tokens = torch.randint(0, self.vocab_size, shape, generator=generator)
+        replaced = torch.rand(shape, generator=generator) < self.noise
+        random_tokens = torch.randint(0, self.vocab_size, shape, generator=generator)
+        return tokens, torch.where(replaced, random_tokens, self.successor[tokens])
 
 
 def successor_model(vocab_size: int, hidden: int) -> nn.Module:

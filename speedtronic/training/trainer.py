@@ -2,8 +2,9 @@
 
 One ``fit()`` emits ``train_start``, ``shape_profile`` (and a ``shape_warning`` per poorly aligned layer
 size), ``ooo_backprop`` (out-of-order backward: always off here, with the reason), ``compile`` when
-``torch.compile`` was asked for, a ``train_step`` per optimizer step, a
-``checkpoint`` every ``checkpoint_every`` steps and at the end, and ``train_end``. Losses and grad norms
+``torch.compile`` was asked for, a ``train_step`` per optimizer step, an ``eval`` (the loss on
+``eval_data``) every ``eval_every`` steps and at the end, a ``checkpoint`` every ``checkpoint_every``
+steps and at the end, and ``train_end``. Losses and grad norms
 are passed to the logger as detached 0-d tensors: the trainer never calls ``.item()`` on a step, so the
 logger's cadence decides when the device syncs.
 
@@ -57,6 +58,7 @@ except ModuleNotFoundError as error:  # pragma: no cover - exercised by a subpro
 from speedtronic.errors import SpeedtronicWarning
 from speedtronic.events import (
     CompilePayload,
+    EvalPayload,
     Event,
     TrainStartPayload,
     TrainStepPayload,
@@ -184,6 +186,10 @@ class Trainer:
             fails, training goes on eagerly and the ``compile`` event says why.
         checkpoint_dir: where ``step_<N>.pt`` files go (everything the next step depends on).
         checkpoint_every: save every this many steps, and at the end (0: never).
+        eval_data: held-out ``(inputs, targets)`` batches (a finite iterable: a list, a ``DataLoader``);
+            each evaluation runs the model over all of them without gradients.
+        eval_every: evaluate every this many steps, and at the end (0: never); emits ``eval`` with
+            the mean loss (``perplexity`` too with the default token cross-entropy).
         keep_checkpoints: keep the newest this many checkpoints, deleting older ones (0: keep all).
         resume: start from the newest readable checkpoint in ``checkpoint_dir``, when there is one.
     """
@@ -207,6 +213,8 @@ class Trainer:
         checkpoint_every: int = 0,
         keep_checkpoints: int = 0,
         resume: bool = False,
+        eval_data: Iterable[Batch] | None = None,
+        eval_every: int = 0,
     ) -> None:
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
@@ -217,6 +225,10 @@ class Trainer:
             )
         if checkpoint_every and checkpoint_dir is None:
             raise ValueError("checkpoint_every needs a checkpoint_dir")
+        if eval_every < 0:
+            raise ValueError(f"eval_every must be >= 0, got {eval_every}")
+        if eval_every and eval_data is None:
+            raise ValueError("eval_every needs eval_data")
         self.device = resolve_device(device)
         _check_precision(self.device, precision)
         self.model = model.to(self.device)
@@ -233,6 +245,8 @@ class Trainer:
         self.checkpoint_every = checkpoint_every
         self.keep_checkpoints = keep_checkpoints
         self.resume = resume
+        self.eval_data = eval_data
+        self.eval_every = eval_every
         self.logger = logger if logger is not None else MetricLogger(device=self.device)
         self.after_optimizer_step: list[Callable[[Trainer], None]] = []
         """Called with the trainer after each optimizer step, before its ``train_step`` event."""
@@ -322,10 +336,14 @@ class Trainer:
             }
             if self.emit(Event.TRAIN_STEP, payload):  # logged: the next rates start from here
                 window.restart()
+            if self.eval_every and self.step % self.eval_every == 0:
+                self.evaluate()
             if self.checkpoint_every and self.step % self.checkpoint_every == 0:
                 self.save_checkpoint()
         for callback in self.before_fit_end:
             callback(self)
+        if self.eval_every and self.step > start_step and self.step % self.eval_every:
+            self.evaluate()
         if self.checkpoint_every and self.step > start_step and self.step % self.checkpoint_every:
             self.save_checkpoint()
 
@@ -386,6 +404,35 @@ class Trainer:
         if last or not isinstance(self.model, DistributedDataParallel):
             return contextlib.nullcontext()
         return self.model.no_sync()
+
+    # -- evaluation ----------------------------------------------------------------------------
+
+    def evaluate(self) -> EvalPayload:
+        """The mean loss over ``eval_data`` (weighted by each batch's targets), without gradients;
+        emits it as ``eval`` at the current step and returns the payload."""
+        if self.eval_data is None:
+            raise ValueError("evaluate() needs eval_data")
+        total = torch.zeros((), device=self.device, dtype=torch.float64)
+        count = 0
+        self.module.eval()
+        try:
+            with torch.no_grad():
+                for inputs, targets in self.eval_data:
+                    inputs, targets = inputs.to(self.device), targets.to(self.device)
+                    with self._autocast():
+                        loss = self.loss_fn(self.module(inputs), targets)
+                    total += loss.double() * targets.numel()
+                    count += targets.numel()
+        finally:
+            self.model.train()
+        if not count:
+            raise ValueError(f"eval_data yielded no batch at step {self.step}")
+        mean = float(total.item()) / count
+        payload: EvalPayload = {"step": self.step, "loss": mean}
+        if self.loss_fn is token_cross_entropy:
+            payload["perplexity"] = math.exp(mean) if mean < 700 else math.inf
+        self.emit(Event.EVAL, payload)
+        return payload
 
     # -- compile -------------------------------------------------------------------------------
 

@@ -32,6 +32,8 @@ CATALOG = [
     "shape_warning",
     "ooo_backprop",
     "checkpoint_skipped",
+    "eval",
+    "hyperparams",
 ]
 
 

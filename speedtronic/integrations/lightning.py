@@ -1,0 +1,121 @@
+"""``SpeedtronicLogger``: a Lightning logger (``lightning.pytorch.loggers.Logger``) that logs through a
+``MetricLogger``.
+
+Importing this module imports Lightning (``pip install 'speedtronic[lightning]'``, the ``lightning``
+package and its ``lightning.pytorch`` namespace; a ``pytorch_lightning.Trainer`` needs its own
+loggers); importing ``speedtronic.integrations`` does not.
+
+What Lightning hands a logger and the records it becomes:
+
+- ``log_metrics(metrics, step)``: a ``train_step`` with ``step`` as Lightning passes it (the step its
+  TensorBoard and CSV loggers write: batches stepped before the one that logged, so 0-based) and the
+  metrics as logged
+  (``train_loss``, ``epoch``), or, when the call holds validation or test metrics (``val_loss``,
+  ``val/acc``, ``test_loss``: a name starting ``eval``, ``val``, ``valid``, ``validation`` or
+  ``test``, then ``_`` or ``/``), an ``eval`` record per prefix with the bare names (``loss``),
+  ``split`` and the call's other keys (``epoch``).
+- ``log_hyperparams(params)``: ``hyperparams`` (``config``: the params as a dict).
+- ``after_save_checkpoint``: ``checkpoint`` (``step``: ``trainer.global_step``, as in the file's name;
+  ``path`` of the file ``ModelCheckpoint`` wrote).
+- ``finalize(status)``: closes the ``MetricLogger`` if this logger built it (a later ``trainer.test()``
+  builds it again; the files are appended to).
+
+Pass an existing ``MetricLogger`` (``logger=``; you close it), or ``MetricLogger``'s arguments
+(``json_file=``, ``file=``...; built on rank zero on first use, closed by ``finalize``). Every method
+that writes runs on rank zero only, as Lightning's loggers do; ``experiment`` is the ``MetricLogger``
+there and a dummy elsewhere.
+"""
+
+from __future__ import annotations
+
+from argparse import Namespace
+from collections.abc import Mapping
+from typing import Any
+
+try:
+    from lightning.pytorch.loggers import Logger
+    from lightning.pytorch.utilities import rank_zero_only
+
+    # Where Lightning's guide to custom loggers imports it from (it lives in lightning.fabric).
+    from lightning.pytorch.loggers.logger import rank_zero_experiment  # type: ignore[attr-defined]
+except ModuleNotFoundError as error:
+    if error.name is None or error.name.split(".")[0] != "lightning":
+        raise
+    raise ModuleNotFoundError(
+        "speedtronic.integrations.lightning requires Lightning: pip install 'speedtronic[lightning]'",
+        name="lightning",
+    ) from None
+
+from speedtronic.events import Event
+from speedtronic.integrations._metrics import emit_metrics
+from speedtronic.profiling import MetricLogger
+
+__all__ = ["SpeedtronicLogger"]
+
+
+class SpeedtronicLogger(Logger):
+    """A Lightning logger writing to a ``MetricLogger`` (see the module for what it records)."""
+
+    def __init__(
+        self,
+        logger: MetricLogger | None = None,
+        *,
+        name: str = "speedtronic",
+        version: int | str = 0,
+        **logger_kwargs: Any,
+    ) -> None:
+        super().__init__()
+        if logger is not None and logger_kwargs:
+            raise TypeError(
+                "SpeedtronicLogger: pass either logger= (a MetricLogger you close) or MetricLogger's "
+                f"arguments, not both; got logger= and {', '.join(sorted(logger_kwargs))}"
+            )
+        if logger is not None and not isinstance(logger, MetricLogger):
+            raise TypeError(f"SpeedtronicLogger(logger=...): expected a MetricLogger, got {logger!r}")
+        self._logger = logger
+        self._owns_logger = logger is None
+        self._logger_kwargs = logger_kwargs
+        self._name, self._version = name, version
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def version(self) -> int | str:
+        return self._version
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> MetricLogger:
+        """The ``MetricLogger`` (built here from the arguments on first use when none was passed)."""
+        if self._logger is None or (self._owns_logger and self._logger.closed):
+            self._logger = MetricLogger(**self._logger_kwargs)
+        return self._logger
+
+    @rank_zero_only
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        emit_metrics(self.experiment, 0 if step is None else step, metrics)
+
+    @rank_zero_only
+    def log_hyperparams(self, params: Mapping[str, Any] | Namespace, *args: Any, **kwargs: Any) -> None:
+        config = vars(params) if isinstance(params, Namespace) else dict(params)
+        self.experiment.emit(Event.HYPERPARAMS, {"config": config})
+
+    @rank_zero_only
+    def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
+        # ModelCheckpoint sets these two just before calling this; it has no public name for the file
+        # it just wrote (last_model_path is only the save_last copy), so read them defensively.
+        path = getattr(checkpoint_callback, "_last_checkpoint_saved", "")
+        step = getattr(checkpoint_callback, "_last_global_step_saved", None)
+        if path and type(step) is int:
+            self.experiment.emit(Event.CHECKPOINT, {"step": step, "path": str(path)})
+
+    @rank_zero_only
+    def finalize(self, status: str) -> None:
+        if self._logger is None:
+            return
+        if self._owns_logger:
+            self._logger.close()
+        else:
+            self._logger.flush()

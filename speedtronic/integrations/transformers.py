@@ -1,0 +1,126 @@
+"""``SpeedtronicCallback``: a Hugging Face ``transformers.TrainerCallback`` that logs through a
+``MetricLogger``.
+
+Importing this module imports transformers (``pip install 'speedtronic[transformers]'``); importing
+``speedtronic.integrations`` does not.
+
+What the ``Trainer`` does and the records it becomes:
+
+- ``on_train_begin``: ``hyperparams`` (``config``: the ``TrainingArguments`` as a dict), then
+  ``train_start`` (the catalog's keys, from the trainer's state and arguments).
+- ``on_log``: each logging call, every ``logging_steps`` steps: a ``train_step`` with ``step`` =
+  ``state.global_step`` and the keys as Hugging Face logs them (``loss``, ``learning_rate``,
+  ``grad_norm``, ``epoch``); an evaluation's ``eval_*`` metrics become an ``eval`` record with the
+  prefix stripped and ``split="eval"`` (see ``speedtronic.integrations._metrics``). The summary the
+  trainer logs once training is over (``train_runtime``, ``train_loss``...) goes into ``train_end``.
+- ``on_save``: ``checkpoint`` (``step``, ``path`` of the ``checkpoint-<step>`` directory).
+- ``on_train_end``: ``train_end``.
+
+``logging_steps`` already sets the cadence, so the logger should keep ``every_steps=1`` (its
+default). Only the main process (``state.is_world_process_zero``) emits: one record per event in a
+multi-process job, as Hugging Face's own reporting callbacks do. The callback never closes the logger:
+whoever built it does.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+try:
+    from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+except ModuleNotFoundError as error:
+    if error.name is None or error.name.split(".")[0] != "transformers":
+        raise
+    raise ModuleNotFoundError(
+        "speedtronic.integrations.transformers requires transformers: "
+        "pip install 'speedtronic[transformers]'",
+        name="transformers",
+    ) from None
+
+from speedtronic.events import Event
+from speedtronic.integrations._metrics import emit_metrics
+from speedtronic.profiling import MetricLogger
+
+__all__ = ["SpeedtronicCallback"]
+
+_SUMMARY_KEYS = {"train_samples_per_second": "samples_per_s"}
+"""Keys of the end-of-training summary that ``train_end`` names its own way (``train_runtime`` is
+``duration_s``)."""
+
+
+class SpeedtronicCallback(TrainerCallback):
+    """Sends a ``transformers.Trainer``'s logs, saves and start/end to ``logger`` (see the module)."""
+
+    def __init__(self, logger: MetricLogger) -> None:
+        if not isinstance(logger, MetricLogger):
+            raise TypeError(f"SpeedtronicCallback(logger=...): expected a MetricLogger, got {logger!r}")
+        self.logger = logger
+        self._start_step = 0
+        self._started = 0.0
+        self._last_loss: float | None = None
+        self._summary: dict[str, Any] = {}
+
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        self._start_step, self._started = state.global_step, time.perf_counter()
+        self._last_loss, self._summary = None, {}
+        if not state.is_world_process_zero:
+            return
+        config = args.to_dict()  # type: ignore[no-untyped-call]  # transformers leaves it unannotated
+        self.logger.emit(Event.HYPERPARAMS, {"config": config})
+        model = kwargs.get("model")
+        start: dict[str, Any] = {
+            "start_step": state.global_step,
+            "target_step": state.max_steps,
+            "device": str(args.device),
+            "precision": "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
+            "grad_accum": args.gradient_accumulation_steps,
+        }
+        if model is not None:
+            start["parameters"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        if args.world_size > 1:
+            start["world_size"], start["rank"] = args.world_size, args.process_index
+        self.logger.emit(Event.TRAIN_START, start)
+
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if not state.is_world_process_zero or not logs:
+            return
+        if "train_runtime" in logs:  # the summary Trainer.train() logs once it is done
+            self._summary = dict(logs)
+            return
+        if "loss" in logs:
+            self._last_loss = float(logs["loss"])
+        emit_metrics(self.logger, state.global_step, logs)
+
+    def on_save(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        if state.is_world_process_zero:
+            path = os.path.join(args.output_dir or "", f"checkpoint-{state.global_step}")
+            self.logger.emit(Event.CHECKPOINT, {"step": state.global_step, "path": path})
+
+    def on_train_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        if not state.is_world_process_zero:
+            return
+        summary = dict(self._summary)
+        end: dict[str, Any] = {
+            "step": state.global_step,
+            "steps_run": state.global_step - self._start_step,
+            "duration_s": summary.pop("train_runtime", round(time.perf_counter() - self._started, 6)),
+            "final_loss": self._last_loss,
+        }
+        for key, value in summary.items():
+            end[_SUMMARY_KEYS.get(key, key)] = value
+        self.logger.emit(Event.TRAIN_END, end)

@@ -1,0 +1,188 @@
+"""SpeedtronicCallback on a real ``transformers.Trainer``: a tiny regression model on the CPU."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from transformers import Trainer, TrainerControl, TrainerState, TrainingArguments
+
+from speedtronic.integrations.transformers import SpeedtronicCallback
+from speedtronic.profiling import MetricLogger
+from tests.conftest import read_jsonl
+
+
+class TinyRegressor(torch.nn.Module):
+    """What a Trainer needs of a model: keyword inputs, a dict with ``loss`` when given labels."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+        prediction = self.linear(x).squeeze(-1)
+        return {"loss": torch.nn.functional.mse_loss(prediction, labels), "logits": prediction}
+
+
+def dataset(n: int, seed: int) -> list[dict[str, torch.Tensor]]:
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 4, generator=generator)
+    y = x @ torch.tensor([1.0, -2.0, 0.5, 3.0])
+    return [{"x": x[i], "labels": y[i]} for i in range(n)]
+
+
+def train(tmp_path: Path, logger: MetricLogger, **changes: Any) -> Trainer:
+    settings: dict[str, Any] = {
+        "output_dir": str(tmp_path / "out"),
+        "max_steps": 6,
+        "logging_steps": 2,
+        "eval_strategy": "steps",
+        "eval_steps": 3,
+        "save_strategy": "steps",
+        "save_steps": 3,
+        "per_device_train_batch_size": 4,
+        "per_device_eval_batch_size": 8,
+        "learning_rate": 0.05,
+        "report_to": "none",
+        "use_cpu": True,
+        "disable_tqdm": True,
+        "seed": 0,
+    }
+    settings.update(changes)
+    trainer = Trainer(
+        model=TinyRegressor(),
+        args=TrainingArguments(**settings),
+        train_dataset=dataset(64, seed=0),
+        eval_dataset=dataset(16, seed=1),
+        callbacks=[SpeedtronicCallback(logger)],
+    )
+    trainer.train()
+    return trainer
+
+
+@pytest.fixture
+def logger(tmp_path: Path) -> Any:
+    logger = MetricLogger(json_file=tmp_path / "metrics.jsonl", stream=io.StringIO())
+    yield logger
+    logger.close()
+
+
+class TestSpeedtronicCallback:
+    def test_a_training_run_is_recorded_as_the_catalog_events(self, tmp_path: Path, logger: MetricLogger) -> None:
+        """hyperparams and train_start, a train_step per logging_steps, an eval per eval_steps, a
+        checkpoint per save, then train_end: in the order the Trainer does them."""
+        train(tmp_path, logger)
+        logger.close()
+        records = read_jsonl(tmp_path / "metrics.jsonl")
+        assert [(r["event"], r.get("step")) for r in records] == [
+            ("hyperparams", None),
+            ("train_start", None),
+            ("train_step", 2),
+            ("eval", 3),
+            ("checkpoint", 3),
+            ("train_step", 4),
+            ("train_step", 6),
+            ("eval", 6),
+            ("checkpoint", 6),
+            ("train_end", 6),
+        ]
+
+    def test_train_steps_keep_the_keys_as_hugging_face_logs_them(
+        self, tmp_path: Path, logger: MetricLogger
+    ) -> None:
+        """loss, learning_rate, grad_norm and epoch under HF's names; step is state.global_step."""
+        train(tmp_path, logger)
+        logger.close()
+        steps = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if r["event"] == "train_step"]
+        for record in steps:
+            assert {"step", "loss", "learning_rate", "grad_norm", "epoch"} <= record.keys()
+            assert isinstance(record["loss"], float)
+        assert steps[0]["epoch"] == pytest.approx(2 / 16)
+
+    def test_evaluation_metrics_lose_their_prefix(self, tmp_path: Path, logger: MetricLogger) -> None:
+        """eval_loss is the eval record's loss, with split "eval"; no eval_ key is left."""
+        trainer = train(tmp_path, logger)
+        direct = trainer.evaluate()
+        logger.close()
+        evals = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if r["event"] == "eval"]
+        assert len(evals) == 3
+        assert all(r["split"] == "eval" and not any(k.startswith("eval_") for k in r) for r in evals)
+        assert {"loss", "runtime", "samples_per_second", "epoch"} <= evals[0].keys()
+        assert evals[-1]["loss"] == pytest.approx(direct["eval_loss"])
+        assert evals[-1]["step"] == 6
+
+    def test_checkpoints_name_the_directories_written(self, tmp_path: Path, logger: MetricLogger) -> None:
+        """Each checkpoint record's path is the checkpoint-<step> directory the Trainer saved."""
+        train(tmp_path, logger)
+        logger.close()
+        checkpoints = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if r["event"] == "checkpoint"]
+        assert [r["path"] for r in checkpoints] == [
+            str(tmp_path / "out" / "checkpoint-3"), str(tmp_path / "out" / "checkpoint-6")
+        ]
+        assert all(Path(r["path"]).is_dir() for r in checkpoints)
+
+    def test_start_and_end_carry_the_run(self, tmp_path: Path, logger: MetricLogger) -> None:
+        """train_start has the catalog's keys from the arguments; train_end the summary and last loss;
+        hyperparams the TrainingArguments."""
+        train(tmp_path, logger, gradient_accumulation_steps=2)
+        logger.close()
+        records = read_jsonl(tmp_path / "metrics.jsonl")
+        by_event = {r["event"]: r for r in records}
+        assert by_event["hyperparams"]["config"]["logging_steps"] == 2
+        start = by_event["train_start"]
+        assert (start["start_step"], start["target_step"], start["grad_accum"]) == (0, 6, 2)
+        assert (start["device"], start["precision"], start["parameters"]) == ("cpu", "fp32", 5)
+        end = by_event["train_end"]
+        last_loss = [r for r in records if r["event"] == "train_step"][-1]["loss"]
+        assert (end["step"], end["steps_run"], end["final_loss"]) == (6, 6, last_loss)
+        assert end["duration_s"] > 0 and "train_loss" in end and "samples_per_s" in end
+
+    def test_the_cadence_is_logging_steps_with_every_steps_1(self, tmp_path: Path) -> None:
+        """A logger left at every_steps=20 drops HF's logs at steps 2, 4, 6: the docs' reason for 1."""
+        logger = MetricLogger(json_file=tmp_path / "metrics.jsonl", stream=io.StringIO(), every_steps=20)
+        train(tmp_path, logger)
+        logger.close()
+        assert not [r for r in read_jsonl(tmp_path / "metrics.jsonl") if r["event"] == "train_step"]
+
+    def test_only_the_main_process_emits(self, tmp_path: Path, logger: MetricLogger) -> None:
+        """Called with the state of a process other than world process zero, nothing is emitted."""
+        callback = SpeedtronicCallback(logger)
+        args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none")
+        state, control = TrainerState(is_world_process_zero=False, global_step=2), TrainerControl()
+        callback.on_train_begin(args, state, control, model=TinyRegressor())
+        callback.on_log(args, state, control, logs={"loss": 1.0})
+        callback.on_save(args, state, control)
+        callback.on_train_end(args, state, control)
+        logger.close()
+        assert not (tmp_path / "metrics.jsonl").exists() or read_jsonl(tmp_path / "metrics.jsonl") == []
+
+    def test_a_logger_that_is_no_metric_logger_is_refused(self) -> None:
+        """SpeedtronicCallback names what it expected."""
+        with pytest.raises(TypeError, match="expected a MetricLogger, got 'metrics.jsonl'"):
+            SpeedtronicCallback("metrics.jsonl")  # type: ignore[arg-type]
+
+
+def test_without_transformers_the_error_names_the_extra() -> None:
+    """Importing the adapter without transformers raises ModuleNotFoundError with the install hint;
+    importing speedtronic.integrations never imports transformers."""
+    code = (
+        "import sys\n"
+        "import speedtronic.integrations\n"
+        "assert 'transformers' not in sys.modules\n"
+        "sys.modules['transformers'] = None\n"
+        "try:\n"
+        "    import speedtronic.integrations.transformers\n"
+        "except ModuleNotFoundError as error:\n"
+        "    print(error.name, '|', error)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == (
+        "transformers | speedtronic.integrations.transformers requires transformers: "
+        "pip install 'speedtronic[transformers]'"
+    )
