@@ -136,6 +136,8 @@ def _one_line_warnings() -> Iterator[None]:
 
 def summary(result: FitResult, info: RunInfo) -> str:
     """Steps, final loss, throughput, then where each file is."""
+    from speedtronic.training.rundir import describe_changes
+
     loss = "n/a" if result.final_loss is None else f"{result.final_loss:.4f}"
     lines = [
         f"speedtronic train: steps {result.start_step} -> {result.step} in {result.duration_s:.2f} s on "
@@ -147,7 +149,7 @@ def summary(result: FitResult, info: RunInfo) -> str:
         lines.append(f"  {'resumed':<12} from {result.resumed_from}")
     if info.config_changes:
         lines.append(
-            f"  {'config':<12} revision {info.config_revision}: {'; '.join(info.config_changes)}"
+            f"  {'config':<12} revision {info.config_revision}: {describe_changes(info.config_changes)}"
         )
     files = dict(info.files)
     if result.checkpoint is not None and "checkpoints" in files:

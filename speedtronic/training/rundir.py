@@ -11,13 +11,22 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from speedtronic.training.config import ConfigError
 
-__all__ = ["CONFIG_NAME", "RunDirError", "claim", "config_changes", "holds_run", "record_config"]
+__all__ = [
+    "CONFIG_NAME",
+    "ConfigChange",
+    "RunDirError",
+    "claim",
+    "config_changes",
+    "describe_changes",
+    "holds_run",
+    "record_config",
+]
 
 CONFIG_NAME = "config.yaml"
 _MARKERS = (CONFIG_NAME, "metrics.jsonl", "checkpoints")
@@ -87,9 +96,23 @@ def _error(path: Path, error: OSError) -> RunDirError:
     return RunDirError(where, f"can't create the run directory: {reason}")
 
 
-def config_changes(before: Mapping[str, Any], after: Mapping[str, Any], prefix: str = "") -> list[str]:
-    """``"train.steps: 20 -> 40"`` for each key whose value differs (``train.resume`` left out)."""
-    changes = []
+class ConfigChange(TypedDict):
+    """One key a resumed run changed: fixed keys, so a reader infers one schema (DuckDB, polars)."""
+
+    key: str
+    """The dotted key, ``"train.steps"``; a list (``logging.hooks``) is one key, compared whole."""
+    old: Any
+    new: Any
+
+
+def config_changes(before: Mapping[str, Any], after: Mapping[str, Any], prefix: str = "") -> list[ConfigChange]:
+    """``{"key": "train.steps", "old": 20, "new": 40}`` for each key whose value differs
+    (``train.resume`` left out).
+
+    The values stay data, never text: the logger's ``Redact`` walks them like any payload, so a
+    hook's ``api_key`` or ``password`` inside ``logging.hooks`` is hidden in every sink and hook.
+    """
+    changes: list[ConfigChange] = []
     for key in dict.fromkeys([*before, *after]):
         name = f"{prefix}{key}"
         old, new = before.get(key), after.get(key)
@@ -98,8 +121,16 @@ def config_changes(before: Mapping[str, Any], after: Mapping[str, Any], prefix: 
         if isinstance(old, Mapping) and isinstance(new, Mapping):
             changes += config_changes(old, new, f"{name}.")
         elif old != new:
-            changes.append(f"{name}: {_shown(old)} -> {_shown(new)}")
+            changes.append({"key": name, "old": old, "new": new})
     return changes
+
+
+def describe_changes(changes: Sequence[ConfigChange]) -> str:
+    """``"train.steps: 20 -> 40; logging.hooks: ... -> ..."``, secrets redacted, for a summary line."""
+    from speedtronic.processors.redact import Redact
+
+    shown = Redact()(None, "", {"event": "config_changes", "changes": list(changes)})["changes"]
+    return "; ".join(f"{change['key']}: {_shown(change['old'])} -> {_shown(change['new'])}" for change in shown)
 
 
 def _shown(value: Any) -> str:

@@ -305,8 +305,8 @@ class RunInfo:
     """Whether ``build_runtime`` initialised ``torch.distributed`` (``train_from_config`` destroys it)."""
     config_revision: int = 1
     """The revision of ``config.yaml`` this run wrote: 1, or more when a resume changed the config."""
-    config_changes: tuple[str, ...] = ()
-    """What a resume changed in the recorded config (``"train.steps: 20 -> 40"``)."""
+    config_changes: tuple[_rundir.ConfigChange, ...] = ()
+    """What a resume changed in the recorded config (``{"key": "train.steps", "old": 20, "new": 40}``)."""
     write_errors: int = 0
     """Records the logger could not write (set by ``train_from_config`` once the logger is closed)."""
 

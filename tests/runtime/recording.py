@@ -64,3 +64,17 @@ class ExitAt:
     def on_event(self, event: str, payload: dict[str, Any]) -> None:
         if event == self._event and payload.get("step") == self._step:
             os._exit(3)
+
+
+class DumpHook:
+    """Writes the ``repr`` of every event it gets to ``path``: what a hook could send anywhere.
+
+    Takes any other keyword (``api_key=``, ``password=``), as a hook with credentials does."""
+
+    def __init__(self, path: str, **credentials: Any) -> None:
+        self._path = Path(path)
+        self._credentials = credentials
+
+    def on_event(self, event: str, payload: dict[str, Any]) -> None:
+        with self._path.open("a", encoding="utf-8") as file:
+            file.write(f"{event} {payload!r}\n")

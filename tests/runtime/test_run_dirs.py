@@ -60,7 +60,7 @@ class TestResume:
         first = yaml.safe_load((run_dir / "config.1.yaml").read_text())
         assert (first["train"]["steps"], first["model"]["hidden"]) == (4, 40)
         (start,) = [r for r in records(run_dir) if r["event"] == "train_start" and r["start_step"] == 4]
-        assert start["config_changes"] == ["train.steps: 4 -> 8"]
+        assert start["config_changes"] == [{"key": "train.steps", "old": 4, "new": 8}]
         assert start["lr_schedule_steps"] == 4  # the schedule keeps its horizon: documented
 
     def test_training_into_a_run_without_resume_is_refused(self, tmp_path: Path) -> None:
