@@ -1,6 +1,10 @@
 """A run directory is one run: claimed once, refused to a second run, its config revisions kept.
 
-``claim`` makes the directory a run starts in: a fresh ``runs/<YYYYmmdd-HHMMSS>`` is created with an
+``open_run`` makes the directory a run starts in and holds it for the run's life: an exclusive
+``flock`` on ``.speedtronic.lock`` there, which the OS drops when the process ends, however it ends,
+so a second run on the directory is refused while the first one lives. ``--resume`` needs a
+directory that holds a run. A start that fails before training calls ``OpenRun.undo``: what the start
+created goes, what was there stays. ``claim`` (no lock) makes the directory a run starts in: a fresh ``runs/<YYYYmmdd-HHMMSS>`` is created with an
 exclusive ``mkdir`` (``-2``, ``-3``... on collision), so parallel launches never share one; a named
 one that already holds a run is refused unless the run resumes. ``record_config`` writes
 ``config.yaml`` and, when a resumed run changes it, keeps the previous one as ``config.<n>.yaml``.
@@ -9,7 +13,10 @@ Every file-system problem is a ``RunDirError`` naming the path and what was expe
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import shutil
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -19,16 +26,21 @@ from speedtronic.training.config import ConfigError
 
 __all__ = [
     "CONFIG_NAME",
+    "LOCK_NAME",
     "ConfigChange",
+    "OpenRun",
     "RunDirError",
     "claim",
     "config_changes",
     "describe_changes",
     "holds_run",
+    "open_run",
     "record_config",
 ]
 
 CONFIG_NAME = "config.yaml"
+LOCK_NAME = ".speedtronic.lock"
+"""The file a run holds an exclusive ``flock`` on (its pid inside), for as long as the run lives."""
 _MARKERS = (CONFIG_NAME, "metrics.jsonl", "checkpoints")
 """What a run leaves in its directory: any of them means the directory holds a run."""
 
@@ -62,6 +74,117 @@ def claim(run_dir: str | None, *, resume: bool, base: str = "runs") -> Path:
     return path
 
 
+class OpenRun:
+    """A run directory this process holds: ``path``, its lock, and what was there before the start."""
+
+    def __init__(self, path: Path, lock_fd: int, before: frozenset[str] | None, created: Path | None) -> None:
+        self.path = path
+        self._lock_fd: int | None = lock_fd
+        self._before = before
+        self._created = created
+
+    def release(self) -> None:
+        """Let another run use the directory (the OS does it too when the process ends)."""
+        if self._lock_fd is not None:
+            fd, self._lock_fd = self._lock_fd, None
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)  # no pid of a run that has ended
+            os.close(fd)
+
+    def undo(self) -> None:
+        """Remove what this start created, keep everything that was there before, then release.
+
+        For a start that failed before training: the directory is left as it was found (a
+        directory this start made, with the parents it made, is removed), so the same command can be
+        retried.
+        """
+        try:
+            if self._before is None:  # the directory is this start's own
+                shutil.rmtree(self.path, ignore_errors=True)
+                parent = self.path
+                while self._created is not None and parent != self._created:
+                    parent = parent.parent
+                    try:
+                        parent.rmdir()  # only when empty: never what someone else put there
+                    except OSError:
+                        break
+                return
+            new = _contents(self.path) - self._before
+            for name in sorted(new):
+                if os.path.dirname(name) in new:
+                    continue  # inside a new directory: goes with it
+                item = self.path / name
+                if item.is_dir() and not item.is_symlink():
+                    shutil.rmtree(item, ignore_errors=True)
+                else:
+                    with contextlib.suppress(OSError):
+                        item.unlink()
+        finally:
+            self.release()
+
+
+def _contents(path: Path) -> frozenset[str]:
+    """Every path under ``path``, relative to it (symbolic links listed, never followed)."""
+    names = set()
+    for root, dirs, files in os.walk(path):
+        for name in [*dirs, *files]:
+            names.add(os.path.relpath(os.path.join(root, name), path))
+    return frozenset(names)
+
+
+def open_run(run_dir: str | None, *, resume: bool, base: str = "runs") -> OpenRun:
+    """The directory this run writes to, created and locked for the run: ``run_dir``, or a fresh one
+    under ``base`` when None.
+
+    Raises ``RunDirError`` for a path that is not a directory or can't be created, one another live
+    run holds, one holding a run while ``resume`` is off, and one holding none while ``resume`` is on.
+    """
+    if run_dir is None:
+        path = _fresh(Path(base))
+        return OpenRun(path, _lock(path), before=None, created=path)
+    path = Path(run_dir)
+    if resume and not (path.is_dir() and holds_run(path)):
+        raise RunDirError(
+            path, "holds no run to resume (no config.yaml, metrics.jsonl or checkpoints); check the "
+            "path, or leave out --resume to start a new run there"
+        )
+    created = next((p for p in reversed([path, *path.parents]) if not p.exists()), None)
+    _make(path, exist_ok=True)
+    lock_existed = (path / LOCK_NAME).exists()
+    fd = _lock(path)
+    before = None if created is not None else _contents(path)
+    if before is not None and not lock_existed:
+        before -= {LOCK_NAME}
+    opened = OpenRun(path, fd, before, created)
+    if not resume and holds_run(path):
+        opened.undo()
+        raise RunDirError(
+            path, "already holds a run; continue it with --resume, or pass another --run-dir"
+        )
+    return opened
+
+
+def _lock(path: Path) -> int:
+    """An exclusive ``flock`` on ``path/LOCK_NAME`` (the holder's pid written in it), or ``RunDirError``."""
+    lock_path = path / LOCK_NAME
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as error:
+        raise _error(path, error, "can't lock the run directory") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        os.close(fd)
+        who = f" (pid {holder})" if holder.isdigit() else ""
+        raise RunDirError(
+            path, f"in use by another run{who}; wait for it to end, or pass another --run-dir"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
 def _fresh(base: Path) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     _make(base, exist_ok=True)
@@ -88,12 +211,12 @@ def _make(path: Path, *, exist_ok: bool) -> None:
         raise RunDirError(path, "expected a writable directory: permission denied")
 
 
-def _error(path: Path, error: OSError) -> RunDirError:
+def _error(path: Path, error: OSError, doing: str = "can't create the run directory") -> RunDirError:
     where = error.filename if error.filename is not None else path
     reason = error.strerror or str(error)
     if isinstance(error, (FileExistsError, NotADirectoryError)):
         reason = f"{reason} (a file is where a directory should be)"
-    return RunDirError(where, f"can't create the run directory: {reason}")
+    return RunDirError(where, f"{doing}: {reason}")
 
 
 class ConfigChange(TypedDict):
@@ -148,14 +271,19 @@ def record_config(run_dir: Path, config: Mapping[str, Any]) -> int:
     text = yaml.safe_dump(dict(config), sort_keys=False)
     revisions = sorted(run_dir.glob("config.*.yaml"))
     revision = len(revisions) + 1
+    kept: Path | None = None
     try:
         if path.exists():
             previous = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
             if config_changes(previous, config):
-                path.replace(run_dir / f"config.{revision}.yaml")
+                kept = run_dir / f"config.{revision}.yaml"
+                path.replace(kept)
                 revision += 1
         path.write_text(text, encoding="utf-8")
     except OSError as error:
+        if kept is not None:  # the previous config stays the run's config
+            with contextlib.suppress(OSError):
+                kept.replace(path)
         reason = error.strerror or str(error)
         raise RunDirError(error.filename or path, f"can't write the config: {reason}") from None
     return revision

@@ -309,13 +309,19 @@ class RunInfo:
     """What a resume changed in the recorded config (``{"key": "train.steps", "old": 20, "new": 40}``)."""
     write_errors: int = 0
     """Records the logger could not write (set by ``train_from_config`` once the logger is closed)."""
+    run: _rundir.OpenRun | None = field(default=None, repr=False, compare=False)
+    """The run directory as this process holds it (rank 0): ``run.release()`` lets another run use
+    it; ``train_from_config`` does that last, and the OS does when the process ends."""
 
 
 def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[Trainer, RunInfo]:
     """A ``Trainer`` for the config, its ``logger`` built by ``build_logger``, and where the run goes.
 
-    The run directory is claimed first (``speedtronic.training.rundir.claim``): a fresh one when the
-    config names none, and one holding another run is refused unless ``train.resume``. The caller
+    The run directory is opened first (``speedtronic.training.rundir.open_run``): a fresh one when the
+    config names none; one holding another run is refused unless ``train.resume``, one that holds no
+    run is refused with it, and one another live run holds is refused. It stays locked until
+    ``info.run.release()`` (``train_from_config`` calls it). If the start fails, what it created in
+    the directory is removed (``OpenRun.undo``), so the same start can be retried. The caller
     owns ``trainer.logger`` and ``trainer.outer`` (with ``train.outer_every``) and, when
     ``info.owns_process_group``, the process group: ``train_from_config`` closes all three, the outer
     loop's thread first.
@@ -336,9 +342,10 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
     owns_group = _launch.init_process_group(rank, device)
     logger = None
     outer: OuterLoop | None = None
+    opened: _rundir.OpenRun | None = None
     try:
         rank = detect_rank()
-        config = _claim_run_dir(config, rank)
+        config, opened = _claim_run_dir(config, rank)
         resumed = train["resume"] and rank.rank == 0  # the config's one writer says what changed
         previous = _read_recorded(Path(config["run_dir"])) if resumed else None
         changes = tuple(_rundir.config_changes(previous, config)) if previous is not None else ()
@@ -359,18 +366,6 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
             optimizer, warmup_cosine(train["warmup_steps"], train["schedule_steps"])
         )
         run_dir = Path(config["run_dir"])
-        revision = _rundir.record_config(run_dir, config) if rank.rank == 0 else 0  # one writer
-        info = RunInfo(
-            run_dir=run_dir,
-            config=config,
-            device=str(device),
-            checkpoint_dir=run_dir / "checkpoints",
-            files=_files(config, run_dir / "checkpoints", rank),
-            rank=rank,
-            owns_process_group=owns_group,
-            config_revision=revision,
-            config_changes=changes,
-        )
         logger = build_logger(config, device=device)
         try:
             trainer = Trainer(
@@ -385,7 +380,7 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
                 grad_accum=train["grad_accum"],
                 max_grad_norm=train["max_grad_norm"],
                 compile=train["compile"],
-                checkpoint_dir=info.checkpoint_dir,
+                checkpoint_dir=run_dir / "checkpoints",
                 checkpoint_every=train["checkpoint_every"],
                 keep_checkpoints=train["keep_checkpoints"],
                 resume=train["resume"],
@@ -400,12 +395,27 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
                 )
         except ValueError as error:
             raise ConfigError("config", "train", str(error)) from None
+        # Last: a start that failed above leaves no config revision behind.
+        revision = _rundir.record_config(run_dir, config) if rank.rank == 0 else 0  # one writer
+        info = RunInfo(
+            run_dir=run_dir,
+            config=config,
+            device=str(device),
+            checkpoint_dir=run_dir / "checkpoints",
+            files=_files(config, run_dir / "checkpoints", rank),
+            rank=rank,
+            owns_process_group=owns_group,
+            config_revision=revision,
+            config_changes=changes,
+            run=opened,
+        )
     except BaseException:
         _launch.shutdown(
             [step for step in (
                 outer.close if outer is not None else None,  # its thread joined before the group goes
                 logger.close if logger is not None else None,
                 _launch.destroy_process_group if owns_group else None,
+                opened.undo if opened is not None else None,  # files closed first: then removable
             ) if step is not None],
             quiet=True,
         )
@@ -413,15 +423,16 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
     return trainer, info
 
 
-def _claim_run_dir(config: dict[str, Any], rank: RankInfo) -> dict[str, Any]:
-    """Rank 0 claims the run directory; every rank gets its path, or the same error."""
-    claimed: str | None = None
+def _claim_run_dir(config: dict[str, Any], rank: RankInfo) -> tuple[dict[str, Any], _rundir.OpenRun | None]:
+    """Rank 0 opens (and locks) the run directory; every rank gets its path, or the same error."""
+    opened: _rundir.OpenRun | None = None
     problem: RunDirError | None = None
     if rank.rank == 0:
         try:
-            claimed = str(_rundir.claim(config["run_dir"], resume=config["train"]["resume"]))
+            opened = _rundir.open_run(config["run_dir"], resume=config["train"]["resume"])
         except RunDirError as error:
             problem = error
+    claimed = str(opened.path) if opened is not None else None
     agreed, message = _launch.share_from_rank0((claimed, str(problem) if problem else None))
     if problem is not None:
         raise problem
@@ -429,11 +440,11 @@ def _claim_run_dir(config: dict[str, Any], rank: RankInfo) -> dict[str, Any]:
         raise RunDirError(config["run_dir"] or "runs", f"rank 0 could not claim the run directory: {message}")
     if config["run_dir"] is None:
         config["run_dir"] = agreed
-        return _resolve_run_dir(config)
+        return _resolve_run_dir(config), opened
     if agreed != config["run_dir"]:
         own, config["run_dir"] = config["run_dir"], agreed
-        return _resolve_run_dir(config, placeholder=own)
-    return config
+        return _resolve_run_dir(config, placeholder=own), opened
+    return config, opened
 
 
 def _read_recorded(run_dir: Path) -> dict[str, Any] | None:
@@ -453,6 +464,7 @@ def train_from_config(config: Mapping[str, Any] | str | os.PathLike[str]) -> tup
         trainer.outer.close if trainer.outer is not None else None,
         trainer.logger.close,
         _launch.destroy_process_group if info.owns_process_group else None,
+        info.run.release if info.run is not None else None,
     ) if step is not None]
     try:
         result = trainer.fit()

@@ -72,14 +72,6 @@ class TestResume:
         assert_one_line_error(done, "r: already holds a run", "--resume", "--run-dir")
         assert (tmp_path / "r" / "metrics.jsonl").read_bytes() == before
 
-    def test_resume_with_nothing_to_resume_says_so(self, tmp_path: Path) -> None:
-        """An empty directory: a warning on stderr, then training from step 0."""
-        config = write_config(tmp_path / "c.yaml")
-        done = train("--config", config, "--run-dir", "fresh", "--resume", "--steps", "2", cwd=tmp_path)
-        assert done.returncode == 0, done.stderr
-        assert "speedtronic: warning: --resume: nothing to resume in fresh" in done.stderr
-        assert "steps 0 -> 2 " in done.stderr
-
 
 def test_parallel_launches_get_their_own_run_directories(tmp_path: Path) -> None:
     """Three `speedtronic train` started together: three directories, each holding one run."""
