@@ -94,7 +94,16 @@ def run(args: argparse.Namespace) -> int:
                 raise CommandError("--resume: name the run to continue with --run-dir")
             if _progress_wanted(args):
                 config = runtime.load_config(with_progress(config))
-            result, info = runtime.train_from_config(config)
+            with _stops_as_exceptions():
+                trainer, info = runtime.build_runtime(config)
+                try:
+                    result, info = runtime.fit_and_close(trainer, info)
+                except (_Stopped, KeyboardInterrupt) as stop:
+                    code = stop.code if isinstance(stop, _Stopped) else 130
+                    raise _Stopped(code, info, trainer.step) from None
+        except _Stopped as stop:
+            _say_how_to_continue(stop)
+            return stop.code
         except runtime.ConfigError as error:
             raise CommandError(str(error)) from None
         except ModuleNotFoundError as error:
@@ -116,6 +125,61 @@ def run(args: argparse.Namespace) -> int:
         )
     print(summary(result, info), file=sys.stderr)
     return 1 if info.write_errors else 0
+
+
+class _Stopped(BaseException):
+    """Ctrl-C or SIGTERM during a run: unwinds like ``KeyboardInterrupt`` (the logger is closed on
+    the way), then the command says how to continue and exits 130 or 143."""
+
+    def __init__(self, code: int, info: RunInfo | None = None, step: int | None = None) -> None:
+        super().__init__(code)
+        self.code, self.info, self.step = code, info, step
+
+
+@contextlib.contextmanager
+def _stops_as_exceptions() -> Iterator[None]:
+    """Turn SIGINT and the first SIGTERM into ``_Stopped``; the handler only raises (it takes no
+    lock the interrupted frame may hold). A second SIGTERM ends the process at once."""
+    import signal
+
+    def terminated(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise _Stopped(128 + signal.SIGTERM)
+
+    previous = signal.getsignal(signal.SIGTERM)
+    installed = previous not in (signal.SIG_IGN, None)  # an ignored SIGTERM stays ignored
+    if installed:
+        signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise _Stopped(128 + signal.SIGINT) from None
+    finally:
+        if installed:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _say_how_to_continue(stop: _Stopped) -> None:
+    """``speedtronic: interrupted at step N (...); continue with: speedtronic train --run-dir D --resume``."""
+    import shlex
+
+    from speedtronic.training.rundir import holds_run
+    from speedtronic.training.trainer import latest_checkpoint
+
+    what = "interrupted" if stop.code == 130 else "terminated (SIGTERM)"
+    info = stop.info
+    if info is None or info.rank.rank != 0 or not holds_run(info.run_dir):
+        print(f"speedtronic: {what}", file=sys.stderr)
+        return
+    checkpoint = latest_checkpoint(info.checkpoint_dir) if info.checkpoint_dir.is_dir() else None
+    if checkpoint is None:
+        since = "no checkpoint yet: --resume starts again from step 0"
+    else:
+        since = f"latest checkpoint: {checkpoint.name}"
+    command = f"speedtronic train --run-dir {shlex.quote(str(info.run_dir))} --resume"
+    if info.rank.distributed:
+        command += " (under torchrun, as before)"
+    print(f"speedtronic: {what} at step {stop.step} ({since}); continue with: {command}", file=sys.stderr)
 
 
 @contextlib.contextmanager

@@ -47,6 +47,7 @@ __all__ = [
     "build_runtime",
     "default_config",
     "default_hooks",
+    "fit_and_close",
     "hook_types",
     "load_config",
     "resolve_hook_type",
@@ -456,10 +457,16 @@ def _read_recorded(run_dir: Path) -> dict[str, Any] | None:
 
 
 def train_from_config(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[FitResult, RunInfo]:
-    """Build, fit, then close the outer loop (joining its thread), the logger and its hooks, and
-    destroy the process group this call set up, in that order, also when training raises (a failure
-    while closing then never hides its error). ``info.write_errors`` counts the records lost."""
+    """``build_runtime`` then ``fit_and_close``: a config to a finished run, everything closed."""
     trainer, info = build_runtime(config)
+    return fit_and_close(trainer, info)
+
+
+def fit_and_close(trainer: Trainer, info: RunInfo) -> tuple[FitResult, RunInfo]:
+    """Fit, then close the outer loop (joining its thread), the logger and its hooks, destroy the
+    process group ``build_runtime`` set up and release the run directory, in that order, also when
+    training raises (a failure while closing then never hides its error). ``info.write_errors``
+    counts the records lost."""
     steps = [step for step in (
         trainer.outer.close if trainer.outer is not None else None,
         trainer.logger.close,
