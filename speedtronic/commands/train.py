@@ -21,6 +21,7 @@ import importlib.util
 import sys
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from speedtronic.commands.cli import CommandError
@@ -105,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
             _say_how_to_continue(stop)
             return stop.code
         except runtime.ConfigError as error:
+            if error.source == "config":  # found once the config ran: name the layer that set the key
+                error = runtime.ConfigError(_source_of(error.key, args), error.key, error.problem)
             raise CommandError(str(error)) from None
         except ModuleNotFoundError as error:
             if error.name not in ("torch", "yaml"):
@@ -125,6 +128,37 @@ def run(args: argparse.Namespace) -> int:
         )
     print(summary(result, info), file=sys.stderr)
     return 1 if info.write_errors else 0
+
+
+def _source_of(key: str, args: argparse.Namespace) -> str:
+    """Where ``key`` (``"logging.hooks[0]"``) was set: the command line, ``--config FILE``, the run's
+    recorded ``config.yaml`` (``--resume``), else the embedded default config."""
+    from speedtronic.training.rundir import CONFIG_NAME
+
+    path = key.split("[", 1)[0].split(".")
+    if path in (["run_dir"], ["train", "steps"]) and getattr(args, path[-1], None) is not None:
+        return "command line"
+    files = [Path(args.config)] if args.config is not None else []
+    if args.resume and args.run_dir is not None:
+        files.append(Path(args.run_dir) / CONFIG_NAME)
+    for file in files:
+        if _sets(file, path):
+            return str(file)
+    return "the default config"
+
+
+def _sets(file: Path, path: list[str]) -> bool:
+    import yaml
+
+    try:
+        values: Any = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    for part in path:
+        if not isinstance(values, dict) or part not in values:
+            return False
+        values = values[part]
+    return True
 
 
 class _Stopped(BaseException):

@@ -1,19 +1,20 @@
 """A run directory is one run: claimed once, refused to a second run, its config revisions kept.
 
-``open_run`` makes the directory a run starts in and holds it for the run's life: an exclusive
-``flock`` on ``.speedtronic.lock`` there, which the OS drops when the process ends, however it ends,
-so a second run on the directory is refused while the first one lives. ``--resume`` needs a
-directory that holds a run. A start that fails before training calls ``OpenRun.undo``: what the start
-created goes, what was there stays. ``claim`` (no lock) makes the directory a run starts in: a fresh ``runs/<YYYYmmdd-HHMMSS>`` is created with an
-exclusive ``mkdir`` (``-2``, ``-3``... on collision), so parallel launches never share one; a named
-one that already holds a run is refused unless the run resumes. ``record_config`` writes
-``config.yaml`` and, when a resumed run changes it, keeps the previous one as ``config.<n>.yaml``.
+``open_run`` makes the directory a run starts in and holds it for the run's life: a fresh
+``runs/<YYYYmmdd-HHMMSS>`` is created with an exclusive ``mkdir`` (``-2``, ``-3``... on collision), so
+parallel launches never share one; a named one that already holds a run is refused unless the run
+resumes, and ``--resume`` needs one that does. An exclusive ``flock`` on ``.speedtronic.lock`` there,
+dropped by the OS when the process ends however it ends, refuses a second run while the first lives.
+A start that fails before training calls ``OpenRun.undo``: what the start created goes, what was
+there stays. ``claim`` makes a directory without the lock. ``record_config`` writes ``config.yaml``
+and, when a resumed run changes it, keeps the previous one as ``config.<n>.yaml``.
 Every file-system problem is a ``RunDirError`` naming the path and what was expected.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import shutil
@@ -33,6 +34,7 @@ __all__ = [
     "claim",
     "config_changes",
     "describe_changes",
+    "describe_os_error",
     "holds_run",
     "open_run",
     "record_config",
@@ -77,7 +79,9 @@ def claim(run_dir: str | None, *, resume: bool, base: str = "runs") -> Path:
 class OpenRun:
     """A run directory this process holds: ``path``, its lock, and what was there before the start."""
 
-    def __init__(self, path: Path, lock_fd: int, before: frozenset[str] | None, created: Path | None) -> None:
+    def __init__(
+        self, path: Path, lock_fd: int, before: frozenset[str] | None, created: Path | None
+    ) -> None:
         self.path = path
         self._lock_fd: int | None = lock_fd
         self._before = before
@@ -208,15 +212,31 @@ def _make(path: Path, *, exist_ok: bool) -> None:
     except OSError as error:
         raise _error(path, error) from None
     if not os.access(path, os.W_OK | os.X_OK):
-        raise RunDirError(path, "expected a writable directory: permission denied")
+        reason = "read-only file system" if _read_only(path) else "permission denied"
+        raise RunDirError(path, f"expected a writable directory: {reason}")
+
+
+def _read_only(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def describe_os_error(error: OSError) -> str:
+    """An ``OSError``'s reason in words a user reads: ``"read-only file system"``,
+    ``"permission denied"``, ``"not a directory (a file is in the way)"``..."""
+    if error.errno == errno.EROFS:
+        return "read-only file system"
+    reason = (error.strerror or str(error)).lower()
+    if isinstance(error, (FileExistsError, NotADirectoryError)):
+        reason = "not a directory (a file is in the way)"
+    return reason
 
 
 def _error(path: Path, error: OSError, doing: str = "can't create the run directory") -> RunDirError:
     where = error.filename if error.filename is not None else path
-    reason = error.strerror or str(error)
-    if isinstance(error, (FileExistsError, NotADirectoryError)):
-        reason = f"{reason} (a file is where a directory should be)"
-    return RunDirError(where, f"{doing}: {reason}")
+    return RunDirError(where, f"{doing}: {describe_os_error(error)}")
 
 
 class ConfigChange(TypedDict):
@@ -228,7 +248,9 @@ class ConfigChange(TypedDict):
     new: Any
 
 
-def config_changes(before: Mapping[str, Any], after: Mapping[str, Any], prefix: str = "") -> list[ConfigChange]:
+def config_changes(
+    before: Mapping[str, Any], after: Mapping[str, Any], prefix: str = ""
+) -> list[ConfigChange]:
     """``{"key": "train.steps", "old": 20, "new": 40}`` for each key whose value differs
     (``train.resume`` left out).
 
@@ -253,7 +275,9 @@ def describe_changes(changes: Sequence[ConfigChange]) -> str:
     from speedtronic.processors.redact import Redact
 
     shown = Redact()(None, "", {"event": "config_changes", "changes": list(changes)})["changes"]
-    return "; ".join(f"{change['key']}: {_shown(change['old'])} -> {_shown(change['new'])}" for change in shown)
+    return "; ".join(
+        f"{change['key']}: {_shown(change['old'])} -> {_shown(change['new'])}" for change in shown
+    )
 
 
 def _shown(value: Any) -> str:

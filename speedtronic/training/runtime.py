@@ -48,6 +48,7 @@ __all__ = [
     "default_config",
     "default_hooks",
     "fit_and_close",
+    "hook_argument_problem",
     "hook_types",
     "load_config",
     "resolve_hook_type",
@@ -246,7 +247,8 @@ def build_logger(config: Mapping[str, Any], *, device: Any = None) -> MetricLogg
                 Path(logging["file"]).parent.mkdir(parents=True, exist_ok=True)
             except OSError as error:
                 raise ConfigError(
-                    "config", "logging.file", f"can't create {error.filename}: {error.strerror}"
+                    "config", "logging.file", f"can't create its directory {error.filename}: "
+                    f"{_rundir.describe_os_error(error)}; expected a path whose directory can be made"
                 ) from None
         try:
             return MetricLogger(
@@ -260,7 +262,9 @@ def build_logger(config: Mapping[str, Any], *, device: Any = None) -> MetricLogg
                 rank=rank,
                 lead_rank=logging["lead_rank"],
             )
-        except (ValueError, OSError) as error:
+        except OSError as error:
+            raise _logging_file_error(logging, error) from None
+        except ValueError as error:
             raise ConfigError("config", "logging", str(error)) from None
     except BaseException:
         for hook in reversed(hooks):
@@ -269,11 +273,23 @@ def build_logger(config: Mapping[str, Any], *, device: Any = None) -> MetricLogg
         raise
 
 
+def _logging_file_error(logging: Mapping[str, Any], error: OSError) -> ConfigError:
+    """The ``logging.file`` or ``logging.json_file`` that could not be opened, and why."""
+    key = "logging"
+    for name in ("file", "json_file"):
+        if error.filename is not None and str(error.filename) == str(logging[name]):
+            key = f"logging.{name}"
+    where = f"can't open {error.filename}" if error.filename is not None else "can't open its files"
+    return ConfigError("config", key, f"{where}: {_rundir.describe_os_error(error)}")
+
+
 def _build_hook(index: int, spec: Mapping[str, Any]) -> Any:
     kwargs = {key: value for key, value in spec.items() if key != "type"}
     key = f"logging.hooks[{index}]"
+    factory = resolve_hook_type(spec["type"])
+    _check_arguments(factory, spec["type"], kwargs, key)
     try:
-        hook = resolve_hook_type(spec["type"])(**kwargs)
+        hook = factory(**kwargs)
     except Exception as error:
         raise ConfigError(
             "config", key, f"{spec['type']} hook can't be created: {type(error).__name__}: {error}"
@@ -284,6 +300,36 @@ def _build_hook(index: int, spec: Mapping[str, Any]) -> Any:
         close_hook(hook)
         raise ConfigError("config", key, str(error)) from None
     return hook
+
+
+def _check_arguments(factory: Callable[..., Any], name: str, kwargs: Mapping[str, Any], key: str) -> None:
+    problem = hook_argument_problem(factory, kwargs)
+    if problem is not None:
+        raise ConfigError("config", key, f"{name} hook: {problem}")
+
+
+def hook_argument_problem(factory: Callable[..., Any], kwargs: Mapping[str, Any]) -> str | None:
+    """What is wrong with calling a hook's ``factory`` with ``kwargs``, in words, naming the
+    arguments it accepts (``"unknown argument 'bogus'; it accepts log_dir, flush_secs"``), or ``None``
+    when they fit (or the factory has no signature to check)."""
+    import inspect
+
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # a builtin or C factory: its own error says it
+        return None
+    parameters = signature.parameters.values()
+    accepted = [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters)
+    unknown = [name for name in kwargs if name not in accepted and not takes_any]
+    try:
+        signature.bind(**kwargs)
+    except TypeError as error:
+        problem = str(error)
+        if unknown:
+            problem = f"unknown argument{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}"
+        return f"{problem}; it accepts {', '.join(accepted) or 'no arguments'}"
+    return None
 
 
 # -- runtime -------------------------------------------------------------------------------------
@@ -336,6 +382,7 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
     config = load_config(config)
     train = config["train"]
     rank = detect_rank()
+    _check_cuda(train["device"])
     try:
         device = _launch.device_for_rank(resolve_device(train["device"]), rank)
     except (RuntimeError, AssertionError) as error:  # torch.device(), or CUDA in a CPU build
@@ -422,6 +469,19 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
         )
         raise
     return trainer, info
+
+
+def _check_cuda(device: str) -> None:
+    """A ``cuda`` device on a machine without CUDA: a ``ConfigError`` saying what works instead."""
+    import torch
+
+    if not device.startswith("cuda") or torch.cuda.is_available():
+        return
+    why = "this torch is a CPU-only build" if torch.version.cuda is None else "no CUDA GPU is visible"
+    raise ConfigError(
+        "config", "train.device", f"{device!r} needs CUDA, and there is no CUDA here ({why}); "
+        "use 'auto' or 'cpu'"
+    )
 
 
 def _claim_run_dir(config: dict[str, Any], rank: RankInfo) -> tuple[dict[str, Any], _rundir.OpenRun | None]:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.readback.conftest import assert_one_line_error
 from tests.runtime.test_run_dirs import ROOT, records, train, write_config
 from tests.training.test_rundir import WAIT_AT, wait_for
 
@@ -49,5 +50,62 @@ class TestAStopSaysHowToContinue:
         )
         assert again.returncode == 0, again.stderr
         assert "steps 4 -> 8 " in again.stderr
-        starts = [r["start_step"] for r in records(tmp_path / "runs" / "my run") if r["event"] == "train_start"]
-        assert starts == [0, 4]
+        run = records(tmp_path / "runs" / "my run")
+        assert [r["start_step"] for r in run if r["event"] == "train_start"] == [0, 4]
+
+
+class TestErrorsNameTheFileAndTheKey:
+    def test_an_unknown_hook_argument(self, tmp_path: Path) -> None:
+        """The config file, the hook's key, the bad argument and the ones it takes; no Python jargon."""
+        hooks = [{"type": "tensorboard", "bogus": 1}]
+        config = write_config(tmp_path / "mine.yaml", logging={"hooks": hooks})
+        done = train("--config", config, "--run-dir", "r", cwd=tmp_path)
+        assert_one_line_error(
+            done, f"{config}: logging.hooks[0]: ", "tensorboard hook", "'bogus'", "accepts", "log_dir"
+        )
+        assert "TypeError" not in done.stderr
+        assert "__init__" not in done.stderr
+
+    def test_a_hook_from_the_recorded_config_names_that_file(self, tmp_path: Path) -> None:
+        """--resume without --config: a bad key in the run's own config.yaml is named there."""
+        config = write_config(tmp_path / "c.yaml", train={"steps": 2})
+        assert train("--config", config, "--run-dir", "r", cwd=tmp_path).returncode == 0
+        recorded = tmp_path / "r" / "config.yaml"
+        bad = "hooks: [{type: tensorboard, bogus: 1}]"
+        recorded.write_text(recorded.read_text().replace("hooks: []", bad))
+        done = train("--run-dir", "r", "--resume", "--steps", "4", cwd=tmp_path)
+        assert_one_line_error(done, "r/config.yaml: logging.hooks[0]: ", "'bogus'")
+
+    def test_cuda_without_cuda(self, tmp_path: Path) -> None:
+        """train.device: cuda on a machine without CUDA: the file, the key, and what works instead."""
+        if __import__("torch").cuda.is_available():
+            pytest.skip("this machine has CUDA")
+        config = write_config(tmp_path / "gpu.yaml", train={"device": "cuda"})
+        done = train("--config", config, "--run-dir", "r", cwd=tmp_path)
+        assert_one_line_error(done, f"{config}: train.device: ", "no CUDA", "'auto' or 'cpu'")
+        assert not (tmp_path / "r").exists()
+
+    def test_a_log_file_whose_directory_cant_be_made(self, tmp_path: Path) -> None:
+        """logging.file under a regular file: the file, the key, the path in the way."""
+        (tmp_path / "notes").write_text("a file\n")
+        config = write_config(tmp_path / "log.yaml", logging={"file": "notes/train.log"})
+        done = train("--config", config, "--run-dir", "r", cwd=tmp_path)
+        assert_one_line_error(done, f"{config}: logging.file: ", "notes", "not a directory")
+
+    def test_a_read_only_file_system_is_called_so(self, tmp_path: Path) -> None:
+        """A run directory on a read-only mount: "read-only file system", not "permission denied"."""
+        mount = tmp_path / "ro"
+        mount.mkdir()
+        inner = f"mount -t tmpfs -o ro none {mount} && exec {sys.executable} -m speedtronic train " \
+            f"--no-progress --run-dir {mount} --steps 2"
+        try:
+            done = subprocess.run(
+                ["unshare", "-m", "sh", "-c", inner], cwd=tmp_path, capture_output=True, text=True,
+                timeout=180, check=False, env={**os.environ, "PYTHONPATH": str(ROOT)},
+            )
+        except FileNotFoundError:
+            pytest.skip("needs unshare")
+        if "mount" in done.stderr or "unshare" in done.stderr:
+            pytest.skip(f"can't mount a read-only tmpfs here: {done.stderr.strip()}")
+        assert_one_line_error(done, str(mount), "read-only file system")
+        assert "permission denied" not in done.stderr.lower()
