@@ -164,8 +164,10 @@ def _read_yaml(path: Path) -> Any:
         ) from None
     try:
         text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError(str(path), "", f"can't read it: {error}") from None
+    except OSError as error:
+        raise ConfigError(str(path), "", f"can't read it: {_rundir.describe_os_error(error)}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(str(path), "", f"can't read it: expected UTF-8 text ({error.reason})") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:

@@ -55,6 +55,12 @@ class TestAStopSaysHowToContinue:
 
 
 class TestErrorsNameTheFileAndTheKey:
+    def test_a_missing_config_file(self, tmp_path: Path) -> None:
+        """--config naming no file: the path and the reason in words, no errno."""
+        done = train("--config", "nope.yaml", cwd=tmp_path)
+        assert_one_line_error(done, "nope.yaml: can't read it: no such file or directory")
+        assert "Errno" not in done.stderr
+
     def test_an_unknown_hook_argument(self, tmp_path: Path) -> None:
         """The config file, the hook's key, the bad argument and the ones it takes; no Python jargon."""
         hooks = [{"type": "tensorboard", "bogus": 1}]
