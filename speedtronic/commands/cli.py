@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
+import textwrap
 from collections.abc import Sequence
 
 __all__ = ["COMMANDS", "main"]
@@ -33,6 +35,27 @@ examples:
 'speedtronic COMMAND --help' lists a command's options."""
 
 
+_SHORT_PHRASE = re.compile(r"\([^()]{1,40}\)")
+_KEPT_SPACE = "\x00"
+
+
+class _KeepsPhrases(argparse.HelpFormatter):
+    """Wraps help text as argparse does, but never inside a short phrase in parentheses:
+    ``(default: the embedded one)`` moves to the next line whole."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        def keep(match: re.Match[str]) -> str:
+            phrase = match.group()
+            return phrase.replace(" ", _KEPT_SPACE) if len(phrase) <= width else phrase
+
+        text = _SHORT_PHRASE.sub(keep, " ".join(text.split()))
+        return [line.replace(_KEPT_SPACE, " ") for line in textwrap.wrap(text, width, break_on_hyphens=False)]
+
+
+class _Formatter(_KeepsPhrases, argparse.RawDescriptionHelpFormatter):
+    """The top-level help: its description and epilog as written, its commands' help wrapped."""
+
+
 class CommandError(Exception):
     """A user-facing failure: printed as one line ``speedtronic: error: ...``, exit code 2."""
 
@@ -44,12 +67,15 @@ def build_parser() -> argparse.ArgumentParser:
         prog="speedtronic",
         description=DESCRIPTION,
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_Formatter,
     )
     parser.add_argument("--version", action="version", version=f"speedtronic {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, title="commands")
     for name in COMMANDS:
         importlib.import_module(f"speedtronic.commands.{name}").add_parser(subparsers)
+    for command in subparsers.choices.values():
+        if command.formatter_class is argparse.HelpFormatter:
+            command.formatter_class = _KeepsPhrases
     return parser
 
 

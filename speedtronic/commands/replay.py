@@ -11,7 +11,9 @@ import argparse
 import contextlib
 import json
 import re
+import shutil
 import sys
+from pathlib import Path
 from typing import Any
 
 from speedtronic.commands._runs import add_rank_argument, rank_choice, report_skipped
@@ -103,16 +105,19 @@ def run(args: argparse.Namespace) -> int:
                            "--wandb PROJECT")
     rank = rank_choice(args.rank)
     hooks: list[Any] = []
+    new_dirs = [path for path in _target_dirs(targets) if not path.exists()]
     try:
         run_files(args.run)  # a run that can't be read creates no target
-        for _, name, _ in targets:  # an unknown type creates no target either
-            hook_type(name)
+        for _, name, options in targets:  # an unknown type or option creates no target either
+            _check(name, options)
         for _, name, options in targets:
             hooks.append(_create(name, options, append=args.append))
     except (RunError, ReplayRefused, LookupError, ModuleNotFoundError, CommandError) as error:
         for hook in hooks:  # a target created before the failure is closed, not left half-open
             with contextlib.suppress(Exception):  # the failure above is the one to report
                 close_hook(hook)
+        for path in new_dirs:  # and a directory it made is gone again
+            shutil.rmtree(path, ignore_errors=True)
         raise CommandError(str(error)) from None
     try:
         result = replay_run(args.run, hooks, rank=rank)  # closes the hooks, whatever happens
@@ -126,6 +131,21 @@ def run(args: argparse.Namespace) -> int:
     described = " and ".join(description for description, _, _ in targets)
     print(f"replayed {result.replayed.total():,} records of {args.run} to {described}", file=sys.stderr)
     return 0
+
+
+def _check(name: str, options: dict[str, Any]) -> None:
+    """A ``CommandError`` for an option the hook type does not take, before any target is created."""
+    from speedtronic.training.runtime import hook_argument_problem
+
+    problem = hook_argument_problem(hook_type(name), options)
+    if problem is not None:
+        raise CommandError(f"replay: {name} hook: {problem}")
+
+
+def _target_dirs(targets: list[tuple[str, str, dict[str, Any]]]) -> list[Path]:
+    """The directories the targets write to (``log_dir``, ``dir``), as far as their options say."""
+    keys = ("log_dir", "dir")
+    return [Path(str(options[key])) for _, _, options in targets for key in keys if key in options]
 
 
 def _create(name: str, options: dict[str, Any], *, append: bool) -> Any:

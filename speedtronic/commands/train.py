@@ -23,6 +23,7 @@ import importlib.util
 import sys
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from speedtronic.commands.cli import CommandError
@@ -108,8 +109,19 @@ def run(args: argparse.Namespace) -> int:
             console = with_structlog_console(config)
             if console is not config:
                 config = runtime.load_config(console)
-            result, info = runtime.train_from_config(config)
+            with _stops_as_exceptions():
+                trainer, info = runtime.build_runtime(config)
+                try:
+                    result, info = runtime.fit_and_close(trainer, info)
+                except (_Stopped, KeyboardInterrupt) as stop:
+                    code = stop.code if isinstance(stop, _Stopped) else 130
+                    raise _Stopped(code, info, trainer.step) from None
+        except _Stopped as stop:
+            _say_how_to_continue(stop)
+            return stop.code
         except runtime.ConfigError as error:
+            if error.source == "config":  # found once the config ran: name the layer that set the key
+                error = runtime.ConfigError(_source_of(error.key, args), error.key, error.problem)
             raise CommandError(str(error)) from None
         except ModuleNotFoundError as error:
             if error.name not in ("torch", "yaml"):
@@ -132,6 +144,92 @@ def run(args: argparse.Namespace) -> int:
     return 1 if info.write_errors else 0
 
 
+def _source_of(key: str, args: argparse.Namespace) -> str:
+    """Where ``key`` (``"logging.hooks[0]"``) was set: the command line, ``--config FILE``, the run's
+    recorded ``config.yaml`` (``--resume``), else the embedded default config."""
+    from speedtronic.training.rundir import CONFIG_NAME
+
+    path = key.split("[", 1)[0].split(".")
+    if path in (["run_dir"], ["train", "steps"]) and getattr(args, path[-1], None) is not None:
+        return "command line"
+    files = [Path(args.config)] if args.config is not None else []
+    if args.resume and args.run_dir is not None:
+        files.append(Path(args.run_dir) / CONFIG_NAME)
+    for file in files:
+        if _sets(file, path):
+            return str(file)
+    return "the default config"
+
+
+def _sets(file: Path, path: list[str]) -> bool:
+    import yaml
+
+    try:
+        values: Any = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    for part in path:
+        if not isinstance(values, dict) or part not in values:
+            return False
+        values = values[part]
+    return True
+
+
+class _Stopped(BaseException):
+    """Ctrl-C or SIGTERM during a run: unwinds like ``KeyboardInterrupt`` (the logger is closed on
+    the way), then the command says how to continue and exits 130 or 143."""
+
+    def __init__(self, code: int, info: RunInfo | None = None, step: int | None = None) -> None:
+        super().__init__(code)
+        self.code, self.info, self.step = code, info, step
+
+
+@contextlib.contextmanager
+def _stops_as_exceptions() -> Iterator[None]:
+    """Turn SIGINT and the first SIGTERM into ``_Stopped``; the handler only raises (it takes no
+    lock the interrupted frame may hold). A second SIGTERM ends the process at once."""
+    import signal
+
+    def terminated(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise _Stopped(128 + signal.SIGTERM)
+
+    previous = signal.getsignal(signal.SIGTERM)
+    installed = previous not in (signal.SIG_IGN, None)  # an ignored SIGTERM stays ignored
+    if installed:
+        signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise _Stopped(128 + signal.SIGINT) from None
+    finally:
+        if installed:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _say_how_to_continue(stop: _Stopped) -> None:
+    """``speedtronic: interrupted at step N (...); continue with: speedtronic train --run-dir D --resume``."""
+    import shlex
+
+    from speedtronic.training.rundir import holds_run
+    from speedtronic.training.trainer import latest_checkpoint
+
+    what = "interrupted" if stop.code == 130 else "terminated (SIGTERM)"
+    info = stop.info
+    if info is None or info.rank.rank != 0 or not holds_run(info.run_dir):
+        print(f"speedtronic: {what}", file=sys.stderr)
+        return
+    checkpoint = latest_checkpoint(info.checkpoint_dir) if info.checkpoint_dir.is_dir() else None
+    if checkpoint is None:
+        since = "no checkpoint yet: --resume starts again from step 0"
+    else:
+        since = f"latest checkpoint: {checkpoint.name}"
+    command = f"speedtronic train --run-dir {shlex.quote(str(info.run_dir))} --resume"
+    if info.rank.distributed:
+        command += " (under torchrun, as before)"
+    print(f"speedtronic: {what} at step {stop.step} ({since}); continue with: {command}", file=sys.stderr)
+
+
 @contextlib.contextmanager
 def _one_line_warnings() -> Iterator[None]:
     """Show warnings as ``speedtronic: warning: ...``: a user's run has no source line to point at."""
@@ -150,6 +248,8 @@ def _one_line_warnings() -> Iterator[None]:
 
 def summary(result: FitResult, info: RunInfo) -> str:
     """Steps, final loss, throughput, then where each file is."""
+    from speedtronic.training.rundir import describe_changes
+
     loss = "n/a" if result.final_loss is None else f"{result.final_loss:.4f}"
     lines = [
         f"speedtronic train: steps {result.start_step} -> {result.step} in {result.duration_s:.2f} s on "
@@ -161,7 +261,7 @@ def summary(result: FitResult, info: RunInfo) -> str:
         lines.append(f"  {'resumed':<12} from {result.resumed_from}")
     if info.config_changes:
         lines.append(
-            f"  {'config':<12} revision {info.config_revision}: {'; '.join(info.config_changes)}"
+            f"  {'config':<12} revision {info.config_revision}: {describe_changes(info.config_changes)}"
         )
     files = dict(info.files)
     if result.checkpoint is not None and "checkpoints" in files:

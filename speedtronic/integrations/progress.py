@@ -45,6 +45,9 @@ class ProgressHook:
     numbers to 4 significant digits, thousands and up with an SI suffix, ``_per_s`` shown as ``/s``:
     ``loss=0.4321 tokens/s=43.3k``.
 
+    A terminal that reports a size of 0 (a pty nobody sized, as in some CI runners and containers)
+    gets an 80-column bar instead of none.
+
     Args:
         file: where the bar is drawn (default ``sys.stdout``, the stream ``progress_wanted`` checks).
         postfix: the payload keys to show instead (those present, in this order).
@@ -66,7 +69,10 @@ class ProgressHook:
             ) from error
         self._tqdm = tqdm
         self._file = file if file is not None else sys.stdout
-        self._kwargs = {"unit": "step", "dynamic_ncols": True, **tqdm_kwargs}
+        width: dict[str, Any] = {"dynamic_ncols": True}
+        if _reports_no_size(self._file):  # a pty nobody sized: tqdm would draw nothing
+            width = {"ncols": _FALLBACK_SIZE[1], "nrows": _FALLBACK_SIZE[0]}
+        self._kwargs = {"unit": "step", **width, **tqdm_kwargs}
         self._postfix = None if postfix is None else tuple(postfix)
         self._bar: Any = None
         handlers: dict[str, Callable[[str, dict[str, Any]], None]] = dict.fromkeys(
@@ -132,6 +138,21 @@ class ProgressHook:
 
 
 _RATES = ("tokens_per_s", "samples_per_s")
+_FALLBACK_SIZE = (24, 80)
+"""Rows and columns for a terminal that reports 0 of either (and no ``COLUMNS``): 0 means unknown."""
+
+
+def _reports_no_size(stream: IO[str]) -> bool:
+    """Whether ``stream`` is a terminal that reports 0 columns or 0 rows, with no ``COLUMNS`` set."""
+    import os
+
+    if os.environ.get("COLUMNS", "0") != "0":
+        return False
+    try:
+        size = os.get_terminal_size(stream.fileno())
+    except (AttributeError, ValueError, OSError):  # no fileno, or not a terminal
+        return False
+    return size.columns == 0 or size.lines == 0
 
 
 def _default_postfix(payload: dict[str, Any]) -> tuple[str, ...]:

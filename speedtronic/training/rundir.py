@@ -1,25 +1,48 @@
 """A run directory is one run: claimed once, refused to a second run, its config revisions kept.
 
-``claim`` makes the directory a run starts in: a fresh ``runs/<YYYYmmdd-HHMMSS>`` is created with an
-exclusive ``mkdir`` (``-2``, ``-3``... on collision), so parallel launches never share one; a named
-one that already holds a run is refused unless the run resumes. ``record_config`` writes
-``config.yaml`` and, when a resumed run changes it, keeps the previous one as ``config.<n>.yaml``.
+``open_run`` makes the directory a run starts in and holds it for the run's life: a fresh
+``runs/<YYYYmmdd-HHMMSS>`` is created with an exclusive ``mkdir`` (``-2``, ``-3``... on collision), so
+parallel launches never share one; a named one that already holds a run is refused unless the run
+resumes, and ``--resume`` needs one that does. An exclusive ``flock`` on ``.speedtronic.lock`` there,
+dropped by the OS when the process ends however it ends, refuses a second run while the first lives.
+A start that fails before training calls ``OpenRun.undo``: what the start created goes, what was
+there stays. ``claim`` makes a directory without the lock. ``record_config`` writes ``config.yaml``
+and, when a resumed run changes it, keeps the previous one as ``config.<n>.yaml``.
 Every file-system problem is a ``RunDirError`` naming the path and what was expected.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import os
+import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from speedtronic.training.config import ConfigError
 
-__all__ = ["CONFIG_NAME", "RunDirError", "claim", "config_changes", "holds_run", "record_config"]
+__all__ = [
+    "CONFIG_NAME",
+    "LOCK_NAME",
+    "ConfigChange",
+    "OpenRun",
+    "RunDirError",
+    "claim",
+    "config_changes",
+    "describe_changes",
+    "describe_os_error",
+    "holds_run",
+    "open_run",
+    "record_config",
+]
 
 CONFIG_NAME = "config.yaml"
+LOCK_NAME = ".speedtronic.lock"
+"""The file a run holds an exclusive ``flock`` on (its pid inside), for as long as the run lives."""
 _MARKERS = (CONFIG_NAME, "metrics.jsonl", "checkpoints")
 """What a run leaves in its directory: any of them means the directory holds a run."""
 
@@ -53,6 +76,119 @@ def claim(run_dir: str | None, *, resume: bool, base: str = "runs") -> Path:
     return path
 
 
+class OpenRun:
+    """A run directory this process holds: ``path``, its lock, and what was there before the start."""
+
+    def __init__(
+        self, path: Path, lock_fd: int, before: frozenset[str] | None, created: Path | None
+    ) -> None:
+        self.path = path
+        self._lock_fd: int | None = lock_fd
+        self._before = before
+        self._created = created
+
+    def release(self) -> None:
+        """Let another run use the directory (the OS does it too when the process ends)."""
+        if self._lock_fd is not None:
+            fd, self._lock_fd = self._lock_fd, None
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)  # no pid of a run that has ended
+            os.close(fd)
+
+    def undo(self) -> None:
+        """Remove what this start created, keep everything that was there before, then release.
+
+        For a start that failed before training: the directory is left as it was found (a
+        directory this start made, with the parents it made, is removed), so the same command can be
+        retried.
+        """
+        try:
+            if self._before is None:  # the directory is this start's own
+                shutil.rmtree(self.path, ignore_errors=True)
+                parent = self.path
+                while self._created is not None and parent != self._created:
+                    parent = parent.parent
+                    try:
+                        parent.rmdir()  # only when empty: never what someone else put there
+                    except OSError:
+                        break
+                return
+            new = _contents(self.path) - self._before
+            for name in sorted(new):
+                if os.path.dirname(name) in new:
+                    continue  # inside a new directory: goes with it
+                item = self.path / name
+                if item.is_dir() and not item.is_symlink():
+                    shutil.rmtree(item, ignore_errors=True)
+                else:
+                    with contextlib.suppress(OSError):
+                        item.unlink()
+        finally:
+            self.release()
+
+
+def _contents(path: Path) -> frozenset[str]:
+    """Every path under ``path``, relative to it (symbolic links listed, never followed)."""
+    names = set()
+    for root, dirs, files in os.walk(path):
+        for name in [*dirs, *files]:
+            names.add(os.path.relpath(os.path.join(root, name), path))
+    return frozenset(names)
+
+
+def open_run(run_dir: str | None, *, resume: bool, base: str = "runs") -> OpenRun:
+    """The directory this run writes to, created and locked for the run: ``run_dir``, or a fresh one
+    under ``base`` when None.
+
+    Raises ``RunDirError`` for a path that is not a directory or can't be created, one another live
+    run holds, one holding a run while ``resume`` is off, and one holding none while ``resume`` is on.
+    """
+    if run_dir is None:
+        path = _fresh(Path(base))
+        return OpenRun(path, _lock(path), before=None, created=path)
+    path = Path(run_dir)
+    if resume and not (path.is_dir() and holds_run(path)):
+        raise RunDirError(
+            path, "holds no run to resume (no config.yaml, metrics.jsonl or checkpoints); check the "
+            "path, or leave out --resume to start a new run there"
+        )
+    created = next((p for p in reversed([path, *path.parents]) if not p.exists()), None)
+    _make(path, exist_ok=True)
+    lock_existed = (path / LOCK_NAME).exists()
+    fd = _lock(path)
+    before = None if created is not None else _contents(path)
+    if before is not None and not lock_existed:
+        before -= {LOCK_NAME}
+    opened = OpenRun(path, fd, before, created)
+    if not resume and holds_run(path):
+        opened.undo()
+        raise RunDirError(
+            path, "already holds a run; continue it with --resume, or pass another --run-dir"
+        )
+    return opened
+
+
+def _lock(path: Path) -> int:
+    """An exclusive ``flock`` on ``path/LOCK_NAME`` (the holder's pid written in it), or ``RunDirError``."""
+    lock_path = path / LOCK_NAME
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as error:
+        raise _error(path, error, "can't lock the run directory") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        os.close(fd)
+        who = f" (pid {holder})" if holder.isdigit() else ""
+        raise RunDirError(
+            path, f"in use by another run{who}; wait for it to end, or pass another --run-dir"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
 def _fresh(base: Path) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     _make(base, exist_ok=True)
@@ -76,20 +212,52 @@ def _make(path: Path, *, exist_ok: bool) -> None:
     except OSError as error:
         raise _error(path, error) from None
     if not os.access(path, os.W_OK | os.X_OK):
-        raise RunDirError(path, "expected a writable directory: permission denied")
+        reason = "read-only file system" if _read_only(path) else "permission denied"
+        raise RunDirError(path, f"expected a writable directory: {reason}")
 
 
-def _error(path: Path, error: OSError) -> RunDirError:
-    where = error.filename if error.filename is not None else path
-    reason = error.strerror or str(error)
+def _read_only(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def describe_os_error(error: OSError) -> str:
+    """An ``OSError``'s reason in words a user reads: ``"read-only file system"``,
+    ``"permission denied"``, ``"not a directory (a file is in the way)"``..."""
+    if error.errno == errno.EROFS:
+        return "read-only file system"
+    reason = (error.strerror or str(error)).lower()
     if isinstance(error, (FileExistsError, NotADirectoryError)):
-        reason = f"{reason} (a file is where a directory should be)"
-    return RunDirError(where, f"can't create the run directory: {reason}")
+        reason = "not a directory (a file is in the way)"
+    return reason
 
 
-def config_changes(before: Mapping[str, Any], after: Mapping[str, Any], prefix: str = "") -> list[str]:
-    """``"train.steps: 20 -> 40"`` for each key whose value differs (``train.resume`` left out)."""
-    changes = []
+def _error(path: Path, error: OSError, doing: str = "can't create the run directory") -> RunDirError:
+    where = error.filename if error.filename is not None else path
+    return RunDirError(where, f"{doing}: {describe_os_error(error)}")
+
+
+class ConfigChange(TypedDict):
+    """One key a resumed run changed: fixed keys, so a reader infers one schema (DuckDB, polars)."""
+
+    key: str
+    """The dotted key, ``"train.steps"``; a list (``logging.hooks``) is one key, compared whole."""
+    old: Any
+    new: Any
+
+
+def config_changes(
+    before: Mapping[str, Any], after: Mapping[str, Any], prefix: str = ""
+) -> list[ConfigChange]:
+    """``{"key": "train.steps", "old": 20, "new": 40}`` for each key whose value differs
+    (``train.resume`` left out).
+
+    The values stay data, never text: the logger's ``Redact`` walks them like any payload, so a
+    hook's ``api_key`` or ``password`` inside ``logging.hooks`` is hidden in every sink and hook.
+    """
+    changes: list[ConfigChange] = []
     for key in dict.fromkeys([*before, *after]):
         name = f"{prefix}{key}"
         old, new = before.get(key), after.get(key)
@@ -98,8 +266,18 @@ def config_changes(before: Mapping[str, Any], after: Mapping[str, Any], prefix: 
         if isinstance(old, Mapping) and isinstance(new, Mapping):
             changes += config_changes(old, new, f"{name}.")
         elif old != new:
-            changes.append(f"{name}: {_shown(old)} -> {_shown(new)}")
+            changes.append({"key": name, "old": old, "new": new})
     return changes
+
+
+def describe_changes(changes: Sequence[ConfigChange]) -> str:
+    """``"train.steps: 20 -> 40; logging.hooks: ... -> ..."``, secrets redacted, for a summary line."""
+    from speedtronic.processors.redact import Redact
+
+    shown = Redact()(None, "", {"event": "config_changes", "changes": list(changes)})["changes"]
+    return "; ".join(
+        f"{change['key']}: {_shown(change['old'])} -> {_shown(change['new'])}" for change in shown
+    )
 
 
 def _shown(value: Any) -> str:
@@ -117,14 +295,19 @@ def record_config(run_dir: Path, config: Mapping[str, Any]) -> int:
     text = yaml.safe_dump(dict(config), sort_keys=False)
     revisions = sorted(run_dir.glob("config.*.yaml"))
     revision = len(revisions) + 1
+    kept: Path | None = None
     try:
         if path.exists():
             previous = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
             if config_changes(previous, config):
-                path.replace(run_dir / f"config.{revision}.yaml")
+                kept = run_dir / f"config.{revision}.yaml"
+                path.replace(kept)
                 revision += 1
         path.write_text(text, encoding="utf-8")
     except OSError as error:
+        if kept is not None:  # the previous config stays the run's config
+            with contextlib.suppress(OSError):
+                kept.replace(path)
         reason = error.strerror or str(error)
         raise RunDirError(error.filename or path, f"can't write the config: {reason}") from None
     return revision

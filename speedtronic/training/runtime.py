@@ -48,6 +48,8 @@ __all__ = [
     "build_runtime",
     "default_config",
     "default_hooks",
+    "fit_and_close",
+    "hook_argument_problem",
     "hook_types",
     "load_config",
     "resolve_hook_type",
@@ -163,8 +165,10 @@ def _read_yaml(path: Path) -> Any:
         ) from None
     try:
         text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError(str(path), "", f"can't read it: {error}") from None
+    except OSError as error:
+        raise ConfigError(str(path), "", f"can't read it: {_rundir.describe_os_error(error)}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(str(path), "", f"can't read it: expected UTF-8 text ({error.reason})") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:
@@ -246,7 +250,8 @@ def build_logger(config: Mapping[str, Any], *, device: Any = None) -> MetricLogg
                 Path(logging["file"]).parent.mkdir(parents=True, exist_ok=True)
             except OSError as error:
                 raise ConfigError(
-                    "config", "logging.file", f"can't create {error.filename}: {error.strerror}"
+                    "config", "logging.file", f"can't create its directory {error.filename}: "
+                    f"{_rundir.describe_os_error(error)}; expected a path whose directory can be made"
                 ) from None
         try:
             return MetricLogger(
@@ -261,7 +266,9 @@ def build_logger(config: Mapping[str, Any], *, device: Any = None) -> MetricLogg
                 lead_rank=logging["lead_rank"],
                 processors=[ValidatePayloads()] if logging["validate"] else [],
             )
-        except (ValueError, OSError) as error:
+        except OSError as error:
+            raise _logging_file_error(logging, error) from None
+        except ValueError as error:
             raise ConfigError("config", "logging", str(error)) from None
     except BaseException:
         for hook in reversed(hooks):
@@ -270,11 +277,23 @@ def build_logger(config: Mapping[str, Any], *, device: Any = None) -> MetricLogg
         raise
 
 
+def _logging_file_error(logging: Mapping[str, Any], error: OSError) -> ConfigError:
+    """The ``logging.file`` or ``logging.json_file`` that could not be opened, and why."""
+    key = "logging"
+    for name in ("file", "json_file"):
+        if error.filename is not None and str(error.filename) == str(logging[name]):
+            key = f"logging.{name}"
+    where = f"can't open {error.filename}" if error.filename is not None else "can't open its files"
+    return ConfigError("config", key, f"{where}: {_rundir.describe_os_error(error)}")
+
+
 def _build_hook(index: int, spec: Mapping[str, Any]) -> Any:
     kwargs = {key: value for key, value in spec.items() if key != "type"}
     key = f"logging.hooks[{index}]"
+    factory = resolve_hook_type(spec["type"])
+    _check_arguments(factory, spec["type"], kwargs, key)
     try:
-        hook = resolve_hook_type(spec["type"])(**kwargs)
+        hook = factory(**kwargs)
     except Exception as error:
         raise ConfigError(
             "config", key, f"{spec['type']} hook can't be created: {type(error).__name__}: {error}"
@@ -285,6 +304,36 @@ def _build_hook(index: int, spec: Mapping[str, Any]) -> Any:
         close_hook(hook)
         raise ConfigError("config", key, str(error)) from None
     return hook
+
+
+def _check_arguments(factory: Callable[..., Any], name: str, kwargs: Mapping[str, Any], key: str) -> None:
+    problem = hook_argument_problem(factory, kwargs)
+    if problem is not None:
+        raise ConfigError("config", key, f"{name} hook: {problem}")
+
+
+def hook_argument_problem(factory: Callable[..., Any], kwargs: Mapping[str, Any]) -> str | None:
+    """What is wrong with calling a hook's ``factory`` with ``kwargs``, in words, naming the
+    arguments it accepts (``"unknown argument 'bogus'; it accepts log_dir, flush_secs"``), or ``None``
+    when they fit (or the factory has no signature to check)."""
+    import inspect
+
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # a builtin or C factory: its own error says it
+        return None
+    parameters = signature.parameters.values()
+    accepted = [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters)
+    unknown = [name for name in kwargs if name not in accepted and not takes_any]
+    try:
+        signature.bind(**kwargs)
+    except TypeError as error:
+        problem = str(error)
+        if unknown:
+            problem = f"unknown argument{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}"
+        return f"{problem}; it accepts {', '.join(accepted) or 'no arguments'}"
+    return None
 
 
 # -- runtime -------------------------------------------------------------------------------------
@@ -307,17 +356,23 @@ class RunInfo:
     """Whether ``build_runtime`` initialised ``torch.distributed`` (``train_from_config`` destroys it)."""
     config_revision: int = 1
     """The revision of ``config.yaml`` this run wrote: 1, or more when a resume changed the config."""
-    config_changes: tuple[str, ...] = ()
-    """What a resume changed in the recorded config (``"train.steps: 20 -> 40"``)."""
+    config_changes: tuple[_rundir.ConfigChange, ...] = ()
+    """What a resume changed in the recorded config (``{"key": "train.steps", "old": 20, "new": 40}``)."""
     write_errors: int = 0
     """Records the logger could not write (set by ``train_from_config`` once the logger is closed)."""
+    run: _rundir.OpenRun | None = field(default=None, repr=False, compare=False)
+    """The run directory as this process holds it (rank 0): ``run.release()`` lets another run use
+    it; ``train_from_config`` does that last, and the OS does when the process ends."""
 
 
 def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[Trainer, RunInfo]:
     """A ``Trainer`` for the config, its ``logger`` built by ``build_logger``, and where the run goes.
 
-    The run directory is claimed first (``speedtronic.training.rundir.claim``): a fresh one when the
-    config names none, and one holding another run is refused unless ``train.resume``. The caller
+    The run directory is opened first (``speedtronic.training.rundir.open_run``): a fresh one when the
+    config names none; one holding another run is refused unless ``train.resume``, one that holds no
+    run is refused with it, and one another live run holds is refused. It stays locked until
+    ``info.run.release()`` (``train_from_config`` calls it). If the start fails, what it created in
+    the directory is removed (``OpenRun.undo``), so the same start can be retried. The caller
     owns ``trainer.logger`` and ``trainer.outer`` (with ``train.outer_every``) and, when
     ``info.owns_process_group``, the process group: ``train_from_config`` closes all three, the outer
     loop's thread first.
@@ -331,6 +386,7 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
     config = load_config(config)
     train = config["train"]
     rank = detect_rank()
+    _check_cuda(train["device"])
     try:
         device = _launch.device_for_rank(resolve_device(train["device"]), rank)
     except (RuntimeError, AssertionError) as error:  # torch.device(), or CUDA in a CPU build
@@ -338,9 +394,10 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
     owns_group = _launch.init_process_group(rank, device)
     logger = None
     outer: OuterLoop | None = None
+    opened: _rundir.OpenRun | None = None
     try:
         rank = detect_rank()
-        config = _claim_run_dir(config, rank)
+        config, opened = _claim_run_dir(config, rank)
         resumed = train["resume"] and rank.rank == 0  # the config's one writer says what changed
         previous = _read_recorded(Path(config["run_dir"])) if resumed else None
         changes = tuple(_rundir.config_changes(previous, config)) if previous is not None else ()
@@ -361,18 +418,6 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
             optimizer, warmup_cosine(train["warmup_steps"], train["schedule_steps"])
         )
         run_dir = Path(config["run_dir"])
-        revision = _rundir.record_config(run_dir, config) if rank.rank == 0 else 0  # one writer
-        info = RunInfo(
-            run_dir=run_dir,
-            config=config,
-            device=str(device),
-            checkpoint_dir=run_dir / "checkpoints",
-            files=_files(config, run_dir / "checkpoints", rank),
-            rank=rank,
-            owns_process_group=owns_group,
-            config_revision=revision,
-            config_changes=changes,
-        )
         logger = build_logger(config, device=device)
         try:
             trainer = Trainer(
@@ -387,7 +432,7 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
                 grad_accum=train["grad_accum"],
                 max_grad_norm=train["max_grad_norm"],
                 compile=train["compile"],
-                checkpoint_dir=info.checkpoint_dir,
+                checkpoint_dir=run_dir / "checkpoints",
                 checkpoint_every=train["checkpoint_every"],
                 keep_checkpoints=train["keep_checkpoints"],
                 resume=train["resume"],
@@ -404,12 +449,27 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
                 )
         except ValueError as error:
             raise ConfigError("config", "train", str(error)) from None
+        # Last: a start that failed above leaves no config revision behind.
+        revision = _rundir.record_config(run_dir, config) if rank.rank == 0 else 0  # one writer
+        info = RunInfo(
+            run_dir=run_dir,
+            config=config,
+            device=str(device),
+            checkpoint_dir=run_dir / "checkpoints",
+            files=_files(config, run_dir / "checkpoints", rank),
+            rank=rank,
+            owns_process_group=owns_group,
+            config_revision=revision,
+            config_changes=changes,
+            run=opened,
+        )
     except BaseException:
         _launch.shutdown(
             [step for step in (
                 outer.close if outer is not None else None,  # its thread joined before the group goes
                 logger.close if logger is not None else None,
                 _launch.destroy_process_group if owns_group else None,
+                opened.undo if opened is not None else None,  # files closed first: then removable
             ) if step is not None],
             quiet=True,
         )
@@ -417,15 +477,29 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
     return trainer, info
 
 
-def _claim_run_dir(config: dict[str, Any], rank: RankInfo) -> dict[str, Any]:
-    """Rank 0 claims the run directory; every rank gets its path, or the same error."""
-    claimed: str | None = None
+def _check_cuda(device: str) -> None:
+    """A ``cuda`` device on a machine without CUDA: a ``ConfigError`` saying what works instead."""
+    import torch
+
+    if not device.startswith("cuda") or torch.cuda.is_available():
+        return
+    why = "this torch is a CPU-only build" if torch.version.cuda is None else "no CUDA GPU is visible"
+    raise ConfigError(
+        "config", "train.device", f"{device!r} needs CUDA, and there is no CUDA here ({why}); "
+        "use 'auto' or 'cpu'"
+    )
+
+
+def _claim_run_dir(config: dict[str, Any], rank: RankInfo) -> tuple[dict[str, Any], _rundir.OpenRun | None]:
+    """Rank 0 opens (and locks) the run directory; every rank gets its path, or the same error."""
+    opened: _rundir.OpenRun | None = None
     problem: RunDirError | None = None
     if rank.rank == 0:
         try:
-            claimed = str(_rundir.claim(config["run_dir"], resume=config["train"]["resume"]))
+            opened = _rundir.open_run(config["run_dir"], resume=config["train"]["resume"])
         except RunDirError as error:
             problem = error
+    claimed = str(opened.path) if opened is not None else None
     agreed, message = _launch.share_from_rank0((claimed, str(problem) if problem else None))
     if problem is not None:
         raise problem
@@ -433,11 +507,11 @@ def _claim_run_dir(config: dict[str, Any], rank: RankInfo) -> dict[str, Any]:
         raise RunDirError(config["run_dir"] or "runs", f"rank 0 could not claim the run directory: {message}")
     if config["run_dir"] is None:
         config["run_dir"] = agreed
-        return _resolve_run_dir(config)
+        return _resolve_run_dir(config), opened
     if agreed != config["run_dir"]:
         own, config["run_dir"] = config["run_dir"], agreed
-        return _resolve_run_dir(config, placeholder=own)
-    return config
+        return _resolve_run_dir(config, placeholder=own), opened
+    return config, opened
 
 
 def _read_recorded(run_dir: Path) -> dict[str, Any] | None:
@@ -449,14 +523,21 @@ def _read_recorded(run_dir: Path) -> dict[str, Any] | None:
 
 
 def train_from_config(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[FitResult, RunInfo]:
-    """Build, fit, then close the outer loop (joining its thread), the logger and its hooks, and
-    destroy the process group this call set up, in that order, also when training raises (a failure
-    while closing then never hides its error). ``info.write_errors`` counts the records lost."""
+    """``build_runtime`` then ``fit_and_close``: a config to a finished run, everything closed."""
     trainer, info = build_runtime(config)
+    return fit_and_close(trainer, info)
+
+
+def fit_and_close(trainer: Trainer, info: RunInfo) -> tuple[FitResult, RunInfo]:
+    """Fit, then close the outer loop (joining its thread), the logger and its hooks, destroy the
+    process group ``build_runtime`` set up and release the run directory, in that order, also when
+    training raises (a failure while closing then never hides its error). ``info.write_errors``
+    counts the records lost."""
     steps = [step for step in (
         trainer.outer.close if trainer.outer is not None else None,
         trainer.logger.close,
         _launch.destroy_process_group if info.owns_process_group else None,
+        info.run.release if info.run is not None else None,
     ) if step is not None]
     try:
         result = trainer.fit()

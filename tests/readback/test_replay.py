@@ -216,7 +216,7 @@ class TestRegisteredHookTypes:
         [
             ("journal:path", "expected NAME[:KEY=VALUE,...], got 'path'"),
             (":path=x", "got no NAME"),
-            ("journal:colour=red", "journal hook can't be created: TypeError"),
+            ("journal:colour=red", "journal hook: unknown argument 'colour'; it accepts path, tag"),
         ],
         ids=["no_value", "no_name", "unknown_option"],
     )

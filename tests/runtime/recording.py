@@ -64,3 +64,36 @@ class ExitAt:
     def on_event(self, event: str, payload: dict[str, Any]) -> None:
         if event == self._event and payload.get("step") == self._step:
             os._exit(3)
+
+
+class DumpHook:
+    """Writes the ``repr`` of every event it gets to ``path``: what a hook could send anywhere.
+
+    Takes any other keyword (``api_key=``, ``password=``), as a hook with credentials does."""
+
+    def __init__(self, path: str, **credentials: Any) -> None:
+        self._path = Path(path)
+        self._credentials = credentials
+
+    def on_event(self, event: str, payload: dict[str, Any]) -> None:
+        with self._path.open("a", encoding="utf-8") as file:
+            file.write(f"{event} {payload!r}\n")
+
+
+class WaitAt:
+    """At ``event`` for ``step``: creates the file ``ready``, then waits until the file ``go`` exists
+    (at most ``timeout_s``), so a test can act while the run is known to be in the middle of training."""
+
+    def __init__(self, event: str, step: int, ready: str, go: str, timeout_s: float = 120) -> None:
+        self._event, self._step = event, step
+        self._ready, self._go, self._timeout_s = Path(ready), Path(go), timeout_s
+
+    def on_event(self, event: str, payload: dict[str, Any]) -> None:
+        if event != self._event or payload.get("step") != self._step:
+            return
+        import time
+
+        self._ready.touch()
+        deadline = time.monotonic() + self._timeout_s
+        while not self._go.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)

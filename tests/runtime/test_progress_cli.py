@@ -17,11 +17,15 @@ import pytest
 pytest.importorskip("tqdm", reason="the progress bar needs tqdm (the progress extra)")
 
 
-def run_on_a_terminal(args: list[str], cwd: Path) -> tuple[int, str]:
-    """Run ``python -m speedtronic ARGS`` with stdout on a pseudo-terminal; return (code, screen)."""
+def run_on_a_terminal(args: list[str], cwd: Path, size: tuple[int, int] = (40, 120)) -> tuple[int, str]:
+    """Run ``python -m speedtronic ARGS`` with stdout on a pseudo-terminal of ``size`` (rows, columns;
+    ``(0, 0)``: a terminal that reports no size, and no ``COLUMNS``); return (code, screen)."""
     leader, follower = pty.openpty()
-    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))  # 40 x 120 screen
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "120"}
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", *size, 0, 0))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": str(size[1])}
+    if size[1] == 0:
+        del env["COLUMNS"]
+        env.pop("LINES", None)
     process = subprocess.Popen(
         [sys.executable, "-m", "speedtronic", *args], cwd=cwd, env=env,
         stdout=follower, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
@@ -58,6 +62,18 @@ def test_terminal_gets_a_bar_and_the_log_goes_to_a_file(tmp_path: Path) -> None:
     log = (run_dir / "train.log").read_text().splitlines()
     assert " | INFO | train_start " in log[0]
     assert " | INFO | train_end step=40 " in log[-1]
+
+
+def test_a_terminal_without_a_size_still_gets_a_bar(tmp_path: Path) -> None:
+    """A pty reporting 0 columns (a CI runner's, a container's): the bar is drawn 80 columns wide."""
+    run_dir = tmp_path / "run"
+    code, screen = run_on_a_terminal(
+        ["train", "--run-dir", str(run_dir), "--steps", "40"], tmp_path, size=(0, 0)
+    )
+    assert code == 0, screen
+    assert "40/40" in screen
+    assert "100%" in screen
+    assert " | INFO | train_end step=40 " in (run_dir / "train.log").read_text()
 
 
 def test_no_progress_keeps_the_plain_log_on_a_terminal(tmp_path: Path) -> None:

@@ -60,7 +60,7 @@ class TestResume:
         first = yaml.safe_load((run_dir / "config.1.yaml").read_text())
         assert (first["train"]["steps"], first["model"]["hidden"]) == (4, 40)
         (start,) = [r for r in records(run_dir) if r["event"] == "train_start" and r["start_step"] == 4]
-        assert start["config_changes"] == ["train.steps: 4 -> 8"]
+        assert start["config_changes"] == [{"key": "train.steps", "old": 4, "new": 8}]
         assert start["lr_schedule_steps"] == 4  # the schedule keeps its horizon: documented
 
     def test_training_into_a_run_without_resume_is_refused(self, tmp_path: Path) -> None:
@@ -71,14 +71,6 @@ class TestResume:
         done = train("--config", config, "--run-dir", "r", cwd=tmp_path)
         assert_one_line_error(done, "r: already holds a run", "--resume", "--run-dir")
         assert (tmp_path / "r" / "metrics.jsonl").read_bytes() == before
-
-    def test_resume_with_nothing_to_resume_says_so(self, tmp_path: Path) -> None:
-        """An empty directory: a warning on stderr, then training from step 0."""
-        config = write_config(tmp_path / "c.yaml")
-        done = train("--config", config, "--run-dir", "fresh", "--resume", "--steps", "2", cwd=tmp_path)
-        assert done.returncode == 0, done.stderr
-        assert "speedtronic: warning: --resume: nothing to resume in fresh" in done.stderr
-        assert "steps 0 -> 2 " in done.stderr
 
 
 def test_parallel_launches_get_their_own_run_directories(tmp_path: Path) -> None:

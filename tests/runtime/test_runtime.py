@@ -182,7 +182,7 @@ class TestBuildRuntime:
     @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
     def test_cuda_without_a_gpu_is_a_config_error(self, config: dict[str, Any]) -> None:
         """device: cuda on a CPU-only build is named, not a traceback from deep inside torch."""
-        with pytest.raises(ConfigError, match=r"^config: train.device: can't use 'cuda': "):
+        with pytest.raises(ConfigError, match=r"^config: train.device: 'cuda' needs CUDA, "):
             build_runtime(with_train(config, device="cuda"))
 
 

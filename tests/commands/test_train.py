@@ -1,0 +1,117 @@
+"""`speedtronic train` as a new user meets it: stops, errors and help, in subprocesses."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.readback.conftest import assert_one_line_error
+from tests.runtime.test_run_dirs import ROOT, records, train, write_config
+from tests.training.test_rundir import WAIT_AT, wait_for
+
+
+class TestAStopSaysHowToContinue:
+    @pytest.mark.parametrize(
+        ("stop", "code", "said"),
+        [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated (SIGTERM)")],
+    )
+    def test_the_printed_command_continues_the_run(
+        self, tmp_path: Path, stop: signal.Signals, code: int, said: str
+    ) -> None:
+        """Stopped in step 6 (checkpoint at 4): one line naming the command, the logger closed; that
+        command then trains steps 4 -> 8."""
+        hook = {"type": WAIT_AT, "event": "train_step", "step": 6, "ready": "ready", "go": "never"}
+        config = write_config(tmp_path / "c.yaml", logging={"hooks": [hook]}, train={"steps": 8})
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+        command = [sys.executable, "-m", "speedtronic", "train", "--no-progress"]
+        process = subprocess.Popen(
+            [*command, "--config", str(config), "--run-dir", "runs/my run"],
+            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            wait_for(tmp_path / "ready", process)
+            process.send_signal(stop)
+        finally:
+            _, stderr = process.communicate(timeout=180)
+        assert process.returncode == code, stderr
+        hint = (
+            f"speedtronic: {said} at step 6 (latest checkpoint: step_00000004.pt); "
+            "continue with: speedtronic train --run-dir 'runs/my run' --resume"
+        )
+        assert stderr.splitlines() == [hint]
+        again = subprocess.run(
+            ["bash", "-c", f"{sys.executable} -m {hint.split('continue with: ')[1]} --no-progress"],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180, check=False,
+        )
+        assert again.returncode == 0, again.stderr
+        assert "steps 4 -> 8 " in again.stderr
+        run = records(tmp_path / "runs" / "my run")
+        assert [r["start_step"] for r in run if r["event"] == "train_start"] == [0, 4]
+
+
+class TestErrorsNameTheFileAndTheKey:
+    def test_a_missing_config_file(self, tmp_path: Path) -> None:
+        """--config naming no file: the path and the reason in words, no errno."""
+        done = train("--config", "nope.yaml", cwd=tmp_path)
+        assert_one_line_error(done, "nope.yaml: can't read it: no such file or directory")
+        assert "Errno" not in done.stderr
+
+    def test_an_unknown_hook_argument(self, tmp_path: Path) -> None:
+        """The config file, the hook's key, the bad argument and the ones it takes; no Python jargon."""
+        hooks = [{"type": "tensorboard", "bogus": 1}]
+        config = write_config(tmp_path / "mine.yaml", logging={"hooks": hooks})
+        done = train("--config", config, "--run-dir", "r", cwd=tmp_path)
+        assert_one_line_error(
+            done, f"{config}: logging.hooks[0]: ", "tensorboard hook", "'bogus'", "accepts", "log_dir"
+        )
+        assert "TypeError" not in done.stderr
+        assert "__init__" not in done.stderr
+
+    def test_a_hook_from_the_recorded_config_names_that_file(self, tmp_path: Path) -> None:
+        """--resume without --config: a bad key in the run's own config.yaml is named there."""
+        config = write_config(tmp_path / "c.yaml", train={"steps": 2})
+        assert train("--config", config, "--run-dir", "r", cwd=tmp_path).returncode == 0
+        recorded = tmp_path / "r" / "config.yaml"
+        bad = "hooks: [{type: tensorboard, bogus: 1}]"
+        recorded.write_text(recorded.read_text().replace("hooks: []", bad))
+        done = train("--run-dir", "r", "--resume", "--steps", "4", cwd=tmp_path)
+        assert_one_line_error(done, "r/config.yaml: logging.hooks[0]: ", "'bogus'")
+
+    def test_cuda_without_cuda(self, tmp_path: Path) -> None:
+        """train.device: cuda on a machine without CUDA: the file, the key, and what works instead."""
+        if __import__("torch").cuda.is_available():
+            pytest.skip("this machine has CUDA")
+        config = write_config(tmp_path / "gpu.yaml", train={"device": "cuda"})
+        done = train("--config", config, "--run-dir", "r", cwd=tmp_path)
+        assert_one_line_error(done, f"{config}: train.device: ", "no CUDA", "'auto' or 'cpu'")
+        assert not (tmp_path / "r").exists()
+
+    def test_a_log_file_whose_directory_cant_be_made(self, tmp_path: Path) -> None:
+        """logging.file under a regular file: the file, the key, the path in the way."""
+        (tmp_path / "notes").write_text("a file\n")
+        config = write_config(tmp_path / "log.yaml", logging={"file": "notes/train.log"})
+        done = train("--config", config, "--run-dir", "r", cwd=tmp_path)
+        assert_one_line_error(done, f"{config}: logging.file: ", "notes", "not a directory")
+
+    def test_a_read_only_file_system_is_called_so(self, tmp_path: Path) -> None:
+        """A run directory on a read-only mount: "read-only file system", not "permission denied"."""
+        mount = tmp_path / "ro"
+        mount.mkdir()
+        inner = f"mount -t tmpfs -o ro none {mount} && exec {sys.executable} -m speedtronic train " \
+            f"--no-progress --run-dir {mount} --steps 2"
+        try:
+            done = subprocess.run(
+                ["unshare", "-m", "sh", "-c", inner], cwd=tmp_path, capture_output=True, text=True,
+                timeout=180, check=False, env={**os.environ, "PYTHONPATH": str(ROOT)},
+            )
+        except FileNotFoundError:
+            pytest.skip("needs unshare")
+        if "mount" in done.stderr or "unshare" in done.stderr:
+            pytest.skip(f"can't mount a read-only tmpfs here: {done.stderr.strip()}")
+        assert_one_line_error(done, str(mount), "read-only file system")
+        assert "permission denied" not in done.stderr.lower()
