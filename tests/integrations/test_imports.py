@@ -5,9 +5,12 @@ Each check runs in a fresh interpreter, since this test process has imported eve
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import tempfile
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -25,8 +28,17 @@ BLOCK = textwrap.dedent(
 )
 
 
+ROOT = Path(__file__).resolve().parents[2]
+
+
 def python(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    """``code`` in a fresh interpreter, in an empty directory of its own (a hook it builds writes
+    there, never into the checkout)."""
+    with tempfile.TemporaryDirectory() as cwd:
+        return subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=cwd,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )  # fmt: skip
 
 
 def test_importing_speedtronic_imports_no_sdk() -> None:
