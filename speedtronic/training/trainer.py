@@ -58,6 +58,7 @@ from speedtronic.errors import SpeedtronicWarning
 from speedtronic.events import (
     CompilePayload,
     Event,
+    TrainEndPayload,
     TrainStartPayload,
     TrainStepPayload,
     ValidatePayloads,
@@ -264,6 +265,9 @@ class Trainer:
         """Batches drawn from ``data`` so far (a resumed run skips as many of a data without state)."""
         self._skip = 0
         self._validator = ValidatePayloads() if validate_events else None
+        self._fit_start: tuple[int, Tensor | None] = (0, None)
+        """The step ``fit()`` started from, and the last step's loss: what a stopped run reports."""
+        self._ended = False
         self._forward: Callable[[Tensor], Tensor] = self.model
         self._compile_pending = bool(compile)
         if precision == "bf16":
@@ -276,13 +280,48 @@ class Trainer:
     # -- the loop ------------------------------------------------------------------------------
 
     def fit(self) -> FitResult:
-        """Train from the current (or resumed) step up to ``steps``; emits the events as it goes."""
+        """Train from the current (or resumed) step up to ``steps``; emits the events as it goes.
+
+        Every ``fit()`` ends with ``train_end``: ``status: completed`` when it reached its target, or,
+        when it raises, ``interrupted`` (``KeyboardInterrupt``, ``SystemExit``) or ``failed`` (any other
+        error, a dead peer's collective included) with the ``error`` on one line; then it re-raises.
+        """
         started = time.perf_counter()
+        self._fit_start, self._ended = (self.step, None), False
+        try:
+            return self._fit(started)
+        except BaseException as error:
+            if not self._ended:
+                self._end_stopped(error, started)
+            raise
+
+    def _end_stopped(self, error: BaseException, started: float) -> None:
+        """``train_end`` for a ``fit()`` that raised ``error``; never hides it."""
+        interrupted = isinstance(error, (KeyboardInterrupt, SystemExit))
+        start_step, loss = self._fit_start
+        final_loss = None
+        with contextlib.suppress(Exception):  # a failed device may not give its last loss back
+            final_loss = float(loss.item()) if loss is not None else None
+        payload: TrainEndPayload = {
+            "step": self.step,
+            "steps_run": self.step - start_step,
+            "duration_s": round(time.perf_counter() - started, 6),
+            "final_loss": final_loss,
+            "status": "interrupted" if interrupted else "failed",
+            "error": _one_line(error),
+        }
+        self._ended = True
+        with contextlib.suppress(Exception):  # the error on its way is the one to report
+            self.emit(Event.TRAIN_END, payload, level="warning" if interrupted else "error")
+            self.logger.flush()
+
+    def _fit(self, started: float) -> FitResult:
         if self.resume:
             self._resume()
         for callback in self.at_fit_start:
             callback(self)
         start_step, start_samples, start_tokens = self.step, self.samples, self.tokens
+        self._fit_start = (start_step, None)
         start: TrainStartPayload = {
             "start_step": start_step,
             "target_step": self.target_step,
@@ -307,6 +346,7 @@ class Trainer:
         while self.step < self.target_step:
             done = self._optimizer_step(batches)
             loss = done.loss
+            self._fit_start = (start_step, loss)
             self.step += 1
             self.samples += done.samples
             self.tokens += done.tokens
@@ -356,7 +396,9 @@ class Trainer:
             "final_loss": final_loss,
             "samples_per_s": result.samples_per_s,
             "tokens_per_s": result.tokens_per_s,
+            "status": "completed",
         })
+        self._ended = True
         self.logger.flush()  # hooks run on the logger's thread: when fit() returns, they have it all
         return result
 
@@ -630,6 +672,12 @@ def _set_rng_state(state: dict[str, Any]) -> None:
 def _as_tuples(value: Any) -> Any:
     """``random.setstate`` wants tuples all the way down."""
     return tuple(_as_tuples(item) for item in value) if isinstance(value, (list, tuple)) else value
+
+
+def _one_line(error: BaseException) -> str:
+    """``"DistBackendError: <first line>"``, or the type's name alone for an error without a message."""
+    line = _first_line(error)
+    return f"{type(error).__name__}: {line}" if line else type(error).__name__
 
 
 def _first_line(error: BaseException) -> str:
