@@ -10,6 +10,7 @@ Every file-system problem is a ``RunDirError`` naming the path and what was expe
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,10 +18,21 @@ from typing import Any
 
 from speedtronic.training.config import ConfigError
 
-__all__ = ["CONFIG_NAME", "RunDirError", "claim", "config_changes", "holds_run", "record_config"]
+__all__ = [
+    "CHECKPOINTS",
+    "CONFIG_NAME",
+    "RunDirError",
+    "checkpoint_name",
+    "claim",
+    "config_changes",
+    "holds_run",
+    "rank_checkpoints",
+    "record_config",
+]
 
 CONFIG_NAME = "config.yaml"
-_MARKERS = (CONFIG_NAME, "metrics.jsonl", "checkpoints")
+CHECKPOINTS = "checkpoints"
+_MARKERS = (CONFIG_NAME, "metrics.jsonl", CHECKPOINTS)
 """What a run leaves in its directory: any of them means the directory holds a run."""
 
 
@@ -128,3 +140,18 @@ def record_config(run_dir: Path, config: Mapping[str, Any]) -> int:
         reason = error.strerror or str(error)
         raise RunDirError(error.filename or path, f"can't write the config: {reason}") from None
     return revision
+
+
+def checkpoint_name(step: int, rank: int) -> str:
+    """``step_00000006.pt`` for rank 0, ``step_00000006.rank1.pt`` for rank 1: each rank's own state."""
+    return f"step_{step:08d}{f'.rank{rank}' if rank else ''}.pt"
+
+
+def rank_checkpoints(directory: Path, rank: int) -> dict[int, Path]:
+    """``rank``'s checkpoint files in ``directory`` (a run's ``checkpoints/``), by step."""
+    pattern = re.compile(rf"step_(\d+){re.escape(f'.rank{rank}' if rank else '')}\.pt")
+    return {
+        int(match.group(1)): path
+        for path in directory.glob("step_*.pt")
+        if (match := pattern.fullmatch(path.name))
+    }

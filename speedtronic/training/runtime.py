@@ -21,12 +21,14 @@ import contextlib
 import importlib.util
 import math
 import os
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from speedtronic.distributed import RankInfo, detect_rank, is_lead, rank_path
+from speedtronic.errors import SpeedtronicWarning
 from speedtronic.hooks import as_callback, close_hook
 from speedtronic.hooks.registry import ENTRY_POINT_GROUP, hook_type, hook_types
 from speedtronic.profiling import MetricLogger
@@ -333,12 +335,13 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
         device = _launch.device_for_rank(resolve_device(train["device"]), rank)
     except (RuntimeError, AssertionError) as error:  # torch.device(), or CUDA in a CPU build
         raise ConfigError("config", "train.device", f"can't use {train['device']!r}: {error}") from None
-    owns_group = _launch.init_process_group(rank, device)
+    owns_group = _launch.init_process_group(rank, device, train["dist_timeout_s"])
     logger = None
     outer: OuterLoop | None = None
     try:
         rank = detect_rank()
-        config = _claim_run_dir(config, rank)
+        start, start_group = _agree_on_start(config, rank)
+        config, train = start.config, start.config["train"]
         resumed = train["resume"] and rank.rank == 0  # the config's one writer says what changed
         previous = _read_recorded(Path(config["run_dir"])) if resumed else None
         changes = tuple(_rundir.config_changes(previous, config)) if previous is not None else ()
@@ -352,14 +355,19 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
         model = model.to(device)
         if rank.distributed and not train["outer_every"]:
             model = torch.nn.parallel.DistributedDataParallel(
-                model, device_ids=[device.index] if device.type == "cuda" else None
+                model, device_ids=[device.index] if device.type == "cuda" else None,
+                process_group=_launch.training_group(),
             )
         optimizer = torch.optim.AdamW(model.parameters(), lr=train["lr"])
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, warmup_cosine(train["warmup_steps"], train["schedule_steps"])
         )
         run_dir = Path(config["run_dir"])
-        revision = _rundir.record_config(run_dir, config) if rank.rank == 0 else 0  # one writer
+        revision = _rundir.record_config(run_dir, config) if start.writes_config else 0  # one per directory
+        if rank.distributed and start.writes_config:
+            _launch.write_ranks(run_dir, start, rank.world_size)
+        for note in start.notes if rank.rank == 0 else ():
+            warnings.warn(f"speedtronic: {note}", SpeedtronicWarning, stacklevel=2)
         info = RunInfo(
             run_dir=run_dir,
             config=config,
@@ -390,6 +398,7 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
                 keep_checkpoints=train["keep_checkpoints"],
                 resume=train["resume"],
                 validate_events=config["logging"]["validate"],
+                resume_group=start_group,
             )
             trainer.start_notes["lr_schedule_steps"] = train["schedule_steps"]
             if changes:
@@ -413,27 +422,20 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
     return trainer, info
 
 
-def _claim_run_dir(config: dict[str, Any], rank: RankInfo) -> dict[str, Any]:
-    """Rank 0 claims the run directory; every rank gets its path, or the same error."""
-    claimed: str | None = None
-    problem: RunDirError | None = None
-    if rank.rank == 0:
-        try:
-            claimed = str(_rundir.claim(config["run_dir"], resume=config["train"]["resume"]))
-        except RunDirError as error:
-            problem = error
-    agreed, message = _launch.share_from_rank0((claimed, str(problem) if problem else None))
-    if problem is not None:
-        raise problem
-    if message is not None:
-        raise RunDirError(config["run_dir"] or "runs", f"rank 0 could not claim the run directory: {message}")
-    if config["run_dir"] is None:
-        config["run_dir"] = agreed
-        return _resolve_run_dir(config)
-    if agreed != config["run_dir"]:
-        own, config["run_dir"] = config["run_dir"], agreed
-        return _resolve_run_dir(config, placeholder=own)
-    return config
+def _agree_on_start(config: dict[str, Any], rank: RankInfo) -> tuple[_launch.Start, Any]:
+    """The run directory claimed and, in a multi-process job, rank 0's config and checkpoints agreed
+    on by every rank (``speedtronic.training.launch.agree_on_start``) over a gloo group bounded by
+    ``train.dist_timeout_s``; that group too (``None`` for one process), for the resume agreement."""
+    if not rank.distributed:
+        path = str(_rundir.claim(config["run_dir"], resume=config["train"]["resume"]))
+        if config["run_dir"] is None:
+            config["run_dir"] = path
+            config = _resolve_run_dir(config)
+        return _launch.Start(config, writes_config=True, directory_ranks=(), launch=""), None
+    timeout = config["train"]["dist_timeout_s"]
+    group = _launch.agreement_group(rank, timeout)
+    start = _launch.agree_on_start(config, rank, group=group, timeout_s=timeout, resolve=_resolve_run_dir)
+    return start, group
 
 
 def _read_recorded(run_dir: Path) -> dict[str, Any] | None:

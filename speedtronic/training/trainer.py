@@ -65,6 +65,7 @@ from speedtronic.events import (
 )
 from speedtronic.processors import CadenceFilter
 from speedtronic.profiling import MetricLogger
+from speedtronic.training import rundir as _rundir
 from speedtronic.training import shapes as _shapes
 from speedtronic.training.config import ConfigError
 
@@ -190,6 +191,8 @@ class Trainer:
         keep_checkpoints: keep the newest this many checkpoints, deleting older ones (0: keep all).
         resume: start from the newest readable checkpoint in ``checkpoint_dir``, when there is one.
         validate_events: check every payload against ``speedtronic.events`` before emitting it.
+        resume_group: the process group the ranks agree on the step to resume from over (the runtime
+            passes a gloo group with ``train.dist_timeout_s``); ``None``: the default group.
     """
 
     def __init__(
@@ -212,6 +215,7 @@ class Trainer:
         keep_checkpoints: int = 0,
         resume: bool = False,
         validate_events: bool = False,
+        resume_group: Any = None,
     ) -> None:
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
@@ -238,6 +242,7 @@ class Trainer:
         self.checkpoint_every = checkpoint_every
         self.keep_checkpoints = keep_checkpoints
         self.resume = resume
+        self.resume_group = resume_group
         self.logger = logger if logger is not None else MetricLogger(device=self.device)
         self.after_optimizer_step: list[Callable[[Trainer], None]] = []
         """Called with the trainer after each optimizer step, before its ``train_step`` event."""
@@ -533,12 +538,7 @@ class Trainer:
         """This rank's checkpoint files in ``checkpoint_dir``, by step."""
         if self.checkpoint_dir is None:
             return {}
-        pattern = re.compile(rf"step_(\d+){re.escape(_rank_suffix(self.rank))}\.pt")
-        return {
-            int(match.group(1)): path
-            for path in self.checkpoint_dir.glob("step_*.pt")
-            if (match := pattern.fullmatch(path.name))
-        }
+        return _rundir.rank_checkpoints(self.checkpoint_dir, self.rank)
 
     def _resume(self) -> None:
         """Restore the newest checkpoint every rank can read; skip (and report) one that can't be."""
@@ -546,7 +546,7 @@ class Trainer:
         steps = set(mine)
         if self.world_size > 1:  # every rank looks at the same point of the job, and at the same steps
             gathered: list[Any] = [None] * self.world_size
-            dist.all_gather_object(gathered, steps)
+            dist.all_gather_object(gathered, steps, group=self.resume_group)
             steps = set.intersection(*gathered)
         for step in sorted(steps, reverse=True):
             path = mine[step]
@@ -567,7 +567,7 @@ class Trainer:
         if self.world_size == 1:
             return ok
         gathered: list[Any] = [None] * self.world_size
-        dist.all_gather_object(gathered, ok)
+        dist.all_gather_object(gathered, ok, group=self.resume_group)
         return all(gathered)
 
     # -- helpers -------------------------------------------------------------------------------
@@ -627,12 +627,7 @@ def _check_precision(device: torch.device, precision: str) -> None:
         raise ValueError(f"precision 'bf16' is not supported on {device}; use 'fp32'")
 
 
-def _rank_suffix(rank: int) -> str:
-    return f".rank{rank}" if rank else ""
-
-
-def _checkpoint_name(step: int, rank: int) -> str:
-    return f"step_{step:08d}{_rank_suffix(rank)}.pt"
+_checkpoint_name = _rundir.checkpoint_name
 
 
 def _read_checkpoint(path: Path, device: torch.device) -> tuple[dict[str, Any] | None, str | None]:
