@@ -18,7 +18,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+import os
+import signal
 import sys
+import threading
 import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, TextIO
@@ -94,7 +97,19 @@ def run(args: argparse.Namespace) -> int:
                 raise CommandError("--resume: name the run to continue with --run-dir")
             if _progress_wanted(args):
                 config = runtime.load_config(with_progress(config))
-            result, info = runtime.train_from_config(config)
+            with _job_signals():
+                result, info = runtime.train_from_config(config)
+        except Terminated:
+            print("speedtronic: error: terminated (SIGTERM); train_end records status=interrupted",
+                  file=sys.stderr)
+            return 128 + signal.SIGTERM
+        except RuntimeError as error:
+            if not _in_a_job():
+                raise
+            # a dead or hung peer (gloo/nccl raise RuntimeError): one line; train_end says status=failed
+            print(f"speedtronic: error: rank {os.environ.get('RANK', '?')}: {type(error).__name__}: "
+                  f"{_first_line(error)}", file=sys.stderr)
+            return 1
         except runtime.ConfigError as error:
             raise CommandError(str(error)) from None
         except ModuleNotFoundError as error:
@@ -116,6 +131,56 @@ def run(args: argparse.Namespace) -> int:
         )
     print(summary(result, info), file=sys.stderr)
     return 1 if info.write_errors else 0
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM reached ``speedtronic train`` (torchrun stops a job's workers so): ``fit()`` ends with
+    ``train_end`` ``status: interrupted``, the loggers close, and the command exits 143."""
+
+
+def _in_a_job() -> bool:
+    return "TORCHELASTIC_RUN_ID" in os.environ or os.environ.get("WORLD_SIZE", "1") not in ("", "1")
+
+
+@contextlib.contextmanager
+def _job_signals() -> Iterator[None]:
+    """SIGTERM raises ``Terminated`` while training (main thread only); under torchrun, this worker
+    also gets SIGTERM when its agent dies (Linux ``PR_SET_PDEATHSIG``). Without that a killed agent
+    leaves its worker running on its own (torchrun starts workers in a session of their own), and
+    the other nodes' agents wait for it in torch's exit barrier (300 s) once their workers end."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum: int, frame: Any) -> None:
+        raise Terminated("SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        _die_with_parent(signal.SIGTERM)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _die_with_parent(signum: int) -> None:
+    """Have the kernel send ``signum`` to this process when its parent (torchrun's agent) dies."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    parent = os.getppid()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signum, 0, 0, 0)
+    if os.getppid() != parent:  # the agent died before the call took effect
+        os.kill(os.getpid(), signum)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else ""
 
 
 @contextlib.contextmanager

@@ -1,0 +1,244 @@
+"""Two ``torchrun`` agents on 127.0.0.1 standing in for two nodes with node-local disks: each agent
+runs in its own folder with its own ``run`` directory (static rendezvous, gloo on the CPU)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from speedtronic.events import payload_problems
+from tests.conftest import read_jsonl
+
+pytest.importorskip("torch")
+ROOT = Path(__file__).resolve().parents[2]
+WAIT_S = 300
+"""How long a launch may take on a loaded machine: a bound against hangs, never an assertion."""
+CONFIG = {
+    "model": {"hidden": 16},
+    "train": {"steps": 6, "checkpoint_every": 3, "batch_size": 4, "device": "cpu", "warmup_steps": 2,
+              "outer_every": 3},
+    "logging": {"every_steps": 1, "hooks": [], "validate": True},
+}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def agent(folder: Path, node_rank: int, port: int, *args: str) -> subprocess.Popen[str]:
+    """``torchrun --nnodes 2 --node-rank N ... -m speedtronic train ARGS`` started in ``folder``."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+         "--node-rank", str(node_rank), "--master-addr", "127.0.0.1", "--master-port", str(port),
+         "-m", "speedtronic", "train", "--no-progress", *args],
+        cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def job(nodes: dict[Path, int], *args: str) -> dict[Path, subprocess.CompletedProcess[str]]:
+    """One agent per folder (with its node rank), the same ARGS; each one's outcome once all end."""
+    port = free_port()
+    started = {folder: agent(folder, node_rank, port, *args) for folder, node_rank in nodes.items()}
+    return {folder: finish(process) for folder, process in started.items()}
+
+
+def finish(process: subprocess.Popen[str]) -> subprocess.CompletedProcess[str]:
+    try:
+        out, err = process.communicate(timeout=WAIT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, err = process.communicate()
+        pytest.fail(f"torchrun did not end within {WAIT_S} s: {err[-3000:]}")
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+def our_errors(result: subprocess.CompletedProcess[str]) -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.startswith("speedtronic: error:")]
+
+
+def events(path: Path, name: str) -> list[dict[str, Any]]:
+    return [record for record in read_jsonl(path) if record["event"] == name]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Folders a (node 0) and b (node 1), each holding the run directory ``run`` its node wrote: 6
+    steps of the outer loop, checkpoints at 3 and 6."""
+    root = tmp_path_factory.mktemp("two-nodes")
+    for name in "ab":
+        (root / name).mkdir()
+        (root / name / "config.yaml").write_text(yaml.safe_dump(CONFIG))
+    results = job({root / "a": 0, root / "b": 1}, "--config", "config.yaml", "--run-dir", "run")
+    for result in results.values():
+        assert result.returncode == 0, result.stderr[-4000:]
+    return root
+
+
+@pytest.fixture
+def nodes(trained: Path, tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """A copy of the trained folders, for a test to resume (or break) on its own."""
+    shutil.copytree(trained, tmp_path, dirs_exist_ok=True)
+    yield tmp_path / "a", tmp_path / "b"
+
+
+def test_each_node_directory_holds_its_own_ranks_files(trained: Path) -> None:
+    """Node 0's run holds rank 0's JSONL and checkpoints, node 1's rank 1's; each holds the config
+    and ranks.json naming the ranks that write there; both runs end completed."""
+    a, b = trained / "a" / "run", trained / "b" / "run"
+    assert sorted(p.name for p in (a / "checkpoints").iterdir()) == ["step_00000003.pt", "step_00000006.pt"]
+    assert sorted(p.name for p in (b / "checkpoints").iterdir()) == [
+        "step_00000003.rank1.pt", "step_00000006.rank1.pt"
+    ]
+    assert (a / "metrics.jsonl").exists() and not (a / "metrics.rank1.jsonl").exists()
+    assert (b / "metrics.rank1.jsonl").exists() and not (b / "metrics.jsonl").exists()
+    assert yaml.safe_load((a / "config.yaml").read_text()) == yaml.safe_load((b / "config.yaml").read_text())
+    for run, rank in ((a, 0), (b, 1)):
+        (recorded,) = yaml.safe_load((run / "ranks.json").read_text())["ranks"]
+        assert (recorded["rank"], recorded["node_rank"]) == (rank, rank)
+        path = run / ("metrics.jsonl" if rank == 0 else "metrics.rank1.jsonl")
+        (end,) = events(path, "train_end")
+        assert (end["status"], end["step"]) == ("completed", 6)
+
+
+def test_the_documented_restart_resumes_every_node(nodes: tuple[Path, Path]) -> None:
+    """--run-dir run --resume --steps 9, no --config, on both nodes, node 1's config.yaml gone: rank 0's
+    recorded config reaches rank 1 (the outer loop on both, the same LR horizon), both resume at 6."""
+    a, b = nodes
+    (b / "run" / "config.yaml").unlink()  # rank 1 alone would fall back to the defaults (DDP)
+    results = job({a: 0, b: 1}, "--run-dir", "run", "--resume", "--steps", "9")
+    for result in results.values():
+        assert result.returncode == 0, result.stderr[-4000:]
+    for path in (a / "run" / "metrics.jsonl", b / "run" / "metrics.rank1.jsonl"):
+        for record in read_jsonl(path):
+            assert payload_problems(record["event"], record) == [], record
+        first, again = events(path, "train_start")
+        assert (again["start_step"], again["target_step"], again["outer_every"]) == (6, 9, 3)
+        assert again["lr_schedule_steps"] == first["lr_schedule_steps"] == 6
+        assert [r["step"] for r in events(path, "train_step")][-3:] == [7, 8, 9]
+        assert [(r["status"], r["step"]) for r in events(path, "train_end")] == [("completed", 6), ("completed", 9)]
+    assert (b / "run" / "config.yaml").exists()  # node 1 records rank 0's config again
+
+
+def test_node_ranks_swapped_on_resume_fail_with_one_line(nodes: tuple[Path, Path]) -> None:
+    """Rank 0 lands in node 1's folder (as c10d may place it): both nodes fail with one line saying
+    the ranks moved and what to do; nothing is trained, no directory is written into."""
+    a, b = nodes
+    before = {path: path.stat().st_mtime_ns for path in (a / "run").rglob("*") if path.is_file()}
+    results = job({a: 1, b: 0}, "--run-dir", "run", "--resume", "--steps", "9")
+    for result in results.values():
+        assert result.returncode != 0
+        (line,) = our_errors(result)
+        assert "ranks moved between nodes" in line and "static rendezvous" in line, line
+        assert "shared file system" in line
+        assert f"{os.sep}speedtronic{os.sep}" not in result.stderr  # no traceback of ours (torchrun prints one)
+    assert len(events(a / "run" / "metrics.jsonl", "train_start")) == 1  # nothing new was run
+    after = {path: path.stat().st_mtime_ns for path in (a / "run").rglob("*") if path.is_file()}
+    assert {path: t for path, t in after.items() if path.name != ".speedtronic-launch"} == {
+        path: t for path, t in before.items() if path.name != ".speedtronic-launch"
+    }
+
+
+def test_a_node_missing_its_checkpoint_fails_naming_node_rank_and_file(nodes: tuple[Path, Path]) -> None:
+    """Node 1 lost its checkpoints: one line names rank 1, its node and the missing file, on both."""
+    a, b = nodes
+    shutil.rmtree(b / "run" / "checkpoints")
+    results = job({a: 0, b: 1}, "--run-dir", "run", "--resume", "--steps", "9")
+    missing = b / "run" / "checkpoints" / "step_00000006.rank1.pt"
+    for result in results.values():
+        assert result.returncode != 0
+        (line,) = our_errors(result)
+        assert "rank 1 (node 1, host " in line and f"missing {missing}" in line, line
+
+
+def children(pid: int) -> list[int]:
+    """The processes ``pid`` started (Linux)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(child) for child in (task / "children").read_text().split()]
+    return found
+
+
+def wait_for_steps(path: Path, process: subprocess.Popen[str]) -> None:
+    """Until ``path`` holds a train_step record (the job is training), or fail if the agent ended."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        if path.exists() and '"event":"train_step"' in path.read_text():
+            return
+        if process.poll() is not None:
+            pytest.fail(f"the agent ended before training: {process.communicate()[1][-3000:]}")
+        time.sleep(0.2)
+    pytest.fail(f"no train_step in {path} within {WAIT_S} s")
+
+
+@pytest.fixture
+def long_job(tmp_path: Path) -> Iterator[tuple[Path, Path, subprocess.Popen[str], subprocess.Popen[str]]]:
+    """Two agents training towards a step they never reach, both training already."""
+    port = free_port()
+    config = {**CONFIG, "train": {**CONFIG["train"], "steps": 1_000_000, "checkpoint_every": 0,
+                                  "outer_every": 0}}
+    started = []
+    for node_rank, name in enumerate("ab"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.yaml").write_text(yaml.safe_dump(config))
+        started.append(agent(tmp_path / name, node_rank, port, "--config", "config.yaml", "--run-dir", "run"))
+    a, b = tmp_path / "a", tmp_path / "b"
+    try:
+        wait_for_steps(b / "run" / "metrics.rank1.jsonl", started[1])
+        wait_for_steps(a / "run" / "metrics.jsonl", started[0])
+        yield a, b, started[0], started[1]
+    finally:
+        for process in started:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+
+
+def test_a_dead_peer_ends_the_survivor_failed(
+    long_job: tuple[Path, Path, subprocess.Popen[str], subprocess.Popen[str]],
+) -> None:
+    """SIGKILL node 1's worker: node 0's rank writes train_end status=failed with the error, closes
+    its logger (the file ends with that record) and its agent exits non-zero; one line on stderr."""
+    a, _, agent0, agent1 = long_job
+    (worker,) = children(agent1.pid)
+    os.kill(worker, signal.SIGKILL)
+    survivor = finish(agent0)
+    assert survivor.returncode != 0
+    end = read_jsonl(a / "run" / "metrics.jsonl")[-1]
+    assert (end["event"], end["status"]) == ("train_end", "failed"), end
+    assert end["error"].startswith("RuntimeError: ") and "\n" not in end["error"]
+    assert payload_problems("train_end", end) == []
+    (line,) = our_errors(survivor)
+    assert line.startswith("speedtronic: error: rank 0: RuntimeError: "), line
+    assert finish(agent1).returncode != 0
+
+
+def test_a_killed_agent_takes_its_worker_along(
+    long_job: tuple[Path, Path, subprocess.Popen[str], subprocess.Popen[str]],
+) -> None:
+    """SIGKILL node 1's agent: its worker is told (SIGTERM), ends interrupted, and node 0 ends failed
+    and exits non-zero instead of waiting in torch's exit barrier and exiting 0."""
+    a, b, agent0, agent1 = long_job
+    agent1.kill()
+    agent1.communicate()
+    survivor = finish(agent0)
+    assert survivor.returncode != 0
+    assert read_jsonl(a / "run" / "metrics.jsonl")[-1]["status"] == "failed"
+    deadline = time.monotonic() + WAIT_S  # the orphaned worker writes its last record on its own
+    while time.monotonic() < deadline and read_jsonl(b / "run" / "metrics.rank1.jsonl")[-1]["event"] != "train_end":
+        time.sleep(0.2)
+    end = read_jsonl(b / "run" / "metrics.rank1.jsonl")[-1]
+    assert (end["event"], end["status"]) in {("train_end", "interrupted"), ("train_end", "failed")}, end
