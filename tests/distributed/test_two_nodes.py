@@ -1,5 +1,6 @@
 """Two ``torchrun`` agents on 127.0.0.1 standing in for two nodes with node-local disks: each agent
-runs in its own folder with its own ``run`` directory (static rendezvous, gloo on the CPU)."""
+runs in its own folder with its own run directory (static rendezvous, gloo on the CPU). Node 1 names
+its run directory differently from node 0 (``--run-dir node1``): each node's own is honoured."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from tests.conftest import read_jsonl
 
 pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[2]
+B_RUN = "node1"
+"""Node 1's run directory: named unlike node 0's ``run``."""
 WAIT_S = 300
 """How long a launch may take on a loaded machine: a bound against hangs, never an assertion."""
 CONFIG = {
@@ -49,10 +52,14 @@ def agent(folder: Path, node_rank: int, port: int, *args: str) -> subprocess.Pop
     )
 
 
-def job(nodes: dict[Path, int], *args: str) -> dict[Path, subprocess.CompletedProcess[str]]:
-    """One agent per folder (with its node rank), the same ARGS; each one's outcome once all end."""
+def resume(nodes: dict[Path, int], *args: str) -> dict[Path, subprocess.CompletedProcess[str]]:
+    """The documented restart, ``--run-dir <its run> --resume ARGS``, one agent per folder (with its
+    node rank); each one's outcome once all end."""
     port = free_port()
-    started = {folder: agent(folder, node_rank, port, *args) for folder, node_rank in nodes.items()}
+    started = {
+        folder: agent(folder, node_rank, port, "--run-dir", run_of(folder).name, "--resume", *args)
+        for folder, node_rank in nodes.items()
+    }
     return {folder: finish(process) for folder, process in started.items()}
 
 
@@ -64,6 +71,10 @@ def finish(process: subprocess.Popen[str]) -> subprocess.CompletedProcess[str]:
         out, err = process.communicate()
         pytest.fail(f"torchrun did not end within {WAIT_S} s: {err[-3000:]}")
     return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+def run_of(folder: Path) -> Path:
+    return folder / ("run" if folder.name == "a" else B_RUN)
 
 
 def our_errors(result: subprocess.CompletedProcess[str]) -> list[str]:
@@ -82,29 +93,32 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in "ab":
         (root / name).mkdir()
         (root / name / "config.yaml").write_text(yaml.safe_dump(CONFIG))
-    results = job({root / "a": 0, root / "b": 1}, "--config", "config.yaml", "--run-dir", "run")
-    for result in results.values():
+    port = free_port()
+    started = [agent(root / "a", 0, port, "--config", "config.yaml", "--run-dir", "run"),
+               agent(root / "b", 1, port, "--config", "config.yaml", "--run-dir", B_RUN)]
+    results = [finish(process) for process in started]
+    for result in results:
         assert result.returncode == 0, result.stderr[-4000:]
     return root
 
 
 @pytest.fixture
-def nodes(trained: Path, tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+def nodes(trained: Path, tmp_path: Path) -> tuple[Path, Path]:
     """A copy of the trained folders, for a test to resume (or break) on its own."""
     shutil.copytree(trained, tmp_path, dirs_exist_ok=True)
-    yield tmp_path / "a", tmp_path / "b"
+    return tmp_path / "a", tmp_path / "b"
 
 
 def test_each_node_directory_holds_its_own_ranks_files(trained: Path) -> None:
     """Node 0's run holds rank 0's JSONL and checkpoints, node 1's rank 1's; each holds the config
     and ranks.json naming the ranks that write there; both runs end completed."""
-    a, b = trained / "a" / "run", trained / "b" / "run"
+    a, b = trained / "a" / "run", run_of(trained / "b")
     assert sorted(p.name for p in (a / "checkpoints").iterdir()) == ["step_00000003.pt", "step_00000006.pt"]
     assert sorted(p.name for p in (b / "checkpoints").iterdir()) == [
         "step_00000003.rank1.pt", "step_00000006.rank1.pt"
     ]
-    assert (a / "metrics.jsonl").exists() and not (a / "metrics.rank1.jsonl").exists()
-    assert (b / "metrics.rank1.jsonl").exists() and not (b / "metrics.jsonl").exists()
+    assert sorted(p.name for p in a.glob("metrics*")) == ["metrics.jsonl"]
+    assert sorted(p.name for p in b.glob("metrics*")) == ["metrics.rank1.jsonl"]
     assert yaml.safe_load((a / "config.yaml").read_text()) == yaml.safe_load((b / "config.yaml").read_text())
     for run, rank in ((a, 0), (b, 1)):
         (recorded,) = yaml.safe_load((run / "ranks.json").read_text())["ranks"]
@@ -118,19 +132,20 @@ def test_the_documented_restart_resumes_every_node(nodes: tuple[Path, Path]) -> 
     """--run-dir run --resume --steps 9, no --config, on both nodes, node 1's config.yaml gone: rank 0's
     recorded config reaches rank 1 (the outer loop on both, the same LR horizon), both resume at 6."""
     a, b = nodes
-    (b / "run" / "config.yaml").unlink()  # rank 1 alone would fall back to the defaults (DDP)
-    results = job({a: 0, b: 1}, "--run-dir", "run", "--resume", "--steps", "9")
+    (run_of(b) / "config.yaml").unlink()  # rank 1 alone would fall back to the defaults (DDP)
+    results = resume({a: 0, b: 1}, "--steps", "9")
     for result in results.values():
         assert result.returncode == 0, result.stderr[-4000:]
-    for path in (a / "run" / "metrics.jsonl", b / "run" / "metrics.rank1.jsonl"):
+    for path in (a / "run" / "metrics.jsonl", run_of(b) / "metrics.rank1.jsonl"):
         for record in read_jsonl(path):
             assert payload_problems(record["event"], record) == [], record
         first, again = events(path, "train_start")
         assert (again["start_step"], again["target_step"], again["outer_every"]) == (6, 9, 3)
         assert again["lr_schedule_steps"] == first["lr_schedule_steps"] == 6
         assert [r["step"] for r in events(path, "train_step")][-3:] == [7, 8, 9]
-        assert [(r["status"], r["step"]) for r in events(path, "train_end")] == [("completed", 6), ("completed", 9)]
-    assert (b / "run" / "config.yaml").exists()  # node 1 records rank 0's config again
+        ends = [(r["status"], r["step"]) for r in events(path, "train_end")]
+        assert ends == [("completed", 6), ("completed", 9)]
+    assert (run_of(b) / "config.yaml").exists()  # node 1 records rank 0's config again
 
 
 def test_node_ranks_swapped_on_resume_fail_with_one_line(nodes: tuple[Path, Path]) -> None:
@@ -138,13 +153,14 @@ def test_node_ranks_swapped_on_resume_fail_with_one_line(nodes: tuple[Path, Path
     the ranks moved and what to do; nothing is trained, no directory is written into."""
     a, b = nodes
     before = {path: path.stat().st_mtime_ns for path in (a / "run").rglob("*") if path.is_file()}
-    results = job({a: 1, b: 0}, "--run-dir", "run", "--resume", "--steps", "9")
+    results = resume({a: 1, b: 0}, "--steps", "9")
     for result in results.values():
         assert result.returncode != 0
         (line,) = our_errors(result)
-        assert "ranks moved between nodes" in line and "static rendezvous" in line, line
+        assert "ranks moved between nodes" in line, line
+        assert "static rendezvous" in line
         assert "shared file system" in line
-        assert f"{os.sep}speedtronic{os.sep}" not in result.stderr  # no traceback of ours (torchrun prints one)
+        assert f"{os.sep}speedtronic{os.sep}" not in result.stderr  # no traceback of ours (torchrun's only)
     assert len(events(a / "run" / "metrics.jsonl", "train_start")) == 1  # nothing new was run
     after = {path: path.stat().st_mtime_ns for path in (a / "run").rglob("*") if path.is_file()}
     assert {path: t for path, t in after.items() if path.name != ".speedtronic-launch"} == {
@@ -155,13 +171,14 @@ def test_node_ranks_swapped_on_resume_fail_with_one_line(nodes: tuple[Path, Path
 def test_a_node_missing_its_checkpoint_fails_naming_node_rank_and_file(nodes: tuple[Path, Path]) -> None:
     """Node 1 lost its checkpoints: one line names rank 1, its node and the missing file, on both."""
     a, b = nodes
-    shutil.rmtree(b / "run" / "checkpoints")
-    results = job({a: 0, b: 1}, "--run-dir", "run", "--resume", "--steps", "9")
-    missing = b / "run" / "checkpoints" / "step_00000006.rank1.pt"
+    shutil.rmtree(run_of(b) / "checkpoints")
+    results = resume({a: 0, b: 1}, "--steps", "9")
+    missing = run_of(b) / "checkpoints" / "step_00000006.rank1.pt"
     for result in results.values():
         assert result.returncode != 0
         (line,) = our_errors(result)
-        assert "rank 1 (node 1, host " in line and f"missing {missing}" in line, line
+        assert "rank 1 (node 1, host " in line, line
+        assert f"missing {missing}" in line
 
 
 def children(pid: int) -> list[int]:
@@ -194,10 +211,11 @@ def long_job(tmp_path: Path) -> Iterator[tuple[Path, Path, subprocess.Popen[str]
     for node_rank, name in enumerate("ab"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.yaml").write_text(yaml.safe_dump(config))
-        started.append(agent(tmp_path / name, node_rank, port, "--config", "config.yaml", "--run-dir", "run"))
+        started.append(agent(tmp_path / name, node_rank, port, "--config", "config.yaml",
+                             "--run-dir", run_of(tmp_path / name).name))
     a, b = tmp_path / "a", tmp_path / "b"
     try:
-        wait_for_steps(b / "run" / "metrics.rank1.jsonl", started[1])
+        wait_for_steps(run_of(b) / "metrics.rank1.jsonl", started[1])
         wait_for_steps(a / "run" / "metrics.jsonl", started[0])
         yield a, b, started[0], started[1]
     finally:
@@ -219,7 +237,7 @@ def test_a_dead_peer_ends_the_survivor_failed(
     assert survivor.returncode != 0
     end = read_jsonl(a / "run" / "metrics.jsonl")[-1]
     assert (end["event"], end["status"]) == ("train_end", "failed"), end
-    assert end["error"].startswith("RuntimeError: ") and "\n" not in end["error"]
+    assert end["error"].startswith("RuntimeError: ")
     assert payload_problems("train_end", end) == []
     (line,) = our_errors(survivor)
     assert line.startswith("speedtronic: error: rank 0: RuntimeError: "), line
@@ -237,8 +255,9 @@ def test_a_killed_agent_takes_its_worker_along(
     survivor = finish(agent0)
     assert survivor.returncode != 0
     assert read_jsonl(a / "run" / "metrics.jsonl")[-1]["status"] == "failed"
-    deadline = time.monotonic() + WAIT_S  # the orphaned worker writes its last record on its own
-    while time.monotonic() < deadline and read_jsonl(b / "run" / "metrics.rank1.jsonl")[-1]["event"] != "train_end":
+    path = run_of(b) / "metrics.rank1.jsonl"
+    deadline = time.monotonic() + WAIT_S  # the worker (no child of ours) writes its last record alone
+    while time.monotonic() < deadline and '"event":"train_end"' not in path.read_text():
         time.sleep(0.2)
-    end = read_jsonl(b / "run" / "metrics.rank1.jsonl")[-1]
+    end = read_jsonl(path)[-1]
     assert (end["event"], end["status"]) in {("train_end", "interrupted"), ("train_end", "failed")}, end
