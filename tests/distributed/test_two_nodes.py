@@ -119,7 +119,13 @@ def test_each_node_directory_holds_its_own_ranks_files(trained: Path) -> None:
     ]
     assert sorted(p.name for p in a.glob("metrics*")) == ["metrics.jsonl"]
     assert sorted(p.name for p in b.glob("metrics*")) == ["metrics.rank1.jsonl"]
-    assert yaml.safe_load((a / "config.yaml").read_text()) == yaml.safe_load((b / "config.yaml").read_text())
+    configs = [yaml.safe_load((run / "config.yaml").read_text()) for run in (a, b)]
+    assert [(c["run_dir"], c["logging"]["json_file"]) for c in configs] == [
+        ("run", "run/metrics.jsonl"), (B_RUN, f"{B_RUN}/metrics.jsonl")
+    ]
+    assert [{**c, "run_dir": None, "logging": None} for c in configs] == [
+        {**configs[0], "run_dir": None, "logging": None}
+    ] * 2
     for run, rank in ((a, 0), (b, 1)):
         (recorded,) = yaml.safe_load((run / "ranks.json").read_text())["ranks"]
         assert (recorded["rank"], recorded["node_rank"]) == (rank, rank)
