@@ -37,7 +37,6 @@ __all__ = [
     "destroy_process_group",
     "device_for_rank",
     "init_process_group",
-    "share_from_rank0",
     "shutdown",
     "this_node",
     "training_group",
@@ -100,7 +99,8 @@ class Start:
     """The ranks writing into this rank's directory, each as ``Node.as_dict()`` (``ranks.json``)."""
     launch: str
     notes: tuple[str, ...] = ()
-    """Warnings for rank 0 to show (a rank that lacks rank 0's newest checkpoint)."""
+    """Warnings for this rank to show: on rank 0, a rank that lacks its newest checkpoint; on the
+    writer of a node-local directory named after rank 0's, that it is so named."""
 
 
 def device_for_rank(device: Any, rank: RankInfo) -> Any:
@@ -217,6 +217,11 @@ def agree_on_start(
              lambda: dist.all_gather_object(facts, mine, group=group))
     notes = decide(facts, resume=leader["train"]["resume"])
     together = _directory_of(facts, rank.rank)
+    if rank.rank and config["run_dir"] is None and not mine["shared"] and rank.rank == min(together):
+        notes = [f"{node}: no --run-dir on this node: writing to {mine['run_dir']}, the path rank 0 uses, "
+                 "on this node's own file system"]
+    elif rank.rank:
+        notes = []
     ours = _copy(leader)
     if own != leader["run_dir"]:  # this node's own run directory: the config's paths move there
         ours["run_dir"] = own
@@ -359,17 +364,6 @@ def _how(facts: list[dict[str, Any]], step: int) -> str:
 def _ranks(ranks: list[int]) -> str:
     shown = ", ".join(str(rank) for rank in ranks[:8])
     return shown + (f" and {len(ranks) - 8} more" if len(ranks) > 8 else "")
-
-
-def share_from_rank0(value: T) -> T:
-    """Rank 0's ``value`` on every rank (a picklable object); ``value`` itself outside a process group."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()):
-        return value
-    chosen = [value]
-    dist.broadcast_object_list(chosen, src=0)
-    return chosen[0]
 
 
 def shutdown(steps: list[Any], *, quiet: bool) -> None:

@@ -366,7 +366,7 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
         revision = _rundir.record_config(run_dir, config) if start.writes_config else 0  # one per directory
         if rank.distributed and start.writes_config:
             _launch.write_ranks(run_dir, start, rank.world_size)
-        for note in start.notes if rank.rank == 0 else ():
+        for note in start.notes:
             warnings.warn(f"speedtronic: {note}", SpeedtronicWarning, stacklevel=2)
         info = RunInfo(
             run_dir=run_dir,

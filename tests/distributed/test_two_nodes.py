@@ -209,7 +209,8 @@ def wait_for_steps(path: Path, process: subprocess.Popen[str]) -> None:
 
 @pytest.fixture
 def long_job(tmp_path: Path) -> Iterator[tuple[Path, Path, subprocess.Popen[str], subprocess.Popen[str]]]:
-    """Two agents training towards a step they never reach, both training already."""
+    """Two agents training towards a step they never reach, both training already; node 0 passes
+    ``--run-dir run``, node 1 none, so it writes to its own ``run``."""
     port = free_port()
     config = {**CONFIG, "train": {**CONFIG["train"], "steps": 1_000_000, "checkpoint_every": 0,
                                   "outer_every": 0}}
@@ -217,11 +218,11 @@ def long_job(tmp_path: Path) -> Iterator[tuple[Path, Path, subprocess.Popen[str]
     for node_rank, name in enumerate("ab"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.yaml").write_text(yaml.safe_dump(config))
-        started.append(agent(tmp_path / name, node_rank, port, "--config", "config.yaml",
-                             "--run-dir", run_of(tmp_path / name).name))
+        own = ["--run-dir", "run"] if name == "a" else []  # node 1 takes rank 0's path: b/run
+        started.append(agent(tmp_path / name, node_rank, port, "--config", "config.yaml", *own))
     a, b = tmp_path / "a", tmp_path / "b"
     try:
-        wait_for_steps(run_of(b) / "metrics.rank1.jsonl", started[1])
+        wait_for_steps(b / "run" / "metrics.rank1.jsonl", started[1])
         wait_for_steps(a / "run" / "metrics.jsonl", started[0])
         yield a, b, started[0], started[1]
     finally:
@@ -247,7 +248,12 @@ def test_a_dead_peer_ends_the_survivor_failed(
     assert payload_problems("train_end", end) == []
     (line,) = our_errors(survivor)
     assert line.startswith("speedtronic: error: rank 0: RuntimeError: "), line
-    assert finish(agent1).returncode != 0
+    killed = finish(agent1)
+    assert killed.returncode != 0
+    (warning,) = [line for line in killed.stderr.splitlines() if line.startswith("speedtronic: warning:")]
+    assert warning.startswith("speedtronic: warning: rank 1 (node 1, host "), warning
+    own = (long_job[1] / "run").resolve()
+    assert f"no --run-dir on this node: writing to {own}, the path rank 0 uses" in warning
 
 
 def test_a_killed_agent_takes_its_worker_along(
@@ -261,7 +267,7 @@ def test_a_killed_agent_takes_its_worker_along(
     survivor = finish(agent0)
     assert survivor.returncode != 0
     assert read_jsonl(a / "run" / "metrics.jsonl")[-1]["status"] == "failed"
-    path = run_of(b) / "metrics.rank1.jsonl"
+    path = b / "run" / "metrics.rank1.jsonl"
     deadline = time.monotonic() + WAIT_S  # the worker (no child of ours) writes its last record alone
     while time.monotonic() < deadline and '"event":"train_end"' not in path.read_text():
         time.sleep(0.2)
