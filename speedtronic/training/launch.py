@@ -190,7 +190,7 @@ def agree_on_start(
 
     node = this_node(rank)
     launch = uuid.uuid4().hex
-    lead: dict[str, Any] = {"config": None, "error": None, "launch": launch}
+    lead: dict[str, Any] = {"config": None, "error": None, "launch": launch, "node": str(node)}
     if rank.rank == 0:
         try:
             path = _rundir.claim(config["run_dir"], resume=config["train"]["resume"])
@@ -208,7 +208,7 @@ def agree_on_start(
              lambda: dist.broadcast_object_list(chosen, src=0, group=group))
     lead = chosen[0]
     if lead["error"] is not None:
-        raise StartError(f"rank 0: {lead['error']}")
+        raise StartError(f"{lead['node']}: {lead['error']}")
     leader: dict[str, Any] = lead["config"]
     own = config["run_dir"] if rank.rank and config["run_dir"] is not None else leader["run_dir"]
     mine = _facts(node, Path(own), leader["train"]["resume"], lead["launch"], claim=rank.rank != 0)
@@ -296,7 +296,10 @@ def _directory_of(facts: list[dict[str, Any]], rank: int) -> list[int]:
 
 
 def _key(fact: dict[str, Any]) -> tuple[str, ...]:
-    return ("rank 0's",) if fact["shared"] else (fact["node"]["host"], fact["run_dir"])
+    return _SHARED if fact["shared"] else (fact["node"]["host"], fact["run_dir"])
+
+
+_SHARED = ("rank 0's directory",)
 
 
 def _shown(fact: dict[str, Any]) -> str:
@@ -312,8 +315,10 @@ def decide(facts: list[dict[str, Any]], *, resume: bool) -> list[str]:
     if not resume:
         return []
     directories = {_key(fact): _directory_of(facts, index) for index, fact in enumerate(facts)}
-    for ranks in directories.values():
+    for key, ranks in directories.items():
         first = facts[ranks[0]]
+        if key == _SHARED:  # any rank may sit anywhere in rank 0's directory; moves show in the others
+            continue
         recorded = first["recorded"]
         if first["holds_run"] and recorded is not None and recorded != ranks:
             raise StartError(

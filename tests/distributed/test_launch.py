@@ -55,9 +55,18 @@ class TestDecide:
         """Node 1's directory held rank 1 and now gets rank 0: the message says to pin node ranks or
         share the directory."""
         facts = [fact(0, "/n1/run", recorded=[1]), fact(1, "/n0/run", recorded=[0])]
-        with pytest.raises(StartError, match=r"^--resume: rank 0 .*/n1/run holds the files of rank\(s\) 1 "
-                           r"from the last launch, and now would get rank\(s\) 0: the ranks moved between "
+        with pytest.raises(StartError, match=r"^--resume: rank 1 .*/n0/run holds the files of rank\(s\) 0 "
+                           r"from the last launch, and now would get rank\(s\) 1: the ranks moved between "
                            r"nodes .* static rendezvous .* shared file system$"):
+            decide(facts, resume=True)
+
+    def test_more_ranks_on_a_shared_directory_are_no_move(self) -> None:
+        """A shared directory's ranks may sit on any node: two more ranks resuming it are told they lack
+        the checkpoint, not that ranks moved."""
+        facts = [fact(r, "/shared/run", shared=True, recorded=[0, 1], node=r // 2,
+                      checkpoints=(3, 6) if r < 2 else ()) for r in range(4)]
+        with pytest.raises(StartError, match=r"^--resume: rank 2 .* missing /shared/run/checkpoints/"
+                           r"step_00000006.rank2.pt"):
             decide(facts, resume=True)
 
     def test_a_missing_checkpoint_names_the_node_rank_and_file(self) -> None:
