@@ -272,4 +272,4 @@ def test_a_killed_agent_takes_its_worker_along(
     while time.monotonic() < deadline and '"event":"train_end"' not in path.read_text():
         time.sleep(0.2)
     end = read_jsonl(path)[-1]
-    assert (end["event"], end["status"]) in {("train_end", "interrupted"), ("train_end", "failed")}, end
+    assert (end["event"], end["status"], end["error"]) == ("train_end", "interrupted", "Terminated: SIGTERM")
