@@ -11,9 +11,9 @@ Importing this module does not import torch; building a runtime does (``speedtro
 Under ``torchrun`` (``WORLD_SIZE`` > 1) ``build_runtime`` initialises the process group (gloo on the
 CPU, nccl on CUDA with ``LOCAL_RANK``'s GPU), agrees on rank 0's config and checkpoints
 (``speedtronic.training.launch.agree_on_start``: each node may keep its own run directory), gives each
-rank its own data stream, and wraps the model in DDP, or, with ``train.outer_every``, attaches the DiLoCo outer
-loop instead (``speedtronic.training.outer``). Hooks are built on the lead rank only; ``train_from_config``
-destroys the group at the end.
+rank its own data stream, and wraps the model in DDP, or, with ``train.outer_every``, attaches the
+DiLoCo outer loop instead (``speedtronic.training.outer``). Hooks are built on the lead rank only;
+``train_from_config`` destroys the group at the end.
 """
 
 from __future__ import annotations
