@@ -256,10 +256,14 @@ class _TrainEndRequired(TypedDict):
 
 
 class TrainEndPayload(_TrainEndRequired, total=False):
-    """``train_end``: ``fit()`` finished."""
+    """``train_end``: ``fit()`` finished, or stopped (``status``)."""
 
     samples_per_s: float
     tokens_per_s: float
+    status: Literal["completed", "interrupted", "failed"]
+    """How ``fit()`` ended: reached its target, stopped by the user (Ctrl-C, SIGTERM), or raised."""
+    error: str
+    """``failed`` and ``interrupted``: the exception, on one line (``"DistBackendError: ..."``)."""
 
 
 class _CompileRequired(TypedDict):

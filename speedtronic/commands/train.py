@@ -20,7 +20,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+import os
+import signal
 import sys
+import threading
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -119,6 +122,13 @@ def run(args: argparse.Namespace) -> int:
         except _Stopped as stop:
             _say_how_to_continue(stop)
             return stop.code
+        except RuntimeError as error:
+            if not _in_a_job():
+                raise
+            # a dead or hung peer (gloo/nccl raise RuntimeError): one line; train_end says status=failed
+            print(f"speedtronic: error: rank {os.environ.get('RANK', '?')}: {type(error).__name__}: "
+                  f"{_first_line(error)}", file=sys.stderr)
+            return 1
         except runtime.ConfigError as error:
             if error.source == "config":  # found once the config ran: name the layer that set the key
                 error = runtime.ConfigError(_source_of(error.key, args), error.key, error.problem)
@@ -175,9 +185,10 @@ def _sets(file: Path, path: list[str]) -> bool:
     return True
 
 
-class _Stopped(BaseException):
-    """Ctrl-C or SIGTERM during a run: unwinds like ``KeyboardInterrupt`` (the logger is closed on
-    the way), then the command says how to continue and exits 130 or 143."""
+class _Stopped(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM during a run: unwinds as a ``KeyboardInterrupt`` (``fit()`` ends with
+    ``train_end`` ``status: interrupted``, the logger is closed on the way), then the command says how
+    to continue and exits 130 or 143."""
 
     def __init__(self, code: int, info: RunInfo | None = None, step: int | None = None) -> None:
         super().__init__(code)
@@ -188,16 +199,20 @@ class _Stopped(BaseException):
 def _stops_as_exceptions() -> Iterator[None]:
     """Turn SIGINT and the first SIGTERM into ``_Stopped``; the handler only raises (it takes no
     lock the interrupted frame may hold). A second SIGTERM ends the process at once."""
-    import signal
 
     def terminated(signum: int, frame: object) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         raise _Stopped(128 + signal.SIGTERM)
 
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may
+        yield  # set handlers
+        return
     previous = signal.getsignal(signal.SIGTERM)
     installed = previous not in (signal.SIG_IGN, None)  # an ignored SIGTERM stays ignored
     if installed:
         signal.signal(signal.SIGTERM, terminated)
+        if "TORCHELASTIC_RUN_ID" in os.environ:
+            _die_with_parent(signal.SIGTERM)
     try:
         yield
     except KeyboardInterrupt:
@@ -228,6 +243,29 @@ def _say_how_to_continue(stop: _Stopped) -> None:
     if info.rank.distributed:
         command += " (under torchrun, as before)"
     print(f"speedtronic: {what} at step {stop.step} ({since}); continue with: {command}", file=sys.stderr)
+
+
+def _in_a_job() -> bool:
+    return "TORCHELASTIC_RUN_ID" in os.environ or os.environ.get("WORLD_SIZE", "1") not in ("", "1")
+
+
+def _die_with_parent(signum: int) -> None:
+    """Have the kernel send ``signum`` to this process when its parent (torchrun's agent) dies."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    parent = os.getppid()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signum, 0, 0, 0)
+    if os.getppid() != parent:  # the agent died before the call took effect
+        os.kill(os.getpid(), signum)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else ""
 
 
 @contextlib.contextmanager

@@ -120,15 +120,16 @@ class WandbHook:
         row[STEP] = self._step
         if event == "train_start":
             self._training = True
-        elif event == "train_end":
-            self._training = False
+        elif event == "train_end":  # a run that stopped (status failed/interrupted) still exits 1
+            self._training = payload.get("status") in ("failed", "interrupted")
         self.run.log(row)
 
     def close(self, exit_code: int | None = None) -> None:
         """Finish the run (when the hook owns it); idempotent.
 
         The exit code is ``exit_code`` when given; else 1 when the hook saw ``train_start`` without a
-        ``train_end`` after it (training failed or was cut short); else W&B's own rule (0, or the
+        ``train_end`` after it (training failed or was cut short), or a ``train_end`` whose ``status``
+        is ``failed`` or ``interrupted``; else W&B's own rule (0, or the
         process's exit status when this runs at interpreter exit).
         """
         if self._closed:

@@ -90,6 +90,10 @@ class RunSummary:
     last_checkpoint: dict[str, Any] | None = None
     finished: bool = False
     final_loss: float | None = None
+    status: str | None = None
+    """The last ``train_end``'s ``status`` (``completed``/``interrupted``/``failed``); ``None`` before it."""
+    error: str | None = None
+    """The last ``train_end``'s ``error``: why it failed or was interrupted."""
     warnings: Counter[str] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
     hook_failures: dict[str, int] = field(default_factory=dict)
@@ -113,6 +117,7 @@ class RunSummary:
         elif event == "train_start":
             self.segments += 1
             self.finished = False
+            self.status = self.error = None
             target = payload.get("target_step")
             self.target_step = target if type(target) is int else self.target_step
         elif event == "eval":
@@ -122,6 +127,9 @@ class RunSummary:
             self.last_checkpoint = {"step": payload.get("step"), "path": payload.get("path")}
         elif event == "train_end":
             self.finished = True
+            status, error = payload.get("status"), payload.get("error")
+            self.status = status if isinstance(status, str) else None
+            self.error = error if isinstance(error, str) else None
             final = as_number(payload.get("final_loss"))
             self.final_loss = final if final is not None else self.final_loss
         elif event == "hook_error" and record.own:  # a user event of that name is not a hook failure
@@ -212,6 +220,8 @@ class RunSummary:
             "elapsed_s": self.elapsed_s,
             "checkpoints": {"count": self.checkpoints, "last": self.last_checkpoint},
             "finished": self.finished,
+            "status": self.status,
+            "error": self.error,
             "final_loss": _json_float(self.final_loss),
             "warnings": dict(self.warnings),
             "errors": dict(self.errors),
@@ -356,6 +366,11 @@ def _checkpoints(summary: RunSummary) -> str:
 def _finished(summary: RunSummary) -> str:
     if not summary.finished:
         return "no train_end"
+    if summary.status in ("failed", "interrupted"):
+        return f"{summary.status}: {summary.error}" if summary.error else summary.status
+    if summary.status is not None:
+        loss = f", final loss {_number(summary.final_loss)}" if summary.final_loss is not None else ""
+        return f"{summary.status}{loss}"
     return f"yes, final loss {_number(summary.final_loss)}" if summary.final_loss is not None else "yes"
 
 

@@ -149,6 +149,11 @@ class TrainConfig:
     )
     seed: int = _key(0, _integer(0), "seeds the model, the data and every RNG")
     resume: bool = _key(False, _BOOL, "continue the run in `run_dir` from its latest checkpoint (`--resume`)")
+    dist_timeout_s: float = _key(
+        60, _POSITIVE,
+        "torchrun jobs: seconds the ranks wait for each other to form the group, and to agree on the "
+        "config and the checkpoint at start and resume, before failing with one line",
+    )
     outer_every: int = _key(
         0, _integer(0), "DiLoCo: inner steps per outer step (torchrun jobs); 0: off (DDP when distributed)"
     )

@@ -17,6 +17,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import re
 import shutil
 import time
 from collections.abc import Mapping, Sequence
@@ -26,24 +27,28 @@ from typing import Any, TypedDict
 from speedtronic.training.config import ConfigError
 
 __all__ = [
+    "CHECKPOINTS",
     "CONFIG_NAME",
     "LOCK_NAME",
     "ConfigChange",
     "OpenRun",
     "RunDirError",
+    "checkpoint_name",
     "claim",
     "config_changes",
     "describe_changes",
     "describe_os_error",
     "holds_run",
     "open_run",
+    "rank_checkpoints",
     "record_config",
 ]
 
 CONFIG_NAME = "config.yaml"
+CHECKPOINTS = "checkpoints"
 LOCK_NAME = ".speedtronic.lock"
 """The file a run holds an exclusive ``flock`` on (its pid inside), for as long as the run lives."""
-_MARKERS = (CONFIG_NAME, "metrics.jsonl", "checkpoints")
+_MARKERS = (CONFIG_NAME, "metrics.jsonl", CHECKPOINTS)
 """What a run leaves in its directory: any of them means the directory holds a run."""
 
 
@@ -311,3 +316,18 @@ def record_config(run_dir: Path, config: Mapping[str, Any]) -> int:
         reason = error.strerror or str(error)
         raise RunDirError(error.filename or path, f"can't write the config: {reason}") from None
     return revision
+
+
+def checkpoint_name(step: int, rank: int) -> str:
+    """``step_00000006.pt`` for rank 0, ``step_00000006.rank1.pt`` for rank 1: each rank's own state."""
+    return f"step_{step:08d}{f'.rank{rank}' if rank else ''}.pt"
+
+
+def rank_checkpoints(directory: Path, rank: int) -> dict[int, Path]:
+    """``rank``'s checkpoint files in ``directory`` (a run's ``checkpoints/``), by step."""
+    pattern = re.compile(rf"step_(\d+){re.escape(f'.rank{rank}' if rank else '')}\.pt")
+    return {
+        int(match.group(1)): path
+        for path in directory.glob("step_*.pt")
+        if (match := pattern.fullmatch(path.name))
+    }

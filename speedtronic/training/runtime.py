@@ -9,10 +9,11 @@ config too and load it first.
 Importing this module does not import torch; building a runtime does (``speedtronic[torch]``).
 
 Under ``torchrun`` (``WORLD_SIZE`` > 1) ``build_runtime`` initialises the process group (gloo on the
-CPU, nccl on CUDA with ``LOCAL_RANK``'s GPU), agrees on rank 0's run directory, gives each rank its own
-data stream, and wraps the model in DDP, or, with ``train.outer_every``, attaches the DiLoCo outer
-loop instead (``speedtronic.training.outer``). Hooks are built on the lead rank only; ``train_from_config``
-destroys the group at the end.
+CPU, nccl on CUDA with ``LOCAL_RANK``'s GPU), agrees on rank 0's config and checkpoints
+(``speedtronic.training.launch.agree_on_start``: each node may keep its own run directory), gives each
+rank its own data stream, and wraps the model in DDP, or, with ``train.outer_every``, attaches the
+DiLoCo outer loop instead (``speedtronic.training.outer``). Hooks are built on the lead rank only;
+``train_from_config`` destroys the group at the end.
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ import contextlib
 import importlib.util
 import math
 import os
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from speedtronic.distributed import RankInfo, detect_rank, is_lead, rank_path
+from speedtronic.errors import SpeedtronicWarning
 from speedtronic.events import ValidatePayloads
 from speedtronic.hooks import as_callback, close_hook
 from speedtronic.hooks.registry import ENTRY_POINT_GROUP, hook_type, hook_types
@@ -391,13 +394,14 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
         device = _launch.device_for_rank(resolve_device(train["device"]), rank)
     except (RuntimeError, AssertionError) as error:  # torch.device(), or CUDA in a CPU build
         raise ConfigError("config", "train.device", f"can't use {train['device']!r}: {error}") from None
-    owns_group = _launch.init_process_group(rank, device)
+    owns_group = _launch.init_process_group(rank, device, train["dist_timeout_s"])
     logger = None
     outer: OuterLoop | None = None
     opened: _rundir.OpenRun | None = None
     try:
         rank = detect_rank()
-        config, opened = _claim_run_dir(config, rank)
+        start, start_group, opened = _agree_on_start(config, rank)
+        config, train = start.config, start.config["train"]
         resumed = train["resume"] and rank.rank == 0  # the config's one writer says what changed
         previous = _read_recorded(Path(config["run_dir"])) if resumed else None
         changes = tuple(_rundir.config_changes(previous, config)) if previous is not None else ()
@@ -411,7 +415,8 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
         model = model.to(device)
         if rank.distributed and not train["outer_every"]:
             model = torch.nn.parallel.DistributedDataParallel(
-                model, device_ids=[device.index] if device.type == "cuda" else None
+                model, device_ids=[device.index] if device.type == "cuda" else None,
+                process_group=_launch.training_group(),
             )
         optimizer = torch.optim.AdamW(model.parameters(), lr=train["lr"])
         scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -438,6 +443,7 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
                 resume=train["resume"],
                 eval_data=task.held_out(train["eval_batches"]) if train["eval_every"] else None,
                 eval_every=train["eval_every"],
+                resume_group=start_group,
             )
             trainer.start_notes["lr_schedule_steps"] = train["schedule_steps"]
             trainer.start_notes["config"] = config  # the run's settings, for trackers (W&B's run config)
@@ -450,7 +456,11 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
         except ValueError as error:
             raise ConfigError("config", "train", str(error)) from None
         # Last: a start that failed above leaves no config revision behind.
-        revision = _rundir.record_config(run_dir, config) if rank.rank == 0 else 0  # one writer
+        revision = _rundir.record_config(run_dir, config) if start.writes_config else 0  # one per directory
+        if rank.distributed and start.writes_config:
+            _launch.write_ranks(run_dir, start, rank.world_size)
+        for note in start.notes:
+            warnings.warn(f"speedtronic: {note}", SpeedtronicWarning, stacklevel=2)
         info = RunInfo(
             run_dir=run_dir,
             config=config,
@@ -490,28 +500,26 @@ def _check_cuda(device: str) -> None:
     )
 
 
-def _claim_run_dir(config: dict[str, Any], rank: RankInfo) -> tuple[dict[str, Any], _rundir.OpenRun | None]:
-    """Rank 0 opens (and locks) the run directory; every rank gets its path, or the same error."""
-    opened: _rundir.OpenRun | None = None
-    problem: RunDirError | None = None
-    if rank.rank == 0:
-        try:
-            opened = _rundir.open_run(config["run_dir"], resume=config["train"]["resume"])
-        except RunDirError as error:
-            problem = error
-    claimed = str(opened.path) if opened is not None else None
-    agreed, message = _launch.share_from_rank0((claimed, str(problem) if problem else None))
-    if problem is not None:
-        raise problem
-    if message is not None:
-        raise RunDirError(config["run_dir"] or "runs", f"rank 0 could not claim the run directory: {message}")
-    if config["run_dir"] is None:
-        config["run_dir"] = agreed
-        return _resolve_run_dir(config), opened
-    if agreed != config["run_dir"]:
-        own, config["run_dir"] = config["run_dir"], agreed
-        return _resolve_run_dir(config, placeholder=own), opened
-    return config, opened
+def _agree_on_start(
+    config: dict[str, Any], rank: RankInfo
+) -> tuple[_launch.Start, Any, _rundir.OpenRun | None]:
+    """Where and how this process starts, the group the ranks agreed over, and the run directory this
+    process holds locked (one process: ``speedtronic.training.rundir.open_run``).
+
+    One process opens and locks its run directory. In a multi-process job, rank 0's config and
+    checkpoints are agreed on by every rank (``speedtronic.training.launch.agree_on_start``) over a
+    gloo group bounded by ``train.dist_timeout_s``; that group is returned for the resume agreement
+    (``None`` for one process)."""
+    if not rank.distributed:
+        opened = _rundir.open_run(config["run_dir"], resume=config["train"]["resume"])
+        if config["run_dir"] is None:
+            config["run_dir"] = str(opened.path)
+            config = _resolve_run_dir(config)
+        return _launch.Start(config, writes_config=True, directory_ranks=(), launch=""), None, opened
+    timeout = config["train"]["dist_timeout_s"]
+    group = _launch.agreement_group(rank, timeout)
+    start = _launch.agree_on_start(config, rank, group=group, timeout_s=timeout, resolve=_resolve_run_dir)
+    return start, group, None
 
 
 def _read_recorded(run_dir: Path) -> dict[str, Any] | None:

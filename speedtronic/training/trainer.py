@@ -60,10 +60,12 @@ from speedtronic.events import (
     CompilePayload,
     EvalPayload,
     Event,
+    TrainEndPayload,
     TrainStartPayload,
     TrainStepPayload,
 )
 from speedtronic.profiling import MetricLogger
+from speedtronic.training import rundir as _rundir
 from speedtronic.training import shapes as _shapes
 from speedtronic.training.config import ConfigError
 
@@ -192,6 +194,8 @@ class Trainer:
             the mean loss (``perplexity`` too with the default token cross-entropy).
         keep_checkpoints: keep the newest this many checkpoints, deleting older ones (0: keep all).
         resume: start from the newest readable checkpoint in ``checkpoint_dir``, when there is one.
+        resume_group: the process group the ranks agree on the step to resume from over (the runtime
+            passes a gloo group with ``train.dist_timeout_s``); ``None``: the default group.
     """
 
     def __init__(
@@ -215,6 +219,7 @@ class Trainer:
         resume: bool = False,
         eval_data: Iterable[Batch] | None = None,
         eval_every: int = 0,
+        resume_group: Any = None,
     ) -> None:
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
@@ -247,6 +252,7 @@ class Trainer:
         self.resume = resume
         self.eval_data = eval_data
         self.eval_every = eval_every
+        self.resume_group = resume_group
         self.logger = logger if logger is not None else MetricLogger(device=self.device)
         self.after_optimizer_step: list[Callable[[Trainer], None]] = []
         """Called with the trainer after each optimizer step, before its ``train_step`` event."""
@@ -273,6 +279,9 @@ class Trainer:
         self._drawn = 0
         """Batches drawn from ``data`` so far (a resumed run skips as many of a data without state)."""
         self._skip = 0
+        self._fit_start: tuple[int, Tensor | None] = (0, None)
+        """The step ``fit()`` started from, and the last step's loss: what a stopped run reports."""
+        self._ended = False
         self._forward: Callable[[Tensor], Tensor] = self.model
         self._compile_pending = bool(compile)
         if precision == "bf16":
@@ -285,13 +294,48 @@ class Trainer:
     # -- the loop ------------------------------------------------------------------------------
 
     def fit(self) -> FitResult:
-        """Train from the current (or resumed) step up to ``steps``; emits the events as it goes."""
+        """Train from the current (or resumed) step up to ``steps``; emits the events as it goes.
+
+        Every ``fit()`` ends with ``train_end``: ``status: completed`` when it reached its target, or,
+        when it raises, ``interrupted`` (``KeyboardInterrupt``, ``SystemExit``) or ``failed`` (any other
+        error, a dead peer's collective included) with the ``error`` on one line; then it re-raises.
+        """
         started = time.perf_counter()
+        self._fit_start, self._ended = (self.step, None), False
+        try:
+            return self._fit(started)
+        except BaseException as error:
+            if not self._ended:
+                self._end_stopped(error, started)
+            raise
+
+    def _end_stopped(self, error: BaseException, started: float) -> None:
+        """``train_end`` for a ``fit()`` that raised ``error``; never hides it."""
+        interrupted = isinstance(error, (KeyboardInterrupt, SystemExit))
+        start_step, loss = self._fit_start
+        final_loss = None
+        with contextlib.suppress(Exception):  # a failed device may not give its last loss back
+            final_loss = float(loss.item()) if loss is not None else None
+        payload: TrainEndPayload = {
+            "step": self.step,
+            "steps_run": self.step - start_step,
+            "duration_s": round(time.perf_counter() - started, 6),
+            "final_loss": final_loss,
+            "status": "interrupted" if interrupted else "failed",
+            "error": _one_line(error),
+        }
+        self._ended = True
+        with contextlib.suppress(Exception):  # the error on its way is the one to report
+            self.emit(Event.TRAIN_END, payload, level="warning" if interrupted else "error")
+            self.logger.flush()
+
+    def _fit(self, started: float) -> FitResult:
         if self.resume:
             self._resume()
         for callback in self.at_fit_start:
             callback(self)
         start_step, start_samples, start_tokens = self.step, self.samples, self.tokens
+        self._fit_start = (start_step, None)
         start: TrainStartPayload = {
             "start_step": start_step,
             "target_step": self.target_step,
@@ -315,6 +359,7 @@ class Trainer:
         while self.step < self.target_step:
             done = self._optimizer_step(batches)
             loss = done.loss
+            self._fit_start = (start_step, loss)
             self.step += 1
             self.samples += done.samples
             self.tokens += done.tokens
@@ -367,7 +412,9 @@ class Trainer:
             "final_loss": final_loss,
             "samples_per_s": result.samples_per_s,
             "tokens_per_s": result.tokens_per_s,
+            "status": "completed",
         })
+        self._ended = True
         self.logger.flush()  # hooks run on the logger's thread: when fit() returns, they have it all
         return result
 
@@ -531,12 +578,7 @@ class Trainer:
         """This rank's checkpoint files in ``checkpoint_dir``, by step."""
         if self.checkpoint_dir is None:
             return {}
-        pattern = re.compile(rf"step_(\d+){re.escape(_rank_suffix(self.rank))}\.pt")
-        return {
-            int(match.group(1)): path
-            for path in self.checkpoint_dir.glob("step_*.pt")
-            if (match := pattern.fullmatch(path.name))
-        }
+        return _rundir.rank_checkpoints(self.checkpoint_dir, self.rank)
 
     def _resume(self) -> None:
         """Restore the newest checkpoint every rank can read; skip (and report) one that can't be."""
@@ -544,7 +586,7 @@ class Trainer:
         steps = set(mine)
         if self.world_size > 1:  # every rank looks at the same point of the job, and at the same steps
             gathered: list[Any] = [None] * self.world_size
-            dist.all_gather_object(gathered, steps)
+            dist.all_gather_object(gathered, steps, group=self.resume_group)
             steps = set.intersection(*gathered)
         for step in sorted(steps, reverse=True):
             path = mine[step]
@@ -565,7 +607,7 @@ class Trainer:
         if self.world_size == 1:
             return ok
         gathered: list[Any] = [None] * self.world_size
-        dist.all_gather_object(gathered, ok)
+        dist.all_gather_object(gathered, ok, group=self.resume_group)
         return all(gathered)
 
     # -- helpers -------------------------------------------------------------------------------
@@ -623,12 +665,7 @@ def _check_precision(device: torch.device, precision: str) -> None:
         raise ValueError(f"precision 'bf16' is not supported on {device}; use 'fp32'")
 
 
-def _rank_suffix(rank: int) -> str:
-    return f".rank{rank}" if rank else ""
-
-
-def _checkpoint_name(step: int, rank: int) -> str:
-    return f"step_{step:08d}{_rank_suffix(rank)}.pt"
+_checkpoint_name = _rundir.checkpoint_name
 
 
 def _read_checkpoint(path: Path, device: torch.device) -> tuple[dict[str, Any] | None, str | None]:
@@ -668,6 +705,12 @@ def _set_rng_state(state: dict[str, Any]) -> None:
 def _as_tuples(value: Any) -> Any:
     """``random.setstate`` wants tuples all the way down."""
     return tuple(_as_tuples(item) for item in value) if isinstance(value, (list, tuple)) else value
+
+
+def _one_line(error: BaseException) -> str:
+    """``"DistBackendError: <first line>"``, or the type's name alone for an error without a message."""
+    line = _first_line(error)
+    return f"{type(error).__name__}: {line}" if line else type(error).__name__
 
 
 def _first_line(error: BaseException) -> str:

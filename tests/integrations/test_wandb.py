@@ -181,6 +181,16 @@ class TestLifecycle:
         assert events_of(second) == ["train_start", "train_end"]
         assert (first.exit_code, second.exit_code) == (1, 3)
 
+    def test_a_train_end_that_failed_exits_1(self, wandb_dir: Path) -> None:
+        """train_end status=failed (a dead peer) or interrupted finishes the run as failed; completed as 0."""
+        hooks = {status: make_hook(wandb_dir) for status in ("failed", "interrupted", "completed")}
+        for status, hook in hooks.items():
+            hook.on_event("train_start", {"target_step": 100})
+            hook.on_event("train_end", {"step": 4, "status": status})
+            hook.close()
+        codes = {status: read_wandb_run(run_dir(hook.run)).exit_code for status, hook in hooks.items()}
+        assert codes == {"failed": 1, "interrupted": 1, "completed": 0}
+
     def test_a_run_passed_in_is_not_finished_by_the_hook(self, wandb_dir: Path) -> None:
         """WandbHook(run=...) logs into the user's run and leaves finishing it to them."""
         run = wandb.init(project=PROJECT, dir=str(wandb_dir), mode="offline", reinit="create_new")

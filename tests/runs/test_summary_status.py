@@ -1,0 +1,50 @@
+"""``speedtronic summarize`` shows how a run ended: train_end's status, and the error of a failed run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from speedtronic.runs.summary import format_summaries, summarize_run
+from tests.readback.test_summarize import table
+
+
+def write(path: Path, *records: dict[str, object]) -> Path:
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    return path
+
+
+START = {"event": "train_start", "start_step": 0, "target_step": 10}
+
+
+def test_a_failed_run_shows_its_status_and_error(tmp_path: Path) -> None:
+    """status failed: the finished row names it and the error; --json carries both."""
+    path = write(tmp_path / "m.jsonl", START, {
+        "event": "train_end", "step": 4, "steps_run": 4, "duration_s": 1.0, "final_loss": 0.5,
+        "status": "failed", "error": "DistBackendError: Connection closed by peer",
+    })
+    summary = summarize_run(path)
+    assert table(format_summaries([summary]))["finished"] == [
+        "failed: DistBackendError: Connection closed by peer"
+    ]
+    facts = summary.as_dict()
+    assert (facts["status"], facts["error"]) == ("failed", "DistBackendError: Connection closed by peer")
+
+
+def test_a_completed_run_shows_completed_and_its_loss(tmp_path: Path) -> None:
+    """status completed: the finished row says so, with the final loss."""
+    path = write(tmp_path / "m.jsonl", START, {
+        "event": "train_end", "step": 10, "steps_run": 10, "duration_s": 1.0, "final_loss": 0.25,
+        "status": "completed",
+    })
+    assert table(format_summaries([summarize_run(path)]))["finished"] == ["completed, final loss 0.25"]
+
+
+def test_a_resumed_segment_forgets_the_failure_before_it(tmp_path: Path) -> None:
+    """A run that failed, then was resumed and completed, reads as completed."""
+    failed = {"event": "train_end", "step": 4, "steps_run": 4, "duration_s": 1.0, "final_loss": 0.5,
+              "status": "failed", "error": "RuntimeError: boom"}
+    done = {"event": "train_end", "step": 10, "steps_run": 6, "duration_s": 1.0, "final_loss": 0.25,
+            "status": "completed"}
+    summary = summarize_run(write(tmp_path / "m.jsonl", START, failed, START, done))
+    assert (summary.status, summary.error) == ("completed", None)
