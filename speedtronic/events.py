@@ -6,8 +6,8 @@ the optional ones). Payloads are open: a producer may add keys, and the logger a
 after the cadence, so a skipped step never syncs the device.
 
 ``ValidatePayloads`` is a structlog processor that checks payloads against the catalog (required keys,
-and value types where that is cheap). It is off by default; the trainer applies it with
-``Trainer(validate_events=True)`` (``logging.validate: true`` in a config), and the tests turn it on.
+and value types where that is cheap): a stage of the chain, ``MetricLogger(processors=[ValidatePayloads()])``.
+It is off by default; ``logging.validate: true`` in a config adds it, and the tests turn it on.
 """
 
 from __future__ import annotations

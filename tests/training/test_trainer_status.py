@@ -10,7 +10,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from speedtronic.events import payload_problems  # noqa: E402  # after the torch skip
+from speedtronic.events import (
+    ValidatePayloads,
+    payload_problems,  # after the torch skip
+)
 from speedtronic.profiling import MetricLogger  # noqa: E402
 from speedtronic.training.task import SuccessorTask, successor_model  # noqa: E402
 from speedtronic.training.trainer import Trainer  # noqa: E402
@@ -30,9 +33,11 @@ def fit(tmp_path: Path, data: Any, steps: int = 5) -> list[dict[str, Any]]:
     holds once the logger is closed."""
     model = successor_model(16, 16)
     text = (tmp_path / "text").open("w")
-    logger = MetricLogger(stream=text, json_file=tmp_path / "m.jsonl", every_steps=1)
+    logger = MetricLogger(
+        stream=text, json_file=tmp_path / "m.jsonl", every_steps=1, processors=[ValidatePayloads(strict=True)]
+    )
     trainer = Trainer(model, torch.optim.AdamW(model.parameters()), data, steps=steps, logger=logger,
-                      device="cpu", validate_events=True)
+                      device="cpu")
     try:
         trainer.fit()
     finally:
