@@ -1,26 +1,3 @@
-from __future__ import annotations
+from tests.torch_run import config, run_dir
 
-from pathlib import Path
-from typing import Any
-
-import pytest
-
-torch = pytest.importorskip("torch")
-
-# The model is tiny: one thread is fastest, and the test machines are shared.
-torch.set_num_threads(1)
-
-
-@pytest.fixture
-def run_dir(tmp_path: Path) -> Path:
-    return tmp_path / "run"
-
-
-@pytest.fixture
-def config(run_dir: Path) -> dict[str, Any]:
-    """A 20-step run of the default task, every event validated against the catalog, no default hooks."""
-    return {
-        "run_dir": str(run_dir),
-        "train": {"steps": 20, "checkpoint_every": 10, "batch_size": 8, "device": "cpu"},
-        "logging": {"every_steps": 5, "hooks": [], "validate": True},
-    }
+__all__ = ["config", "run_dir"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.readback.conftest import assert_one_line_error, log_run
+from tests.runs.conftest import assert_one_line_error, log_run
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 from speedtronic.distributed import RankInfo, is_lead
 from speedtronic.events import ValidatePayloads, payload_problems
 from speedtronic.profiling import MetricLogger
-from tests.runtime.recording import RecordingHook
+from tests.training.recording import RecordingHook
 
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)

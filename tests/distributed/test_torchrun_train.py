@@ -215,7 +215,7 @@ def test_an_interrupted_outer_loop_job_resumed_ends_as_the_uninterrupted_one(tmp
         (tmp_path / name).mkdir()
     whole = write_config(tmp_path / "a", {**plain, "run_dir": str(tmp_path / "whole")})
     torchrun(tmp_path, "-m", "speedtronic", "train", "--no-progress", "--config", str(whole))
-    killer = {"type": "tests.runtime.recording:ExitAt", "event": "checkpoint", "step": 4}
+    killer = {"type": "tests.training.recording:ExitAt", "event": "checkpoint", "step": 4}
     cut = write_config(tmp_path / "b", {
         **plain, "run_dir": str(tmp_path / "cut"),
         "logging": {"every_steps": 1, "hooks": [killer], "strict_hooks": True},

@@ -1,55 +1,126 @@
-"""plot --rank all: one series per rank, in the legend, capped with a note."""
+"""``speedtronic plot``: a decodable PNG of the right size, the right points, and failure paths."""
 
 from __future__ import annotations
 
+import math
+import struct
 from pathlib import Path
+from typing import Any
 
-import orjson
 import pytest
 
-from speedtronic.runs.plot import MAX_RANK_SERIES, plot_runs
-from tests.runs.conftest import speedtronic
+from speedtronic.runs.plot import NothingToPlot, ema, plot_runs
+from tests.runs.conftest import CLI, append, assert_one_line_error
 
 pytest.importorskip("matplotlib")
 
 
-def ranked_run(path: Path, ranks: int) -> Path:
-    """One JSONL holding ``ranks`` ranks' train_step records (loss = rank + step / 10)."""
-    lines = [
-        {"event": "train_step", "step": step, "loss": rank + step / 10, "rank": rank}
-        for step in (1, 2, 3)
-        for rank in range(ranks)
-    ]
-    path.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
-    return path
+def png_size(path: Path) -> tuple[int, int]:
+    """Width and height from the PNG signature and IHDR chunk."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert data[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
 
 
-class TestEveryRank:
-    def test_one_series_per_rank(self, tmp_path: Path) -> None:
-        """Three ranks: three loss series, each with its own rank's points and its label in the legend."""
-        run = ranked_run(tmp_path / "m.jsonl", 3)
-        result = plot_runs([run], tmp_path / "p.png", keys=["loss"], rank="all", labels=["run"])
-        assert [(s.run, s.rank, list(s.x), list(s.y)) for s in result.series] == [
-            (f"run rank {rank}", rank, [1.0, 2.0, 3.0], [rank + 0.1, rank + 0.2, rank + 0.3])
-            for rank in range(3)
-        ]
-        assert result.ranks_not_drawn == {}
-        assert (tmp_path / "p.png").read_bytes().startswith(b"\x89PNG")
+def decoded(path: Path) -> Any:
+    from matplotlib.image import imread
 
-    def test_ranks_beyond_the_cap_are_counted_and_noted(self, tmp_path: Path) -> None:
-        """MAX_RANK_SERIES ranks drawn, the rest counted; the CLI says so on one line."""
-        extra = 4
-        run = ranked_run(tmp_path / "m.jsonl", MAX_RANK_SERIES + extra)
-        result = plot_runs([run], tmp_path / "p.svg", keys=["loss"], rank="all", labels=["run"])
-        assert [s.rank for s in result.series] == list(range(MAX_RANK_SERIES))
-        assert result.ranks_not_drawn == {"run": extra}
-        assert f"{extra} more rank(s) not drawn" in (tmp_path / "p.svg").read_text()
-        done = speedtronic("plot", run, "-o", "q.png", "--keys", "loss", "--rank", "all", cwd=tmp_path)
-        assert done.returncode == 0, done.stderr
-        assert f"{extra} more rank(s) not drawn" in done.stderr
+    return imread(path)
 
-    def test_one_rank_is_one_series_as_before(self, tmp_path: Path) -> None:
-        """--rank 1 draws rank 1's points under the run's own name."""
-        run = ranked_run(tmp_path / "m.jsonl", 3)
-        result = plot_runs([run], tmp_path / "p.png", keys=["loss"], rank=1, labels=["run"])
-        assert [(s.run, list(s.y)) for s in result.series] == [("run", [1.1, 1.2, 1.3])]
+
+class TestPlotCommand:
+    def test_default_keys_two_panels(self, cli: CLI, run_file: Path, tmp_path: Path) -> None:
+        """loss and lr, one panel each: an 800x580 PNG that decodes, with more than one colour."""
+        out = tmp_path / "out.png"
+        result = cli("plot", run_file, "-o", out)
+        assert result.returncode == 0, result.stderr
+        assert png_size(out) == (800, 580)
+        pixels = decoded(out)
+        assert pixels.shape == (580, 800, 4)
+        assert len({tuple(p) for p in pixels.reshape(-1, 4)[::97]}) > 10
+        assert "1 non-finite 'loss' value(s) drawn as gaps" in result.stderr
+        assert result.stderr.strip().endswith(f"wrote {out}")
+
+    def test_runs_keys_x_smooth_log(self, cli: CLI, run_file: Path, tmp_path: Path) -> None:
+        """Three keys against elapsed_s, two runs overlaid, smoothed, log y: a 3-panel PNG."""
+        other = tmp_path / "b.jsonl"
+        other.write_text(
+            "".join(f'{{"event":"train_step","step":{i},"loss":{1 / i},"elapsed_s":{i / 10}}}\n'
+                    for i in range(1, 50))
+        )
+        out = tmp_path / "three.png"
+        result = cli("plot", run_file, other, "-o", out, "--keys", "loss,lr,grad_norm",
+                     "--x", "elapsed_s", "--smooth", "0.6", "--log-y", "--title", "compare")
+        assert result.returncode == 0, result.stderr
+        assert png_size(out) == (800, 3 * 260 + 60)
+
+    def test_a_key_no_run_has_is_a_warning(self, cli: CLI, run_file: Path, tmp_path: Path) -> None:
+        """A key absent from every run gets an empty panel and a warning; the PNG is still written."""
+        out = tmp_path / "o.png"
+        result = cli("plot", run_file, "-o", out, "--keys", "loss,momentum")
+        assert result.returncode == 0, result.stderr
+        assert "no run has 'momentum' in its train_step records" in result.stderr
+        assert png_size(out) == (800, 580)
+
+    def test_torn_tail_and_junk(self, cli: CLI, run_file: Path, tmp_path: Path) -> None:
+        """A torn tail and junk lines are reported and the rest is plotted."""
+        append(run_file, 'junk\n{"event":"train_step","step":9,"loss":0.1')
+        out = tmp_path / "o.png"
+        result = cli("plot", run_file, "-o", out)
+        assert result.returncode == 0, result.stderr
+        assert "1 not JSON" in result.stderr
+        assert "1 torn last line" in result.stderr
+        assert out.exists()
+
+    def test_missing_run_writes_nothing(self, cli: CLI, run_file: Path, tmp_path: Path) -> None:
+        """A missing run among several: one-line error naming it, and no PNG."""
+        out = tmp_path / "o.png"
+        assert_one_line_error(cli("plot", run_file, "gone.jsonl", "-o", out), "gone.jsonl")
+        assert not out.exists()
+
+    def test_nothing_to_plot_writes_nothing(self, cli: CLI, tmp_path: Path) -> None:
+        """Records without the keys: one-line error, exit 2, no PNG."""
+        run = tmp_path / "m.jsonl"
+        run.write_text('{"event":"checkpoint","step":1}\n')
+        out = tmp_path / "o.png"
+        assert_one_line_error(cli("plot", run, "-o", out), "no train_step record", "'step'")
+        assert not out.exists()
+
+    def test_unwritable_output(self, cli: CLI, run_file: Path, tmp_path: Path) -> None:
+        """An output path that can't be written: one-line error naming it."""
+        (tmp_path / "file").write_text("")
+        assert_one_line_error(cli("plot", run_file, "-o", tmp_path / "file" / "o.png"), "o.png")
+
+    def test_bad_smoothing(self, cli: CLI, run_file: Path, tmp_path: Path) -> None:
+        """--smooth outside [0, 1) is a one-line error."""
+        assert_one_line_error(cli("plot", run_file, "-o", tmp_path / "o.png", "--smooth", "1"), "--smooth")
+
+
+class TestPlotRuns:
+    def test_points_come_from_the_chosen_event_only(self, run_file: Path, tmp_path: Path) -> None:
+        """Only train_step records give points; NaN and Infinity become gaps, counted."""
+        result = plot_runs([run_file], tmp_path / "o.png", keys=["loss", "samples_per_s"], labels=["a"])
+        loss, rate = result.series
+        assert list(loss.x) == [1.0, 2.0, 3.0, 4.0]
+        assert loss.y[:2].tolist() == [2.0, 1.5]
+        assert math.isnan(loss.y[2])
+        assert (loss.non_finite, rate.non_finite) == (1, 1)
+        assert math.isnan(rate.y[2])
+        assert loss.run == "a"
+
+    def test_nothing_to_plot_raises_before_writing(self, run_file: Path, tmp_path: Path) -> None:
+        """No points for any key raises NothingToPlot and writes no file."""
+        with pytest.raises(NothingToPlot):
+            plot_runs([run_file], tmp_path / "o.png", keys=["nope"])
+        assert not (tmp_path / "o.png").exists()
+
+
+def test_ema_is_tensorboards_debiased_smoothing() -> None:
+    """The first point is kept, later ones move toward the values; NaN stays a gap."""
+    out = ema([1.0, 3.0, math.nan, 3.0], 0.5)
+    assert out[0] == 1.0
+    assert out[1] == pytest.approx((0.25 + 1.5) / 0.75)
+    assert math.isnan(out[2])
+    assert ema([2.0, 2.0, 2.0], 0.9) == pytest.approx([2.0, 2.0, 2.0])

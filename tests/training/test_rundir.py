@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.readback.conftest import assert_one_line_error
+from tests.runs.conftest import assert_one_line_error
 from tests.runtime.test_run_dirs import ROOT, records, train, write_config
 
-DUMP = "tests.runtime.recording:DumpHook"
+DUMP = "tests.training.recording:DumpHook"
 
 
 def tree(path: Path) -> dict[str, bytes | None]:
@@ -74,7 +74,7 @@ class TestConfigChanges:
         assert changes == [None, [{"key": "train.steps", "old": 4, "new": 8}]]
 
 
-WAIT_AT = "tests.runtime.recording:WaitAt"
+WAIT_AT = "tests.training.recording:WaitAt"
 
 
 def wait_for(path: Path, process: subprocess.Popen[str], timeout_s: float = 120) -> None:
@@ -148,7 +148,7 @@ class TestResumeNeedsARun:
         assert tree(tmp_path / "empty") == {}
 
 
-BROKEN = "tests.runtime.recording:broken_factory"
+BROKEN = "tests.training.recording:broken_factory"
 
 
 class TestAFailedStartLeavesNoTrace:

@@ -11,7 +11,7 @@ import yaml
 
 from speedtronic.runs import RunClock, read_records
 from speedtronic.runs.summary import summarize_run
-from tests.readback.conftest import CLI, EVENTS, assert_one_line_error, log_run
+from tests.runs.conftest import CLI, EVENTS, assert_one_line_error, log_run
 
 pytest.importorskip("torch")
 

@@ -20,7 +20,7 @@ from speedtronic.runtime import (
 
 from .recording import RecordingHook, journal
 
-JOURNAL = "tests.runtime.recording:JournalHook"
+JOURNAL = "tests.training.recording:JournalHook"
 
 
 def with_logging(config: dict[str, Any], **logging: Any) -> dict[str, Any]:
@@ -195,7 +195,7 @@ class TestBuildLogger:
             with_logging(
                 config,
                 hooks=[
-                    {"type": "tests.runtime.recording:RecordingHook", "a": 1},
+                    {"type": "tests.training.recording:RecordingHook", "a": 1},
                     {"type": JOURNAL, "path": "{run_dir}/j.jsonl"},
                 ],
             )
@@ -213,12 +213,12 @@ class TestBuildLogger:
         """The second hook's factory raises: the first is closed, the error names entry 1."""
         hooks = [
             {"type": JOURNAL, "path": "{run_dir}/j.jsonl"},
-            {"type": "tests.runtime.recording:broken_factory"},
+            {"type": "tests.training.recording:broken_factory"},
         ]
         before = open_fds()
         with pytest.raises(
             ConfigError,
-            match=r"logging.hooks\[1\]: tests.runtime.recording:broken_factory hook "
+            match=r"logging.hooks\[1\]: tests.training.recording:broken_factory hook "
             r"can't be created: RuntimeError: this factory always fails",
         ):
             build_logger(with_logging(config, hooks=hooks))
@@ -228,7 +228,7 @@ class TestBuildLogger:
     def test_a_factory_must_return_a_hook(self, config: dict[str, Any]) -> None:
         """A factory returning something that can't take events is refused, naming the entry."""
         with pytest.raises(ConfigError, match=r"logging.hooks\[0\]: hook 'int' is neither a TrainingHook"):
-            build_logger(with_logging(config, hooks=[{"type": "tests.runtime.recording:not_a_hook"}]))
+            build_logger(with_logging(config, hooks=[{"type": "tests.training.recording:not_a_hook"}]))
 
 
 class TestTrainFromConfigCloses:

@@ -1,4 +1,4 @@
-"""Hooks for the runtime tests, importable by path from a config (``tests.runtime.recording:...``)."""
+"""Hooks for the runtime tests, importable by path from a config (``tests.training.recording:...``)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from speedtronic.runs.summary import format_summaries, summarize_run
-from tests.readback.conftest import CLI, append, assert_one_line_error
+from tests.runs.conftest import CLI, append, assert_one_line_error
 
 
 def table(text: str) -> dict[str, list[str]]:

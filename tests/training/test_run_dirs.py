@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.readback.conftest import assert_one_line_error
+from tests.runs.conftest import assert_one_line_error
 
 ROOT = Path(__file__).resolve().parents[2]
-EXIT_AT = "tests.runtime.recording:ExitAt"
+EXIT_AT = "tests.training.recording:ExitAt"
 
 
 def train(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -11,7 +11,7 @@ import pytest
 
 from speedtronic.runs import RunError, Skipped, rate_keys, read_records, run_files
 from speedtronic.runs.summary import summarize_run
-from tests.readback.conftest import EVENTS, append, log_run, same
+from tests.runs.conftest import EVENTS, append, log_run, same
 
 
 class TestReadRecords:

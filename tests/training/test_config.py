@@ -19,7 +19,7 @@ from speedtronic.runtime import (
     resolve_hook_type,
 )
 
-RECORDER = "tests.runtime.recording:RecordingHook"
+RECORDER = "tests.training.recording:RecordingHook"
 
 
 def write(path: Path, text: str) -> Path:
@@ -31,7 +31,7 @@ def write(path: Path, text: str) -> Path:
 def tensorboard_is_a_recorder(monkeypatch: pytest.MonkeyPatch) -> None:
     """The registered tensorboard type resolves to the tests' recording hook (no event files written)."""
     import speedtronic.integrations
-    from tests.runtime.recording import RecordingHook
+    from tests.training.recording import RecordingHook
 
     monkeypatch.setattr(speedtronic.integrations, "TensorboardHook", RecordingHook)
 
@@ -256,10 +256,10 @@ class TestConfigErrors:
         """'module:factory' is imported when the config loads; a typo is reported then."""
         with pytest.raises(
             ConfigError,
-            match=r"logging.hooks\[0\].type: hook type 'tests.runtime.recording:Nope'"
-            r" \(tests.runtime.recording:Nope\) can't be imported: .*Nope",
+            match=r"logging.hooks\[0\].type: hook type 'tests.training.recording:Nope'"
+            r" \(tests.training.recording:Nope\) can't be imported: .*Nope",
         ):
-            load_config({"logging": {"hooks": [{"type": "tests.runtime.recording:Nope"}]}})
+            load_config({"logging": {"hooks": [{"type": "tests.training.recording:Nope"}]}})
 
 
 class TestHookTypes:
@@ -318,10 +318,10 @@ class TestHookTypes:
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """An entry point naming a factory that isn't there is reported when the config loads."""
-        install_plugin(tmp_path, monkeypatch, broken="tests.runtime.recording:Missing")
+        install_plugin(tmp_path, monkeypatch, broken="tests.training.recording:Missing")
         with pytest.raises(
             ConfigError,
-            match=r"logging.hooks\[0\].type: hook type 'broken' \(tests.runtime.recording:Missing\)",
+            match=r"logging.hooks\[0\].type: hook type 'broken' \(tests.training.recording:Missing\)",
         ):
             load_config({"logging": {"hooks": [{"type": "broken"}]}})
 

@@ -1,3 +1,7 @@
+"""Fixtures of the suites that train the reference model (tests/training, tests/commands): each
+suite's conftest imports them. torch is required there, and one thread is fastest for the tiny
+model on shared machines."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,8 +10,6 @@ from typing import Any
 import pytest
 
 torch = pytest.importorskip("torch")
-
-# The model is tiny: one thread is fastest, and the test machines are shared.
 torch.set_num_threads(1)
 
 

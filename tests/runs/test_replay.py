@@ -18,7 +18,7 @@ import pytest
 
 from speedtronic.commands.replay import parse_hook
 from speedtronic.runs.replay import replay_hook, replay_run
-from tests.readback.conftest import (
+from tests.runs.conftest import (
     CLI,
     EVENTS,
     FailsOnCheckpoint,

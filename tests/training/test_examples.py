@@ -22,7 +22,7 @@ class TestExampleConfig:
     def test_it_loads(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """examples/config.yaml is a valid config; its tensorboard entry resolves once integrations exist."""
         if importlib.util.find_spec("speedtronic.integrations") is None:  # another branch's module
-            monkeypatch.setitem(runtime.BUILTIN_HOOKS, "tensorboard", "tests.runtime.recording:RecordingHook")  # type: ignore[index]
+            monkeypatch.setitem(runtime.BUILTIN_HOOKS, "tensorboard", "tests.training.recording:RecordingHook")  # type: ignore[index]
         config = runtime.load_config(EXAMPLE, {"run_dir": "r"})
         assert config["logging"]["hooks"] == [{"type": "tensorboard", "log_dir": "r/tensorboard"}]
 
