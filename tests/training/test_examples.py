@@ -6,7 +6,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from speedtronic import runtime
@@ -19,10 +18,8 @@ EXAMPLE = ROOT / "examples" / "config.yaml"
 
 
 class TestExampleConfig:
-    def test_it_loads(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        """examples/config.yaml is a valid config; its tensorboard entry resolves once integrations exist."""
-        if importlib.util.find_spec("speedtronic.integrations") is None:  # another branch's module
-            monkeypatch.setitem(runtime.BUILTIN_HOOKS, "tensorboard", "tests.training.recording:RecordingHook")  # type: ignore[index]
+    def test_it_loads(self) -> None:
+        """examples/config.yaml is a valid config; its tensorboard entry writes under the run dir."""
         config = runtime.load_config(EXAMPLE, {"run_dir": "r"})
         assert config["logging"]["hooks"] == [{"type": "tensorboard", "log_dir": "r/tensorboard"}]
 
