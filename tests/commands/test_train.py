@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.runs.conftest import assert_one_line_error
-from tests.runtime.test_run_dirs import ROOT, records, train, write_config
+from tests.training.test_run_dirs import ROOT, records, train, write_config
 from tests.training.test_rundir import WAIT_AT, wait_for
 
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from speedtronic.runs.summary import format_summaries, summarize_run
-from tests.readback.test_summarize import table
+from tests.runs.test_summary import table
 
 
 def write(path: Path, *records: dict[str, object]) -> Path:

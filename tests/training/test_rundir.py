@@ -1,6 +1,6 @@
 """A run directory is one run: its config revisions, its lock, and a start that fails leaves no trace.
 
-Driven as a user would, through `speedtronic train` in subprocesses (``tests.runtime.test_run_dirs``).
+Driven as a user would, through `speedtronic train` in subprocesses (``tests.training.test_run_dirs``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.runs.conftest import assert_one_line_error
-from tests.runtime.test_run_dirs import ROOT, records, train, write_config
+from tests.training.test_run_dirs import ROOT, records, train, write_config
 
 DUMP = "tests.training.recording:DumpHook"
 
