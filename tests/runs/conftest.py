@@ -98,14 +98,7 @@ def cli(tmp_path: Path) -> CLI:
     """Run ``python -m speedtronic ARGS`` in ``tmp_path``; returns the completed process."""
 
     def run(*args: str | os.PathLike[str], env: dict[str, str] | None = None) -> Any:
-        return subprocess.run(
-            [sys.executable, "-m", "speedtronic", *map(str, args)],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env={**os.environ, **(env or {})},
-        )
+        return speedtronic(*args, cwd=tmp_path, env=env)
 
     return run
 
@@ -128,12 +121,15 @@ def write_run(path: Path, events: Iterable[tuple[str, dict[str, Any]]], **option
             logger.emit(event, payload)
 
 
-def speedtronic(*args: str | os.PathLike[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    """``python -m speedtronic ARGS`` in ``cwd``."""
+def speedtronic(
+    *args: str | os.PathLike[str], cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m speedtronic ARGS`` in ``cwd`` (with ``env`` added to this process's environment)."""
     return subprocess.run(
         [sys.executable, "-m", "speedtronic", *map(str, args)],
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=300,
+        env={**os.environ, **(env or {})},
     )
