@@ -52,12 +52,15 @@ def agent(folder: Path, node_rank: int, port: int, *args: str) -> subprocess.Pop
     )
 
 
-def resume(nodes: dict[Path, int], *args: str) -> dict[Path, subprocess.CompletedProcess[str]]:
-    """The documented restart, ``--run-dir <its run> --resume ARGS``, one agent per folder (with its
-    node rank); each one's outcome once all end."""
+def resume(
+    nodes: dict[Path, int], *args: str, extra: dict[Path, list[str]] | None = None
+) -> dict[Path, subprocess.CompletedProcess[str]]:
+    """The documented restart, ``--run-dir <its run> --resume ARGS`` (then the folder's ``extra``), one
+    agent per folder (with its node rank); each one's outcome once all end."""
     port = free_port()
     started = {
-        folder: agent(folder, node_rank, port, "--run-dir", run_of(folder).name, "--resume", *args)
+        folder: agent(folder, node_rank, port, "--run-dir", run_of(folder).name, "--resume", *args,
+                      *(extra or {}).get(folder, []))
         for folder, node_rank in nodes.items()
     }
     return {folder: finish(process) for folder, process in started.items()}
@@ -135,11 +138,13 @@ def test_each_node_directory_holds_its_own_ranks_files(trained: Path) -> None:
 
 
 def test_the_documented_restart_resumes_every_node(nodes: tuple[Path, Path]) -> None:
-    """--run-dir run --resume --steps 9, no --config, on both nodes, node 1's config.yaml gone: rank 0's
-    recorded config reaches rank 1 (the outer loop on both, the same LR horizon), both resume at 6."""
+    """--run-dir run --resume --steps 9, no --config, node 1's config.yaml gone: rank 0's recorded
+    config reaches rank 1 (the outer loop on both, the same LR horizon), both resume at 6 and stop at
+    9, even with node 1 asking for another horizon and target on its command line."""
     a, b = nodes
     (run_of(b) / "config.yaml").unlink()  # rank 1 alone would fall back to the defaults (DDP)
-    results = resume({a: 0, b: 1}, "--steps", "9")
+    (b / "other.yaml").write_text(yaml.safe_dump({"train": {"schedule_steps": 1000, "outer_every": 0}}))
+    results = resume({a: 0, b: 1}, "--steps", "9", extra={b: ["--config", "other.yaml", "--steps", "12"]})
     for result in results.values():
         assert result.returncode == 0, result.stderr[-4000:]
     for path in (a / "run" / "metrics.jsonl", run_of(b) / "metrics.rank1.jsonl"):
