@@ -194,6 +194,13 @@ class _Stopped(KeyboardInterrupt):
         super().__init__(code)
         self.code, self.info, self.step = code, info, step
 
+    def __str__(self) -> str:
+        return "SIGTERM" if self.code == 143 else "SIGINT"
+
+
+class Terminated(_Stopped):
+    """SIGTERM during a run (a scheduler's preemption; torchrun stopping a job's workers)."""
+
 
 @contextlib.contextmanager
 def _stops_as_exceptions() -> Iterator[None]:
@@ -202,7 +209,7 @@ def _stops_as_exceptions() -> Iterator[None]:
 
     def terminated(signum: int, frame: object) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        raise _Stopped(128 + signal.SIGTERM)
+        raise Terminated(128 + signal.SIGTERM)
 
     if threading.current_thread() is not threading.main_thread():  # only the main thread may
         yield  # set handlers
@@ -215,6 +222,8 @@ def _stops_as_exceptions() -> Iterator[None]:
             _die_with_parent(signal.SIGTERM)
     try:
         yield
+    except _Stopped:
+        raise
     except KeyboardInterrupt:
         raise _Stopped(128 + signal.SIGINT) from None
     finally:

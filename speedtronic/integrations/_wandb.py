@@ -108,7 +108,7 @@ class WandbHook:
         step = _step_of(payload[STEP]) if STEP in payload else None
         keys: dict[str, Any] = {}
         for key, value in payload.items():
-            if key == STEP and step is not None:
+            if (key == STEP and step is not None) or key == "timestamp":  # W&B keeps its own _timestamp
                 continue
             if key == "config" and event == "train_start" and isinstance(value, Mapping):
                 self.run.config.update(to_python(value), allow_val_change=True)

@@ -153,7 +153,13 @@ def _collect(
                 one.add(xv, yv)
     if not per_rank:
         per_rank[0] = {e: [Series(label, k, e) for k in keys] for e in events}
-    drawn = [one for _, by_event in sorted(per_rank.items()) for e in events for one in by_event[e]]
+    drawn = [  # the chosen event's series always (a key without points gets its panel); eval's with points
+        one
+        for _, by_event in sorted(per_rank.items())
+        for e in events
+        for one in by_event[e]
+        if e == events[0] or len(one.y)
+    ]
     return drawn, skipped, len(not_drawn)
 
 
