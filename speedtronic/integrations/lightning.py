@@ -34,10 +34,10 @@ from typing import Any
 
 try:
     from lightning.pytorch.loggers import Logger
-    from lightning.pytorch.utilities import rank_zero_only
 
     # Where Lightning's guide to custom loggers imports it from (it lives in lightning.fabric).
     from lightning.pytorch.loggers.logger import rank_zero_experiment  # type: ignore[attr-defined]
+    from lightning.pytorch.utilities import rank_zero_only
 except ModuleNotFoundError as error:
     if error.name is None or error.name.split(".")[0] != "lightning":
         raise

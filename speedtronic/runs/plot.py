@@ -110,7 +110,9 @@ def _collect(
     clock = RunClock()
     for record in read_records(path, skipped, rank=rank):
         since_start = clock.add(record)  # every record: a segment's time counts even without points
-        if record.event not in series or (record.event == "eval" and record.payload.get("split") == "test"):
+        if record.event not in series:
+            continue
+        if record.event == "eval" and record.payload.get("split") == "test":
             continue
         xv = since_start if x == "elapsed_s" else as_number(record.payload.get(x))
         if xv is None or not math.isfinite(xv):
@@ -145,7 +147,8 @@ def plot_runs(
     ``smooth`` (0 <= smooth < 1) is TensorBoard's smoothing weight: the smoothed line is drawn over
     the raw one, which is kept faint. Keys are plotted even when some runs lack them; a key no run has
     gets a panel saying so. With ``event="train_step"`` and ``with_eval``, the ``eval`` records' values
-    of the same keys are drawn dashed beside each run's line. Raises ``speedtronic.runs.RunError`` for a run that can't be read,
+    of the same keys are drawn dashed beside each run's line. Raises ``speedtronic.runs.RunError``
+    for a run that can't be read,
     ``NothingToPlot`` (before writing anything) when no run has a single point, ``ValueError`` for bad
     arguments (a suffix that names no format among them), ``OSError`` when ``out`` can't be written.
     """
@@ -173,7 +176,7 @@ def plot_runs(
     skipped: dict[str, Skipped] = {}
     for run, name in zip(runs, names, strict=True):
         run_series, skipped[name] = _collect(run, name, keys, x, events, rank)
-        series += run_series
+        series += [one for one in run_series if one.event == event or len(one.y)]  # eval: only if any
     if not any(len(one.y) for one in series):
         raise NothingToPlot(
             f"no {event} record in {', '.join(names)} has a numeric {x!r} and any of {', '.join(keys)}"

@@ -139,9 +139,12 @@ class TrainConfig:
     )
     keep_checkpoints: int = _key(3, _integer(0), "keep the newest N checkpoints; 0: keep all")
     eval_every: int = _key(
-        50, _integer(0), "evaluate on a held-out split every N steps and at the end (an `eval` event); 0: never"
+        50, _integer(0),
+        "evaluate on a held-out split every N steps and at the end (an `eval` event); 0: never",
     )
-    eval_batches: int = _key(4, _integer(1), "batches in the held-out split (drawn once, from their own seed)")
+    eval_batches: int = _key(
+        4, _integer(1), "batches in the held-out split (drawn once, from their own seed)"
+    )
     compile: bool | str = _key(
         False,
         Value("true, false or a torch.compile backend name", lambda v: isinstance(v, (bool, str))),

@@ -62,7 +62,9 @@ def fit(tmp_path: Path, speedtronic_logger: SpeedtronicLogger, **changes: Any) -
         "default_root_dir": str(tmp_path),
         "enable_progress_bar": False,
         "enable_model_summary": False,
-        "callbacks": [pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=4, save_top_k=-1)],
+        "callbacks": [
+            pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=4, save_top_k=-1)
+        ],
     }
     settings.update(changes)
     trainer = pl.Trainer(**settings)
@@ -100,12 +102,16 @@ class TestSpeedtronicLogger:
         records = read_jsonl(tmp_path / "metrics.jsonl")
         assert records[0]["config"] == {"lr": 0.05, "hidden": 4}
         step = records[1]
-        assert set(step) >= {"step", "train_loss", "epoch"} and isinstance(step["train_loss"], float)
+        assert set(step) >= {"step", "train_loss", "epoch"}
+        assert isinstance(step["train_loss"], float)
         evaluation = next(r for r in records if r["event"] == "eval")
-        assert evaluation["split"] == "val" and evaluation["epoch"] == 0
-        assert {"loss", "mae"} <= evaluation.keys() and "val_loss" not in evaluation
+        assert evaluation["split"] == "val"
+        assert evaluation["epoch"] == 0
+        assert {"loss", "mae"} <= evaluation.keys()
+        assert "val_loss" not in evaluation
         checkpoint = next(r for r in records if r["event"] == "checkpoint")
-        assert Path(checkpoint["path"]).is_file() and "step=4" in checkpoint["path"]
+        assert Path(checkpoint["path"]).is_file()
+        assert "step=4" in checkpoint["path"]
 
     def test_a_test_run_after_fit_reopens_and_appends(self, tmp_path: Path) -> None:
         """trainer.test() after fit() (finalize closed the logger) writes an eval of split "test"
@@ -135,7 +141,7 @@ class TestSpeedtronicLogger:
         logger = MetricLogger(stream=io.StringIO())
         with pytest.raises(TypeError, match="not both; got logger= and json_file"):
             SpeedtronicLogger(logger, json_file=tmp_path / "m.jsonl")
-        with pytest.raises(TypeError, match="expected a MetricLogger, got 'm.jsonl'"):
+        with pytest.raises(TypeError, match=r"expected a MetricLogger, got 'm\.jsonl'"):
             SpeedtronicLogger("m.jsonl")  # type: ignore[arg-type]
         logger.close()
 
@@ -175,5 +181,6 @@ def test_without_lightning_the_error_names_the_extra() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == (
-        "lightning | speedtronic.integrations.lightning requires Lightning: pip install 'speedtronic[lightning]'"
+        "lightning | speedtronic.integrations.lightning requires Lightning: "
+        "pip install 'speedtronic[lightning]'"
     )

@@ -75,7 +75,8 @@ class TestSpeedtronicMetricLogger:
         assert config["optimizer"]["lr"] == 2e-5
         steps = [r for r in records if r["event"] == "train_step"]
         assert [r["step"] for r in steps] == [2, 4, 6, 6]
-        assert steps[0]["loss"] == 1.0 and steps[0]["tokens_per_second_per_gpu"] == 200.0
+        assert steps[0]["loss"] == 1.0
+        assert steps[0]["tokens_per_second_per_gpu"] == 200.0
         assert steps[-1]["peak_memory_gb"] == 1.5
         (evaluation,) = [r for r in records if r["event"] == "eval"]
         assert (evaluation["step"], evaluation["split"], evaluation["loss"]) == (6, "val", 0.75)

@@ -73,7 +73,9 @@ def logger(tmp_path: Path) -> Any:
 
 
 class TestSpeedtronicCallback:
-    def test_a_training_run_is_recorded_as_the_catalog_events(self, tmp_path: Path, logger: MetricLogger) -> None:
+    def test_a_training_run_is_recorded_as_the_catalog_events(
+        self, tmp_path: Path, logger: MetricLogger
+    ) -> None:
         """hyperparams and train_start, a train_step per logging_steps, an eval per eval_steps, a
         checkpoint per save, then train_end: in the order the Trainer does them."""
         train(tmp_path, logger)
@@ -140,7 +142,9 @@ class TestSpeedtronicCallback:
         end = by_event["train_end"]
         last_loss = [r for r in records if r["event"] == "train_step"][-1]["loss"]
         assert (end["step"], end["steps_run"], end["final_loss"]) == (6, 6, last_loss)
-        assert end["duration_s"] > 0 and "train_loss" in end and "samples_per_s" in end
+        assert end["duration_s"] > 0
+        assert "train_loss" in end
+        assert "samples_per_s" in end
 
     def test_the_cadence_is_logging_steps_with_every_steps_1(self, tmp_path: Path) -> None:
         """A logger left at every_steps=20 drops HF's logs at steps 2, 4, 6: the docs' reason for 1."""
@@ -163,7 +167,7 @@ class TestSpeedtronicCallback:
 
     def test_a_logger_that_is_no_metric_logger_is_refused(self) -> None:
         """SpeedtronicCallback names what it expected."""
-        with pytest.raises(TypeError, match="expected a MetricLogger, got 'metrics.jsonl'"):
+        with pytest.raises(TypeError, match=r"expected a MetricLogger, got 'metrics\.jsonl'"):
             SpeedtronicCallback("metrics.jsonl")  # type: ignore[arg-type]
 
 
