@@ -110,7 +110,7 @@ class WandbHook:
         for key, value in payload.items():
             if (key == STEP and step is not None) or key == "timestamp":  # W&B keeps its own _timestamp
                 continue
-            if key == "config" and event == "train_start" and isinstance(value, Mapping):
+            if key == "config" and event in ("train_start", "hyperparams") and isinstance(value, Mapping):
                 self.run.config.update(to_python(value), allow_val_change=True)
                 continue
             keys[unique_key(keys, key)] = to_python(value)
