@@ -10,7 +10,7 @@ import pytest
 
 import speedtronic
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize(
