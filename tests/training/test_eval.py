@@ -11,8 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from speedtronic.profiling import MetricLogger  # noqa: E402  # after the torch skip
-from speedtronic.runs.summary import summarize_run  # noqa: E402
 from speedtronic.runs.plot import plot_runs  # noqa: E402
+from speedtronic.runs.summary import summarize_run  # noqa: E402
 from speedtronic.training.task import SuccessorTask  # noqa: E402
 from tests.training.test_trainer import SEQ, fit, make_trainer  # noqa: E402
 
@@ -43,7 +43,8 @@ class TestTrainerEvaluates:
 
     def test_the_held_out_split_is_fixed_and_apart_from_training(self) -> None:
         """held_out gives the same batches each time, and drawing it doesn't move the training stream."""
-        task, twin = SuccessorTask(16, SEQ, 4, noise=0.0, seed=3), SuccessorTask(16, SEQ, 4, noise=0.0, seed=3)
+        task = SuccessorTask(16, SEQ, 4, noise=0.0, seed=3)
+        twin = SuccessorTask(16, SEQ, 4, noise=0.0, seed=3)
         first, again = task.held_out(2), task.held_out(2)
         assert all(torch.equal(a[0], b[0]) for a, b in zip(first, again, strict=True))
         assert torch.equal(next(iter(task))[0], next(iter(twin))[0])
