@@ -82,14 +82,15 @@ class DumpHook:
 
 class WaitAt:
     """At ``event`` for ``step``: creates the file ``ready``, then waits until the file ``go`` exists
-    (at most ``timeout_s``), so a test can act while the run is known to be in the middle of training."""
+    (at most ``timeout_s``), so a test can act while the run is known to be in the middle of training.
+    Once only: a later run of the same config (a resume) finds ``ready`` and goes on."""
 
     def __init__(self, event: str, step: int, ready: str, go: str, timeout_s: float = 120) -> None:
         self._event, self._step = event, step
         self._ready, self._go, self._timeout_s = Path(ready), Path(go), timeout_s
 
     def on_event(self, event: str, payload: dict[str, Any]) -> None:
-        if event != self._event or payload.get("step") != self._step:
+        if event != self._event or payload.get("step") != self._step or self._ready.exists():
             return
         import time
 
