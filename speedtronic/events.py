@@ -26,6 +26,7 @@ from speedtronic.errors import SpeedtronicWarning
 
 __all__ = [
     "EVENT_LEVELS",
+    "LEVELS",
     "LEVEL_NAMES",
     "LEVEL_NUMBERS",
     "PAYLOADS",
@@ -92,6 +93,9 @@ LEVEL_NAMES: Mapping[str, str] = {
 }
 """The level each structlog method name stands for: the one level table (the text line's level, the
 text log's threshold, ``StructlogHook``'s method and ``emit(level=...)`` all read it)."""
+
+LEVELS: tuple[str, ...] = tuple(dict.fromkeys(LEVEL_NAMES.values()))
+"""The level names, lowest first: ``("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")``."""
 
 LEVEL_NUMBERS: Mapping[str, int] = {method: getattr(logging, name) for method, name in LEVEL_NAMES.items()}
 """Each structlog method name's stdlib level number (``"info"`` is ``logging.INFO``)."""

@@ -42,7 +42,7 @@ from speedtronic.errors import (
     warn_at_caller,
 )
 from speedtronic.events import (
-    LEVEL_NAMES,
+    LEVELS,
     RESERVED_KEYS,
     EventPayloadError,
     level_for,
@@ -189,10 +189,9 @@ class _EventLogger(structlog.BoundLoggerBase):
 def _parse_level(level: str | int) -> int:
     if isinstance(level, int) and not isinstance(level, bool):
         return level
-    names = sorted(set(LEVEL_NAMES.values()), key=logging.getLevelName)
-    if isinstance(level, str) and level.upper() in names:
+    if isinstance(level, str) and level.upper() in LEVELS:
         return int(logging.getLevelName(level.upper()))
-    raise ValueError(f"MetricLogger(level=...) must be one of {', '.join(names)} (or an int), got {level!r}")
+    raise ValueError(f"MetricLogger(level=...) must be one of {', '.join(LEVELS)} (or an int), got {level!r}")
 
 
 def _event_fields(payload: Mapping[Any, Any]) -> Mapping[str, Any]:

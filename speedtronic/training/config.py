@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from typing import Any, TypeAlias
 
+from speedtronic.events import LEVELS
+
 __all__ = [
     "SCHEMA",
     "Config",
@@ -76,10 +78,7 @@ _HOOKS = Value(
     lambda v: isinstance(v, list),
     items={"type": Value("a hook type name or 'package.module:factory'", _PATH.check)},
 )
-_LEVEL = Value(
-    "one of DEBUG, INFO, WARNING, ERROR, CRITICAL",
-    lambda v: isinstance(v, str) and v.upper() in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"),
-)
+_LEVEL = Value(f"one of {', '.join(LEVELS)}", lambda v: isinstance(v, str) and v.upper() in LEVELS)
 
 
 def _meta(value: Value, doc: str, shown: str | None = None) -> dict[str, Any]:
