@@ -11,6 +11,7 @@ from the same gathered facts, so a problem is the same one-line error on every r
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import socket
@@ -222,7 +223,7 @@ def agree_on_start(
                  "on this node's own file system"]
     elif rank.rank:
         notes = []
-    ours = _copy(leader)
+    ours = copy.deepcopy(leader)  # plain data, as broadcast: this rank's own to change
     if own != leader["run_dir"]:  # this node's own run directory: the config's paths move there
         ours["run_dir"] = own
         ours = resolve(ours, leader["run_dir"])
@@ -233,14 +234,6 @@ def agree_on_start(
         launch=lead["launch"],
         notes=tuple(notes),
     )
-
-
-def _copy(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {key: _copy(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_copy(item) for item in value]
-    return value
 
 
 def _facts(node: Node, path: Path, resume: bool, launch: str, *, claim: bool) -> dict[str, Any]:
