@@ -88,3 +88,34 @@ def test_a_broken_sdk_install_is_not_reported_as_missing() -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("google")
     assert "speedtronic[tensorboard]" not in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("framework", "message"),
+    [
+        (
+            "lightning",
+            "speedtronic.integrations.lightning requires Lightning: pip install 'speedtronic[lightning]'",
+        ),
+        (
+            "transformers",
+            "speedtronic.integrations.transformers requires transformers: "
+            "pip install 'speedtronic[transformers]'",
+        ),
+    ],
+)
+def test_an_adapter_without_its_framework_names_the_extra(framework: str, message: str) -> None:
+    """Importing an adapter without its framework raises ModuleNotFoundError with the install hint;
+    importing speedtronic.integrations never imports the framework."""
+    result = python(
+        "import sys\n"
+        "import speedtronic.integrations\n"
+        f"assert {framework!r} not in sys.modules\n"
+        f"sys.modules[{framework!r}] = None\n"
+        "try:\n"
+        f"    import speedtronic.integrations.{framework}\n"
+        "except ModuleNotFoundError as error:\n"
+        "    print(error.name, '|', error)\n"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"{framework} | {message}"

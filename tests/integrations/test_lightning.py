@@ -163,24 +163,3 @@ def test_only_rank_zero_logs(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().endswith("DummyExperiment")  # Lightning's no-op experiment
     assert not (tmp_path / "metrics.jsonl").exists()
-
-
-def test_without_lightning_the_error_names_the_extra() -> None:
-    """Importing the adapter without Lightning raises ModuleNotFoundError with the install hint;
-    importing speedtronic.integrations never imports Lightning."""
-    code = (
-        "import sys\n"
-        "import speedtronic.integrations\n"
-        "assert 'lightning' not in sys.modules\n"
-        "sys.modules['lightning'] = None\n"
-        "try:\n"
-        "    import speedtronic.integrations.lightning\n"
-        "except ModuleNotFoundError as error:\n"
-        "    print(error.name, '|', error)\n"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == (
-        "lightning | speedtronic.integrations.lightning requires Lightning: "
-        "pip install 'speedtronic[lightning]'"
-    )

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import io
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -169,24 +167,3 @@ class TestSpeedtronicCallback:
         """SpeedtronicCallback names what it expected."""
         with pytest.raises(TypeError, match=r"expected a MetricLogger, got 'metrics\.jsonl'"):
             SpeedtronicCallback("metrics.jsonl")  # type: ignore[arg-type]
-
-
-def test_without_transformers_the_error_names_the_extra() -> None:
-    """Importing the adapter without transformers raises ModuleNotFoundError with the install hint;
-    importing speedtronic.integrations never imports transformers."""
-    code = (
-        "import sys\n"
-        "import speedtronic.integrations\n"
-        "assert 'transformers' not in sys.modules\n"
-        "sys.modules['transformers'] = None\n"
-        "try:\n"
-        "    import speedtronic.integrations.transformers\n"
-        "except ModuleNotFoundError as error:\n"
-        "    print(error.name, '|', error)\n"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == (
-        "transformers | speedtronic.integrations.transformers requires transformers: "
-        "pip install 'speedtronic[transformers]'"
-    )
