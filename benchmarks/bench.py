@@ -203,7 +203,11 @@ def peer_loggers() -> dict[str, Any]:
             def emit(payload: dict[str, Any]) -> None:
                 logger.log_metrics(payload, step=payload["step"])
 
-            return emit, logger.finalize  # type: ignore[return-value]
+            def close() -> None:
+                logger.save()
+                logger.finalize("success")
+
+            return emit, close
 
         peers["Lightning CSVLogger"] = csv_logger
     try:
