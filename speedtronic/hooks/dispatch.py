@@ -260,7 +260,8 @@ class DispatchHooks:
             for hook in tuple(self._hooks):
                 if self._stopped:
                     break
-                payload = {key: value for key, value in event_dict.items() if key != "event"}
+                payload = dict(event_dict)  # each hook its own copy, without the event's name
+                payload.pop("event", None)
                 try:
                     self._call_of(hook)(event, payload, method_name)
                 except Exception as error:

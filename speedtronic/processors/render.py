@@ -40,6 +40,8 @@ _TEXT_SKIPPED_WITH_LEVEL = _TEXT_SKIPPED | {"level"}
 _ORJSON_OPTIONS = (
     orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
 )
+_EMPTY_NOTE = orjson.Fragment(orjson.dumps(empty_note()))
+"""The note of a record with nothing to say, serialised once: orjson writes a ``Fragment`` as it is."""
 _MIN_LINE_BYTES = 1024
 _OUTLINE_KEEP = 32  # short numeric fields kept in an outline
 
@@ -81,8 +83,7 @@ class TextRenderer:
     def render(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> str:
         """The line, uncapped."""
         level = LEVEL_NAMES.get(method_name) or quote(method_name.upper())
-        event = event_dict.get("event", "")
-        name = quote(event if type(event) is str else safe_str(event))
+        name = self._format.key(event_dict.get("event", ""))  # quoted once per event name
         own_level = event_dict.get("level")
         repeats_level = isinstance(own_level, str) and LEVEL_NAMES.get(own_level.lower()) == level
         skip = _TEXT_SKIPPED_WITH_LEVEL if repeats_level else _TEXT_SKIPPED
@@ -141,7 +142,7 @@ class JSONLRenderer:
             record["timestamp"] = iso_timestamp(self._clock())
         if is_plain(record) and NOTE_KEY not in record:  # every record carries the note: its contract
             timestamp = record.pop("timestamp")
-            record[NOTE_KEY] = empty_note()
+            record[NOTE_KEY] = _EMPTY_NOTE
             record["timestamp"] = timestamp
         else:
             record = json_safe_record(record, always_note=True)
@@ -235,7 +236,7 @@ class CapLine:
         return line
 
     def _excess(self, line: str | bytes) -> int:
-        if isinstance(line, str):
+        if isinstance(line, str) and not line.isascii():  # an ASCII line's length is its size
             line = line.encode("utf-8", "surrogatepass")
         return len(line) - self._limit
 

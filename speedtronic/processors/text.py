@@ -9,6 +9,7 @@ and spaces inside a value stay inside its quotes (CWE-117).
 
 from __future__ import annotations
 
+import builtins
 import math
 import re
 from collections.abc import Callable, Container, Mapping
@@ -58,9 +59,13 @@ class ValueFormat:
     (``repr``): ``0.000975``, ``3.224``, ``1e-07``, ``1.0``, ``10000.0`` (9999.5), ``10556.0``,
     ``1e+20``; ``nan``, ``inf``, ``-inf``; every digit with ``digits=None``. So a float always reads
     as one (a point or an exponent), told from an int. Ints in decimal, ``True``/``None`` as such,
-    strings (and anything else, by its ``str()``) bare when safe, else quoted (``quote``)."""
+    strings (and anything else, by its ``str()``) bare when safe, else quoted (``quote``).
 
-    __slots__ = ("_by_type", "_digits", "_keys", "_limit", "_spec")
+    ``fields`` writes a whole event's ``key=value`` tokens: per field, one lookup of the key's
+    ``" key="`` prefix (each key is quoted once, then remembered) and one of its value's type.
+    """
+
+    __slots__ = ("_by_type", "_digits", "_limit", "_prefixes", "_spec")
 
     def __init__(self, digits: int | None = DEFAULT_FLOAT_DIGITS) -> None:
         if digits is not None and (isinstance(digits, bool) or not isinstance(digits, int) or digits < 1):
@@ -68,35 +73,59 @@ class ValueFormat:
         self._digits = digits
         self._spec = f".{digits}g" if digits is not None else ""
         self._limit = 10.0**digits if digits is not None else math.inf
-        self._keys: dict[str, str] = {}  # the same keys come back every event: each is quoted once
+        self._prefixes: dict[str, str] = {}  # " key=" of each str key met (the same come back every event)
+        float_text = self._rounded if digits is not None else _float_repr
         self._by_type: dict[type, Callable[[Any], str]] = {  # the formatter of each plain type
-            float: self.float, int: int_text, str: quote, bool: str, type(None): str,
+            float: float_text, int: int_text, str: quote, bool: str, type(None): str,
         }  # fmt: skip
 
     def key(self, key: object) -> str:
         """A key as a token: bare when safe, quoted otherwise; non-string keys by their ``str()``."""
-        if type(key) is not str:
-            return quote(safe_str(key))
-        token = self._keys.get(key)
-        if token is None:
-            token = quote(key)
-            if len(self._keys) < _MAX_KEYS:
-                self._keys[key] = token
-        return token
+        return self._prefix(key)[1:-1]
 
     def float(self, value: float) -> str:
-        if self._digits is None or not math.isfinite(value):
-            return repr(float(value))
-        if -self._limit < value < self._limit:
-            text = format(value, self._spec)  # what repr() writes too, unless it needs a point or
-            return text if "." in text and "e" not in text else repr(float(text))  # drops "e+04"
-        return repr(float(round(value)))
+        """A float as the text line writes it."""
+        return self._by_type[float](float(value))
 
     def __call__(self, value: Any) -> str:
         plain = self._by_type.get(type(value))
         if plain is not None:
             return plain(value)
-        # subclasses by their base type's own value, never their (possibly raising) __str__
+        return self._other(value)
+
+    def fields(self, event_dict: Mapping[Any, Any], skip: Container[Any] = ("event",)) -> str:
+        """`` key=value`` for every key not in ``skip``, each with a leading space, in order."""
+        prefixes, by_type = self._prefixes, self._by_type
+        parts = []
+        for key, value in event_dict.items():
+            if key in skip:
+                continue
+            prefix = prefixes.get(key) if type(key) is str else None
+            plain = by_type.get(type(value))
+            parts.append(prefix or self._prefix(key))
+            parts.append(plain(value) if plain is not None else self._other(value))
+        return "".join(parts)
+
+    def _prefix(self, key: object) -> str:
+        """`` key=``: the key as a token between a space and ``=``; remembered for ``str`` keys."""
+        if type(key) is not str:
+            return f" {quote(safe_str(key))}="
+        prefix = self._prefixes.get(key)
+        if prefix is None:
+            prefix = f" {quote(key)}="
+            if len(self._prefixes) < _MAX_KEYS:
+                self._prefixes[key] = prefix
+        return prefix
+
+    def _rounded(self, value: builtins.float) -> str:  # (float alone: the method above)
+        if -self._limit < value < self._limit:  # also False for NaN and infinities
+            text = format(value, self._spec)  # what repr() writes too, unless it needs a point or
+            return text if "." in text and "e" not in text else repr(float(text))  # drops "e+04"
+        return repr(value) if not math.isfinite(value) else repr(float(round(value)))
+
+    def _other(self, value: Any) -> str:
+        """A value of no plain type: subclasses by their base type's own value, never their
+        (possibly raising) ``__str__``; anything else by its ``str()``, quoted when unsafe."""
         if isinstance(value, str):
             return quote(str.__str__(value))
         if isinstance(value, float):
@@ -105,13 +134,9 @@ class ValueFormat:
             return int_text(int.__int__(value))
         return quote(safe_str(value))
 
-    def fields(self, event_dict: Mapping[Any, Any], skip: Container[Any] = ("event",)) -> str:
-        """`` key=value`` for every key not in ``skip``, each with a leading space, in order."""
-        parts = []
-        for key, value in event_dict.items():
-            if key not in skip:
-                parts.append(f" {self.key(key)}={self(value)}")
-        return "".join(parts)
+
+def _float_repr(value: float) -> str:
+    return repr(value)
 
 
 _MAX_KEYS = 4096  # distinct keys whose tokens a ValueFormat keeps
