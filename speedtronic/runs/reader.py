@@ -304,9 +304,9 @@ class RankFilter:
     """Which files and records of a run one read takes, by ``rank`` (``read_records``' rule).
 
     ``opens`` says whether to read a file (one whose name says another rank is counted in ``skipped``
-    instead); ``keeps`` whether to take records of a rank, counting the others. Under ``"first"`` the
-    first record asked about chooses the rank; ``chosen`` is ``None`` until then, and always under
-    ``"all"``.
+    instead); ``keeps`` whether to take a record of a rank, counting the others. Under ``"first"`` the
+    first record read chooses the rank (``choose``); ``chosen`` is ``None`` until then, and always
+    under ``"all"``.
     """
 
     __slots__ = ("_named", "_skipped", "chosen", "every")
@@ -324,15 +324,18 @@ class RankFilter:
             return False
         return True
 
-    def keeps(self, rank: int, records: int = 1) -> bool:
-        """Whether ``records`` records of ``rank`` are taken; if not, they are counted as left out."""
-        if self.every:
+    def choose(self, first: int) -> int | None:
+        """The rank taken (``None``: every rank); under ``"first"``, ``first`` when none is chosen yet."""
+        if self.chosen is None and not self.every:
+            self.chosen = first
+        return self.chosen
+
+    def keeps(self, rank: int) -> bool:
+        """Whether a record of ``rank`` is taken; one that is not is counted as left out."""
+        chosen = self.choose(rank)
+        if chosen is None or rank == chosen:
             return True
-        if self.chosen is None:
-            self.chosen = rank
-        if rank == self.chosen:
-            return True
-        self._skipped.other_ranks[rank] += records
+        self._skipped.other_ranks[rank] += 1
         return False
 
 
