@@ -119,25 +119,28 @@ def read_frame(
 # -- one file: lines grouped by event, each event's parsed by the engine -------------------------
 
 _Part = Any
-"""One event's records from one file: a pyarrow Table (the engine's), or a list of ``Record``."""
+"""Some of one event's records from one file: a pyarrow Table (the engine's), or a list of ``Record``."""
 
 _PREFIX = b'{"event":"'
 _CHUNK = 8 * 1024 * 1024  # below MAX_LINE_BYTES: only a line begun in an earlier chunk can be longer
+_BATCH = 32 * 1024 * 1024
+"""How many bytes of one event's lines the engine parses at a time: memory stays bounded by it, not by
+the file (a part per batch, joined when the frames are built)."""
+_FEW = 256
+"""Fewer lines than this are parsed by ``parse_record``: cheaper than starting the engine (a run of
+10,000 ranks holds 10,000 small files)."""
 
 
 class _Fallback(Exception):
     """The engine can't read this file exactly: the line reader reads all of it."""
 
 
-def _file_parts(source: Path, ranks: RankFilter, skipped: Skipped, engine: _Engine) -> list[tuple[str, _Part]]:
+def _file_parts(
+    source: Path, ranks: RankFilter, skipped: Skipped, engine: _Engine
+) -> list[tuple[str, _Part]]:
     """Each event's records in the file, of the rank ``ranks`` takes (others counted in ``skipped``)."""
     try:
-        split = _Split(source)
-        found: list[tuple[str, _Part]] = []
-        for event in list(split.events):
-            lines = split.events.pop(event)  # freed as soon as the event is read
-            table = engine.read(lines, split.rows[event])
-            found.append((event, table if table is not None else _line_records(event, lines, source)))
+        split = _Split(source, engine)
     except _Fallback:
         return _line_parts(source, ranks, skipped)
     # Nothing was counted before here, so a file read by the line reader after all is counted once.
@@ -145,30 +148,34 @@ def _file_parts(source: Path, ranks: RankFilter, skipped: Skipped, engine: _Engi
         skipped.add_line(source, number, reason)
     chosen = ranks.choose(split.first.rank) if split.first is not None else ranks.chosen
     out = []
-    for event, part in found:
-        if isinstance(part, list):
-            part = [record for record in part if ranks.keeps(record.rank)]
-        else:
-            part = engine.of_rank(part, chosen, skipped)
-        if len(part):
-            out.append((event, part))
+    for event, parts in split.parts.items():
+        for part in parts:
+            if isinstance(part, list):
+                part = [record for record in part if ranks.keeps(record.rank)]
+            else:
+                part = engine.of_rank(part, chosen, skipped)
+            if len(part):
+                out.append((event, part))
     return out
 
 
 class _Split:
-    """A file's lines grouped by event name, as bytes: per event, chunks of whole lines, each ending
-    in a newline, and the number of lines. ``first`` is the file's first record (it chooses the rank),
-    ``bad`` the lines that are not records, with ``parse_record``'s reason. Raises ``_Fallback`` for a
-    file the engine can't be given this way."""
+    """A file read by the engine: its lines grouped by event name as bytes, each event's parsed a
+    batch at a time (``parts``, events in the order they first appear). ``first`` is the file's first
+    record (it chooses the rank), ``bad`` the lines that are not records, with ``parse_record``'s
+    reason. Raises ``_Fallback`` for a file the engine can't read exactly."""
 
-    __slots__ = ("bad", "events", "first", "rows", "source")
+    __slots__ = ("_engine", "_lines", "_rows", "_size", "bad", "first", "parts", "source")
 
-    def __init__(self, source: Path) -> None:
+    def __init__(self, source: Path, engine: _Engine) -> None:
         self.source = source
-        self.events: dict[str, list[bytes]] = {}
-        self.rows: dict[str, int] = {}
+        self.parts: dict[str, list[_Part]] = {}
         self.first: Record | None = None
         self.bad: list[tuple[int, str]] = []
+        self._engine = engine
+        self._lines: dict[str, list[bytes]] = {}  # per event, chunks of whole lines not parsed yet
+        self._rows: dict[str, int] = {}
+        self._size: dict[str, int] = {}
         number = 0
         rest = b""
         try:
@@ -187,6 +194,8 @@ class _Split:
                 self.bad.append((number + 1, last))
             else:
                 self._add([rest], number)
+        for event in list(self._lines):
+            self._parse(event)
         if self.bad and self.first is None:
             raise _Fallback  # not a speedtronic JSONL file: the line reader raises RunError
 
@@ -212,9 +221,14 @@ class _Split:
                 event = name.decode()
             except UnicodeDecodeError:
                 raise _Fallback from None
-            self.rows[event] = self.rows.get(event, 0) + len(group)
             group.append(b"")  # so the chunk ends in a newline
-            self.events.setdefault(event, []).append(b"\n".join(group))
+            joined = b"\n".join(group)
+            self.parts.setdefault(event, [])
+            self._lines.setdefault(event, []).append(joined)
+            self._rows[event] = self._rows.get(event, 0) + len(group) - 1
+            self._size[event] = self._size.get(event, 0) + len(joined)
+            if self._size[event] >= _BATCH:
+                self._parse(event)
         return number
 
     def _first(self, line: bytes, number: int) -> None:
@@ -222,6 +236,16 @@ class _Split:
         if isinstance(record, str):
             raise _Fallback
         self.first = record
+
+    def _parse(self, event: str) -> None:
+        lines = self._lines.pop(event)
+        rows = self._rows.pop(event)
+        del self._size[event]
+        table = self._engine.read(lines, rows) if rows >= _FEW else None
+        if table is None:
+            records = _line_records(event, lines, self.source)
+            table = self._engine.table(records)
+        self.parts[event].append(table if table is not None else records)
 
 
 def _line_records(event: str, lines: list[bytes], source: Path) -> list[Record]:
@@ -329,6 +353,8 @@ class _Engine:
             if field.name in _NOT_PAYLOAD:
                 continue
             kind = field.type
+            if field.name == _RANK and not (pa.types.is_int64(kind) or pa.types.is_null(kind)):
+                return False  # Record.rank is 0 for a rank that isn't an integer
             if pa.types.is_floating(kind):
                 column = table.column(field.name)
                 if pc.all(pc.is_finite(column)).as_py() is False:
@@ -336,8 +362,6 @@ class _Engine:
                 low, high = (bound.as_py() for bound in pc.min_max(column).values())
                 if low is not None and not -(2.0**63) < low <= high < 2.0**63:
                     return False  # perhaps an integer beyond 64 bits, which pyarrow reads as a float
-            elif field.name == _RANK and not (pa.types.is_int64(kind) or pa.types.is_null(kind)):
-                return False
             elif not (pa.types.is_int64(kind) or pa.types.is_boolean(kind) or _is_text(pa, kind)):
                 if not pa.types.is_null(kind):
                     return False  # lists, dicts, strings pyarrow read as times
@@ -392,6 +416,24 @@ class _Engine:
             restored = pc.replace_with_mask(values, pa.array(mask), pa.array([numbers[r] for r in rows]))
             table = table.set_column(table.column_names.index(key), key, restored)
         return table
+
+    def table(self, records: list[Record]) -> Any | None:
+        """Records parsed by the line reader as a table like ``read``'s, typed by ``_kind``; ``None``
+        when a column can't be one (``object``: lists, dicts, several types) or the rank isn't an
+        integer (``Record.rank`` reads it as 0)."""
+        values = _Table()
+        for record in records:
+            values.add(record.payload, record.timestamp)
+        arrays = {}
+        for name, column in values.columns.items():
+            kind = _kind(column)
+            if kind == "object" and any(value is not None for value in column):
+                return None
+            if name == _RANK and kind not in ("int", "object"):
+                return None
+            arrays[name] = self.pa.nulls(len(column)) if kind == "object" else self._array(kind, column)
+        arrays[_TIMESTAMP] = self.pa.array(values.stamps, self.pa.string())
+        return self.pa.table(arrays)
 
     def of_rank(self, table: Any, chosen: int | None, skipped: Skipped) -> Any:
         """The table's rows of rank ``chosen`` (all for ``None``), the others counted in ``skipped``."""
