@@ -44,6 +44,7 @@ import importlib
 import io
 import math
 import os
+from collections import Counter
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -119,7 +120,7 @@ def read_frame(
 # -- one file: lines grouped by event, each event's parsed by the engine -------------------------
 
 _Part = Any
-"""Some of one event's records from one file: a pyarrow Table (the engine's), or a list of ``Record``."""
+"""Some of one event's records from one file: a pyarrow Table (the engine's), or a ``_Table``."""
 
 _PREFIX = b'{"event":"'
 _CHUNK = 8 * 1024 * 1024  # below MAX_LINE_BYTES: only a line begun in an earlier chunk can be longer
@@ -140,38 +141,31 @@ def _file_parts(
 ) -> list[tuple[str, _Part]]:
     """Each event's records in the file, of the rank ``ranks`` takes (others counted in ``skipped``)."""
     try:
-        split = _Split(source, engine)
+        split = _Split(source, ranks, engine)
     except _Fallback:
         return _line_parts(source, ranks, skipped)
     # Nothing was counted before here, so a file read by the line reader after all is counted once.
     for number, reason in split.bad:
         skipped.add_line(source, number, reason)
-    chosen = ranks.choose(split.first.rank) if split.first is not None else ranks.chosen
-    out = []
-    for event, parts in split.parts.items():
-        for part in parts:
-            if isinstance(part, list):
-                part = [record for record in part if ranks.keeps(record.rank)]
-            else:
-                part = engine.of_rank(part, chosen, skipped)
-            if len(part):
-                out.append((event, part))
-    return out
+    skipped.other_ranks.update(split.left_out)
+    return [(event, part) for event, parts in split.parts.items() for part in parts]
 
 
 class _Split:
     """A file read by the engine: its lines grouped by event name as bytes, each event's parsed a
-    batch at a time (``parts``, events in the order they first appear). ``first`` is the file's first
-    record (it chooses the rank), ``bad`` the lines that are not records, with ``parse_record``'s
-    reason. Raises ``_Fallback`` for a file the engine can't read exactly."""
+    batch at a time into ``parts`` (events in the order they first appear; rows of the rank taken,
+    the others counted in ``left_out``), ``bad`` the lines that are not records, with
+    ``parse_record``'s reason. Raises ``_Fallback`` for a file the engine can't read exactly."""
 
-    __slots__ = ("_engine", "_lines", "_rows", "_size", "bad", "first", "parts", "source")
+    __slots__ = ("_engine", "_lines", "_ranks", "_rows", "_size", "bad", "chosen", "left_out", "parts", "source")
 
-    def __init__(self, source: Path, engine: _Engine) -> None:
+    def __init__(self, source: Path, ranks: RankFilter, engine: _Engine) -> None:
         self.source = source
         self.parts: dict[str, list[_Part]] = {}
-        self.first: Record | None = None
         self.bad: list[tuple[int, str]] = []
+        self.left_out: Counter[int] = Counter()
+        self.chosen: int | None = None
+        self._ranks: RankFilter | None = ranks  # None once the file's first record has been seen
         self._engine = engine
         self._lines: dict[str, list[bytes]] = {}  # per event, chunks of whole lines not parsed yet
         self._rows: dict[str, int] = {}
@@ -196,8 +190,8 @@ class _Split:
                 self._add([rest], number)
         for event in list(self._lines):
             self._parse(event)
-        if self.bad and self.first is None:
-            raise _Fallback  # not a speedtronic JSONL file: the line reader raises RunError
+        if self.bad and self._ranks is not None:
+            raise _Fallback  # no record at all: the line reader raises RunError
 
     def _add(self, lines: list[bytes], number: int) -> int:
         groups: dict[bytes, list[bytes]] = {}
@@ -208,8 +202,8 @@ class _Split:
                 group = groups.get(name := line[10:end])
                 if group is None:
                     groups[name] = group = []
-                    if self.first is None:
-                        self._first(line, number)
+                    if self._ranks is not None:
+                        self._first(line, number, self._ranks)
                 group.append(line)
             elif line.strip():
                 record = parse_record(line, True, self.source, number)
@@ -231,41 +225,55 @@ class _Split:
                 self._parse(event)
         return number
 
-    def _first(self, line: bytes, number: int) -> None:
+    def _first(self, line: bytes, number: int, ranks: RankFilter) -> None:
+        """The file's first record chooses the rank (under ``"first"``, when no file before did): the
+        line reader would choose the same, every line before it being no record."""
         record = parse_record(line, True, self.source, number)
         if isinstance(record, str):
             raise _Fallback
-        self.first = record
+        self.chosen = ranks.choose(record.rank)
+        self._ranks = None
 
     def _parse(self, event: str) -> None:
         lines = self._lines.pop(event)
         rows = self._rows.pop(event)
         del self._size[event]
         table = self._engine.read(lines, rows) if rows >= _FEW else None
-        if table is None:
-            records = _line_records(event, lines, self.source)
-            table = self._engine.table(records)
-        self.parts[event].append(table if table is not None else records)
+        if table is not None:
+            part = self._engine.of_rank(table, self.chosen, self.left_out)
+        else:
+            part = _line_table(event, lines, self.source, self.chosen, self.left_out)
+        if len(part):
+            self.parts[event].append(part)
 
 
-def _line_records(event: str, lines: list[bytes], source: Path) -> list[Record]:
-    """An event's lines parsed one by one, as ``read_records`` parses them."""
-    records = []
+def _line_table(
+    event: str, lines: list[bytes], source: Path, chosen: int | None, left_out: Counter[int]
+) -> _Table:
+    """An event's lines parsed one by one, as ``read_records`` parses them: its rows of rank
+    ``chosen`` (every rank for ``None``), the others counted in ``left_out``."""
+    table = _Table()
     for chunk in lines:
         for line in chunk.split(b"\n")[:-1]:
             record = parse_record(line, True, source, 0)
             if isinstance(record, str) or record.event != event:
                 raise _Fallback  # the line reader counts it with its line number
-            records.append(record)
-    return records
+            if chosen is None or record.rank == chosen:
+                table.add(record.payload, record.timestamp)
+            else:
+                left_out[record.rank] += 1
+    return table
 
 
 def _line_parts(source: Path, ranks: RankFilter, skipped: Skipped) -> list[tuple[str, _Part]]:
     """The file read by the line reader, ``read_records``' way."""
-    parts: dict[str, list[Record]] = {}
+    parts: dict[str, _Table] = {}
     for record in file_records(source, skipped):
         if ranks.keeps(record.rank):
-            parts.setdefault(record.event, []).append(record)
+            table = parts.get(record.event)
+            if table is None:
+                table = parts[record.event] = _Table()
+            table.add(record.payload, record.timestamp)
     return list(parts.items())
 
 
@@ -417,26 +425,9 @@ class _Engine:
             table = table.set_column(table.column_names.index(key), key, restored)
         return table
 
-    def table(self, records: list[Record]) -> Any | None:
-        """Records parsed by the line reader as a table like ``read``'s, typed by ``_kind``; ``None``
-        when a column can't be one (``object``: lists, dicts, several types) or the rank isn't an
-        integer (``Record.rank`` reads it as 0)."""
-        values = _Table()
-        for record in records:
-            values.add(record.payload, record.timestamp)
-        arrays = {}
-        for name, column in values.columns.items():
-            kind = _kind(column)
-            if kind == "object" and any(value is not None for value in column):
-                return None
-            if name == _RANK and kind not in ("int", "object"):
-                return None
-            arrays[name] = self.pa.nulls(len(column)) if kind == "object" else self._array(kind, column)
-        arrays[_TIMESTAMP] = self.pa.array(values.stamps, self.pa.string())
-        return self.pa.table(arrays)
-
-    def of_rank(self, table: Any, chosen: int | None, skipped: Skipped) -> Any:
-        """The table's rows of rank ``chosen`` (all for ``None``), the others counted in ``skipped``."""
+    def of_rank(self, table: Any, chosen: int | None, left_out: Counter[int]) -> Any:
+        """The table's rows of rank ``chosen`` (every row for ``None``), the others counted in
+        ``left_out``; a row without an integer ``rank`` is rank 0, as in ``Record.rank``."""
         if chosen is None:
             return table
         pa, pc = self.pa, self.pc
@@ -448,28 +439,51 @@ class _Engine:
         if pc.all(kept).as_py() is not False:
             return table
         for other in pc.value_counts(pc.filter(ranks, pc.invert(kept))).to_pylist():
-            skipped.other_ranks[other["values"]] += other["counts"]
+            left_out[other["values"]] += other["counts"]
         return table.filter(kept)
 
     def columns(self, parts: list[_Part]) -> list[_Column]:
         """An event's columns from its parts (in run order), ``timestamp`` last."""
         pa = self.pa
-        if all(not isinstance(part, list) for part in parts) and parts:
+        parts = self._joined(parts)
+        if parts and not any(isinstance(part, _Table) for part in parts):
             try:
                 table = pa.concat_tables(parts, promote_options="permissive")
             except (pa.ArrowInvalid, pa.ArrowTypeError):
-                pass  # types that differ between files: typed again from the values
+                pass  # types that differ between parts (an int and a str column): typed from the values
             else:
                 return self._table_columns(table)
         values = _Table()
         for part in parts:
-            if isinstance(part, list):
-                for record in part:
-                    values.add(record.payload, record.timestamp)
+            if isinstance(part, _Table):
+                values.extend(part.columns, part.stamps)
             else:
                 names = [name for name in part.column_names if name != _TIMESTAMP]
                 values.extend({name: part.column(name).to_pylist() for name in names}, self._texts(part))
         return [(name, kind, self._array(kind, column)) for name, kind, column in values.typed()]
+
+    def _joined(self, parts: list[_Part]) -> list[_Part]:
+        """The parts with each run of the line reader's made one, and a table where its kinds allow."""
+        out: list[_Part] = []
+        for part in parts:
+            if isinstance(part, _Table) and out and isinstance(out[-1], _Table):
+                out[-1].extend(part.columns, part.stamps)
+            else:
+                out.append(part)
+        return [self._table(part) if isinstance(part, _Table) else part for part in out]
+
+    def _table(self, values: _Table) -> Any:
+        """The line reader's values as a table like ``read``'s (each column typed by ``_kind``), or
+        as they are when a column can't be one (``object``: lists, dicts, several types)."""
+        pa = self.pa
+        arrays = {}
+        for name, column in values.columns.items():
+            kind = _kind(column)
+            if kind == "object" and any(value is not None for value in column):
+                return values
+            arrays[name] = pa.nulls(len(column)) if kind == "object" else self._array(kind, column)
+        arrays[_TIMESTAMP] = pa.array(values.stamps, pa.string())
+        return pa.table(arrays)
 
     def _table_columns(self, table: Any) -> list[_Column]:
         pa, pc = self.pa, self.pc
@@ -540,6 +554,9 @@ class _Table:
         self.columns: dict[str, list[Any]] = {}
         self.stamps: list[str | None] = []
         self.rows = 0
+
+    def __len__(self) -> int:
+        return self.rows
 
     def add(self, payload: dict[str, Any], timestamp: str | None) -> None:
         columns = self.columns
