@@ -56,7 +56,6 @@ from speedtronic.runs.reader import (
     MAX_LINE_BYTES,
     RankChoice,
     RankFilter,
-    Record,
     Skipped,
     file_records,
     parse_record,
@@ -157,7 +156,9 @@ class _Split:
     the others counted in ``left_out``), ``bad`` the lines that are not records, with
     ``parse_record``'s reason. Raises ``_Fallback`` for a file the engine can't read exactly."""
 
-    __slots__ = ("_engine", "_lines", "_ranks", "_rows", "_size", "bad", "chosen", "left_out", "parts", "source")
+    __slots__ = (
+        "_engine", "_lines", "_ranks", "_rows", "_size", "bad", "chosen", "left_out", "parts", "source"
+    )
 
     def __init__(self, source: Path, ranks: RankFilter, engine: _Engine) -> None:
         self.source = source
@@ -361,7 +362,7 @@ class _Engine:
             if field.name in _NOT_PAYLOAD:
                 continue
             kind = field.type
-            if field.name == _RANK and not (pa.types.is_int64(kind) or pa.types.is_null(kind)):
+            if field.name == _RANK and not _is_int_or_null(pa, kind):
                 return False  # Record.rank is 0 for a rank that isn't an integer
             if pa.types.is_floating(kind):
                 column = table.column(field.name)
@@ -370,9 +371,8 @@ class _Engine:
                 low, high = (bound.as_py() for bound in pc.min_max(column).values())
                 if low is not None and not -(2.0**63) < low <= high < 2.0**63:
                     return False  # perhaps an integer beyond 64 bits, which pyarrow reads as a float
-            elif not (pa.types.is_int64(kind) or pa.types.is_boolean(kind) or _is_text(pa, kind)):
-                if not pa.types.is_null(kind):
-                    return False  # lists, dicts, strings pyarrow read as times
+            elif not (pa.types.is_boolean(kind) or _is_text(pa, kind) or _is_int_or_null(pa, kind)):
+                return False  # lists, dicts, strings pyarrow read as times
         stamps = table.column(_TIMESTAMP).type
         return _is_text(pa, stamps) or pa.types.is_null(stamps)
 
@@ -410,9 +410,8 @@ class _Engine:
             if key in _NOT_PAYLOAD or key not in table.column_names:
                 continue  # a value that isn't null, or isn't a payload value: nothing to restore
             column = table.column(key)
-            if not (pa.types.is_int64(column.type) or pa.types.is_floating(column.type)):
-                if not pa.types.is_null(column.type):
-                    return None
+            if not (pa.types.is_floating(column.type) or _is_int_or_null(pa, column.type)):
+                return None
             gaps = column.is_null()
             rows = sorted(row for row in numbers if gaps[row].as_py())
             if not rows:
@@ -495,7 +494,8 @@ class _Engine:
             kind = _arrow_kind(pa, field.type)
             out.append((field.name, kind, column.to_pylist() if kind == "object" else column))
         stamps = table.column(_TIMESTAMP)
-        if _is_text(pa, stamps.type) and pc.all(pc.match_substring_regex(stamps, _RFC3339)).as_py() is not False:
+        written = pc.all(pc.match_substring_regex(stamps, _RFC3339)) if _is_text(pa, stamps.type) else None
+        if written is not None and written.as_py() is not False:  # every one the writer's (nulls aside)
             try:
                 out.append((_TIMESTAMP, "datetime", stamps.cast(pa.timestamp("us", "UTC"))))
                 return out
@@ -528,6 +528,10 @@ class _Engine:
 
 def _is_text(pa: Any, kind: Any) -> bool:
     return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind))
+
+
+def _is_int_or_null(pa: Any, kind: Any) -> bool:
+    return bool(pa.types.is_int64(kind) or pa.types.is_null(kind))
 
 
 def _arrow_kind(pa: Any, kind: Any) -> _Kind:
