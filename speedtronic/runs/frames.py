@@ -13,29 +13,31 @@ value it holds:
 - anything else (lists, dicts, a key holding values of several types, integers beyond 64 bits): the
   Python values as read, NaN restored, in an ``object`` column (polars ``Object``)
 
-Columns come in the order their keys first appear in that event's records, ``timestamp`` last. The
-record's ``_speedtronic`` note is not a column: its non-finite values are already restored. The run's
-files, ranks and lines are ``read_records``' (``RankFilter``, ``parse_record``), so the tables hold
-exactly the records it yields.
+Columns come in the order their keys first appear in that event's records, ``timestamp`` last (a
+microsecond datetime, pandas ``datetime64[us, UTC]``, also in an empty table). The record's
+``_speedtronic`` note is not a column: its non-finite values are already restored. The run's files,
+ranks and lines are ``read_records``' (``RankFilter``, ``parse_record``): the tables hold exactly the
+records it yields, and ``skipped`` counts what it would.
 
-How a file is read: its lines are grouped by event name as bytes (every line the writer writes begins
-``{"event":"<name>"``; nothing is parsed in Python), and pyarrow's JSON reader parses each event's
-lines on its own, inferring that event's types from all of them; non-finite values are put back from
-the note's ``non_finite`` pointer lists, the rank chosen and the timestamp converted, vectorised. The
-line reader (``parse_record``, as ``read_records`` does) takes over where the engine can't type
-exactly what a record holds:
+Which path reads what. A file's lines are grouped by event name as bytes (each line the writer writes
+begins ``{"event":"<name>"``; Python parses only the file's first record, for its rank, and lines
+that are no record), and pyarrow's JSON reader parses each event's lines, 32 MB at a time, inferring
+that event's own types; the note's ``non_finite`` pointers put NaN and infinities back, the rank is
+chosen and ``timestamp`` converted, all vectorised. The line reader (``parse_record``, one line at a
+time, as ``read_records`` reads) takes over where the engine can't be exact:
 
-- for one event, its lines parsed one by one: a key with values of several JSON types (the engine
-  refuses them), lists or dicts, a pointer into one (``/losses/2``), a float beyond 2**63 (it may have
-  been an integer beyond 64 bits), a rank that isn't an integer, records without today's note
-  (``"v": 2``: older files, another writer's) and non-finite numbers the note doesn't list;
-- for a whole file: a line that doesn't begin with ``{"event":"`` but is a record anyway, a line
-  longer than ``MAX_LINE_BYTES``, an event's line the engine or ``parse_record`` rejects (a corrupt
-  line in the middle: the line reader counts it in ``skipped`` with its line number).
+- one event's batch of lines: fewer than 256 of them (cheaper than starting the engine); a key with
+  values of several JSON types (the engine refuses them); lists or dicts; a pointer into one
+  (``/losses/2``); a float beyond 2**63 (it may have been an integer beyond 64 bits); a ``rank`` that
+  isn't an integer; a record without today's note (``"v": 2``: older files, other writers) or with a
+  NaN the note doesn't list; a string the engine reads as a time;
+- a whole file: a record whose line doesn't begin ``{"event":"`` (another writer's spacing), an event
+  name with an escape, a line over ``MAX_LINE_BYTES``, a line that begins like a record but isn't one
+  (a corrupt line in the middle: the line reader counts it with its line number). A torn last line and
+  lines that are no record at all are counted without leaving the engine.
 
-A torn last line, and lines that are not records, are counted in ``skipped`` without leaving the fast
-path. Across a run's files, an event's tables are joined when their types agree (an integer column
-and a float one make a float column), and otherwise typed again from their Python values.
+An event's parts (batches, files) are joined as tables when their types agree (an integer column and a
+float one make a float column), else typed again from their Python values, as the line reader types.
 """
 
 from __future__ import annotations
