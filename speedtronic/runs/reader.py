@@ -376,9 +376,12 @@ def _lines(file: Any, limit: int) -> Iterator[tuple[bytes | None, bool]]:
         yield b"".join(pieces), False
 
 
-def file_records(source: Path, skipped: Skipped, limit: int = MAX_LINE_BYTES) -> Iterator[Record]:
+def file_records(
+    source: Path, skipped: Skipped, max_line_bytes: int = MAX_LINE_BYTES
+) -> Iterator[Record]:
     """The records of one JSONL file, whatever their rank, by ``read_records``' rules (``RunError`` for a
     file none of whose lines is a record)."""
+    limit = max_line_bytes
     segment, started, lines, records = 0, False, 0, 0
     try:
         with source.open("rb") as file:

@@ -20,7 +20,7 @@ import pytest
 
 from speedtronic.runs import RunError, Skipped, read_records
 from speedtronic.runs.frames import _FEW, _Engine, _Fallback, _Split, _Table, read_frames
-from speedtronic.runs.reader import RankFilter, RankChoice, run_files
+from speedtronic.runs.reader import RankChoice, RankFilter, run_files
 from tests.runs.conftest import same, write_run
 
 ROWS = 300
@@ -99,7 +99,8 @@ class TestEngine:
         for step in range(1, ROWS + 1):
             loss = {100: math.nan, 200: math.inf, 250: -math.inf}.get(step, 1.0 / step)
             events.append(("train_step", {"step": step, "loss": loss, "lr": 1e-3, "ok": step % 2 == 0}))
-            events.append(("eval", {"step": step, "accuracy": step / 1000, **({"late": 7} if step == 280 else {})}))
+            late = {"late": 7} if step == 280 else {}
+            events.append(("eval", {"step": step, "accuracy": step / 1000, **late}))
         events.append(("train_end", {"step": ROWS, "final_loss": 1.0}))
         path = written(tmp_path / "metrics.jsonl", events)
         for event in ("train_start", "train_step", "eval", "train_end"):
@@ -112,7 +113,8 @@ class TestEngine:
         assert [str(dtype) for dtype in pandas.dtypes] == [
             "int64", "float64", "float64", "bool", "float64", "datetime64[us, UTC]"
         ]
-        assert math.isnan(polars["loss"][99]) and polars["loss"][199] == math.inf
+        assert math.isnan(polars["loss"][99])
+        assert polars["loss"][199] == math.inf
         assert polars["loss"][249] == -math.inf
         evals = read_frames(path, library="pandas")["eval"]
         assert str(evals["late"].dtype) == "Int64"
@@ -212,7 +214,8 @@ class TestLinesThatAreNotRecords:
         theirs, ours = Skipped(), Skipped()
         list(read_records(path, theirs))
         read_frames(path, skipped=ours)
-        assert ours.describe("run") == theirs.describe("run") == [f"{path}: skipped 1 torn last line (line 301)"]
+        torn = [f"{path}: skipped 1 torn last line (line 301)"]
+        assert ours.describe("run") == theirs.describe("run") == torn
 
     @pytest.mark.parametrize("bad", ["garbage", "[1, 2]", '{"no": "event"}', '{"event":"train_step","x":'])
     def test_a_bad_line_in_the_middle(self, tmp_path: Path, bad: str) -> None:
