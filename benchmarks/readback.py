@@ -187,6 +187,7 @@ def main() -> None:
             "read_frames / polars.read_ndjson time": frames[0] / ndjson[0],
             "read_frames / polars.read_ndjson memory": frames[1] / ndjson[1],
             "read_frames / duckdb time": frames[0] / figures["duckdb.read_json_auto"][0],
+            "read_frames / duckdb memory": frames[1] / figures["duckdb.read_json_auto"][1],
             "summarize / polars aggregate time": summary[0] / aggregate[0],
             "summarize / duckdb aggregate time": summary[0] / figures["duckdb aggregate"][0],
             "summarize / polars aggregate memory": summary[1] / aggregate[1],

@@ -2,9 +2,8 @@
 
 Reading a whole JSONL file into one table mixes events whose keys differ, so every integer column
 with a gap becomes float (pandas) and keys that appear late are dropped (polars infers its schema
-from the first 100 rows). ``read_frames`` reads the run through ``read_records`` (so torn lines are
-skipped, NaN and infinities are restored from the record's note, a resumed run's segments are all
-there) and builds one table per event, each column typed from every value it holds:
+from the first 100 rows). ``read_frames`` builds one table per event, each column typed from every
+value it holds:
 
 - integers: ``int64`` (pandas ``Int64``, nullable, where some records lack the key); polars ``Int64``
 - numbers with a float among them: ``float64`` with NaN and infinities as written; in pandas a missing
@@ -14,20 +13,56 @@ there) and builds one table per event, each column typed from every value it hol
 - anything else (lists, dicts, a key holding values of several types, integers beyond 64 bits): the
   Python values as read, NaN restored, in an ``object`` column (polars ``Object``)
 
-Columns come in the order their keys first appear in that event's records, ``timestamp`` last. The
-record's ``_speedtronic`` note is not a column: its non-finite values are already restored.
+Columns come in the order their keys first appear in that event's records, ``timestamp`` last (a
+microsecond datetime, pandas ``datetime64[us, UTC]``, also in an empty table). The record's
+``_speedtronic`` note is not a column: its non-finite values are already restored. The run's files,
+ranks and lines are ``read_records``' (``RankFilter``, ``parse_record``): the tables hold exactly the
+records it yields, and ``skipped`` counts what it would.
+
+Which path reads what. A file's lines are grouped by event name as bytes (each line the writer writes
+begins ``{"event":"<name>"``; Python parses only the file's first record, for its rank, and lines
+that are no record), and pyarrow's JSON reader parses each event's lines, 32 MB at a time, inferring
+that event's own types; the note's ``non_finite`` pointers put NaN and infinities back, the rank is
+chosen and ``timestamp`` converted, all vectorised. The line reader (``parse_record``, one line at a
+time, as ``read_records`` reads) takes over where the engine can't be exact:
+
+- one event's batch of lines: fewer than 256 of them (cheaper than starting the engine); a key with
+  values of several JSON types (the engine refuses them); lists or dicts; a pointer into one
+  (``/losses/2``); a float beyond 2**63 (it may have been an integer beyond 64 bits); a ``rank`` that
+  isn't an integer; a record without today's note (``"v": 2``: older files, other writers) or with a
+  NaN the note doesn't list; a string the engine reads as a time;
+- a whole file: a record whose line doesn't begin ``{"event":"`` (another writer's spacing), an event
+  name with an escape, a line over ``MAX_LINE_BYTES``, a line that begins like a record but isn't one
+  (a corrupt line in the middle: the line reader counts it with its line number). A torn last line and
+  lines that are no record at all are counted without leaving the engine.
+
+An event's parts (batches, files) are joined as tables when their types agree (an integer column and a
+float one make a float column), else typed again from their Python values, as the line reader types.
 """
 
 from __future__ import annotations
 
 import importlib
+import io
+import math
 import os
+from collections import Counter
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
+from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
-from speedtronic.runs.reader import RankChoice, Skipped, read_records
+from speedtronic.processors.convert import NOTE_KEY
+from speedtronic.runs.reader import (
+    MAX_LINE_BYTES,
+    RankChoice,
+    RankFilter,
+    Skipped,
+    file_records,
+    parse_record,
+    run_files,
+)
 
 __all__ = ["Library", "read_frame", "read_frames"]
 
@@ -36,6 +71,8 @@ Library = Literal["pandas", "polars"]
 
 _INT64 = (-(2**63), 2**63 - 1)
 _TIMESTAMP = "timestamp"
+_EVENT = "event"
+_RANK = "rank"
 
 
 def read_frames(
@@ -50,20 +87,23 @@ def read_frames(
 
     Every event the run holds, in the order each first appears; or, with ``events``, exactly those,
     an empty DataFrame for one the run lacks. ``rank`` and ``skipped`` are ``read_records``'s.
-    Raises ``ModuleNotFoundError`` naming the extra to install when ``library`` isn't installed, and
-    ``RunError`` for a run that can't be read.
+    Raises ``ModuleNotFoundError`` naming the extra to install when ``library`` (or pyarrow) isn't
+    installed, and ``RunError`` for a run that can't be read.
     """
     build = _builder(library)
+    engine = _Engine()
     wanted = None if events is None else list(dict.fromkeys(events))
-    tables: dict[str, _Table] = {name: _Table() for name in wanted or ()}
-    for record in read_records(path, skipped, rank=rank):
-        table = tables.get(record.event)
-        if table is None:
-            if wanted is not None:
-                continue
-            table = tables[record.event] = _Table()
-        table.add(record.payload, record.timestamp)
-    return {event: build(table.typed()) for event, table in tables.items()}
+    skipped = Skipped() if skipped is None else skipped
+    files = run_files(path)
+    ranks = RankFilter(files, rank, skipped)
+    parts: dict[str, list[_Part]] = {name: [] for name in wanted or ()}
+    for source in files:
+        if not ranks.opens(source):
+            continue
+        for event, part in _file_parts(source, ranks, skipped, engine):
+            if wanted is None or event in parts:
+                parts.setdefault(event, []).append(part)
+    return {event: build(engine.columns(found)) for event, found in parts.items()}
 
 
 def read_frame(
@@ -78,9 +118,437 @@ def read_frame(
     return read_frames(path, library=library, events=[event], rank=rank, skipped=skipped)[event]
 
 
-# -- columns: typed once, from every value -----------------------------------------------------
+# -- one file: lines grouped by event, each event's parsed by the engine -------------------------
+
+_Part = Any
+"""Some of one event's records from one file: a pyarrow Table (the engine's), or a ``_Table``."""
+
+_PREFIX = b'{"event":"'
+_CHUNK = 8 * 1024 * 1024  # below MAX_LINE_BYTES: only a line begun in an earlier chunk can be longer
+_BATCH = 32 * 1024 * 1024
+"""How many bytes of one event's lines the engine parses at a time: memory stays bounded by it, not by
+the file (a part per batch, joined when the frames are built)."""
+_FEW = 256
+"""Fewer lines than this are parsed by ``parse_record``: cheaper than starting the engine (a run of
+10,000 ranks holds 10,000 small files)."""
+
+
+class _Fallback(Exception):
+    """The engine can't read this file exactly: the line reader reads all of it."""
+
+
+def _file_parts(
+    source: Path, ranks: RankFilter, skipped: Skipped, engine: _Engine
+) -> list[tuple[str, _Part]]:
+    """Each event's records in the file, of the rank ``ranks`` takes (others counted in ``skipped``)."""
+    try:
+        split = _Split(source, ranks, engine)
+    except _Fallback:
+        return _line_parts(source, ranks, skipped)
+    # Nothing was counted before here, so a file read by the line reader after all is counted once.
+    for number, reason in split.bad:
+        skipped.add_line(source, number, reason)
+    skipped.other_ranks.update(split.left_out)
+    return [(event, part) for event, parts in split.parts.items() for part in parts]
+
+
+class _Split:
+    """A file read by the engine: its lines grouped by event name as bytes, each event's parsed a
+    batch at a time into ``parts`` (events in the order they first appear; rows of the rank taken,
+    the others counted in ``left_out``), ``bad`` the lines that are not records, with
+    ``parse_record``'s reason. Raises ``_Fallback`` for a file the engine can't read exactly."""
+
+    __slots__ = (
+        "_engine", "_lines", "_ranks", "_rows", "_size", "bad", "chosen", "left_out", "parts", "source"
+    )
+
+    def __init__(self, source: Path, ranks: RankFilter, engine: _Engine) -> None:
+        self.source = source
+        self.parts: dict[str, list[_Part]] = {}
+        self.bad: list[tuple[int, str]] = []
+        self.left_out: Counter[int] = Counter()
+        self.chosen: int | None = None
+        self._ranks: RankFilter | None = ranks  # None once the file's first record has been seen
+        self._engine = engine
+        self._lines: dict[str, list[bytes]] = {}  # per event, chunks of whole lines not parsed yet
+        self._rows: dict[str, int] = {}
+        self._size: dict[str, int] = {}
+        number = 0
+        rest = b""
+        try:
+            with source.open("rb") as file:
+                while chunk := file.read(_CHUNK):
+                    lines = (rest + chunk).split(b"\n")
+                    rest = lines.pop()
+                    if (lines and len(lines[0]) > MAX_LINE_BYTES) or len(rest) > MAX_LINE_BYTES:
+                        raise _Fallback
+                    number = self._add(lines, number)
+        except OSError:
+            raise _Fallback from None  # the line reader says what went wrong
+        if rest.strip():
+            last = parse_record(rest, False, source, number + 1)
+            if isinstance(last, str):
+                self.bad.append((number + 1, last))
+            else:
+                self._add([rest], number)
+        for event in list(self._lines):
+            self._parse(event)
+        if self.bad and self._ranks is not None:
+            raise _Fallback  # no record at all: the line reader raises RunError
+
+    def _add(self, lines: list[bytes], number: int) -> int:
+        groups: dict[bytes, list[bytes]] = {}
+        for line in lines:
+            number += 1
+            end = line.find(b'"', 10) if line.startswith(_PREFIX) else -1
+            if end > 10 and b"\\" not in line[10:end]:
+                group = groups.get(name := line[10:end])
+                if group is None:
+                    groups[name] = group = []
+                    if self._ranks is not None:
+                        self._first(line, number, self._ranks)
+                group.append(line)
+            elif line.strip():
+                record = parse_record(line, True, self.source, number)
+                if not isinstance(record, str):
+                    raise _Fallback  # a record the engine would be given some other way
+                self.bad.append((number, record))
+        for name, group in groups.items():
+            try:
+                event = name.decode()
+            except UnicodeDecodeError:
+                raise _Fallback from None
+            group.append(b"")  # so the chunk ends in a newline
+            joined = b"\n".join(group)
+            self.parts.setdefault(event, [])
+            self._lines.setdefault(event, []).append(joined)
+            self._rows[event] = self._rows.get(event, 0) + len(group) - 1
+            self._size[event] = self._size.get(event, 0) + len(joined)
+            if self._size[event] >= _BATCH:
+                self._parse(event)
+        return number
+
+    def _first(self, line: bytes, number: int, ranks: RankFilter) -> None:
+        """The file's first record chooses the rank (under ``"first"``, when no file before did): the
+        line reader would choose the same, every line before it being no record."""
+        record = parse_record(line, True, self.source, number)
+        if isinstance(record, str):
+            raise _Fallback
+        self.chosen = ranks.choose(record.rank)
+        self._ranks = None
+
+    def _parse(self, event: str) -> None:
+        lines = self._lines.pop(event)
+        rows = self._rows.pop(event)
+        del self._size[event]
+        table = self._engine.read(lines, rows) if rows >= _FEW else None
+        if table is not None:
+            part = self._engine.of_rank(table, self.chosen, self.left_out)
+        else:
+            part = _line_table(event, lines, self.source, self.chosen, self.left_out)
+        if len(part):
+            self.parts[event].append(part)
+
+
+def _line_table(
+    event: str, lines: list[bytes], source: Path, chosen: int | None, left_out: Counter[int]
+) -> _Table:
+    """An event's lines parsed one by one, as ``read_records`` parses them: its rows of rank
+    ``chosen`` (every rank for ``None``), the others counted in ``left_out``."""
+    table = _Table()
+    for chunk in lines:
+        for line in chunk.split(b"\n")[:-1]:
+            record = parse_record(line, True, source, 0)
+            if isinstance(record, str) or record.event != event:
+                raise _Fallback  # the line reader counts it with its line number
+            if chosen is None or record.rank == chosen:
+                table.add(record.payload, record.timestamp)
+            else:
+                left_out[record.rank] += 1
+    return table
+
+
+def _line_parts(source: Path, ranks: RankFilter, skipped: Skipped) -> list[tuple[str, _Part]]:
+    """The file read by the line reader, ``read_records``' way."""
+    parts: dict[str, _Table] = {}
+    for record in file_records(source, skipped):
+        if ranks.keeps(record.rank):
+            table = parts.get(record.event)
+            if table is None:
+                table = parts[record.event] = _Table()
+            table.add(record.payload, record.timestamp)
+    return list(parts.items())
+
+
+class _Joined(io.RawIOBase):
+    """Chunks of bytes read as one stream, never joined into one buffer."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        super().__init__()
+        self._chunks = chunks
+        self._next = 0
+        self._at = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while self._next < len(self._chunks):
+            chunk = memoryview(self._chunks[self._next])[self._at :]
+            if chunk:
+                size = min(len(buffer), len(chunk))
+                buffer[:size] = chunk[:size]
+                self._at += size
+                return size
+            self._next, self._at = self._next + 1, 0
+        return 0
+
+
+# -- the engine: pyarrow's JSON reader, its tables checked, restored and filtered ------------------
 
 _Kind = Literal["int", "float", "bool", "str", "datetime", "object"]
+_Column = tuple[str, _Kind, Any]
+"""A column to build: its name, its kind, and its values (a pyarrow array; a list for ``object``)."""
+
+_NON_FINITE = (("nan", math.nan), ("inf", math.inf), ("neg_inf", -math.inf))
+_NOT_PAYLOAD = frozenset({_EVENT, _TIMESTAMP, NOTE_KEY})
+_RFC3339 = r"^\d{4}-\d\d-\d\dT([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{6})?Z$"
+"""The writer's timestamps (``iso_timestamp``), which pyarrow converts as ``_utc`` does; others
+are converted by ``_utc``."""
+
+
+class _Engine:
+    """pyarrow, imported once per read: its JSON reader, and the columns built from its tables."""
+
+    __slots__ = ("json", "pa", "pc")
+
+    def __init__(self) -> None:
+        self.pa = _import("pyarrow")
+        self.json = _import("pyarrow.json")
+        self.pc = _import("pyarrow.compute")
+
+    def read(self, lines: list[bytes], rows: int) -> Any | None:
+        """One event's lines as a table of its payload and ``timestamp``, non-finite values restored;
+        ``None`` when the engine can't type them exactly (the line reader reads them)."""
+        pa = self.pa
+        schema = pa.schema([(_EVENT, pa.string()), (_TIMESTAMP, pa.string())])
+        try:
+            table = self.json.read_json(
+                _Joined(lines), parse_options=self.json.ParseOptions(explicit_schema=schema)
+            )
+            table.validate(full=True)  # strings are UTF-8, as orjson requires
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return None
+        if table.num_rows != rows or not self._noted(table) or not self._typed(table):
+            return None
+        return self._restored(table)
+
+    def _noted(self, table: Any) -> bool:
+        """Whether every record carries today's note (``"v": 2`` or later): ``null`` only for the
+        non-finite numbers it lists, and every string the trainer's."""
+        pa, pc = self.pa, self.pc
+        if NOTE_KEY not in table.column_names:
+            return False
+        note = table.column(NOTE_KEY)
+        if not pa.types.is_struct(note.type) or note.type.get_field_index("v") < 0:
+            return False
+        version = pc.struct_field(note, "v")
+        if not pa.types.is_int64(version.type) or version.null_count:
+            return False
+        return bool(pc.min(version).as_py() >= 2)
+
+    def _typed(self, table: Any) -> bool:
+        """Whether every column has a type whose values are the JSON values as read."""
+        pa, pc = self.pa, self.pc
+        for field in table.schema:
+            if field.name in _NOT_PAYLOAD:
+                continue
+            kind = field.type
+            if field.name == _RANK and not _is_int_or_null(pa, kind):
+                return False  # Record.rank is 0 for a rank that isn't an integer
+            if pa.types.is_floating(kind):
+                column = table.column(field.name)
+                if pc.all(pc.is_finite(column)).as_py() is False:
+                    return False  # NaN or Infinity written as such: not JSON to orjson
+                low, high = (bound.as_py() for bound in pc.min_max(column).values())
+                if low is not None and not -(2.0**63) < low <= high < 2.0**63:
+                    return False  # perhaps an integer beyond 64 bits, which pyarrow reads as a float
+            elif not (pa.types.is_boolean(kind) or _is_text(pa, kind) or _is_int_or_null(pa, kind)):
+                return False  # lists, dicts, strings pyarrow read as times
+        stamps = table.column(_TIMESTAMP).type
+        return _is_text(pa, stamps) or pa.types.is_null(stamps)
+
+    def _restored(self, table: Any) -> Any | None:
+        """The table without event and note, NaN and infinities put back where the note lists a
+        top-level key's pointer; ``None`` for a pointer into a list or dict, or into a column that
+        isn't numeric."""
+        pa, pc = self.pa, self.pc
+        note = table.column(NOTE_KEY)
+        table = table.drop_columns([_EVENT, NOTE_KEY])
+        if note.type.get_field_index("non_finite") < 0:
+            return table
+        listed = pc.struct_field(note, "non_finite")
+        found: dict[str, dict[int, float]] = {}
+        for kind, number in _NON_FINITE:
+            if not pa.types.is_struct(listed.type) or listed.type.get_field_index(kind) < 0:
+                continue
+            pointers = pc.struct_field(listed, kind)
+            if not pa.types.is_list(pointers.type):
+                return None
+            start = 0
+            for chunk in pointers.chunks:
+                flat = chunk.flatten()
+                if len(flat):
+                    rows = pc.list_parent_indices(chunk).to_pylist()
+                    for row, pointer in zip(rows, flat.to_pylist(), strict=True):
+                        if type(pointer) is not str or not pointer.startswith("/"):
+                            continue  # leads nowhere: restore_non_finite ignores it too
+                        if "/" in pointer[1:]:
+                            return None
+                        key = pointer[1:].replace("~1", "/").replace("~0", "~")
+                        found.setdefault(key, {}).setdefault(start + row, number)
+                start += len(chunk)
+        for key, numbers in found.items():
+            if key in _NOT_PAYLOAD or key not in table.column_names:
+                continue  # a value that isn't null, or isn't a payload value: nothing to restore
+            column = table.column(key)
+            if not (pa.types.is_floating(column.type) or _is_int_or_null(pa, column.type)):
+                return None
+            gaps = column.is_null()
+            rows = sorted(row for row in numbers if gaps[row].as_py())
+            if not rows:
+                continue
+            mask = [False] * len(column)
+            for row in rows:
+                mask[row] = True
+            values = column.cast(pa.float64(), safe=False).combine_chunks()
+            restored = pc.replace_with_mask(values, pa.array(mask), pa.array([numbers[r] for r in rows]))
+            table = table.set_column(table.column_names.index(key), key, restored)
+        return table
+
+    def of_rank(self, table: Any, chosen: int | None, left_out: Counter[int]) -> Any:
+        """The table's rows of rank ``chosen`` (every row for ``None``), the others counted in
+        ``left_out``; a row without an integer ``rank`` is rank 0, as in ``Record.rank``."""
+        if chosen is None:
+            return table
+        pa, pc = self.pa, self.pc
+        if _RANK in table.column_names and not pa.types.is_null(table.column(_RANK).type):
+            ranks = table.column(_RANK).fill_null(0)
+        else:
+            ranks = pa.repeat(0, table.num_rows)
+        kept = pc.equal(ranks, chosen)
+        if pc.all(kept).as_py() is not False:
+            return table
+        for other in pc.value_counts(pc.filter(ranks, pc.invert(kept))).to_pylist():
+            left_out[other["values"]] += other["counts"]
+        return table.filter(kept)
+
+    def columns(self, parts: list[_Part]) -> list[_Column]:
+        """An event's columns from its parts (in run order), ``timestamp`` last."""
+        pa = self.pa
+        parts = self._joined(parts)
+        if parts and not any(isinstance(part, _Table) for part in parts):
+            try:
+                table = pa.concat_tables(parts, promote_options="permissive")
+            except (pa.ArrowInvalid, pa.ArrowTypeError):
+                pass  # types that differ between parts (an int and a str column): typed from the values
+            else:
+                return self._table_columns(table)
+        values = _Table()
+        for part in parts:
+            if isinstance(part, _Table):
+                values.extend(part.columns, part.stamps)
+            else:
+                names = [name for name in part.column_names if name != _TIMESTAMP]
+                values.extend({name: part.column(name).to_pylist() for name in names}, self._texts(part))
+        return [(name, kind, self._array(kind, column)) for name, kind, column in values.typed()]
+
+    def _joined(self, parts: list[_Part]) -> list[_Part]:
+        """The parts with each run of the line reader's made one, and a table where its kinds allow."""
+        out: list[_Part] = []
+        for part in parts:
+            if isinstance(part, _Table) and out and isinstance(out[-1], _Table):
+                out[-1].extend(part.columns, part.stamps)
+            else:
+                out.append(part)
+        return [self._table(part) if isinstance(part, _Table) else part for part in out]
+
+    def _table(self, values: _Table) -> Any:
+        """The line reader's values as a table like ``read``'s (each column typed by ``_kind``), or
+        as they are when a column can't be one (``object``: lists, dicts, several types)."""
+        pa = self.pa
+        arrays = {}
+        for name, column in values.columns.items():
+            kind = _kind(column)
+            if kind == "object" and any(value is not None for value in column):
+                return values
+            arrays[name] = pa.nulls(len(column)) if kind == "object" else self._array(kind, column)
+        arrays[_TIMESTAMP] = pa.array(values.stamps, pa.string())
+        return pa.table(arrays)
+
+    def _table_columns(self, table: Any) -> list[_Column]:
+        pa, pc = self.pa, self.pc
+        out: list[_Column] = []
+        for field in table.schema:
+            if field.name == _TIMESTAMP:
+                continue
+            column = table.column(field.name)
+            kind = _arrow_kind(pa, field.type)
+            out.append((field.name, kind, column.to_pylist() if kind == "object" else column))
+        stamps = table.column(_TIMESTAMP)
+        written = pc.all(pc.match_substring_regex(stamps, _RFC3339)) if _is_text(pa, stamps.type) else None
+        if written is not None and written.as_py() is not False:  # every one the writer's (nulls aside)
+            try:
+                out.append((_TIMESTAMP, "datetime", stamps.cast(pa.timestamp("us", "UTC"))))
+                return out
+            except pa.ArrowInvalid:
+                pass  # a date that doesn't exist, say: _utc's verdict
+        kind, values = _stamps(self._texts(table))
+        out.append((_TIMESTAMP, kind, self._array(kind, values)))
+        return out
+
+    def _texts(self, table: Any) -> list[Any]:
+        """The ``timestamp`` of each row as ``Record.timestamp`` has it: its text, or ``None``."""
+        stamps = table.column(_TIMESTAMP)
+        return stamps.to_pylist() if _is_text(self.pa, stamps.type) else [None] * table.num_rows
+
+    def _array(self, kind: _Kind, values: list[Any]) -> Any:
+        pa = self.pa
+        if kind == "object":
+            return values
+        if kind == "float":
+            values = [None if v is None else float(v) for v in values]
+        types = {
+            "int": pa.int64(),
+            "float": pa.float64(),
+            "bool": pa.bool_(),
+            "str": pa.string(),
+            "datetime": pa.timestamp("us", "UTC"),
+        }
+        return pa.array(values, type=types[kind])
+
+
+def _is_text(pa: Any, kind: Any) -> bool:
+    return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind))
+
+
+def _is_int_or_null(pa: Any, kind: Any) -> bool:
+    return bool(pa.types.is_int64(kind) or pa.types.is_null(kind))
+
+
+def _arrow_kind(pa: Any, kind: Any) -> _Kind:
+    if pa.types.is_int64(kind):
+        return "int"
+    if pa.types.is_floating(kind):
+        return "float"
+    if pa.types.is_boolean(kind):
+        return "bool"
+    if _is_text(pa, kind):
+        return "str"
+    return "object"  # null: a key only ever null
+
+
+# -- columns typed from Python values: the line reader's records -------------------------------
 
 
 class _Table:
@@ -92,6 +560,9 @@ class _Table:
         self.columns: dict[str, list[Any]] = {}
         self.stamps: list[str | None] = []
         self.rows = 0
+
+    def __len__(self) -> int:
+        return self.rows
 
     def add(self, payload: dict[str, Any], timestamp: str | None) -> None:
         columns = self.columns
@@ -107,17 +578,24 @@ class _Table:
                     column.append(None)
         self.stamps.append(timestamp)
 
+    def extend(self, columns: dict[str, list[Any]], stamps: list[str | None]) -> None:
+        """Rows given as a list per key (each as long as ``stamps``)."""
+        for key, values in columns.items():
+            column = self.columns.get(key)
+            if column is None:
+                column = self.columns[key] = [None] * self.rows
+            column += values
+        self.rows += len(stamps)
+        for column in self.columns.values():
+            column += [None] * (self.rows - len(column))
+        self.stamps += stamps
+
     def typed(self) -> list[tuple[str, _Kind, list[Any]]]:
         """Each key (``timestamp`` last) with its kind and one value per row."""
         out: list[tuple[str, _Kind, list[Any]]] = [
             (name, _kind(values), values) for name, values in self.columns.items()
         ]
-        texts = self.stamps
-        stamps = [_utc(text) for text in texts]
-        if all(stamp is not None or text is None for stamp, text in zip(stamps, texts, strict=True)):
-            out.append((_TIMESTAMP, "datetime", stamps))
-        else:
-            out.append((_TIMESTAMP, _kind(texts), texts))
+        out.append((_TIMESTAMP, *_stamps(self.stamps)))
         return out
 
 
@@ -135,6 +613,14 @@ def _kind(values: list[Any]) -> _Kind:
     return "object"
 
 
+def _stamps(texts: list[Any]) -> tuple[_Kind, list[Any]]:
+    """The timestamps as UTC datetimes when every one is RFC 3339 (or missing), else as read."""
+    stamps = [_utc(text) for text in texts]
+    if all(stamp is not None or text is None for stamp, text in zip(stamps, texts, strict=True)):
+        return "datetime", stamps
+    return _kind(texts), texts
+
+
 def _utc(text: object) -> datetime | None:
     """An RFC 3339 timestamp as an aware UTC datetime; ``None`` for anything else."""
     if type(text) is not str:
@@ -148,7 +634,7 @@ def _utc(text: object) -> datetime | None:
 
 # -- building: one function per library --------------------------------------------------------
 
-_Build = Callable[[list[tuple[str, _Kind, list[Any]]]], Any]
+_Build = Callable[[list[_Column]], Any]
 
 
 def _builder(library: str) -> _Build:
@@ -164,47 +650,36 @@ def _import(name: str) -> ModuleType:
         return importlib.import_module(name)
     except ModuleNotFoundError:
         raise ModuleNotFoundError(
-            f"speedtronic.runs.frames requires {name}: pip install 'speedtronic[frames]'", name=name
+            f"speedtronic.runs.frames requires {name}: pip install 'speedtronic[frames]'",
+            name=name.partition(".")[0],
         ) from None
 
 
 def _pandas_frame(pd: Any) -> _Build:
-    def series(kind: _Kind, values: list[Any]) -> Any:
-        gaps = any(value is None for value in values)
-        if kind == "int":
-            return pd.Series(values, dtype="Int64" if gaps else "int64")
-        if kind == "float":
-            return pd.Series([float("nan") if v is None else float(v) for v in values], dtype="float64")
-        if kind == "bool":
-            return pd.Series(values, dtype="boolean" if gaps else "bool")
-        if kind == "datetime":
-            return pd.Series(pd.to_datetime(values, utc=True))
-        if kind == "str":
-            return pd.Series(values)
-        return pd.Series(values, dtype=object)
+    nullable = {"int": pd.Int64Dtype(), "bool": pd.BooleanDtype()}
 
-    def build(columns: list[tuple[str, _Kind, list[Any]]]) -> Any:
+    def series(kind: _Kind, values: Any) -> Any:
+        if kind == "object":
+            return pd.Series(values, dtype=object)
+        if kind == "str":
+            return pd.Series(values.to_pylist())
+        if kind in nullable and values.null_count:
+            return values.to_pandas(types_mapper=lambda _: nullable[kind])
+        return values.to_pandas()
+
+    def build(columns: list[_Column]) -> Any:
         return pd.DataFrame({name: series(kind, values) for name, kind, values in columns})
 
     return build
 
 
 def _polars_frame(pl: Any) -> _Build:
-    dtypes = {
-        "int": pl.Int64,
-        "float": pl.Float64,
-        "bool": pl.Boolean,
-        "str": pl.String,
-        "datetime": pl.Datetime("us", "UTC"),
-        "object": pl.Object,
-    }
+    def series(name: str, kind: _Kind, values: Any) -> Any:
+        if kind == "object":
+            return pl.Series(name, values, dtype=pl.Object)
+        return pl.Series(name, values)
 
-    def series(name: str, kind: _Kind, values: list[Any]) -> Any:
-        if kind == "float":
-            values = [None if v is None else float(v) for v in values]
-        return pl.Series(name, values, dtype=dtypes[kind])
-
-    def build(columns: list[tuple[str, _Kind, list[Any]]]) -> Any:
+    def build(columns: list[_Column]) -> Any:
         return pl.DataFrame([series(name, kind, values) for name, kind, values in columns])
 
     return build

@@ -51,12 +51,15 @@ __all__ = [
     "MAX_LINE_BYTES",
     "RATE_SUFFIX",
     "RankChoice",
+    "RankFilter",
     "Record",
     "RunClock",
     "RunError",
     "Skipped",
     "as_number",
     "file_rank",
+    "file_records",
+    "parse_record",
     "rate_keys",
     "read_records",
     "run_files",
@@ -297,24 +300,52 @@ def read_records(
     return _records(files, skipped if skipped is not None else Skipped(), rank, max_line_bytes)
 
 
+class RankFilter:
+    """Which files and records of a run one read takes, by ``rank`` (``read_records``' rule).
+
+    ``opens`` says whether to read a file (one whose name says another rank is counted in ``skipped``
+    instead); ``keeps`` whether to take a record of a rank, counting the others. Under ``"first"`` the
+    first record read chooses the rank (``choose``); ``chosen`` is ``None`` until then, and always
+    under ``"all"``.
+    """
+
+    __slots__ = ("_named", "_skipped", "chosen", "every")
+
+    def __init__(self, files: list[Path], rank: RankChoice, skipped: Skipped) -> None:
+        self.every = rank == "all"
+        self.chosen: int | None = rank if isinstance(rank, int) else None
+        self._named = {source: file_rank(source, files) for source in files} if not self.every else {}
+        self._skipped = skipped
+
+    def opens(self, source: Path) -> bool:
+        by_name = self._named.get(source)
+        if self.chosen is not None and by_name is not None and by_name != self.chosen:
+            self._skipped.other_rank_files[by_name] += 1
+            return False
+        return True
+
+    def choose(self, first: int) -> int | None:
+        """The rank taken (``None``: every rank); under ``"first"``, ``first`` when none is chosen yet."""
+        if self.chosen is None and not self.every:
+            self.chosen = first
+        return self.chosen
+
+    def keeps(self, rank: int) -> bool:
+        """Whether a record of ``rank`` is taken; one that is not is counted as left out."""
+        chosen = self.choose(rank)
+        if chosen is None or rank == chosen:
+            return True
+        self._skipped.other_ranks[rank] += 1
+        return False
+
+
 def _records(files: list[Path], skipped: Skipped, rank: RankChoice, limit: int) -> Iterator[Record]:
-    chosen: int | None = rank if isinstance(rank, int) else None
-    named = {source: file_rank(source, files) for source in files} if rank != "all" else {}
+    ranks = RankFilter(files, rank, skipped)
     for source in files:
-        by_name = named.get(source)
-        if chosen is not None and by_name is not None and by_name != chosen:
-            skipped.other_rank_files[by_name] += 1
-            continue
-        for record in _file_records(source, skipped, limit):
-            if rank == "all":
-                yield record
-                continue
-            if chosen is None:
-                chosen = record.rank
-            if record.rank == chosen:
-                yield record
-            else:
-                skipped.other_ranks[record.rank] += 1
+        if ranks.opens(source):
+            for record in file_records(source, skipped, limit):
+                if ranks.keeps(record.rank):
+                    yield record
 
 
 def _lines(file: Any, limit: int) -> Iterator[tuple[bytes | None, bool]]:
@@ -345,7 +376,12 @@ def _lines(file: Any, limit: int) -> Iterator[tuple[bytes | None, bool]]:
         yield b"".join(pieces), False
 
 
-def _file_records(source: Path, skipped: Skipped, limit: int) -> Iterator[Record]:
+def file_records(
+    source: Path, skipped: Skipped, max_line_bytes: int = MAX_LINE_BYTES
+) -> Iterator[Record]:
+    """The records of one JSONL file, whatever their rank, by ``read_records``' rules (``RunError`` for a
+    file none of whose lines is a record)."""
+    limit = max_line_bytes
     segment, started, lines, records = 0, False, 0, 0
     try:
         with source.open("rb") as file:
@@ -357,8 +393,9 @@ def _file_records(source: Path, skipped: Skipped, limit: int) -> Iterator[Record
                 if not raw.strip():
                     continue
                 lines += 1
-                record = _parse(raw, ended, source, number, skipped, segment)
-                if record is None:
+                record = parse_record(raw, ended, source, number, segment)
+                if isinstance(record, str):
+                    skipped.add_line(source, number, record)
                     continue
                 if record.event == "train_start":
                     if started:
@@ -373,25 +410,25 @@ def _file_records(source: Path, skipped: Skipped, limit: int) -> Iterator[Record
         raise RunError(f"{source}: not a speedtronic JSONL file (no line is a JSON record with an event)")
 
 
-def _parse(
-    raw: bytes, ended: bool, source: Path, number: int, skipped: Skipped, segment: int
-) -> Record | None:
+def parse_record(
+    raw: bytes, ended: bool, source: Path, number: int, segment: int = 0
+) -> Record | str:
+    """Line ``number`` of ``source`` (newline removed; ``ended``: whether it had one) as a ``Record``,
+    the writer's conventions undone; or, for a line that is not a record, why (the reason ``Skipped``
+    counts)."""
     try:
         fields = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        skipped.add_line(source, number, "not JSON" if ended else "torn last line")
-        return None
+        return "not JSON" if ended else "torn last line"
     if type(fields) is not dict:
-        skipped.add_line(source, number, "not a JSON object")
-        return None
+        return "not a JSON object"
     note = fields.get(NOTE_KEY)
     contract = note_contract(note)
     if contract and _lists_non_finite(note):  # the writer's nulls for NaN and infinities, by JSON Pointer
         restore_non_finite(fields)
     event = fields.pop("event", None)
     if type(event) is not str or not event:
-        skipped.add_line(source, number, "no event name")
-        return None
+        return "no event name"
     timestamp = fields.pop("timestamp", None)
     notes = fields.pop(NOTE_KEY, None)
     notes = notes if type(notes) is dict else None
