@@ -17,6 +17,18 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line, parse_constant=refuse) for line in path.read_text("utf-8").splitlines()]
 
 
+def tensorboard_scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar tag in ``log_dir`` with its (step, value) points, read by TensorBoard itself."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(log_dir), size_guidance={"scalars": 0})
+    accumulator.Reload()
+    return {
+        tag: [(point.step, point.value) for point in accumulator.Scalars(tag)]
+        for tag in accumulator.Tags()["scalars"]
+    }
+
+
 class Journal:
     """A hook that journals ``"<name> <event>"`` and ``"<name> close"`` into a shared list, so a test
     asserts the order of calls across hooks (pluggy's way)."""

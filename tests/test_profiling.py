@@ -13,6 +13,7 @@ import pytest
 from speedtronic import HookError, HookFailureWarning, LoggerClosedError
 from speedtronic.errors import LoggingFailureWarning
 from speedtronic.profiling import MetricLogger
+from speedtronic.testing import RecordingHook
 from tests.conftest import read_jsonl
 
 LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| (?P<level>[A-Z]+) \| (?P<rest>.*)")
@@ -28,25 +29,11 @@ def body(line: str) -> str:
     return match["rest"]
 
 
-class Journal:
-    """A hook that journals what it receives and how often it is closed."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, dict[str, Any]]] = []
-        self.closes = 0
-
-    def on_event(self, event: str, payload: dict[str, Any]) -> None:
-        self.calls.append((event, payload))
-
-    def close(self) -> None:
-        self.closes += 1
-
-
 class TestEmit:
     def test_text_jsonl_and_hook_for_one_event(self, jsonl_path: Path) -> None:
         """One event gives one text line, one JSONL record and one hook call, with the same data (the
         record's one timestamp included)."""
-        stream, hook = io.StringIO(), Journal()
+        stream, hook = io.StringIO(), RecordingHook()
         with MetricLogger(stream=stream, json_file=jsonl_path, hooks=[hook]) as logger:
             logger.emit("train_step", {"step": 1, "loss": 1.2, "lr": 0.0003})
         (line,) = text_lines(stream)
@@ -67,7 +54,7 @@ class TestEmit:
 
     def test_cadence_skips_steps_everywhere(self, jsonl_path: Path) -> None:
         """Off-cadence steps reach neither text, JSONL nor hooks; other events always do."""
-        stream, hook = io.StringIO(), Journal()
+        stream, hook = io.StringIO(), RecordingHook()
         with MetricLogger(stream=stream, json_file=jsonl_path, every_steps=3, hooks=[hook]) as logger:
             for step in range(1, 8):
                 logger.emit("train_step", {"step": step})
@@ -80,7 +67,7 @@ class TestEmit:
 
     def test_skipped_step_reads_no_clock(self) -> None:
         """A skipped step returns before the chain: elapsed_s of the next logged step is unaffected."""
-        hook = Journal()
+        hook = RecordingHook()
         with MetricLogger(stream=io.StringIO(), every_steps=2, hooks=[hook]) as logger:
             logger.emit("train_step", {"step": 1, "elapsed_s": "from-payload"})
             logger.emit("train_step", {"step": 2})
@@ -88,7 +75,7 @@ class TestEmit:
 
     def test_elapsed_added_when_absent(self) -> None:
         """elapsed_s is added, and a payload's own value is kept."""
-        hook = Journal()
+        hook = RecordingHook()
         with MetricLogger(stream=io.StringIO(), hooks=[hook]) as logger:
             logger.emit("a", {})
             logger.emit("b", {"elapsed_s": 42})
@@ -98,7 +85,7 @@ class TestEmit:
 
     def test_no_memory_key_without_accelerator(self) -> None:
         """On a CPU machine memory_bytes is absent."""
-        hook = Journal()
+        hook = RecordingHook()
         with MetricLogger(stream=io.StringIO(), hooks=[hook]) as logger:
             logger.emit("train_step", {"step": 1})
         assert "memory_bytes" not in hook.calls[0][1]
@@ -107,7 +94,7 @@ class TestEmit:
         """0-d tensors arrive as Python floats in text, JSONL and hooks."""
         import torch
 
-        stream, hook = io.StringIO(), Journal()
+        stream, hook = io.StringIO(), RecordingHook()
         with MetricLogger(stream=stream, json_file=jsonl_path, hooks=[hook]) as logger:
             logger.emit("train_step", {"step": 1, "loss": torch.tensor(0.5, requires_grad=True) * 1})
         assert "loss=0.5 " in text_lines(stream)[0]
@@ -126,7 +113,7 @@ class TestEmit:
 
     def test_level_is_the_text_threshold_only(self, jsonl_path: Path) -> None:
         """With level=WARNING the text log shows only warnings; JSONL and hooks still get everything."""
-        stream, hook = io.StringIO(), Journal()
+        stream, hook = io.StringIO(), RecordingHook()
         with MetricLogger("WARNING", stream=stream, json_file=jsonl_path, hooks=[hook]) as logger:
             logger.emit("train_step", {"step": 1})
             logger.emit("shape_warning", {"field": "hidden"})
@@ -297,7 +284,7 @@ class TestNoGlobalState:
 class TestHookFailures:
     def test_failing_hook_is_counted_reported_and_isolated(self, jsonl_path: Path, background: bool) -> None:
         """A raising hook is counted; the other hooks get every event; training goes on."""
-        stream, good = io.StringIO(), Journal()
+        stream, good = io.StringIO(), RecordingHook()
 
         def flaky(event: str, payload: dict[str, Any]) -> None:
             raise ValueError("boom")
@@ -330,7 +317,7 @@ class TestHookFailures:
 
     def test_hooks_never_see_hook_error_records(self, background: bool) -> None:
         """The logger's own failure reports are not dispatched to hooks (no feedback loop)."""
-        good = Journal()
+        good = RecordingHook()
 
         def bad(event: str, payload: dict[str, Any]) -> None:
             raise RuntimeError("x")
@@ -412,7 +399,7 @@ class TestHookFailures:
 class TestLifecycle:
     def test_close_closes_hooks_once_and_is_idempotent(self) -> None:
         """close() closes each hook (also one appended twice) exactly once, however often it's called."""
-        hook = Journal()
+        hook = RecordingHook()
         logger = MetricLogger(stream=io.StringIO(), hooks=[hook, hook])
         logger.close()
         logger.close()
@@ -422,7 +409,7 @@ class TestLifecycle:
     def test_escalated_warning_on_hook_thread_raises_from_close(self) -> None:
         """With background hooks, an escalated HookFailureWarning surfaces at flush/close, after
         everything is closed."""
-        closed = Journal()
+        closed = RecordingHook()
 
         def bad(event: str, payload: dict[str, Any]) -> None:
             raise ValueError("boom")
@@ -436,7 +423,7 @@ class TestLifecycle:
 
     def test_failing_close_doesnt_stop_the_others(self, jsonl_path: Path) -> None:
         """A hook whose close() raises is reported; later hooks are still closed; files closed."""
-        after = Journal()
+        after = RecordingHook()
 
         class BadClose:
             def on_event(self, event: str, payload: dict[str, Any]) -> None:
@@ -481,7 +468,7 @@ class TestLifecycle:
 
     def test_hooks_appended_after_construction(self) -> None:
         """logger.hooks.append works after construction and hooks can be replaced wholesale."""
-        first, second = Journal(), Journal()
+        first, second = RecordingHook(), RecordingHook()
         with MetricLogger(stream=io.StringIO()) as logger:
             logger.emit("a", {})
             logger.hooks.append(first)

@@ -8,6 +8,7 @@ route, ``render_to_log_kwargs`` into a stdlib logger whose formatter adds the re
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
@@ -78,27 +79,43 @@ def json_app() -> Iterator[tuple[Any, io.StringIO]]:
         structlog.contextvars.clear_contextvars()
 
 
-@pytest.fixture
-def stdlib_app() -> Iterator[tuple[Any, io.StringIO, logging.Logger]]:
-    """An app's stdlib logging with ProcessorFormatter (JSON), on a logger of its own at INFO."""
+@contextlib.contextmanager
+def stdlib_app_logger(
+    name: str, formatter: logging.Formatter, processors: list[Any]
+) -> Iterator[tuple[Any, io.StringIO, logging.Logger]]:
+    """An app's structlog over a stdlib logger of its own (``name``, at INFO, not propagating) whose
+    handler formats with ``formatter`` into the yielded ``StringIO``; restored afterwards."""
     output = io.StringIO()
     handler = logging.StreamHandler(output)
-    handler.setFormatter(
-        structlog.stdlib.ProcessorFormatter(
-            processors=[
-                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                structlog.processors.JSONRenderer(),
-            ],
-        )
-    )
-    stdlib_logger = logging.getLogger("speedtronic_tests.structlog_app")
+    handler.setFormatter(formatter)
+    stdlib_logger = logging.getLogger(name)
     stdlib_logger.addHandler(handler)
     stdlib_logger.setLevel(logging.INFO)
     stdlib_logger.propagate = False
     logger = structlog.wrap_logger(
-        stdlib_logger,
-        wrapper_class=structlog.stdlib.BoundLogger,
+        stdlib_logger, wrapper_class=structlog.stdlib.BoundLogger, processors=processors
+    )
+    try:
+        yield logger, output, stdlib_logger
+    finally:
+        stdlib_logger.removeHandler(handler)
+        stdlib_logger.propagate = True
+        stdlib_logger.setLevel(logging.NOTSET)
+
+
+@pytest.fixture
+def stdlib_app() -> Iterator[tuple[Any, io.StringIO, logging.Logger]]:
+    """An app's stdlib logging with ProcessorFormatter (JSON), on a logger of its own at INFO."""
+    formatter = structlog.stdlib.ProcessorFormatter(
         processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            structlog.processors.JSONRenderer(),
+        ],
+    )
+    with stdlib_app_logger(
+        "speedtronic_tests.structlog_app",
+        formatter,
+        [
             structlog.stdlib.filter_by_level,
             structlog.stdlib.add_logger_name,
             structlog.stdlib.add_log_level,
@@ -108,13 +125,8 @@ def stdlib_app() -> Iterator[tuple[Any, io.StringIO, logging.Logger]]:
             structlog.processors.format_exc_info,
             structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
         ],
-    )
-    try:
-        yield logger, output, stdlib_logger
-    finally:
-        stdlib_logger.removeHandler(handler)
-        stdlib_logger.propagate = True
-        stdlib_logger.setLevel(logging.NOTSET)
+    ) as app:
+        yield app
 
 
 @pytest.fixture
@@ -122,41 +134,28 @@ def kwargs_app() -> Iterator[tuple[Any, io.StringIO, logging.Logger]]:
     """structlog's stdlib route: ``render_to_log_kwargs`` hands each event to a stdlib logger as
     ``msg`` and ``extra``; the handler's ProcessorFormatter adds the extras back (``ExtraAdder``) and
     renders the exception with ``dict_tracebacks``."""
-    output = io.StringIO()
-    handler = logging.StreamHandler(output)
-    handler.setFormatter(
-        structlog.stdlib.ProcessorFormatter(
-            foreign_pre_chain=[
-                structlog.stdlib.ExtraAdder(),
-                structlog.stdlib.add_log_level,
-                structlog.stdlib.add_logger_name,
-            ],
-            processors=[
-                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                structlog.processors.dict_tracebacks,
-                structlog.processors.JSONRenderer(),
-            ],
-        )
-    )
-    stdlib_logger = logging.getLogger("speedtronic_tests.kwargs_app")
-    stdlib_logger.addHandler(handler)
-    stdlib_logger.setLevel(logging.INFO)
-    stdlib_logger.propagate = False
-    logger = structlog.wrap_logger(
-        stdlib_logger,
-        wrapper_class=structlog.stdlib.BoundLogger,
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[
+            structlog.stdlib.ExtraAdder(),
+            structlog.stdlib.add_log_level,
+            structlog.stdlib.add_logger_name,
+        ],
         processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            structlog.processors.dict_tracebacks,
+            structlog.processors.JSONRenderer(),
+        ],
+    )
+    with stdlib_app_logger(
+        "speedtronic_tests.kwargs_app",
+        formatter,
+        [
             structlog.stdlib.filter_by_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.stdlib.render_to_log_kwargs,
         ],
-    )
-    try:
-        yield logger, output, stdlib_logger
-    finally:
-        stdlib_logger.removeHandler(handler)
-        stdlib_logger.propagate = True
-        stdlib_logger.setLevel(logging.NOTSET)
+    ) as app:
+        yield app
 
 
 def filtering_app(level: int, *extra: Any) -> tuple[Any, io.StringIO]:

@@ -18,25 +18,15 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
 from speedtronic.integrations import TensorboardHook, TensorboardWarning
 from speedtronic.profiling import MetricLogger
+from tests.conftest import tensorboard_scalars
 
 
 def event_files(log_dir: Path) -> list[Path]:
     return sorted(log_dir.glob("events.out.tfevents.*"))
-
-
-def scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar in ``log_dir`` by tag, as (step, value), read with TensorBoard's own reader."""
-    accumulator = EventAccumulator(str(log_dir), size_guidance={"scalars": 0})
-    accumulator.Reload()
-    return {
-        tag: [(point.step, point.value) for point in accumulator.Scalars(tag)]
-        for tag in accumulator.Tags()["scalars"]
-    }
 
 
 @pytest.fixture
@@ -63,7 +53,7 @@ class TestTagSet:
             logger.emit("checkpoint", {"step": 2, "path": "ckpt/step_2.pt", "save_s": 0.1})
             logger.emit("eval", {"step": 2, "val_loss": 0.75, "split": "val", "best": True})
 
-        points = scalars(log_dir)
+        points = tensorboard_scalars(log_dir)
         assert set(points) == {
             *(f"train_start/{key}" for key in ("start_step", "target_step", "grad_accum", "parameters",
                                                "elapsed_s")),
@@ -85,7 +75,7 @@ class TestTagSet:
         hook.on_event("train_step", {**TRAIN_STEP, "elapsed_s": 1.0})
         hook.on_event("checkpoint", {"step": 2, "save_s": 0.5, "elapsed_s": 1.5})
         hook.close()
-        points = scalars(log_dir)
+        points = tensorboard_scalars(log_dir)
         assert set(points) == {
             *(f"train_step/{key}" for key in TRAIN_STEP if key not in ("step", "memory_bytes")),
             "checkpoint/save_s", "checkpoint/elapsed_s",
@@ -99,7 +89,7 @@ class TestTagSet:
         hook.on_event("100%", {"step": 1, "done": 1})
         hook.on_event("100%2F", {"step": 1, "done": 2})
         hook.close()
-        assert scalars(log_dir) == {
+        assert tensorboard_scalars(log_dir) == {
             "eval/val/loss": [(1, 0.5)], "eval%2Fval/loss": [(1, 0.25)],
             "100%25/done": [(1, 1.0)], "100%252F/done": [(1, 2.0)],
         }
@@ -111,7 +101,7 @@ class TestTagSet:
         hook.on_event("eval", {"step": 2, "val_loss": 0.75, "accuracy": 0.5, "elapsed_s": 3.0})
         hook.on_event("my_event", {"step": 2, "value": 1.0})
         hook.close()
-        assert set(scalars(log_dir)) == {
+        assert set(tensorboard_scalars(log_dir)) == {
             "train_step/loss", "eval/val_loss", "eval/accuracy", "eval/elapsed_s"
         }
 
@@ -143,7 +133,7 @@ class TestTensorboardHook:
         )
         hook.close()
 
-        points = scalars(log_dir)
+        points = tensorboard_scalars(log_dir)
         numbers = ("int", "float", "tensor", "numpy", "nan", "huge")
         assert set(points) == {f"eval/{key}" for key in numbers}
         assert points["eval/int"] == [(7, 3.0)]
@@ -158,7 +148,7 @@ class TestTensorboardHook:
             logger.hooks.append(TensorboardHook(log_dir))
             for step in range(1, 5):
                 logger.emit("train_step", {"step": step, "loss": torch.tensor(1.0 / step), "lr": 0.25})
-        points = scalars(log_dir)
+        points = tensorboard_scalars(log_dir)
         assert points["train_step/loss"] == [(2, 0.5), (4, 0.25)]
         assert points["train_step/lr"] == [(2, 0.25), (4, 0.25)]
 
@@ -171,7 +161,7 @@ class TestTensorboardHook:
                 hook.on_event("delta_uploaded", {"bytes": 100 * n})
         hook.close()
 
-        points = scalars(log_dir)
+        points = tensorboard_scalars(log_dir)
         assert points["outer_step/outer_step"] == [(0, 10.0), (1, 11.0), (2, 12.0)]
         assert points["delta_uploaded/bytes"] == [(0, 0.0), (1, 100.0)]
 
@@ -193,7 +183,7 @@ class TestTensorboardHook:
         hook.on_event("train_step", {"step": 1, "loss": 0.5})
         hook.flush()
         try:
-            assert scalars(log_dir)["train_step/loss"] == [(1, 0.5)]
+            assert tensorboard_scalars(log_dir)["train_step/loss"] == [(1, 0.5)]
         finally:
             hook.close()
 
@@ -208,7 +198,7 @@ class TestTensorboardHook:
             hook.on_event("train_step", {"step": 2, "loss": 0.4})
 
         assert len(event_files(log_dir)) == 1
-        assert scalars(log_dir)["train_step/loss"] == [(1, 0.5)]
+        assert tensorboard_scalars(log_dir)["train_step/loss"] == [(1, 0.5)]
 
     def test_metric_logger_close_closes_the_hook(self, log_dir: Path) -> None:
         """MetricLogger.close() closes the hook once, and the logger counts nothing as failed."""
@@ -219,7 +209,7 @@ class TestTensorboardHook:
         with pytest.raises(RuntimeError, match="is closed"):
             hook.on_event("train_step", {"step": 4, "loss": 0.4})
         assert dict(logger.hook_errors) == {}
-        assert scalars(log_dir)["train_step/loss"] == [(3, 0.5)]
+        assert tensorboard_scalars(log_dir)["train_step/loss"] == [(3, 0.5)]
 
     def test_each_hook_has_its_own_file(self, log_dir: Path) -> None:
         """Two hooks on one directory write two files; TensorBoard reads both."""
@@ -230,7 +220,7 @@ class TestTensorboardHook:
         second.close()
 
         assert len(event_files(log_dir)) == 2
-        assert sorted(scalars(log_dir)["train_step/loss"]) == [(1, 0.5), (2, 0.25)]
+        assert sorted(tensorboard_scalars(log_dir)["train_step/loss"]) == [(1, 0.5), (2, 0.25)]
 
     @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
     def test_a_killed_training_process_loses_nothing_it_handed_to_the_writer(self, log_dir: Path) -> None:
@@ -258,7 +248,7 @@ class TestTensorboardHook:
         steps: list[int] = []
         while steps != list(range(1, 101)) and time.monotonic() < deadline:
             time.sleep(0.1)
-            steps = [step for step, _ in scalars(log_dir).get("train_step/loss", [])]
+            steps = [step for step, _ in tensorboard_scalars(log_dir).get("train_step/loss", [])]
         assert steps == list(range(1, 101))
 
 
@@ -294,7 +284,7 @@ class TestHandOff:
         assert hook.dropped == 17  # events the writer holds count, taken or not
         release.set()
         hook.close()
-        steps = [step for step, _ in scalars(log_dir)["train_step/loss"]]
+        steps = [step for step, _ in tensorboard_scalars(log_dir)["train_step/loss"]]
         assert steps == [1, 2, 3]
 
     def test_flush_gives_up_after_its_timeout(self, stalled: tuple[TensorboardHook, threading.Event]) -> None:
@@ -339,7 +329,7 @@ class TestHandOff:
         )
         result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
         assert result.returncode == 0, result.stderr
-        assert [step for step, _ in scalars(log_dir)["train_step/loss"]] == list(range(1, 201))
+        assert [step for step, _ in tensorboard_scalars(log_dir)["train_step/loss"]] == list(range(1, 201))
 
 
 class TestDefaults:
@@ -367,9 +357,9 @@ class TestWriterProcess:
             for event, payload in events:
                 hook.on_event(event, payload)
             hook.close()
-        assert scalars(tmp_path / "True") == scalars(tmp_path / "False")
-        assert scalars(tmp_path / "True")["train_step/loss"][0] == (1, 1.0)
-        assert scalars(tmp_path / "True")["eval%2Fval/huge"] == [(29, -math.inf)]
+        assert tensorboard_scalars(tmp_path / "True") == tensorboard_scalars(tmp_path / "False")
+        assert tensorboard_scalars(tmp_path / "True")["train_step/loss"][0] == (1, 1.0)
+        assert tensorboard_scalars(tmp_path / "True")["eval%2Fval/huge"] == [(29, -math.inf)]
         assert len(event_files(tmp_path / "True")) == 1
 
     def test_flush_makes_points_readable_before_close(self, log_dir: Path) -> None:
@@ -377,7 +367,7 @@ class TestWriterProcess:
         hook = TensorboardHook(log_dir, process=True, flush_secs=60)
         hook.on_event("train_step", {"step": 3, "loss": 0.5})
         hook.flush()
-        assert scalars(log_dir)["train_step/loss"] == [(3, 0.5)]
+        assert tensorboard_scalars(log_dir)["train_step/loss"] == [(3, 0.5)]
         hook.close()
         hook.close()  # idempotent
         with pytest.raises(RuntimeError, match="closed"):
@@ -403,7 +393,7 @@ class TestWriterProcess:
         assert done.returncode == -signal.SIGKILL, done.stderr
         assert "sent" in done.stdout
         for _ in range(100):  # the orphaned writer finishes on its own
-            points = scalars(log_dir).get("train_step/loss", [])
+            points = tensorboard_scalars(log_dir).get("train_step/loss", [])
             if len(points) == 100:
                 break
             time.sleep(0.1)
@@ -463,4 +453,4 @@ class TestAFailedWriter:
         assert time.monotonic() - started < hook.timeout_s
         assert logger.hook_errors["TensorboardHook"] >= 1
         assert hook.dropped >= 1
-        assert scalars(log_dir)["train_step/loss"] == [(1, 1.0)]
+        assert tensorboard_scalars(log_dir)["train_step/loss"] == [(1, 1.0)]

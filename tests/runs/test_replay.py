@@ -18,6 +18,7 @@ import pytest
 
 from speedtronic.commands.replay import parse_hook
 from speedtronic.runs.replay import replay_hook, replay_run
+from tests.conftest import tensorboard_scalars
 from tests.runs.conftest import (
     CLI,
     EVENTS,
@@ -34,18 +35,6 @@ def integrations() -> Any:
 
 
 # -- reading the targets back --------------------------------------------------------------------
-
-
-def tensorboard_scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar tag in ``log_dir`` with its (step, value) points, read by TensorBoard itself."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    accumulator = EventAccumulator(str(log_dir), size_guidance={"scalars": 0})
-    accumulator.Reload()
-    return {
-        tag: [(point.step, point.value) for point in accumulator.Scalars(tag)]
-        for tag in accumulator.Tags()["scalars"]
-    }
 
 
 def wandb_records(wandb_dir: Path) -> list[Any]:
