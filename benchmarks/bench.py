@@ -34,6 +34,7 @@ import structlog
 from speedtronic.processors.convert import empty_note
 from speedtronic.processors.enrich import iso_timestamp
 from speedtronic.processors.redact import is_secret_key
+from speedtronic.processors.text import ValueFormat
 from speedtronic.profiling import MetricLogger
 
 PAYLOAD = {
@@ -108,6 +109,22 @@ def stdlib_logging(d: Path) -> tuple[Callable[[dict[str, Any]], None], Callable[
     return emit, close
 
 
+def stock_chain(wrapped: Any, processors: list[Any]) -> Callable[[dict[str, Any]], None]:
+    """``emit`` through a stock structlog chain over ``wrapped``: every chain measured here is bound
+    the same way (a filtering bound logger, a plain ``dict`` context)."""
+    log = structlog.wrap_logger(
+        wrapped,
+        processors=processors,
+        wrapper_class=structlog.make_filtering_bound_logger(0),
+        context_class=dict,
+    ).bind()
+
+    def emit(payload: dict[str, Any]) -> None:
+        log.info("train_step", **payload)
+
+    return emit
+
+
 def plain_structlog_chain(
     d: Path, *, watched: bool = False
 ) -> tuple[Callable[[dict[str, Any]], None], Callable[[], None]]:
@@ -141,21 +158,16 @@ def plain_structlog_chain(
             os.stat(data_path)
         return event_dict
 
-    log = structlog.wrap_logger(
+    emit = stock_chain(
         structlog.BytesLogger(data),
-        processors=[
+        [
             add_elapsed,
             structlog.processors.TimeStamper(fmt="iso"),
             write_text,
             call_hook,
             structlog.processors.JSONRenderer(serializer=orjson.dumps),
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(0),
-        context_class=dict,
-    ).bind()
-
-    def emit(payload: dict[str, Any]) -> None:
-        log.info("train_step", **payload)
+    )
 
     def close() -> None:
         text.close()
@@ -172,7 +184,7 @@ def watched_structlog_chain(d: Path) -> tuple[Callable[[dict[str, Any]], None], 
 def bare_stages(d: Path) -> tuple[Callable[[dict[str, Any]], None], Callable[[], None]]:
     """speedtronic's stages written as lean as they can be, in a stock structlog chain: the cadence
     test, the conversion and redaction walks (``Redact``'s own key rule), elapsed, one timestamp, the
-    text line with speedtronic's float rule, the JSONL record with its note, one ``stat`` and one
+    text line (speedtronic's ``ValueFormat``), the JSONL record with its note, one ``stat`` and one
     ``write(2)`` per line, the hook on a copy. Nothing else: no locks, no line caps, no error
     handling, no rotation-following beyond the stat, no torn-line or partial-write care.
 
@@ -183,16 +195,9 @@ def bare_stages(d: Path) -> tuple[Callable[[dict[str, Any]], None], Callable[[],
     text_path, data_path = str(d / "bare.log"), str(d / "bare.jsonl")
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
     text_fd, data_fd = os.open(text_path, flags, 0o644), os.open(data_path, flags, 0o644)
-    prefixes: dict[str, str] = {}
+    values = ValueFormat()  # the text line's own formatting: keys and values as speedtronic writes them
+    plain = (float, int, str, bool, type(None))
     start = time.monotonic()
-
-    def rounded(value: float) -> str:
-        if -1e4 < value < 1e4:
-            text = format(value, ".4g")
-            return text if "." in text and "e" not in text else repr(float(text))
-        return repr(value)
-
-    formats: dict[type, Callable[[Any], str]] = {float: rounded, int: str, str: str, bool: str}
 
     def cadence(logger: Any, method_name: str, event_dict: Any) -> Any:
         if event_dict["event"] == "train_step" and event_dict.get("step", 0) % 1:
@@ -201,7 +206,7 @@ def bare_stages(d: Path) -> tuple[Callable[[dict[str, Any]], None], Callable[[],
 
     def convert_and_redact(logger: Any, method_name: str, event_dict: Any) -> Any:
         for key, value in event_dict.items():  # two walks in speedtronic, as here
-            if type(value) not in formats:
+            if type(value) not in plain:
                 event_dict[key] = str(value)
         for key in event_dict:
             if key != "event" and judge(key):
@@ -214,13 +219,9 @@ def bare_stages(d: Path) -> tuple[Callable[[dict[str, Any]], None], Callable[[],
         return event_dict
 
     def text_line(logger: Any, method_name: str, event_dict: Any) -> Any:
-        parts = []
-        for key, value in event_dict.items():
-            if key not in ("event", "timestamp"):
-                prefix = prefixes.get(key) or prefixes.setdefault(key, f" {key}=")
-                parts += (prefix, formats[type(value)](value))
+        fields = values.fields(event_dict, ("event", "timestamp"))
         stamp = event_dict["timestamp"]
-        line = f"{stamp[:10]} {stamp[11:19]} | INFO | {event_dict['event']}{''.join(parts)}\n"
+        line = f"{stamp[:10]} {stamp[11:19]} | INFO | {event_dict['event']}{fields}\n"
         os.stat(text_path)
         os.write(text_fd, line.encode())
         return event_dict
@@ -238,15 +239,9 @@ def bare_stages(d: Path) -> tuple[Callable[[dict[str, Any]], None], Callable[[],
         noop_hook(payload.pop("event"), payload)
         raise structlog.DropEvent
 
-    log = structlog.wrap_logger(
-        structlog.ReturnLogger(),
-        processors=[cadence, convert_and_redact, elapsed_and_time, text_line, record, hook],
-        wrapper_class=structlog.make_filtering_bound_logger(0),
-        context_class=dict,
-    ).bind()
-
-    def emit(payload: dict[str, Any]) -> None:
-        log.info("train_step", **payload)
+    emit = stock_chain(
+        structlog.ReturnLogger(), [cadence, convert_and_redact, elapsed_and_time, text_line, record, hook]
+    )
 
     def close() -> None:
         os.close(text_fd)
