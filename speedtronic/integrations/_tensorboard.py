@@ -4,7 +4,6 @@ thread and off its GIL."""
 from __future__ import annotations
 
 import atexit
-import importlib
 import os
 import queue
 import threading
@@ -14,6 +13,7 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any, ClassVar
 
 from speedtronic.errors import SpeedtronicWarning, check_count, check_seconds
+from speedtronic.extras import require
 from speedtronic.processors.convert import to_python, unique_key
 
 __all__ = ["TensorboardHook", "TensorboardWarning"]
@@ -109,17 +109,9 @@ class TensorboardHook:
         timeout_s: float = 30.0,
         process: bool = True,
     ) -> None:
-        try:  # what the writer needs, imported here so a missing or broken install fails now
-            for module in ("compat.proto.event_pb2", "summary.writer.event_file_writer"):
-                importlib.import_module(f"tensorboard.{module}")
-        except ModuleNotFoundError as error:
-            if error.name != "tensorboard":  # a broken or shadowed install: its own error says more
-                raise
-            raise ModuleNotFoundError(
-                "speedtronic.integrations.TensorboardHook requires tensorboard: "
-                "pip install 'speedtronic[tensorboard]'",
-                name="tensorboard",
-            ) from error
+        # What the writer needs, imported here so a missing or broken install fails now.
+        for module in ("tensorboard.compat.proto.event_pb2", "tensorboard.summary.writer.event_file_writer"):
+            require(module, "tensorboard", needed_by="speedtronic.integrations.TensorboardHook")
         check_count("TensorboardHook: max_queue", max_queue)
         check_seconds("TensorboardHook: flush_secs", flush_secs)
         check_seconds("TensorboardHook: timeout_s", timeout_s)

@@ -7,6 +7,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from speedtronic.extras import require
 from speedtronic.integrations._names import metric_name
 from speedtronic.lifecycle import close_loggers_first_at_exit
 from speedtronic.processors.convert import to_python, unique_key
@@ -78,15 +79,7 @@ class WandbHook:
             raise ValueError("WandbHook: pass either run= or project=/wandb.init arguments, not both")
         created = run is None
         if run is None:
-            try:
-                import wandb
-            except ModuleNotFoundError as error:
-                if error.name != "wandb":  # a broken or shadowed install: its own error says more
-                    raise
-                raise ModuleNotFoundError(
-                    "speedtronic.integrations.WandbHook requires wandb: pip install 'speedtronic[wandb]'",
-                    name="wandb",
-                ) from error
+            wandb = require("wandb", "wandb", needed_by="speedtronic.integrations.WandbHook")
             init_kwargs.setdefault("reinit", "create_new")
             run = wandb.init(project=project, **init_kwargs)
         self.run: _Run = run

@@ -32,6 +32,8 @@ from argparse import Namespace
 from collections.abc import Mapping
 from typing import Any
 
+from speedtronic.extras import missing
+
 try:
     from lightning.pytorch.loggers import Logger
 
@@ -39,12 +41,8 @@ try:
     from lightning.pytorch.loggers.logger import rank_zero_experiment  # type: ignore[attr-defined]
     from lightning.pytorch.utilities import rank_zero_only
 except ModuleNotFoundError as error:
-    if error.name is None or error.name.split(".")[0] != "lightning":
-        raise
-    raise ModuleNotFoundError(
-        "speedtronic.integrations.lightning requires Lightning: pip install 'speedtronic[lightning]'",
-        name="lightning",
-    ) from None
+    needed_by = "speedtronic.integrations.lightning"
+    raise missing(error, "lightning.pytorch", "lightning", needed_by=needed_by, package="Lightning") from None
 
 from speedtronic.events import Event
 from speedtronic.integrations._metrics import emit_metrics

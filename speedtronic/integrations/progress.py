@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import IO, Any
 
 from speedtronic.events import EVENT_LEVELS
+from speedtronic.extras import require
 from speedtronic.processors.text import format_fields, format_key, format_value
 
 __all__ = ["ProgressHook", "progress_wanted"]
@@ -59,15 +60,8 @@ class ProgressHook:
     def __init__(
         self, file: IO[str] | None = None, *, postfix: Sequence[str] | None = None, **tqdm_kwargs: Any
     ) -> None:
-        try:
-            from tqdm import tqdm
-        except ModuleNotFoundError as error:
-            raise ModuleNotFoundError(
-                "speedtronic.integrations.progress.ProgressHook requires tqdm: "
-                "pip install 'speedtronic[progress]'",
-                name="tqdm",
-            ) from error
-        self._tqdm = tqdm
+        tqdm = require("tqdm", "progress", needed_by="speedtronic.integrations.progress.ProgressHook")
+        self._tqdm = tqdm.tqdm
         self._file = file if file is not None else sys.stdout
         width: dict[str, Any] = {"dynamic_ncols": True}
         if _reports_no_size(self._file):  # a pty nobody sized: tqdm would draw nothing

@@ -28,16 +28,13 @@ import os
 import time
 from typing import Any
 
+from speedtronic.extras import missing
+
 try:
     from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 except ModuleNotFoundError as error:
-    if error.name is None or error.name.split(".")[0] != "transformers":
-        raise
-    raise ModuleNotFoundError(
-        "speedtronic.integrations.transformers requires transformers: "
-        "pip install 'speedtronic[transformers]'",
-        name="transformers",
-    ) from None
+    needed_by = "speedtronic.integrations.transformers"
+    raise missing(error, "transformers", "transformers", needed_by=needed_by) from None
 
 from speedtronic.events import Event
 from speedtronic.integrations._metrics import emit_metrics

@@ -42,7 +42,6 @@ float one make a float column), else typed again from their Python values, as th
 
 from __future__ import annotations
 
-import importlib
 import io
 import math
 import os
@@ -53,6 +52,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
+from speedtronic.extras import require
 from speedtronic.processors.convert import NOTE_KEY
 from speedtronic.runs.reader import (
     MAX_LINE_BYTES,
@@ -646,13 +646,7 @@ def _builder(library: str) -> _Build:
 
 
 def _import(name: str) -> ModuleType:
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError:
-        raise ModuleNotFoundError(
-            f"speedtronic.runs.frames requires {name}: pip install 'speedtronic[frames]'",
-            name=name.partition(".")[0],
-        ) from None
+    return require(name, "frames", needed_by="speedtronic.runs.frames")
 
 
 def _pandas_frame(pd: Any) -> _Build:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from speedtronic.extras import require
 from speedtronic.runs.reader import RankChoice, RunClock, Skipped, as_number, read_records, run_files
 
 __all__ = [
@@ -277,11 +278,6 @@ def _title(names: list[str], event: str) -> str:
 
 
 def _matplotlib() -> tuple[Any, Any]:
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ModuleNotFoundError as error:
-        raise ModuleNotFoundError(
-            "speedtronic plot requires matplotlib: pip install 'speedtronic[plot]'", name="matplotlib"
-        ) from error
-    return Figure, FigureCanvasAgg
+    agg = require("matplotlib.backends.backend_agg", "plot", needed_by="speedtronic plot")
+    figure = require("matplotlib.figure", "plot", needed_by="speedtronic plot")
+    return figure.Figure, agg.FigureCanvasAgg

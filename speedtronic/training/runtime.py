@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from speedtronic.distributed import RankInfo, detect_rank, is_lead, rank_path
 from speedtronic.errors import SpeedtronicWarning
 from speedtronic.events import ValidatePayloads
+from speedtronic.extras import require
 from speedtronic.hooks import as_callback, close_hook
 from speedtronic.hooks.registry import ENTRY_POINT_GROUP, hook_type, hook_types
 from speedtronic.profiling import MetricLogger
@@ -160,12 +161,7 @@ def _recorded_config(config: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def _read_yaml(path: Path) -> Any:
-    try:
-        import yaml
-    except ModuleNotFoundError:
-        raise ModuleNotFoundError(
-            "reading a YAML config requires PyYAML: pip install 'speedtronic[torch]'", name="yaml"
-        ) from None
+    yaml = require("yaml", "torch", needed_by="reading a YAML config", package="PyYAML")
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as error:

@@ -43,17 +43,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
+from speedtronic.extras import missing
+
 try:
     import torch
     import torch.distributed as dist
     from torch import Tensor, nn
     from torch.nn.parallel import DistributedDataParallel
 except ModuleNotFoundError as error:  # pragma: no cover - exercised by a subprocess test
-    if error.name != "torch":
-        raise
-    raise ModuleNotFoundError(
-        "speedtronic.training.trainer requires torch: pip install 'speedtronic[torch]'", name="torch"
-    ) from None
+    raise missing(error, "torch", "torch", needed_by="speedtronic.training.trainer") from None
 
 from speedtronic.errors import SpeedtronicWarning
 from speedtronic.events import (
