@@ -23,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,11 +32,11 @@ from typing import Any
 import orjson
 import structlog
 
-from speedtronic.processors.convert import empty_note
 from speedtronic.processors.enrich import iso_timestamp
 from speedtronic.processors.redact import is_secret_key
 from speedtronic.processors.text import ValueFormat
 from speedtronic.profiling import MetricLogger
+from speedtronic.record import empty_note
 
 PAYLOAD = {
     "step": 1,
@@ -55,9 +56,11 @@ def noop_hook(event: str, payload: dict[str, Any]) -> None:
 
 
 def hand_written(d: Path) -> tuple[Callable[[dict[str, Any]], None], Callable[[], None]]:
-    """The floor: copy, elapsed, text line, orjson line, one hook call; no library at all."""
-    text = open(d / "hand.log", "a", encoding="utf-8")  # noqa: SIM115  # closed by teardown
-    fd = os.open(d / "hand.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    """The floor: copy, elapsed, text line, orjson line, one hook call; no library at all. The same
+    syscalls as speedtronic's: per line a ``stat`` of the path (to follow logrotate) and one ``write``."""
+    text_path, data_path = d / "hand.log", d / "hand.jsonl"
+    text = open(text_path, "a", encoding="utf-8")  # noqa: SIM115  # closed by teardown
+    fd = os.open(data_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     start = time.monotonic()
 
     def emit(payload: dict[str, Any]) -> None:
@@ -65,8 +68,10 @@ def hand_written(d: Path) -> tuple[Callable[[dict[str, Any]], None], Callable[[]
         record["elapsed_s"] = round(time.monotonic() - start, 6)
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         fields = " ".join(f"{k}={v!r}" for k, v in record.items())
+        os.stat(text_path)
         text.write(f"{stamp} | INFO | train_step {fields}\n")
         text.flush()
+        os.stat(data_path)
         os.write(fd, orjson.dumps({"event": "train_step", **record}) + b"\n")
         noop_hook("train_step", record)
 
@@ -322,7 +327,9 @@ def rotated(names: list[str], start: int) -> list[str]:
     return names[start:] + names[:start]
 
 
-def interleaved(candidates: dict[str, Any], events: int, rounds: int) -> Samples:
+def interleaved(
+    candidates: dict[str, Any], events: int, rounds: int, payload: dict[str, Any] | None = None
+) -> Samples:
     """Microseconds per event of each candidate in each round.
 
     Every round runs every candidate once, starting one candidate later than the round before
@@ -334,7 +341,7 @@ def interleaved(candidates: dict[str, Any], events: int, rounds: int) -> Samples
         for r in range(rounds):
             for name in rotated(list(live), r):
                 emit = live[name][0]
-                payloads = [dict(PAYLOAD, step=i) for i in range(events)]
+                payloads = [dict(payload or PAYLOAD, step=i) for i in range(events)]
                 t0 = time.perf_counter()
                 for payload in payloads:
                     emit(payload)
@@ -393,12 +400,14 @@ def goal_full_and_skip(report: Report, events: int, rounds: int) -> None:
         print(f"    {name:28s} {statistics.median(values):8.2f} µs {to_watched:11.2f}x {to_stdlib:8.2f}x")
     to_watched = ratio(samples, "speedtronic", "plain chain + stat")
     report.goal(
-        "full path / plain chain + stat (like for like)", f"{to_watched:.2f}x", "<= 1.0x", to_watched <= 1.0
+        "full path / plain chain + stat (like for like)", f"{to_watched:.2f}x", "<= 1.2x", to_watched <= 1.2
     )
     to_stdlib = ratio(samples, "speedtronic", "stdlib logging (watched)")
     report.goal(
-        "full path / stdlib, two WatchedFileHandlers", f"{to_stdlib:.2f}x", "<= 0.8x", to_stdlib <= 0.8
+        "full path / stdlib, two WatchedFileHandlers", f"{to_stdlib:.2f}x", "<= 0.7x", to_stdlib <= 0.7
     )
+    to_hand = ratio(samples, "speedtronic", "hand-written")
+    report.goal("full path / hand-written loop, same syscalls", f"{to_hand:.2f}x", "<= 3x", to_hand <= 3.0)
     to_plain = ratio(samples, "speedtronic", "plain structlog chain")
     print(f"    (against the plain chain without the stat, which doesn't follow logrotate: {to_plain:.2f}x)")
     floor = ratio(samples, "same stages, bare (floor)", "plain chain + stat")
@@ -408,6 +417,61 @@ def goal_full_and_skip(report: Report, events: int, rounds: int) -> None:
     )
     skipped = ratio(samples, "speedtronic skipped step", "speedtronic")
     report.goal("skipped step / full event", f"{skipped:.1%}", "< 8%", skipped < 0.08)
+
+
+def goal_payload_size(report: Report, events: int, rounds: int) -> None:
+    """How the cost grows with the payload: 5 to 1000 float keys, for speedtronic, the chain + stat and
+    stdlib, each in its own interleaved rounds."""
+    print(f"\n[2b] per-event cost by payload size (median of {rounds} rounds; fewer events for more keys)")
+    header = ("keys", "speedtronic", "chain+stat", "stdlib", "/ chain", "/ stdlib")
+    print("    {:>5s} {:>12s} {:>11s} {:>9s} {:>8s} {:>9s}".format(*header))
+    for keys in (5, 50, 200, 1000):
+        payload = {"step": 0, **{f"metric_{k}": 0.1 * k + 1e-3 for k in range(keys - 1)}}
+        samples = interleaved(
+            {"speedtronic": speedtronic_logger, "chain": watched_structlog_chain, "stdlib": stdlib_logging},
+            max(200, events * 5 // keys),
+            rounds,
+            payload,
+        )
+        to_chain = ratio(samples, "speedtronic", "chain")
+        to_stdlib = ratio(samples, "speedtronic", "stdlib")
+        medians = [statistics.median(samples[name]) for name in ("speedtronic", "chain", "stdlib")]
+        print(f"    {keys:5d} {medians[0]:9.1f} µs {medians[1]:8.1f} µs {medians[2]:6.1f} µs "
+              f"{to_chain:7.2f}x {to_stdlib:8.2f}x")  # fmt: skip
+        if keys == 200:
+            ok = to_chain <= 1.0
+            report.goal("200-key float payload / chain + stat", f"{to_chain:.2f}x", "<= 1.0x", ok)
+
+
+def goal_threads(report: Report, events: int, rounds: int) -> None:
+    """Four threads emitting into one logger against one thread emitting as many events: the total
+    throughput, median of per-round ratios (one lock serialises the chain: the goal is no convoy)."""
+    print(f"\n[2c] one logger, 1 thread vs 4 threads ({events} events a round, {rounds} rounds)")
+    ratios = []
+    with tempfile.TemporaryDirectory() as tmp:
+        logger = MetricLogger(file=Path(tmp) / "t.log", json_file=Path(tmp) / "t.jsonl", hooks=[noop_hook])
+
+        def run(count: int, first: int) -> None:
+            for i in range(first, first + count):
+                logger.emit("train_step", dict(PAYLOAD, step=i))
+
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            run(events, 0)
+            one = time.perf_counter() - t0
+            threads = [threading.Thread(target=run, args=(events // 4, n * events)) for n in range(4)]
+            t0 = time.perf_counter()
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            four = time.perf_counter() - t0
+            ratios.append(one / four)  # throughput of four threads over one's
+        logger.close()
+    throughput = statistics.median(ratios)
+    report.goal(
+        "4 threads' total throughput / 1 thread's", f"{throughput:.2f}x", ">= 0.9x", throughput >= 0.9
+    )
 
 
 def stage_costs(events: int) -> None:
@@ -501,6 +565,8 @@ def main() -> int:
     events, rounds = (2_000, 5) if args.quick else (10_000, 15)
     report = Report()
     goal_full_and_skip(report, events, rounds)
+    goal_payload_size(report, events, rounds)
+    goal_threads(report, events, rounds)
     stage_costs(events)
     goal_memory(report, 100_000 if args.quick else 1_000_000)
     goal_import(report, 5 if args.quick else 11)

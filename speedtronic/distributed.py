@@ -14,10 +14,9 @@ import os
 import sys
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
-__all__ = ["RankInfo", "aggregate", "detect_rank", "is_lead", "rank_path"]
+__all__ = ["RankInfo", "aggregate", "detect_rank", "is_lead"]
 
 
 @dataclass(frozen=True)
@@ -68,12 +67,6 @@ def is_lead(rank: RankInfo, lead_rank: int | None = 0) -> bool:
     """Whether ``rank`` runs the text log and the hooks: it is ``lead_rank``, or ``lead_rank`` is ``None``
     (every rank). ``MetricLogger.is_lead`` and ``build_logger`` (which builds hooks only there) ask this."""
     return lead_rank is None or rank.rank == lead_rank
-
-
-def rank_path(path: str | os.PathLike[str], rank: int) -> Path:
-    """The JSONL path for ``rank``: rank 0 keeps ``path``; rank 2 of ``m.jsonl`` is ``m.rank2.jsonl``."""
-    path = Path(path)
-    return path if rank == 0 else path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
 
 
 Op = Literal["mean", "sum", "max", "min"]

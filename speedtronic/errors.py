@@ -11,6 +11,8 @@ import os
 import warnings
 
 __all__ = [
+    "EventPayloadError",
+    "EventPayloadWarning",
     "HookError",
     "HookFailureWarning",
     "LoggerClosedError",
@@ -41,6 +43,14 @@ class LoggerClosedError(RuntimeError):
 
 class HookError(RuntimeError):
     """A hook failed while the logger runs with ``strict_hooks=True``; ``__cause__`` is the original."""
+
+
+class EventPayloadWarning(SpeedtronicWarning):
+    """A payload does not match its event's ``TypedDict`` (``ValidatePayloads(strict=False)``)."""
+
+
+class EventPayloadError(ValueError):
+    """A payload does not match its event's ``TypedDict`` (``ValidatePayloads(strict=True)``)."""
 
 
 _INTERNAL = (os.path.dirname(os.path.abspath(__file__)) + os.sep,)

@@ -1,36 +1,27 @@
-"""The event catalog: every event speedtronic's producers emit, and the payload each one carries.
+"""The event catalog: every event speedtronic's producers emit, its level, and the payload it carries.
 
-``Event`` names them; one ``TypedDict`` per event describes its payload (required keys first, then
-the optional ones). Payloads are open: a producer may add keys, and the logger adds ``elapsed_s`` and
-``memory_bytes``. A value typed ``Real`` may be a 0-d tensor or numpy scalar: the logger converts it
-after the cadence, so a skipped step never syncs the device.
+``Event`` names them; ``EVENT_LEVELS`` gives the events that signal trouble their level; one
+``TypedDict`` per event describes its payload (required keys first, then the optional ones). Payloads
+are open: a producer may add keys, and the logger adds ``elapsed_s`` and ``memory_bytes``. A value
+typed ``Real`` may be a 0-d tensor or numpy scalar: the logger converts it after the cadence, so a
+skipped step never syncs the device. ``payload_problems`` checks a payload against its ``TypedDict``
+(the ``speedtronic.processors.ValidatePayloads`` stage asks it).
 
-``ValidatePayloads`` is a structlog processor that checks payloads against the catalog (required keys,
-and value types where that is cheap): a stage of the chain, ``MetricLogger(processors=[ValidatePayloads()])``.
-It is off by default; ``logging.validate: true`` in a config adds it, and the tests turn it on.
+Nothing else lives here: what a record is (reserved keys, the note) is ``speedtronic.record``'s, the
+level names are ``speedtronic.levels``', the exceptions ``speedtronic.errors``'.
 """
 
 from __future__ import annotations
 
-import logging
 import sys
 import types
-import warnings
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import Any, Literal, Protocol, TypeAlias, TypedDict, Union, get_args, get_origin, get_type_hints
 
-from structlog.typing import EventDict, WrappedLogger
-
-from speedtronic.errors import SpeedtronicWarning
-
 __all__ = [
     "EVENT_LEVELS",
-    "LEVELS",
-    "LEVEL_NAMES",
-    "LEVEL_NUMBERS",
     "PAYLOADS",
-    "RESERVED_KEYS",
     "CheckpointPayload",
     "CheckpointSkippedPayload",
     "CompilePayload",
@@ -42,8 +33,6 @@ __all__ = [
     "DeviceScalar",
     "EvalPayload",
     "Event",
-    "EventPayloadError",
-    "EventPayloadWarning",
     "HyperparamsPayload",
     "OooBackpropPayload",
     "OuterStepPayload",
@@ -53,11 +42,7 @@ __all__ = [
     "TrainEndPayload",
     "TrainStartPayload",
     "TrainStepPayload",
-    "ValidatePayloads",
-    "free_name",
     "level_for",
-    "method_for",
-    "payload_key",
     "payload_problems",
 ]
 
@@ -77,68 +62,6 @@ event is ``info`` unless the producer passes a level (``MetricLogger.emit(..., l
 def level_for(event: str) -> str:
     """The structlog method name (``"info"``, ``"warning"``, ``"error"``) for ``event``."""
     return EVENT_LEVELS.get(event, "info")
-
-
-LEVEL_NAMES: Mapping[str, str] = {
-    "debug": "DEBUG",
-    "info": "INFO",
-    "msg": "INFO",
-    "warning": "WARNING",
-    "warn": "WARNING",
-    "error": "ERROR",
-    "err": "ERROR",
-    "exception": "ERROR",
-    "critical": "CRITICAL",
-    "fatal": "CRITICAL",
-}
-"""The level each structlog method name stands for: the one level table (the text line's level, the
-text log's threshold, ``StructlogHook``'s method and ``emit(level=...)`` all read it)."""
-
-LEVELS: tuple[str, ...] = tuple(dict.fromkeys(LEVEL_NAMES.values()))
-"""The level names, lowest first: ``("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")``."""
-
-LEVEL_NUMBERS: Mapping[str, int] = {method: getattr(logging, name) for method, name in LEVEL_NAMES.items()}
-"""Each structlog method name's stdlib level number (``"info"`` is ``logging.INFO``)."""
-
-
-def method_for(event: str, level: object = None) -> str:
-    """The structlog method name of a record: ``level`` (any case of a ``LEVEL_NAMES`` method name),
-    else the catalog's (``level_for``). ``ValueError`` naming the event for an unknown level."""
-    if level is None:
-        return level_for(event)
-    method = level.lower() if isinstance(level, str) else level
-    if method not in LEVEL_NAMES:
-        raise ValueError(f"emit({event!r}, level={level!r}): level must be one of {', '.join(LEVEL_NAMES)}")
-    return str(method)
-
-
-RESERVED_KEYS: frozenset[str] = frozenset({"event", "timestamp", "_speedtronic"})
-"""Keys a record owns: the event's name, its timestamp and speedtronic's note about the record. A
-payload key of one of these names is kept under ``payload_<key>`` instead (see ``payload_key``)."""
-
-
-def free_name(taken: Container[Any], name: str, counters: dict[str, int] | None = None) -> str:
-    """``name``, or ``name#2``, ``name#3``... : the first not in ``taken``. The one rule every renamed
-    key follows (reserved payload keys, keys that collide once made strings, credential keys).
-
-    ``counters`` (one dict per mapping being renamed) remembers the last suffix given for each name,
-    so renaming ``n`` keys that all collide on one name costs ``O(n)``, not ``O(n**2)``."""
-    if name not in taken:
-        return name
-    n = counters.get(name, 1) if counters is not None else 1
-    candidate = name
-    while candidate in taken:
-        n += 1
-        candidate = f"{name}#{n}"
-    if counters is not None:
-        counters[name] = n
-    return candidate
-
-
-def payload_key(key: str, taken: Mapping[str, Any], counters: dict[str, int] | None = None) -> str:
-    """The name a payload key is kept under: itself, or ``payload_<key>`` for a reserved key
-    (``payload_<key>#2``, ``#3``... if the payload has that name too)."""
-    return free_name(taken, f"payload_{key}", counters) if key in RESERVED_KEYS else key
 
 
 if sys.version_info >= (3, 11):
@@ -457,14 +380,6 @@ PAYLOADS: Mapping[Event, type[Mapping[str, Any]]] = {
 # -- validation ----------------------------------------------------------------------------------
 
 
-class EventPayloadWarning(SpeedtronicWarning):
-    """A payload does not match its event's ``TypedDict`` (``ValidatePayloads(strict=False)``)."""
-
-
-class EventPayloadError(ValueError):
-    """A payload does not match its event's ``TypedDict`` (``ValidatePayloads(strict=True)``)."""
-
-
 Check = Callable[[Any], bool]
 
 
@@ -543,32 +458,3 @@ def payload_problems(event: str, payload: Mapping[Any, Any]) -> list[str]:
         if checked is not None and not checked[0](value):
             problems.append(f"{key}: expected {checked[1]}, got {type(value).__name__} {value!r}")
     return problems
-
-
-class ValidatePayloads:
-    """A structlog processor that checks each event's payload against the catalog.
-
-    A mismatch warns ``EventPayloadWarning`` (the event still passes), or with ``strict=True`` raises
-    ``EventPayloadError``. Place it before ``ConvertValues`` or after: 0-d tensors are accepted where a
-    number is expected, without reading them.
-    """
-
-    __slots__ = ("_strict",)
-
-    def __init__(self, strict: bool = False) -> None:
-        self._strict = strict
-
-    def check(self, event: str, payload: Mapping[Any, Any]) -> None:
-        """Warn or raise when ``payload`` does not match ``event``'s ``TypedDict``."""
-        problems = payload_problems(event, payload)
-        if not problems:
-            return
-        message = f"{event} payload does not match speedtronic.events: {'; '.join(problems)}"
-        if self._strict:
-            raise EventPayloadError(message)
-        warnings.warn(message, EventPayloadWarning, stacklevel=3)
-
-    def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
-        payload = {key: value for key, value in event_dict.items() if key != "event"}
-        self.check(str(event_dict.get("event", "")), payload)
-        return event_dict

@@ -1,22 +1,21 @@
 """``MetricLogger``: one training event in, a text line, a JSONL record and hook calls out.
 
-The logger is a structlog processor chain of its own, built with ``structlog.wrap_logger`` (the
-global structlog configuration is never read or changed) from ``build_processors``, the one list of
-its stages (``docs/processors.md`` describes each, in order: cadence, conversion, redaction,
-enrichment, one timestamp, your processors, the text line, the JSONL record, then the hooks). ``emit``
-asks the chain's ``CadenceFilter`` first, so a skipped step costs one call.
+This module is the logger's lifecycle: it opens the files, builds its chain once they are open
+(``speedtronic.chain``, which says what each stage does and in which order), emits, flushes, reopens
+and closes. Its ``chain`` holds each stage by name: ``emit`` asks ``chain.cadence`` first, so a skipped
+step costs one call, then builds the event dict (``speedtronic.record.event_fields``) and has
+``chain.run`` take it through the rest.
 
 The logger's own records (``hook_error``, ``logging_error``, the note where a file lost lines) go
-through the same chain, marked ``"_speedtronic": {"origin": "speedtronic"}``; ``DispatchHooks`` does
-not hand them to hooks. ``MetricLogger`` itself keeps the lifecycle: the lock, flush, reopen, close
-and the failure counts. One lock serialises the chain, so ``emit`` is safe from several threads: lines
-never interleave, and hooks are never called concurrently and see events in emission order.
+through the same stages (``chain.run_own``), to the outputs each names, marked
+``"_speedtronic": {"origin": "speedtronic"}``; no hook gets them. One lock serialises the chain, so
+``emit`` is safe from several threads: lines never interleave, and hooks are never called concurrently
+and see events in emission order.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import sys
 import threading
@@ -26,190 +25,40 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType, TracebackType
 from typing import IO, Any
 
-import structlog
 from structlog.typing import Processor
 
 from speedtronic import _exit_and_fork
-from speedtronic.distributed import RankInfo, detect_rank, is_lead, rank_path
+from speedtronic.chain import Chain, build_processors, prepare
+from speedtronic.distributed import RankInfo, detect_rank, is_lead
 from speedtronic.errors import (
+    EventPayloadError,
     HookError,
     LoggerClosedError,
     LoggingFailureWarning,
     SpeedtronicWarning,
-    check_count,
-    check_seconds,
     reported,
     warn_at_caller,
 )
-from speedtronic.events import (
-    LEVELS,
-    RESERVED_KEYS,
-    EventPayloadError,
-    level_for,
-    method_for,
-    payload_key,
-)
+from speedtronic.events import level_for
 from speedtronic.hooks import HookList
-from speedtronic.hooks.background import DEFAULT_PUT_TIMEOUT_S, BackgroundHooks
-from speedtronic.hooks.dispatch import DispatchHooks, HookFailures, close_hook
-from speedtronic.processors import (
-    DEFAULT_MAX_LINE_BYTES,
-    AddElapsed,
-    AddMemory,
-    AddRank,
-    AddTimestamp,
-    CadenceFilter,
-    ConvertValues,
-    JSONLRenderer,
-    Redact,
-    TextRenderer,
-    WriteLines,
+from speedtronic.hooks.background import (
+    DEFAULT_CLOSE_TIMEOUT_S,
+    DEFAULT_PUT_TIMEOUT_S,
+    DEFAULT_QUEUE_SIZE,
+    BackgroundHooks,
+    check_options,
 )
-from speedtronic.processors.convert import NOTE_KEY, safe_str, unique_key
-from speedtronic.processors.memory import resolve_probe
+from speedtronic.hooks.dispatch import HookFailures, close_hook
+from speedtronic.levels import method_for, threshold
+from speedtronic.processors import DEFAULT_MAX_LINE_BYTES, WriteLines
+from speedtronic.processors.convert import key_text, safe_str
+from speedtronic.processors.memory import memory_usage_bytes
 from speedtronic.processors.redact import redact_text
 from speedtronic.processors.text import DEFAULT_FLOAT_DIGITS
+from speedtronic.record import NOTE_KEY, event_fields, own_note, rank_path
 from speedtronic.sinks import LineFile, TextStream, open_text_sink
 
 __all__ = ["MetricLogger", "build_processors", "memory_usage_bytes"]
-
-
-def memory_usage_bytes(device: Any = None) -> int | None:
-    """Bytes allocated on ``device`` (default: the accelerator in use), or ``None`` without one.
-
-    CUDA: ``torch.cuda.memory_allocated(device)``; MPS: ``torch.mps.current_allocated_memory()``.
-    Never imports torch: if it has not been imported, no accelerator is in use.
-    """
-    return resolve_probe(device)()
-
-
-def build_processors(
-    *,
-    every_steps: int = 1,
-    redact: bool | Iterable[str] = True,
-    device: Any = None,
-    rank: RankInfo | None = None,
-    clock: Callable[[], float] = time.time,
-    processors: Iterable[Processor] = (),
-    text: Callable[[str], object] | None = None,
-    text_level: int = logging.INFO,
-    json: Callable[[bytes], object] | None = None,
-    hooks: Sequence[Any] = (),
-    on_hook_error: Callable[[object, Exception, str], None] | None = None,
-    max_line_bytes: int | None = DEFAULT_MAX_LINE_BYTES,
-    float_digits: int | None = DEFAULT_FLOAT_DIGITS,
-    local_time: bool = False,
-    caller: str = "build_processors",
-) -> list[Processor]:
-    """The stages of a ``MetricLogger``, in order: the one list of them.
-
-    ``text`` and ``json`` receive each rendered line (a ``str`` at or above ``text_level``, and
-    ``bytes``); either may be left out. ``hooks`` (a list read at each event) get every kept event,
-    their failures going to ``on_hook_error``. ``rank`` adds ``rank``/``world_size`` when the job has
-    more than one process. The list works in any structlog chain
-    (``structlog.wrap_logger(structlog.ReturnLogger(), processors=build_processors(text=print))``),
-    and its arguments are checked here, each error naming ``caller`` and the argument.
-    """
-    check_count(f"{caller}(every_steps=...)", every_steps)
-    stages: list[Processor] = [CadenceFilter(every_steps), ConvertValues()]
-    if redact is not False:
-        if isinstance(redact, str):
-            raise TypeError(f"{caller}(redact=...) takes a list of patterns, not one string: [{redact!r}]")
-        stages.append(Redact() if redact is True else Redact(redact))
-    try:
-        stages += [AddElapsed(), AddMemory(device)]
-    except Exception as error:
-        raise ValueError(f"{caller}(device={device!r}): {type(error).__name__}: {error}") from None
-    if rank is not None and rank.distributed:
-        stages.append(AddRank(rank.rank, rank.world_size))
-    stages.append(AddTimestamp(clock))
-    for processor in processors:
-        if not callable(processor):
-            raise TypeError(f"{caller}(processors=...): {processor!r} is not a structlog processor")
-        stages.append(processor)
-    if text is not None:
-        renderer = TextRenderer(
-            clock, float_digits=float_digits, max_line_bytes=max_line_bytes, local_time=local_time
-        )
-        stages.append(WriteLines(text, renderer, text_level))
-    if json is not None:
-        stages.append(WriteLines(json, JSONLRenderer(clock, as_bytes=True, max_line_bytes=max_line_bytes)))
-    stages.append(DispatchHooks(hooks, on_error=on_hook_error))
-    return stages
-
-
-class _Routing:
-    """Where the logger's own record being written goes: not to ``skip`` (a ``logging_error`` about
-    that sink itself), or only to ``only`` (the note of a gap in that file). Paths; ``None``: no rule."""
-
-    __slots__ = ("only", "skip")
-
-    def __init__(self) -> None:
-        self.skip: str | None = None
-        self.only: str | None = None
-
-
-class _SinkWriter:
-    """Writes a rendered line to one of the logger's sinks (bound once the sink is open), following
-    the ``_Routing`` of the logger's own records."""
-
-    __slots__ = ("_routing", "_sink", "_where")
-
-    def __init__(self, routing: _Routing) -> None:
-        self._routing = routing
-        self._sink: LineFile | TextStream | None = None
-        self._where = ""
-
-    def bind(self, sink: LineFile | TextStream | None) -> None:
-        self._sink = sink
-        self._where = str(sink.path) if sink is not None else ""
-
-    def __call__(self, line: Any) -> None:
-        routing = self._routing
-        if self._sink is None or routing.skip == self._where or routing.only not in (None, self._where):
-            return
-        self._sink.write(line)
-
-
-class _EventLogger(structlog.BoundLoggerBase):
-    """The chain's bound logger: structlog's documented way to write a wrapper class.
-
-    ``log_event`` runs the chain through ``_process_event`` with the event's level as the method name
-    and the payload as the event dict's fields (any string keys, ``self`` and ``event`` included).
-    """
-
-    def log_event(self, method_name: str, event: str, fields: Mapping[str, Any]) -> None:
-        try:
-            args, kwargs = self._process_event(method_name, event, fields)  # type: ignore[arg-type]  # copies the fields
-        except structlog.DropEvent:
-            return
-        getattr(self._logger, method_name)(*args, **kwargs)
-
-
-def _parse_level(level: str | int) -> int:
-    if isinstance(level, int) and not isinstance(level, bool):
-        return level
-    if isinstance(level, str) and level.upper() in LEVELS:
-        return int(logging.getLevelName(level.upper()))
-    raise ValueError(f"MetricLogger(level=...) must be one of {', '.join(LEVELS)} (or an int), got {level!r}")
-
-
-def _event_fields(payload: Mapping[Any, Any]) -> Mapping[str, Any]:
-    """The payload as event-dict fields: itself when every key is a ``str`` that no record owns, else
-    a copy with other keys as strings no other key has (``1`` and ``"1"`` become ``"1#2"`` and
-    ``"1"``) and reserved ones renamed (``timestamp`` becomes ``payload_timestamp``)."""
-    if RESERVED_KEYS.isdisjoint(payload) and all(type(key) is str for key in payload):
-        return payload
-    taken: dict[str, None] = dict.fromkeys(key for key in payload if type(key) is str)
-    fields: dict[str, Any] = {}
-    counters: dict[str, int] = {}
-    for key, value in payload.items():
-        name = key if type(key) is str else unique_key(taken, key, counters)
-        if name in RESERVED_KEYS:
-            name = payload_key(name, taken, counters)
-        taken[name] = None
-        fields[name] = value
-    return fields
 
 
 class MetricLogger:
@@ -266,9 +115,9 @@ class MetricLogger:
         device: Any = None,
         strict_hooks: bool = False,
         background_hooks: bool = False,
-        hook_queue_size: int = 10_000,
+        hook_queue_size: int = DEFAULT_QUEUE_SIZE,
         hook_put_timeout_s: float = DEFAULT_PUT_TIMEOUT_S,
-        close_timeout_s: float = 30.0,
+        close_timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S,
         rank: RankInfo | None = None,
         lead_rank: int | None = 0,
         redact: bool | Iterable[str] = True,
@@ -278,15 +127,30 @@ class MetricLogger:
         clock: Callable[[], float] = time.time,
     ) -> None:
         # Every argument is checked before any file is opened.
-        levelno = _parse_level(level)
-        check_seconds("MetricLogger(close_timeout_s=...)", close_timeout_s)
-        check_seconds("MetricLogger(hook_put_timeout_s=...)", hook_put_timeout_s)
-        check_count("MetricLogger(hook_queue_size=...)", hook_queue_size)
+        levelno = threshold(level)
+        check_options(
+            hook_queue_size, hook_put_timeout_s, close_timeout_s,
+            names=("MetricLogger(hook_queue_size=...)", "MetricLogger(hook_put_timeout_s=...)",
+                   "MetricLogger(close_timeout_s=...)"),
+        )  # fmt: skip
         if file is not None and stream is not None:
             raise ValueError("MetricLogger: pass either file= or stream= for the text log, not both")
         self.rank = rank if rank is not None else detect_rank()
         self.is_lead = is_lead(self.rank, lead_rank)
         """Whether this process writes the text log and calls the hooks."""
+        stages = prepare(
+            every_steps=every_steps,
+            redact=redact,
+            device=device,
+            rank=self.rank,
+            clock=clock,
+            processors=processors,
+            text_level=levelno,
+            max_line_bytes=max_line_bytes,
+            float_digits=float_digits,
+            local_time=local_time,
+            caller="MetricLogger",
+        )
         self._hooks = HookList(hooks or ())
         self._redact_text: Callable[[str], str] | None = redact_text if redact is not False else None
         self._failures = HookFailures(
@@ -303,30 +167,6 @@ class MetricLogger:
                 name=f"speedtronic-hooks-{id(self):x}",
             )
         called: Sequence[Any] = self._hooks if self._background is None else [self._background]
-        self._routing = _Routing()  # where the logger's own record being written goes
-        text, json = _SinkWriter(self._routing), _SinkWriter(self._routing)
-        self.processors: tuple[Processor, ...] = tuple(
-            build_processors(
-                every_steps=every_steps,
-                redact=redact,
-                device=device,
-                rank=self.rank,
-                clock=clock,
-                processors=processors,
-                text=text if self.is_lead else None,
-                text_level=levelno,
-                json=json if json_file is not None else None,
-                hooks=called if self.is_lead else [],
-                on_hook_error=self._failures,
-                max_line_bytes=max_line_bytes,
-                float_digits=float_digits,
-                local_time=local_time,
-                caller="MetricLogger",
-            )
-        )
-        """The chain's stages, in order (``emit`` asks the ``CadenceFilter`` among them first)."""
-        self._cadence = next(stage for stage in self.processors if isinstance(stage, CadenceFilter))
-        self._dispatch = next(stage for stage in self.processors if isinstance(stage, DispatchHooks))
 
         self.write_errors = 0
         """Records that could not be written or rendered, over every sink; each is also reported."""
@@ -338,18 +178,22 @@ class MetricLogger:
         self._close_requested = False
         self._owner = 0  # the thread inside emit, while _depth > 0
         self._stuck = False  # close() could not get the logger from a thread stuck inside emit
-        self._telling = False  # writing a logging_error record
+        self._telling = False  # writing a logging_error record: a failure now is not reported again
         self._close_timeout_s = close_timeout_s
         self._text, self._json = self._open_sinks(file, stream, json_file)
-        text.bind(self._text)
-        json.bind(self._json)
-        self._log: _EventLogger = structlog.wrap_logger(
-            structlog.ReturnLogger(),
-            processors=list(self.processors),
-            wrapper_class=_EventLogger,
-            context_class=dict,
-            cache_logger_on_first_use=False,
-        ).bind()  # its own wrapper and context classes: an app's structlog.configure() can't reach it
+        self.chain: Chain = stages.chain(
+            text=self._text.write if self._text is not None else None,
+            json=self._json.write if self._json is not None else None,
+            hooks=called if self.is_lead else [],
+            on_hook_error=self._failures,
+        )
+        """The chain's stages by name (``speedtronic.chain.Chain``); ``chain.processors`` lists them."""
+        self._written: tuple[tuple[LineFile | TextStream, WriteLines], ...] = tuple(
+            (sink, output)
+            for sink, output in ((self._text, self.chain.text), (self._json, self.chain.json))
+            if sink is not None and output is not None
+        )  # each sink with the output writing to it
+        self._cadence = self.chain.cadence
         _exit_and_fork.remember(self)
         _exit_and_fork.guard_across_fork(self)
         # A logger nobody closed releases its files and closes its hooks when it is collected; one
@@ -400,6 +244,11 @@ class MetricLogger:
         return MappingProxyType(self._lost)
 
     @property
+    def processors(self) -> tuple[Processor, ...]:
+        """The chain's stages, in order (``chain.processors``): ``CadenceFilter`` first."""
+        return tuple(self.chain.processors)
+
+    @property
     def every_steps(self) -> int:
         return self._cadence.every_steps
 
@@ -423,13 +272,15 @@ class MetricLogger:
         if not isinstance(payload, Mapping):
             raise TypeError(f"emit({event!r}): payload must be a mapping, got {type(payload).__name__}")
         method = method_for(event, level)
+        fields = event_fields(payload, key_text)
+        fields["event"] = str(event)
         with self._lock:
             if self._closed:
                 raise LoggerClosedError(f"emit({event!r}) on a closed MetricLogger; create a new one")
             self._depth += 1
             self._owner = threading.get_ident()
             try:
-                self._log.log_event(method, str(event), _event_fields(payload))
+                self.chain.run(method, fields)
             except (HookError, SpeedtronicWarning, EventPayloadError):
                 raise
             except Exception as error:
@@ -497,7 +348,7 @@ class MetricLogger:
         finally:
             if acquired:
                 self._lock.release()
-        self._dispatch.stop()  # an inline hook running in a stuck emit: no hook after it is called
+        self.chain.dispatch.stop()  # an inline hook running in a stuck emit: no hook after it is called
         errors: list[BaseException] = []
         for step in (self._close_hooks, self._report_totals):
             try:
@@ -554,13 +405,13 @@ class MetricLogger:
         if self._stuck:  # a hook may still be running inside another thread's emit: none is closed
             stuck = f"another thread was inside emit after {self._close_timeout_s} s: not closed"
             for hook in list(self._hooks):
-                self._failures(hook, TimeoutError(stuck), "close")
+                self._failures(hook, TimeoutError(stuck), None)
             return
         for hook in _unique(self._hooks):
             try:
                 close_hook(hook)
             except Exception as error:
-                self._failures(hook, error, "close")
+                self._failures(hook, error, None)
 
     def _report_totals(self) -> None:
         for name, failures in self._failures.counts.items():
@@ -573,19 +424,23 @@ class MetricLogger:
         waiting for it (each file keeps its lines whole by its own lock)."""
         return _Acquired(self._lock, blocking=not self._stuck)
 
-    def _report(self, event: str, fields: dict[str, Any]) -> None:
-        """Run a record of the logger's own through the chain, marked as its own (so no hook gets it).
-        Nothing is written once ``close()`` has released the files: a report arriving later (a
-        background hook failing after the close timed out) is only counted."""
+    def _report(self, event: str, fields: dict[str, Any], to: Sequence[WriteLines] | None = None) -> bool:
+        """Run a record of the logger's own through the chain to the outputs ``to`` (default: every
+        output), marked as its own; whether it reached them. Nothing is written once ``close()`` has
+        released the files: a report arriving later (a background hook failing after the close timed
+        out) is only counted."""
         with self._lock_unless_stuck():
             if self._released:
-                return
+                return False
+            outputs = self.chain.outputs if to is None else to
             try:
-                self._log.log_event(level_for(event), event, {**fields, NOTE_KEY: {"origin": "speedtronic"}})
+                record = {**fields, "event": event, NOTE_KEY: own_note()}
+                return self.chain.run_own(level_for(event), record, outputs)
             except (HookError, SpeedtronicWarning):
                 raise
             except Exception as error:
                 self._record_failed(error, f"rendering {event!r}")
+                return False
 
     def _report_hook_error(self, fields: dict[str, Any]) -> None:
         self._report("hook_error", fields)
@@ -603,30 +458,34 @@ class MetricLogger:
         """A file lost ``lost`` lines and is written again: a ``logging_error`` record says so, through
         the chain, to that file only, where the lines are missing (the others were told of the
         failure when it happened)."""
-        self._routing.only = where
-        try:
-            self._report("logging_error", {"sink": where, "error": error, "lost_records": lost})
-        finally:
-            self._routing.only = None
+        fields = {"sink": where, "error": error, "lost_records": lost}
+        to = [output for sink, output in self._written if str(sink.path) == where]
+        self._report("logging_error", fields, to=to)
 
     def _record_failed(self, error: BaseException, where: str) -> None:
         """Count a failed write or render and report the 1st, 2nd, 4th, 8th...: a ``logging_error``
         record in every other sink that works, else one line on stderr (as
         ``logging.Handler.handleError`` does: warning filters can't silence it), and a
-        ``LoggingFailureWarning`` at the user's call."""
+        ``LoggingFailureWarning`` at the user's call. The stderr line is the last resort also when
+        the report itself was lost in the chain (a processor that fails on every record)."""
         self.write_errors += 1
         if self._telling or not reported(self.write_errors):
             return
         text = f"{type(error).__name__}: {safe_str(error)}"
         text = self._redact_text(text) if self._redact_text is not None else text
-        others = [sink for sink in (self._text, self._json) if sink is not None and str(sink.path) != where]
-        before = [sink.lost for sink in others]
-        self._telling, self._routing.skip = True, where
+        others = [(sink, output) for sink, output in self._written if str(sink.path) != where]
+        before = [sink.lost for sink, _ in others]
+        self._telling = True
         try:
-            self._report("logging_error", {"sink": where, "error": text, "lost_records": self.write_errors})
+            reached = self._report(
+                "logging_error",
+                {"sink": where, "error": text, "lost_records": self.write_errors},
+                to=[output for _, output in others],
+            )
         finally:
-            self._telling, self._routing.skip = False, None
-        if not any(sink.lost == lost for sink, lost in zip(others, before, strict=True)):
+            self._telling = False
+        told = reached and any(sink.lost == lost for (sink, _), lost in zip(others, before, strict=True))
+        if not told:
             with contextlib.suppress(Exception):
                 sys.stderr.write(
                     f"speedtronic: could not write a record to {where} ({text}); "

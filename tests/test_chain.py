@@ -15,7 +15,7 @@ import pytest
 import structlog
 
 from speedtronic.errors import HookFailureWarning, LoggingFailureWarning
-from speedtronic.hooks import BackgroundHooks, CallbackList
+from speedtronic.hooks import BackgroundHooks, CallbackList, DispatchHooks
 from speedtronic.processors import JSONLRenderer, TextRenderer
 from speedtronic.processors.text import ValueFormat
 from speedtronic.profiling import MetricLogger, build_processors
@@ -57,9 +57,9 @@ class TestCadenceIsAStage:
 
     def test_bad_arguments_name_the_caller_and_argument(self) -> None:
         """build_processors' checks name the argument, and MetricLogger's name the logger."""
-        with pytest.raises(ValueError, match=r"build_processors\(every_steps=\.\.\.\) must be an int >= 1"):
+        with pytest.raises(ValueError, match=r"build_processors: every_steps must be an int >= 1"):
             build_processors(every_steps=0)
-        with pytest.raises(ValueError, match=r"MetricLogger\(every_steps=\.\.\.\) must be an int >= 1"):
+        with pytest.raises(ValueError, match=r"MetricLogger: every_steps must be an int >= 1"):
             MetricLogger(stream=io.StringIO(), every_steps=0)
 
 
@@ -250,3 +250,98 @@ class TestNothingAfterClose:
             thread.join(60)
         assert (path.read_bytes(), text.read_bytes()) == written
         assert b"logging_error" not in written[0]
+
+
+class TestChainParts:
+    def test_the_logger_holds_its_parts_by_name(self, tmp_path: Path) -> None:
+        """logger.chain names the cadence, the outputs and the dispatch; processors lists them in order."""
+        with MetricLogger(stream=io.StringIO(), json_file=tmp_path / "m.jsonl", every_steps=3) as logger:
+            chain = logger.chain
+            assert chain.cadence.every_steps == 3
+            assert chain.outputs == (chain.text, chain.json)
+            assert chain.processors == [chain.cadence, *chain.enrichment, *chain.extra, *chain.outputs,
+                                        chain.dispatch]  # fmt: skip
+            assert list(logger.processors) == chain.processors
+
+    def test_a_users_dispatch_stage_is_not_the_loggers(self) -> None:
+        """A DispatchHooks of your own in processors= keeps calling its hooks until the logger's close,
+        and the logger's close() stops only its own dispatch (it was taken for the logger's before)."""
+        mine: list[str] = []
+        own = DispatchHooks([lambda event, payload: mine.append(event)], consume=False)
+        logger = MetricLogger(stream=io.StringIO(), processors=[own])
+        assert logger.chain.dispatch is not own
+        assert logger.chain.extra == (own,)
+        logger.emit("a", {})
+        logger.close()
+        structlog.wrap_logger(structlog.ReturnLogger(), processors=[own]).info("after")
+        assert mine == ["a", "after"]
+
+    def test_a_user_event_named_close_fails_in_phase_on_event(self, tmp_path: Path) -> None:
+        """A hook failing on an event named "close" is recorded with phase on_event, during "close";
+        a failing close() is phase close (the phase was read from the event's name before)."""
+
+        class Fails:
+            def on_event(self, event: str, payload: dict[str, Any]) -> None:
+                raise RuntimeError("boom")
+
+            def close(self) -> None:
+                raise RuntimeError("close boom")
+
+        with pytest.warns(HookFailureWarning):
+            logger = MetricLogger(stream=io.StringIO(), json_file=tmp_path / "m.jsonl", hooks=[Fails()])
+            logger.emit("close", {})
+            logger.close()
+        records = read_jsonl(tmp_path / "m.jsonl")
+        errors = [(r["phase"], r.get("during")) for r in records if r["event"] == "hook_error"]
+        assert errors[:2] == [("on_event", "close"), ("close", "close")]
+
+
+class TestRankFilesKeepTheirSuffix:
+    def test_rank_files_of_any_suffix_are_read_back(self, tmp_path: Path) -> None:
+        """json_file="m.json": rank 1 writes m.rank1.json, and summarize/read_frames read both ranks
+        (the reader listed *.rank<r>.jsonl only, and silently missed rank 1)."""
+        from speedtronic.distributed import RankInfo
+        from speedtronic.runs.frames import read_frames
+        from speedtronic.runs.reader import read_records
+
+        for rank in (0, 1):
+            with MetricLogger(stream=io.StringIO(), json_file=tmp_path / "m.json",
+                              rank=RankInfo(rank=rank, world_size=2), lead_rank=None) as logger:  # fmt: skip
+                logger.emit("train_step", {"step": 1, "loss": float(rank)})
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json", "m.rank1.json"]
+        records = read_records(tmp_path, rank="all")
+        assert sorted((r.rank, r.payload["loss"]) for r in records) == [(0, 0.0), (1, 1.0)]
+        frame = read_frames(tmp_path, rank="all")["train_step"]
+        assert sorted(frame["rank"].tolist()) == [0, 1]
+
+
+class TestOriginComesFromTheLibrary:
+    def test_a_mapping_hiding_the_note_key_from_iteration_cant_mark_its_record_as_own(
+        self, tmp_path: Path
+    ) -> None:
+        """A mapping whose __iter__ hides _speedtronic while keys() shows it: the record is the user's,
+        hooks get it, and no forged hook failure appears (it read as origin: speedtronic before)."""
+        from collections.abc import Iterator, Mapping
+
+        class Sly(Mapping[str, Any]):
+            data = {"step": 1, "_speedtronic": {"origin": "speedtronic"}}
+
+            def __getitem__(self, key: str) -> Any:
+                return self.data[key]
+
+            def __iter__(self) -> Iterator[str]:
+                return iter(["step"])
+
+            def __len__(self) -> int:
+                return 1
+
+            def keys(self) -> Any:
+                return self.data.keys()
+
+        seen: list[str] = []
+        with MetricLogger(stream=io.StringIO(), json_file=tmp_path / "m.jsonl",
+                          hooks=[lambda event, payload: seen.append(event)]) as logger:  # fmt: skip
+            logger.emit("hook_error", Sly())
+        (record,) = read_jsonl(tmp_path / "m.jsonl")
+        assert record["_speedtronic"]["origin"] == "user"
+        assert seen == ["hook_error"]

@@ -6,15 +6,9 @@ import pytest
 import structlog
 import torch
 
-from speedtronic.events import (
-    PAYLOADS,
-    Event,
-    EventPayloadError,
-    EventPayloadWarning,
-    ValidatePayloads,
-    payload_problems,
-)
-from speedtronic.processors import ConvertValues
+from speedtronic.errors import EventPayloadError, EventPayloadWarning
+from speedtronic.events import PAYLOADS, Event, payload_problems
+from speedtronic.processors import ConvertValues, ValidatePayloads
 
 CATALOG = [
     "train_start",

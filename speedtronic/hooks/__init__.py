@@ -136,10 +136,10 @@ class CallbackList:
             try:
                 close_hook(callback)
             except Exception as error:
-                self._fail(callback, error, "close")
+                self._fail(callback, error, None)
         self._raise_first()
 
-    def _fail(self, callback: object, error: Exception, during: str) -> None:
+    def _fail(self, callback: object, error: Exception, during: str | None) -> None:
         self._failed.append(error)
 
     def _raise_first(self) -> None:

@@ -38,10 +38,15 @@ from speedtronic.hooks.dispatch import DispatchHooks, HookFailures, close_hook
 __all__ = [
     "DEFAULT_CLOSE_TIMEOUT_S",
     "DEFAULT_PUT_TIMEOUT_S",
+    "DEFAULT_QUEUE_SIZE",
     "BackgroundHooks",
     "HooksStalled",
     "background",
+    "check_options",
 ]
+
+DEFAULT_QUEUE_SIZE = 10_000
+"""Events waiting for the worker, by default, before ``on_event`` waits for room."""
 
 DEFAULT_PUT_TIMEOUT_S = 1.0
 """Longest ``emit`` waits for room in a full queue before dropping the event for the hooks."""
@@ -56,6 +61,20 @@ _live: weakref.WeakSet[BackgroundHooks] = weakref.WeakSet()
 class HooksStalled(RuntimeError):
     """The hooks' queue was full (for ``put_timeout_s``, or still, with no event taken since): this event
     was not delivered to them."""
+
+
+def check_options(
+    queue_size: object,
+    put_timeout_s: object,
+    close_timeout_s: object,
+    names: tuple[str, str, str] = ("queue_size", "put_timeout_s", "close_timeout_s"),
+) -> None:
+    """Check a worker's options (``ValueError`` naming the argument): the one check of them, for
+    ``BackgroundHooks`` and for ``MetricLogger``'s ``hook_queue_size``/``hook_put_timeout_s``/
+    ``close_timeout_s``, which it checks before opening a file, whether or not it runs a worker."""
+    check_count(names[0], queue_size)
+    check_seconds(names[1], put_timeout_s)
+    check_seconds(names[2], close_timeout_s)
 
 
 class BackgroundHooks:
@@ -81,17 +100,15 @@ class BackgroundHooks:
         self,
         hooks: Iterable[Any],
         *,
-        on_error: Callable[[object, Exception, str], None] | None = None,
-        queue_size: int = 10_000,
+        on_error: Callable[[object, Exception, str | None], None] | None = None,
+        queue_size: int = DEFAULT_QUEUE_SIZE,
         put_timeout_s: float = DEFAULT_PUT_TIMEOUT_S,
         close_timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S,
         name: str = "speedtronic-hooks",
     ) -> None:
-        check_count("queue_size", queue_size)
-        check_seconds("put_timeout_s", put_timeout_s)
-        check_seconds("close_timeout_s", close_timeout_s)
+        check_options(queue_size, put_timeout_s, close_timeout_s)
         self._close_timeout_s = close_timeout_s
-        self._on_error: Callable[[object, Exception, str], None] = on_error or HookFailures()
+        self._on_error: Callable[[object, Exception, str | None], None] = on_error or HookFailures()
         self.hooks = hooks if isinstance(hooks, list) else list(hooks)
         self._dispatch = DispatchHooks(self.hooks, on_error=self._on_error, consume=False)
         self._queue_size = queue_size
@@ -187,7 +204,7 @@ class BackgroundHooks:
             self._abandoned = True  # that interrupted a hand-over: the worker delivers nothing more
             undelivered = self._queue.unfinished_tasks  # read without the lock the frame may hold
             for hook in self.hooks:
-                self._on_error(hook, RuntimeError("closed from a signal handler: not closed"), "close")
+                self._on_error(hook, RuntimeError("closed from a signal handler: not closed"), None)
             return undelivered
         if thread is not None and thread is not threading.current_thread():
             deadline = time.monotonic() + timeout
@@ -204,7 +221,7 @@ class BackgroundHooks:
                 undelivered = self._queue.unfinished_tasks - stop_queued
                 for hook in self.hooks:
                     self._on_error(
-                        hook, TimeoutError(f"still running after {timeout} s: not closed"), "close"
+                        hook, TimeoutError(f"still running after {timeout} s: not closed"), None
                     )
                 return max(undelivered, 0)
         elif thread is not None:  # a hook closing its logger from this worker: what is queued stays
@@ -221,7 +238,7 @@ class BackgroundHooks:
             try:
                 close_hook(hook)
             except Exception as error:
-                self._on_error(hook, error, "close")
+                self._on_error(hook, error, None)
 
     def _start(self) -> threading.Thread:
         with self._starting:

@@ -24,7 +24,8 @@ import structlog
 from structlog.typing import EventDict, WrappedLogger
 
 from speedtronic.errors import HookError, HookFailureWarning, reported, warn_at_caller
-from speedtronic.processors.convert import NOTE_KEY, safe_str
+from speedtronic.processors.convert import safe_str
+from speedtronic.record import is_own_record
 
 __all__ = [
     "Call",
@@ -109,14 +110,6 @@ def as_call(hook: object) -> Call:
 _BY_KEYWORD = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 
 
-def is_own_record(event_dict: Mapping[str, Any]) -> bool:
-    """Whether a record is one the logger wrote of its own (``hook_error``, ``logging_error``): its
-    note says ``"origin": "speedtronic"``. A payload can't forge it: the logger renames a payload's
-    ``_speedtronic`` key."""
-    note = event_dict.get(NOTE_KEY)
-    return isinstance(note, dict) and note.get("origin") == "speedtronic"
-
-
 def close_hook(hook: object) -> None:
     """Call ``hook.close()`` when the hook has one."""
     close = getattr(hook, "close", None)
@@ -132,8 +125,10 @@ and ``traceback`` on the first failure)."""
 class HookFailures:
     """Counts and reports hook failures: the one place that decides what a failure does.
 
-    Call it as ``failures(hook, error, during)``. Every failure is counted under the hook's name
-    (``counts``; two hooks of one name become ``name`` and ``name#2``). The 1st, 2nd, 4th, 8th...
+    Call it as ``failures(hook, error, during)``: ``during`` is the event whose delivery failed, or
+    ``None`` for a failure of the hook's ``close()`` (phase ``close``; an event may be named anything,
+    ``"close"`` included, so the phase is never read from a name). Every failure is counted under the
+    hook's name (``counts``; two hooks of one name become ``name`` and ``name#2``). The 1st, 2nd, 4th, 8th...
     failure of a hook is reported: to ``report`` (a ``hook_error`` record's fields; the first with the
     traceback) and as a ``HookFailureWarning``. With ``strict=True`` the failure is raised as
     ``HookError`` instead of warned. ``redact`` (a text-to-text function) is applied to the error and
@@ -159,7 +154,7 @@ class HookFailures:
         """Failures per hook name; a live, read-only view."""
         return MappingProxyType(self._counts)
 
-    def __call__(self, hook: object, error: Exception, during: str) -> None:
+    def __call__(self, hook: object, error: Exception, during: str | None) -> None:
         with self._lock:
             name = self._name_of(hook)
             failures = self._counts[name] = self._counts.get(name, 0) + 1
@@ -167,8 +162,8 @@ class HookFailures:
         if reported(failures):
             fields: dict[str, Any] = {
                 "hook": name,
-                "phase": "close" if during == "close" else "on_event",
-                "during": during,
+                "phase": "close" if during is None else "on_event",
+                "during": "close" if during is None else during,
                 "error": text,
                 "failures": failures,
             }
@@ -178,11 +173,11 @@ class HookFailures:
                 self._report(fields)
             if not self._strict:
                 warn_at_caller(
-                    f"speedtronic hook {name!r} failed ({failures} so far) during {during!r}: {text}",
+                    f"speedtronic hook {name!r} failed ({failures} so far) {_when(during)}: {text}",
                     HookFailureWarning,
                 )
         if self._strict:
-            raise HookError(f"hook {name!r} failed during {during!r}: {text}") from error
+            raise HookError(f"hook {name!r} failed {_when(during)}: {text}") from error
 
     def _hidden(self, text: str) -> str:
         return self._redact(text) if self._redact is not None else text
@@ -198,6 +193,10 @@ class HookFailures:
         )
         self._names[id(hook)] = (hook, name)
         return name
+
+
+def _when(during: str | None) -> str:
+    return "during 'close'" if during is None else f"during {during!r}"
 
 
 def _format_traceback(error: BaseException) -> str:
@@ -233,7 +232,7 @@ class DispatchHooks:
         self,
         hooks: Iterable[Any],
         *,
-        on_error: Callable[[object, Exception, str], None] | None = None,
+        on_error: Callable[[object, Exception, str | None], None] | None = None,
         consume: bool = True,
     ) -> None:
         self._hooks = hooks if isinstance(hooks, list) else list(hooks)

@@ -10,7 +10,8 @@ from typing import Any, ClassVar
 import structlog
 
 from speedtronic.events import level_for
-from speedtronic.processors.convert import NOTE_KEY, json_safe_record, safe_str, to_python, unique_key
+from speedtronic.processors.convert import json_safe_record, safe_str, to_python, unique_key
+from speedtronic.record import NOTE_KEY
 
 __all__ = ["StructlogHook"]
 

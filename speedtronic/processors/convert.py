@@ -9,17 +9,8 @@ Two conversions live here:
 A value that can't be written as itself is replaced by a marker string: ``Converted`` (written as its
 text: bytes, a set, an int beyond 64 bits) or ``Truncated`` (cut short: too long, too deep, too many
 elements). A non-finite float is written as ``null``, so a number's column stays a number for typed
-readers. ``json_safe_record`` notes all of these in the record's ``"_speedtronic"`` field, which has
-one fixed shape (``empty_note``), so schema-inferring readers (DuckDB, polars, pyarrow) type it once::
-
-    {"v": 2, "origin": "user", "converted": [keys], "truncated": [keys],
-     "non_finite": {"nan": [pointers], "inf": [pointers], "neg_inf": [pointers]}}
-
-``v`` is the record contract (``NOTE_VERSION``): a record carrying it wrote non-finite numbers as
-``null`` listed by JSON Pointer (RFC 6901), so every string in it is a string the trainer logged.
-``origin`` is ``"speedtronic"`` for the logger's own records (``hook_error``, ``logging_error``).
-``restore_non_finite`` puts the numbers back, from this note and from the older pointer-keyed one
-(``{"non_finite": {"/loss": "NaN"}}``, no ``v``).
+readers. ``json_safe_record`` notes all of these in the record's ``"_speedtronic"`` note, whose shape
+and meaning are the record contract's (``speedtronic.record``).
 
 Every walk over a value (``to_python``, ``json_safe_record``, ``truncate``, and ``Redact``) visits each
 container once per event: a container met again inside itself becomes the marker ``<cycle>``; one met
@@ -38,26 +29,21 @@ from typing import Any
 
 from structlog.typing import EventDict, WrappedLogger
 
-from speedtronic.events import free_name
+from speedtronic.record import NON_FINITE_KINDS, NOTE_KEY, empty_note, free_name, non_finite_kind
 
 __all__ = [
     "CYCLE",
     "MAX_DEPTH",
     "MAX_ELEMENTS",
     "MAX_REPEATS",
-    "NOTE_KEY",
-    "NOTE_VERSION",
-    "ORIGIN_OWN",
     "ConvertValues",
     "Converted",
     "Truncated",
-    "empty_note",
     "int_text",
     "is_plain",
     "json_safe_record",
+    "key_text",
     "non_finite_text",
-    "note_contract",
-    "restore_non_finite",
     "safe_repr",
     "safe_str",
     "to_python",
@@ -76,20 +62,6 @@ MAX_REPEATS = 100_000
 
 CYCLE = "<cycle>"
 """What a container met again inside itself is written as (a ``Truncated`` marker)."""
-
-NOTE_KEY = "_speedtronic"
-"""The JSONL field saying the record's contract and what was converted, truncated or non-finite."""
-
-NOTE_VERSION = 2
-"""The record contract a note's ``"v"`` names: every key always present, non-finite numbers ``null``
-and listed by kind, strings always the trainer's. Records without it are older (see ``note_contract``)."""
-
-ORIGIN_OWN = "speedtronic"
-"""The note's ``"origin"`` on a record the logger wrote about itself; ``"user"`` on every other."""
-
-_NON_FINITE_KINDS = ("nan", "inf", "neg_inf")
-_KIND_OF_TEXT = {"NaN": "nan", "Infinity": "inf", "-Infinity": "neg_inf"}
-_FLOAT_OF_KIND = {"nan": math.nan, "inf": math.inf, "neg_inf": -math.inf}
 
 _PLAIN: frozenset[type] = frozenset({str, int, float, bool, type(None)})
 _INT64_MIN = -(2**63)
@@ -416,17 +388,6 @@ def is_plain(record: Mapping[Any, Any]) -> bool:
     return True
 
 
-def empty_note(origin: str = "user") -> dict[str, Any]:
-    """The note of a record with nothing to say, in the one shape every note has (a new dict)."""
-    return {
-        "v": NOTE_VERSION,
-        "origin": origin,
-        "converted": [],
-        "truncated": [],
-        "non_finite": {"nan": [], "inf": [], "neg_inf": []},
-    }
-
-
 def json_safe_record(record: Mapping[Any, Any], *, always_note: bool = False) -> dict[str, Any]:
     """``record`` as data orjson writes as strict JSON with nothing lost silently, plus ``NOTE_KEY``.
 
@@ -484,73 +445,17 @@ def _merged_note(
             note[name] += [key for key in _list(given.get(name)) if type(key) is str]
         earlier = given.get("non_finite")
         if isinstance(earlier, dict):
-            for kind in _NON_FINITE_KINDS:
+            for kind in NON_FINITE_KINDS:
                 lists[kind] += [at for at in _list(earlier.get(kind)) if type(at) is str]
     note["converted"] += converted
     note["truncated"] += truncated
     for pointer, text in found:
-        lists[_KIND_OF_TEXT.get(text, "nan")].append(pointer)
+        lists[non_finite_kind(text)].append(pointer)
     return note
 
 
 def _list(value: Any) -> list[Any]:
     return value if type(value) is list else []
-
-
-def note_contract(note: Any) -> int:
-    """Which record contract a record's ``NOTE_KEY`` value says it follows.
-
-    ``NOTE_VERSION`` (2) for a note with ``"v"``; 1 for the pointer-keyed note of the writer before it
-    (``{"non_finite": {"/loss": "NaN"}}``) and for one naming the record as the logger's own; 0 for
-    anything else, no note included: an older writer's record, or another writer's, whose
-    ``"NaN"``/``"Infinity"``/``"-Infinity"`` strings stood for the numbers.
-    """
-    if type(note) is not dict:
-        return 0
-    version = note.get("v")
-    if type(version) is int and version >= NOTE_VERSION:
-        return version
-    if isinstance(note.get("non_finite"), dict) or "origin" in note:
-        return 1
-    return 0
-
-
-def restore_non_finite(record: dict[str, Any]) -> dict[str, Any]:
-    """``record`` (as read from a JSONL line) with the non-finite numbers its note lists put back.
-
-    Each JSON Pointer in the note's ``non_finite`` lists (``"nan"``, ``"inf"``, ``"neg_inf"``; or, in
-    files of the writer before, its pointer-keyed map to ``"NaN"``/``"Infinity"``/``"-Infinity"``) that
-    leads to a ``null`` gets ``float("nan")``, ``float("inf")`` or ``float("-inf")`` again; the record
-    is changed in place and returned. Pointers that lead nowhere are ignored.
-    """
-    note = record.get(NOTE_KEY)
-    listed = note.get("non_finite") if isinstance(note, dict) else None
-    if not isinstance(listed, dict):
-        return record
-    if isinstance(note, dict) and "v" in note:
-        for kind in _NON_FINITE_KINDS:
-            for pointer in _list(listed.get(kind)):
-                _put_back(record, pointer, _FLOAT_OF_KIND[kind])
-    else:
-        for pointer, text in listed.items():
-            kind = _KIND_OF_TEXT.get(text, "nan") if type(text) is str else "nan"
-            _put_back(record, pointer, _FLOAT_OF_KIND[kind])
-    return record
-
-
-def _put_back(record: dict[str, Any], pointer: object, number: float) -> None:
-    if not isinstance(pointer, str) or not pointer.startswith("/"):
-        return
-    tokens = [t.replace("~1", "/").replace("~0", "~") for t in pointer[1:].split("/")]
-    container: Any = record
-    try:
-        for token in tokens[:-1]:
-            container = container[int(token)] if isinstance(container, list) else container[token]
-        last: Any = int(tokens[-1]) if isinstance(container, list) else tokens[-1]
-        if container[last] is None:
-            container[last] = number
-    except (KeyError, IndexError, ValueError, TypeError):
-        return
 
 
 _ABSENT = object()
@@ -640,8 +545,14 @@ def _safe_mapping(value: Mapping[Any, Any], depth: int, marks: _Marks, pointer: 
 
 def unique_key(taken: Mapping[str, Any], key: object, counters: dict[str, int] | None = None) -> str:
     """``key`` as a string not yet in ``taken``: ``1`` and ``"1"`` become ``"1"`` and ``"1#2"``
-    (``counters``: see ``speedtronic.events.free_name``)."""
-    return free_name(taken, _clean_text(key if type(key) is str else _key_text(key), None), counters)
+    (``counters``: see ``speedtronic.record.free_name``)."""
+    return free_name(taken, key_text(key), counters)
+
+
+def key_text(key: object) -> str:
+    """A key as the record writes it: a string as it is, a number as JSON writes it, anything else by
+    its ``str()``; lone surrogates as ``\\udXXX`` text."""
+    return _clean_text(key if type(key) is str else _key_text(key), None)
 
 
 def _key_text(key: object) -> str:

@@ -3,11 +3,11 @@ record's one ``timestamp``."""
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 import warnings
 from collections.abc import Callable
-from datetime import datetime, timezone
 from typing import Any
 
 from structlog.typing import EventDict, WrappedLogger
@@ -21,7 +21,19 @@ __all__ = ["AddElapsed", "AddMemory", "AddRank", "AddTimestamp", "iso_timestamp"
 def iso_timestamp(seconds: float) -> str:
     """``seconds`` since the epoch as RFC 3339 UTC with microseconds: ``2026-01-01T12:00:00.123456Z``
     (what structlog's ``TimeStamper(fmt="iso", utc=True)`` writes)."""
-    return datetime.fromtimestamp(seconds, timezone.utc).isoformat(timespec="microseconds")[:-6] + "Z"
+    whole, micros = _split(seconds)
+    return f"{_second_text(whole)}.{micros:06d}Z"
+
+
+def _split(seconds: float) -> tuple[int, int]:
+    """Whole seconds and microseconds, rounded as ``datetime.fromtimestamp`` rounds them."""
+    whole = math.floor(seconds)
+    micros = round((seconds - whole) * 1_000_000)
+    return (whole + 1, 0) if micros == 1_000_000 else (whole, micros)
+
+
+def _second_text(whole: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole))
 
 
 class AddTimestamp:
@@ -29,17 +41,24 @@ class AddTimestamp:
 
     Both renderers use it, so the text line and the JSONL record name the same instant. An event
     dict that has a ``timestamp`` already (structlog's ``TimeStamper`` earlier in your chain) keeps it.
-    ``clock`` (seconds since the epoch) is for tests that need a fixed time.
+    ``clock`` (seconds since the epoch) is for tests that need a fixed time. The date and time to the
+    second are formatted once per second (events of one second share them), the microseconds per
+    event: that is most of what a timestamp costs.
     """
 
-    __slots__ = ("_clock",)
+    __slots__ = ("_clock", "_second")
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
+        self._second: tuple[int, str] = (0, _second_text(0))  # the last second formatted, and its text
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
         if "timestamp" not in event_dict:
-            event_dict["timestamp"] = iso_timestamp(self._clock())
+            whole, micros = _split(self._clock())
+            second = self._second  # one read: another thread may replace it, never half of it
+            if second[0] != whole:
+                second = self._second = (whole, _second_text(whole))
+            event_dict["timestamp"] = f"{second[1]}.{micros:06d}Z"
         return event_dict
 
 

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["MemoryProbe", "no_reading", "resolve_probe"]
+__all__ = ["MemoryProbe", "memory_usage_bytes", "no_reading", "resolve_probe"]
 
 MemoryProbe = Callable[[], "int | None"]
 
@@ -17,6 +17,15 @@ MemoryProbe = Callable[[], "int | None"]
 def no_reading() -> int | None:
     """The probe where there is nothing to read: no accelerator, or torch never imported."""
     return None
+
+
+def memory_usage_bytes(device: Any = None) -> int | None:
+    """Bytes allocated on ``device`` (default: the accelerator in use), or ``None`` without one.
+
+    CUDA: ``torch.cuda.memory_allocated(device)``; MPS: ``torch.mps.current_allocated_memory()``.
+    Never imports torch: if it has not been imported, no accelerator is in use.
+    """
+    return resolve_probe(device)()
 
 
 def resolve_probe(device: Any = None) -> MemoryProbe:

@@ -9,7 +9,7 @@ from typing import Any
 
 from structlog.typing import EventDict, WrappedLogger
 
-from speedtronic.events import LEVEL_NUMBERS
+from speedtronic.levels import LEVEL_NUMBERS
 
 __all__ = ["WriteLines"]
 

@@ -35,7 +35,6 @@ from typing import Any
 
 from structlog.typing import EventDict, WrappedLogger
 
-from speedtronic.events import free_name
 from speedtronic.processors.convert import (
     MAX_DEPTH,
     Converted,
@@ -45,6 +44,7 @@ from speedtronic.processors.convert import (
     safe_str,
     to_python,
 )
+from speedtronic.record import free_name
 
 __all__ = ["REDACTED", "Redact", "is_secret_key", "redact_text"]
 

@@ -16,18 +16,11 @@ from typing import Any
 import orjson
 from structlog.typing import EventDict, WrappedLogger
 
-from speedtronic.events import LEVEL_NAMES
-from speedtronic.processors.convert import (
-    NOTE_KEY,
-    Truncated,
-    empty_note,
-    is_plain,
-    json_safe_record,
-    safe_str,
-    truncate,
-)
+from speedtronic.levels import LEVEL_NAMES
+from speedtronic.processors.convert import Truncated, is_plain, json_safe_record, safe_str, truncate
 from speedtronic.processors.enrich import iso_timestamp
 from speedtronic.processors.text import DEFAULT_FLOAT_DIGITS, ValueFormat, quote
+from speedtronic.record import NOTE_KEY, empty_note
 
 __all__ = ["DEFAULT_MAX_LINE_BYTES", "CapLine", "JSONLRenderer", "TextRenderer"]
 

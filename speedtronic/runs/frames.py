@@ -53,7 +53,7 @@ from types import ModuleType
 from typing import Any, Literal
 
 from speedtronic.extras import require
-from speedtronic.processors.convert import NOTE_KEY
+from speedtronic.record import NOTE_KEY, RECORD_PREFIX
 from speedtronic.runs.reader import (
     MAX_LINE_BYTES,
     RankChoice,
@@ -123,7 +123,7 @@ def read_frame(
 _Part = Any
 """Some of one event's records from one file: a pyarrow Table (the engine's), or a ``_Table``."""
 
-_PREFIX = b'{"event":"'
+_PREFIX = RECORD_PREFIX
 _CHUNK = 8 * 1024 * 1024  # below MAX_LINE_BYTES: only a line begun in an earlier chunk can be longer
 _BATCH = 32 * 1024 * 1024
 """How many bytes of one event's lines the engine parses at a time: memory stays bounded by it, not by

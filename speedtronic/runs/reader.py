@@ -44,7 +44,7 @@ from typing import Any, Literal, NamedTuple
 
 import orjson
 
-from speedtronic.processors.convert import NOTE_KEY, ORIGIN_OWN, note_contract, restore_non_finite
+from speedtronic.record import NOTE_KEY, ORIGIN_OWN, note_contract, rank_of_name, restore_non_finite
 
 __all__ = [
     "CHUNK_BYTES",
@@ -81,7 +81,6 @@ CHUNK_BYTES = 256 * 1024
 _NON_FINITE: dict[str, float] = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _NON_FINITE_HINTS = (b'"NaN"', b'Infinity"')
 _EXAMPLES = 5
-_RANK_NAME = re.compile(r"(?P<stem>.+)\.rank(?P<rank>\d+)\.jsonl")
 
 
 class RunError(Exception):
@@ -245,7 +244,8 @@ def rate_keys(payload: dict[str, Any]) -> list[str]:
 
 
 def run_files(path: str | os.PathLike[str]) -> list[Path]:
-    """The JSONL files of a run: the file itself, or a run directory's ``*.jsonl`` files.
+    """The JSONL files of a run: the file itself, or a run directory's ``*.jsonl`` files and its
+    ranks' files, whatever their suffix (``m.json`` and ``m.rank1.json``: ``speedtronic.record.rank_path``).
 
     Raises ``RunError`` naming the path for a path that does not exist, can't be listed, or is a
     directory without a JSONL file.
@@ -255,7 +255,14 @@ def run_files(path: str | os.PathLike[str]) -> list[Path]:
         if not path.is_dir():
             path.stat()  # the error to report when it is missing or unreachable
             return [path]
-        files = [entry for entry in path.iterdir() if entry.suffix == ".jsonl" and entry.is_file()]
+        entries = [entry for entry in path.iterdir() if entry.is_file()]
+        ranked = {entry.name: rank_of_name(entry.name) for entry in entries}
+        rank_zero = {named[0] for named in ranked.values() if named is not None}
+        files = [
+            entry
+            for entry in entries
+            if entry.suffix == ".jsonl" or entry.name in rank_zero or ranked[entry.name] is not None
+        ]
     except OSError as error:
         raise RunError(f"{path}: {error.strerror or error}") from None
     if not files:
@@ -269,15 +276,14 @@ def _file_order(path: Path) -> tuple[bool, list[Any]]:
 
 
 def file_rank(path: Path, files: list[Path] | None = None) -> int | None:
-    """The rank whose records ``path`` holds, by its name: ``r`` for ``<stem>.rank<r>.jsonl``; 0 for
-    ``<stem>.jsonl`` when ``files`` (its run's) holds a ``<stem>.rank<r>.jsonl``; else ``None``."""
-    named = _RANK_NAME.fullmatch(path.name)
+    """The rank whose records ``path`` holds, by its name: ``r`` for ``<stem>.rank<r><suffix>``; 0 for
+    ``<stem><suffix>`` when ``files`` (its run's) holds a ``<stem>.rank<r><suffix>``; else ``None``."""
+    named = rank_of_name(path.name)
     if named is not None:
-        return int(named["rank"])
-    stem = path.name.removesuffix(".jsonl")
+        return named[1]
     for other in files or ():
-        match = _RANK_NAME.fullmatch(other.name)
-        if match is not None and match["stem"] == stem and other.parent == path.parent:
+        match = rank_of_name(other.name)
+        if match is not None and match[0] == path.name and other.parent == path.parent:
             return 0
     return None
 

@@ -23,8 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from speedtronic.hooks import CallbackList, hook_type
-from speedtronic.processors import DispatchHooks
+from speedtronic.hooks import CallbackList, DispatchHooks, hook_type
 from speedtronic.runs.reader import RankChoice, Skipped, read_records
 
 __all__ = [
@@ -87,7 +86,7 @@ def replay_run(
     return result
 
 
-def _reraise(hook: object, error: Exception, event: str) -> None:
+def _reraise(hook: object, error: Exception, event: str | None) -> None:
     raise error
 
 

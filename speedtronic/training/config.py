@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from typing import Any, TypeAlias
 
-from speedtronic.events import LEVELS
+from speedtronic.levels import LEVELS
 
 __all__ = [
     "SCHEMA",

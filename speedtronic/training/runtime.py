@@ -28,13 +28,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from speedtronic.distributed import RankInfo, detect_rank, is_lead, rank_path
+from speedtronic.distributed import RankInfo, detect_rank, is_lead
 from speedtronic.errors import SpeedtronicWarning
-from speedtronic.events import ValidatePayloads
 from speedtronic.extras import require
 from speedtronic.hooks import as_callback, close_hook
 from speedtronic.hooks.registry import ENTRY_POINT_GROUP, hook_type, hook_types
+from speedtronic.processors.validate import ValidatePayloads
 from speedtronic.profiling import MetricLogger
+from speedtronic.record import rank_path
 from speedtronic.training import launch as _launch
 from speedtronic.training import rundir as _rundir
 from speedtronic.training.config import SCHEMA, ConfigError, default_values, validate

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from speedtronic.distributed import RankInfo, is_lead
-from speedtronic.events import ValidatePayloads, payload_problems
+from speedtronic.events import payload_problems
+from speedtronic.processors import ValidatePayloads
 from speedtronic.profiling import MetricLogger
 from tests.training.recording import RecordingHook
 

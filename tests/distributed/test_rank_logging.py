@@ -8,8 +8,9 @@ import sys
 import textwrap
 from pathlib import Path
 
-from speedtronic.distributed import RankInfo, detect_rank, rank_path
+from speedtronic.distributed import RankInfo, detect_rank
 from speedtronic.profiling import MetricLogger
+from speedtronic.record import rank_path
 from tests.conftest import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -109,7 +109,7 @@ WORKER = textwrap.dedent(
     """
     import json, os, sys, warnings
     import torch
-    from speedtronic.events import EventPayloadWarning
+    from speedtronic.errors import EventPayloadWarning
     from speedtronic.training.outer import checksum
     from speedtronic.runtime import build_runtime
 

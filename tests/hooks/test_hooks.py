@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 
-from speedtronic.hooks import CallbackList, HookList, TrainingHook, as_callback, on_event
-from speedtronic.processors import DispatchHooks
+from speedtronic.hooks import CallbackList, DispatchHooks, HookList, TrainingHook, as_callback, on_event
 from speedtronic.profiling import MetricLogger
 from tests.conftest import Journal
 

@@ -18,12 +18,11 @@ from speedtronic.processors.convert import (
     CYCLE,
     MAX_REPEATS,
     Truncated,
-    empty_note,
     json_safe_record,
-    restore_non_finite,
     to_python,
     truncate,
 )
+from speedtronic.record import empty_note, restore_non_finite
 from tests.reliability.conftest import python
 
 

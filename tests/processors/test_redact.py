@@ -361,7 +361,7 @@ class CountingDict(dict):  # type: ignore[type-arg]  # any keys, as a payload's
 class TestRenamingIsLinear:
     def test_names_colliding_on_one_base_cost_linear_checks(self) -> None:
         """10,000 names that all want "[REDACTED]" are renamed with O(n) lookups, not O(n**2)."""
-        from speedtronic.events import free_name
+        from speedtronic.record import free_name
 
         taken, counters = CountingDict(), {}
         CountingDict.checks = 0

@@ -16,6 +16,7 @@ from structlog.contextvars import bind_contextvars, clear_contextvars, merge_con
 from structlog.typing import Processor
 
 from speedtronic import HookFailureWarning
+from speedtronic.hooks import DispatchHooks, HookFailures
 from speedtronic.processors import (
     AddElapsed,
     AddMemory,
@@ -23,8 +24,6 @@ from speedtronic.processors import (
     CadenceFilter,
     CapLine,
     ConvertValues,
-    DispatchHooks,
-    HookFailures,
     JSONLRenderer,
     TextRenderer,
     WriteLines,

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from speedtronic.processors.convert import NOTE_KEY, NOTE_VERSION
 from speedtronic.profiling import MetricLogger
+from speedtronic.record import NOTE_KEY, NOTE_VERSION
 from tests.reliability.conftest import python, read_records
 
 

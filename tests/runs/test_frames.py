@@ -14,8 +14,8 @@ import pyarrow as pa
 import pyarrow.json as pa_json
 import pytest
 
-from speedtronic.processors.convert import restore_non_finite
 from speedtronic.profiling import MetricLogger
+from speedtronic.record import restore_non_finite
 from speedtronic.runs import RunError, read_records
 from speedtronic.runs.frames import read_frame, read_frames
 from tests.runs.conftest import same

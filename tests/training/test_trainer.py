@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 import torch
 
-from speedtronic.events import ValidatePayloads, payload_problems
+from speedtronic.events import payload_problems
+from speedtronic.processors import ValidatePayloads
 from speedtronic.profiling import MetricLogger
 from speedtronic.training.task import SuccessorTask, successor_model
 from speedtronic.training.trainer import FitResult, Trainer, latest_checkpoint

@@ -1,0 +1,215 @@
+"""``build_chain``: the one place a ``MetricLogger``'s chain is assembled, and the ``Chain`` it returns.
+
+A chain is structlog processors, in this order (``docs/processors.md`` describes each)::
+
+    cadence     CadenceFilter                    drops a train_step off the cadence
+    enrichment  ConvertValues, [Redact],         plain values, secrets hidden, elapsed_s,
+                AddElapsed, AddMemory,           memory_bytes, rank/world_size (several
+                [AddRank], AddTimestamp          processes), the record's one timestamp
+    extra       your processors                  see and change what every output gets
+    outputs     WriteLines(text), WriteLines(jsonl)  the text line, the JSONL record
+    dispatch    DispatchHooks                    the hooks; raises DropEvent (final stage)
+
+``Chain.processors`` is that list, for any stock structlog chain
+(``structlog.wrap_logger(structlog.ReturnLogger(), processors=chain.processors)``). ``MetricLogger``
+holds its ``Chain`` and reaches each part by name. It asks ``chain.cadence`` before it builds an event
+dict, then ``chain.run`` runs the rest, as structlog runs a chain: each stage called with
+``(logger, method_name, event_dict)`` in turn, until the last or a ``structlog.DropEvent``.
+``chain.run_own`` runs a record of the logger's own (``hook_error``, ``logging_error``, a gap note)
+through the same stages to the outputs it names, and to no hook.
+
+The chain is built once, after the files it writes to are open: its outputs hold the sinks' ``write``.
+Every option is checked here, by the stage it configures; an error names the caller and the argument.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import structlog
+from structlog.typing import EventDict, Processor
+
+from speedtronic.distributed import RankInfo
+from speedtronic.hooks.dispatch import DispatchHooks
+from speedtronic.processors import (
+    DEFAULT_MAX_LINE_BYTES,
+    AddElapsed,
+    AddMemory,
+    AddRank,
+    AddTimestamp,
+    CadenceFilter,
+    ConvertValues,
+    JSONLRenderer,
+    Redact,
+    TextRenderer,
+    WriteLines,
+)
+from speedtronic.processors.text import DEFAULT_FLOAT_DIGITS
+
+__all__ = ["Chain", "Stages", "build_chain", "build_processors", "prepare"]
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class Chain:
+    """A ``MetricLogger``'s stages by name; ``processors`` lists them in order."""
+
+    cadence: CadenceFilter
+    enrichment: tuple[Processor, ...]
+    """speedtronic's own stages after the cadence: conversion, redaction, enrichment, timestamp."""
+    extra: tuple[Processor, ...]
+    """The user's processors, after the enrichment and before the outputs."""
+    text: WriteLines | None
+    json: WriteLines | None
+    dispatch: DispatchHooks
+    _after_cadence: tuple[Processor, ...] = field(init=False, repr=False, compare=False)
+    _logger: Any = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        after = (*self.enrichment, *self.extra, *self.outputs, self.dispatch)
+        object.__setattr__(self, "_after_cadence", after)
+        object.__setattr__(self, "_logger", structlog.ReturnLogger())
+
+    @property
+    def outputs(self) -> tuple[WriteLines, ...]:
+        """The text line's output and the JSONL record's, those that are configured, in that order."""
+        return tuple(output for output in (self.text, self.json) if output is not None)
+
+    @property
+    def processors(self) -> list[Processor]:
+        """Every stage, in order: a list for any structlog chain."""
+        return [self.cadence, *self._after_cadence]
+
+    def run(self, method_name: str, event_dict: EventDict) -> None:
+        """Run an event that passed the cadence through every later stage, to the outputs and hooks."""
+        logger = self._logger
+        try:
+            for stage in self._after_cadence:
+                event_dict = stage(logger, method_name, event_dict)  # type: ignore[assignment]  # dicts until the last
+        except structlog.DropEvent:
+            return
+
+    def run_own(self, method_name: str, event_dict: EventDict, outputs: Sequence[WriteLines]) -> bool:
+        """Run a record of the logger's own through the stages to ``outputs`` only (never to a hook);
+        whether it reached them (``False``: a stage before them dropped it)."""
+        logger = self._logger
+        try:
+            stages: tuple[Processor, ...] = (*self.enrichment, *self.extra, *outputs)
+            for stage in stages:
+                event_dict = stage(logger, method_name, event_dict)  # type: ignore[assignment]  # dicts until the last
+        except structlog.DropEvent:
+            return False
+        return True
+
+
+@dataclass(frozen=True)
+class Stages:
+    """A chain's stages that write nothing, built and checked before any file is opened
+    (``prepare``); ``chain`` assembles them with the outputs' writers and the hooks."""
+
+    cadence: CadenceFilter
+    enrichment: tuple[Processor, ...]
+    extra: tuple[Processor, ...]
+    text_renderer: TextRenderer
+    json_renderer: JSONLRenderer
+    text_level: int
+
+    def chain(
+        self,
+        *,
+        text: Callable[[str], object] | None = None,
+        json: Callable[[bytes], object] | None = None,
+        hooks: Sequence[Any] = (),
+        on_hook_error: Callable[[object, Exception, str | None], None] | None = None,
+    ) -> Chain:
+        """The chain, writing to ``text`` and ``json`` (each left out when ``None``) and calling
+        ``hooks`` (a list read at each event; failures go to ``on_hook_error``)."""
+        return Chain(
+            cadence=self.cadence,
+            enrichment=self.enrichment,
+            extra=self.extra,
+            text=WriteLines(text, self.text_renderer, self.text_level) if text is not None else None,
+            json=WriteLines(json, self.json_renderer) if json is not None else None,
+            dispatch=DispatchHooks(hooks, on_error=on_hook_error),
+        )
+
+
+def prepare(
+    *,
+    every_steps: int = 1,
+    redact: bool | Iterable[str] = True,
+    device: Any = None,
+    rank: RankInfo | None = None,
+    clock: Callable[[], float] = time.time,
+    processors: Iterable[Processor] = (),
+    text_level: int = logging.INFO,
+    max_line_bytes: int | None = DEFAULT_MAX_LINE_BYTES,
+    float_digits: int | None = DEFAULT_FLOAT_DIGITS,
+    local_time: bool = False,
+    caller: str = "build_chain",
+) -> Stages:
+    """The stages for these options, each option checked by the stage it configures; an error names
+    ``caller`` and says what was expected. ``rank`` adds ``rank``/``world_size`` when the job has more
+    than one process."""
+    cadence = _checked(caller, lambda: CadenceFilter(every_steps))
+    enrichment: list[Processor] = [ConvertValues()]
+    if redact is not False:
+        enrichment.append(_checked(caller, lambda: Redact() if redact is True else Redact(redact)))
+    try:
+        enrichment += [AddElapsed(), AddMemory(device)]
+    except Exception as error:  # torch refused the device
+        raise ValueError(f"{caller}(device={device!r}): {type(error).__name__}: {error}") from None
+    if rank is not None and rank.distributed:
+        enrichment.append(AddRank(rank.rank, rank.world_size))
+    enrichment.append(AddTimestamp(clock))
+    extra = tuple(processors)
+    for processor in extra:
+        if not callable(processor):
+            raise TypeError(f"{caller}(processors=...): {processor!r} is not a structlog processor")
+    text_renderer = _checked(
+        caller,
+        lambda: TextRenderer(
+            clock, float_digits=float_digits, max_line_bytes=max_line_bytes, local_time=local_time
+        ),
+    )
+    json_renderer = _checked(
+        caller, lambda: JSONLRenderer(clock, as_bytes=True, max_line_bytes=max_line_bytes)
+    )
+    return Stages(cadence, tuple(enrichment), extra, text_renderer, json_renderer, text_level)
+
+
+def build_chain(
+    *,
+    text: Callable[[str], object] | None = None,
+    json: Callable[[bytes], object] | None = None,
+    hooks: Sequence[Any] = (),
+    on_hook_error: Callable[[object, Exception, str | None], None] | None = None,
+    **options: Any,
+) -> Chain:
+    """A ``MetricLogger``'s chain: ``prepare(**options).chain(text=, json=, hooks=, on_hook_error=)``.
+
+    ``text`` and ``json`` receive each rendered line (a ``str`` at or above ``text_level``, and
+    ``bytes``); either may be left out. ``hooks`` (a list read at each event) get every kept event.
+    """
+    return prepare(**options).chain(text=text, json=json, hooks=hooks, on_hook_error=on_hook_error)
+
+
+def build_processors(**options: Any) -> list[Processor]:
+    """``build_chain(**options).processors``: a ``MetricLogger``'s stages as a list, for your own
+    structlog chain (``structlog.wrap_logger(structlog.ReturnLogger(), processors=build_processors(
+    text=print))``)."""
+    options.setdefault("caller", "build_processors")
+    return build_chain(**options).processors
+
+
+def _checked(caller: str, build: Callable[[], _T]) -> _T:
+    """``build()``, its argument error prefixed with ``caller`` (the stage names the argument)."""
+    try:
+        return build()
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"{caller}: {error}") from None

@@ -1,0 +1,237 @@
+"""The JSONL record contract: what one line of a speedtronic run is, for its writer and every reader.
+
+A record is one strict-JSON object per line::
+
+    {"event": "train_step", <payload keys...>, "_speedtronic": {<note>}, "timestamp": "...Z"}
+
+- ``event`` comes first (``RECORD_PREFIX``: a reader may split a file by event from the raw bytes),
+  ``timestamp`` (RFC 3339 UTC, microseconds) last, the note just before it.
+- ``RESERVED_KEYS`` belong to the record. A payload key of one of those names is kept under
+  ``payload_<key>`` (``payload_key``), so a payload can never set the event's name, its time or its
+  note; ``event_fields`` is that renaming, the one way a payload becomes a record's fields.
+- The note (``NOTE_KEY``) has one fixed shape (``empty_note``), so schema-inferring readers (DuckDB,
+  polars, pyarrow) type it once: its contract version ``v``, its ``origin`` (``"user"``, or
+  ``"speedtronic"`` on the logger's own records: ``is_own_record``), and the keys whose values were
+  ``converted`` to text or ``truncated``, and the JSON Pointers of the non-finite numbers written as
+  ``null`` (``restore_non_finite`` puts them back).
+- In a job of several processes, rank ``r > 0`` writes ``<stem>.rank<r><suffix>`` beside rank 0's
+  file (``rank_path``); readers find those files by ``rank_of_name``, whatever the suffix.
+
+The writer (``speedtronic.processors.render.JSONLRenderer``, ``convert.json_safe_record``), the hooks'
+dispatch and every reader (``speedtronic.runs``) import these names, so the two sides can't drift.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Container, Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "NON_FINITE_KINDS",
+    "NOTE_KEY",
+    "NOTE_VERSION",
+    "ORIGIN_OWN",
+    "ORIGIN_USER",
+    "RECORD_PREFIX",
+    "RESERVED_KEYS",
+    "empty_note",
+    "event_fields",
+    "free_name",
+    "is_own_record",
+    "non_finite_kind",
+    "note_contract",
+    "own_note",
+    "payload_key",
+    "rank_of_name",
+    "rank_path",
+    "restore_non_finite",
+]
+
+NOTE_KEY = "_speedtronic"
+"""The field saying the record's contract and what was converted, truncated or non-finite."""
+
+NOTE_VERSION = 2
+"""The record contract a note's ``"v"`` names: every key always present, non-finite numbers ``null``
+and listed by kind, strings always the trainer's. Records without it are older (see ``note_contract``)."""
+
+ORIGIN_USER = "user"
+"""The note's ``"origin"`` on a record of an event the program emitted."""
+
+ORIGIN_OWN = "speedtronic"
+"""The note's ``"origin"`` on a record the logger wrote about itself (``hook_error``, ``logging_error``)."""
+
+RESERVED_KEYS: frozenset[str] = frozenset({"event", "timestamp", NOTE_KEY})
+"""Keys a record owns: the event's name, its timestamp and the note. A payload key of one of these
+names is kept under ``payload_<key>`` instead (``payload_key``)."""
+
+RECORD_PREFIX = b'{"event":"'
+"""How every record the writer produces begins: its event's name comes first."""
+
+NON_FINITE_KINDS = ("nan", "inf", "neg_inf")
+"""The note's ``non_finite`` lists, by kind of number."""
+
+_FLOAT_OF_KIND = {"nan": math.nan, "inf": math.inf, "neg_inf": -math.inf}
+_KIND_OF_TEXT = {"NaN": "nan", "Infinity": "inf", "-Infinity": "neg_inf"}
+_RANK_NAME = re.compile(r"(?P<stem>.+)\.rank(?P<rank>\d+)(?P<suffix>(?:\.[^.]*)?)")
+
+
+# -- the note -------------------------------------------------------------------------------------
+
+
+def empty_note(origin: str = ORIGIN_USER) -> dict[str, Any]:
+    """The note of a record with nothing to say, in the one shape every note has (a new dict)."""
+    return {
+        "v": NOTE_VERSION,
+        "origin": origin,
+        "converted": [],
+        "truncated": [],
+        "non_finite": {"nan": [], "inf": [], "neg_inf": []},
+    }
+
+
+def own_note() -> dict[str, Any]:
+    """What the logger puts under ``NOTE_KEY`` in a record of its own, before it is written."""
+    return {"origin": ORIGIN_OWN}
+
+
+def is_own_record(event_dict: Mapping[str, Any]) -> bool:
+    """Whether a record (an event dict, or a record read back) is one the logger wrote about itself:
+    its note says ``"origin": "speedtronic"``. A payload can't forge it: ``event_fields`` renames a
+    payload's ``_speedtronic`` key."""
+    note = event_dict.get(NOTE_KEY)
+    return isinstance(note, dict) and note.get("origin") == ORIGIN_OWN
+
+
+def note_contract(note: Any) -> int:
+    """Which record contract a record's ``NOTE_KEY`` value says it follows.
+
+    ``NOTE_VERSION`` (2) for a note with ``"v"``; 1 for the pointer-keyed note of the writer before it
+    (``{"non_finite": {"/loss": "NaN"}}``) and for one naming the record as the logger's own; 0 for
+    anything else, no note included: an older writer's record, or another writer's, whose
+    ``"NaN"``/``"Infinity"``/``"-Infinity"`` strings stood for the numbers.
+    """
+    if type(note) is not dict:
+        return 0
+    version = note.get("v")
+    if type(version) is int and version >= NOTE_VERSION:
+        return version
+    if isinstance(note.get("non_finite"), dict) or "origin" in note:
+        return 1
+    return 0
+
+
+def non_finite_kind(text: str) -> str:
+    """The note's list (``"nan"``, ``"inf"``, ``"neg_inf"``) for strict JSON's name of a number."""
+    return _KIND_OF_TEXT.get(text, "nan")
+
+
+def restore_non_finite(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` (as read from a JSONL line) with the non-finite numbers its note lists put back.
+
+    Each JSON Pointer in the note's ``non_finite`` lists (``"nan"``, ``"inf"``, ``"neg_inf"``; or, in
+    files of the writer before, its pointer-keyed map to ``"NaN"``/``"Infinity"``/``"-Infinity"``) that
+    leads to a ``null`` gets ``float("nan")``, ``float("inf")`` or ``float("-inf")`` again; the record
+    is changed in place and returned. Pointers that lead nowhere are ignored.
+    """
+    note = record.get(NOTE_KEY)
+    listed = note.get("non_finite") if isinstance(note, dict) else None
+    if not isinstance(listed, dict):
+        return record
+    if isinstance(note, dict) and "v" in note:
+        for kind in NON_FINITE_KINDS:
+            pointers = listed.get(kind)
+            for pointer in pointers if type(pointers) is list else ():
+                _put_back(record, pointer, _FLOAT_OF_KIND[kind])
+    else:
+        for pointer, text in listed.items():
+            kind = non_finite_kind(text) if type(text) is str else "nan"
+            _put_back(record, pointer, _FLOAT_OF_KIND[kind])
+    return record
+
+
+def _put_back(record: dict[str, Any], pointer: object, number: float) -> None:
+    if not isinstance(pointer, str) or not pointer.startswith("/"):
+        return
+    tokens = [t.replace("~1", "/").replace("~0", "~") for t in pointer[1:].split("/")]
+    container: Any = record
+    try:
+        for token in tokens[:-1]:
+            container = container[int(token)] if isinstance(container, list) else container[token]
+        last: Any = int(tokens[-1]) if isinstance(container, list) else tokens[-1]
+        if container[last] is None:
+            container[last] = number
+    except (KeyError, IndexError, ValueError, TypeError):
+        return
+
+
+# -- keys -----------------------------------------------------------------------------------------
+
+
+def free_name(taken: Container[Any], name: str, counters: dict[str, int] | None = None) -> str:
+    """``name``, or ``name#2``, ``name#3``... : the first not in ``taken``. The one rule every renamed
+    key follows (reserved payload keys, keys that collide once made strings, credential keys).
+
+    ``counters`` (one dict per mapping being renamed) remembers the last suffix given for each name,
+    so renaming ``n`` keys that all collide on one name costs ``O(n)``, not ``O(n**2)``."""
+    if name not in taken:
+        return name
+    n = counters.get(name, 1) if counters is not None else 1
+    candidate = name
+    while candidate in taken:
+        n += 1
+        candidate = f"{name}#{n}"
+    if counters is not None:
+        counters[name] = n
+    return candidate
+
+
+def payload_key(key: str, taken: Container[Any], counters: dict[str, int] | None = None) -> str:
+    """The name a payload key is kept under: itself, or ``payload_<key>`` for a reserved key
+    (``payload_<key>#2``, ``#3``... if the payload has that name too)."""
+    return free_name(taken, f"payload_{key}", counters) if key in RESERVED_KEYS else key
+
+
+def event_fields(payload: Mapping[Any, Any], key_text: Any = str) -> dict[str, Any]:
+    """A payload as a record's fields: a new dict, read once through ``payload.items()``.
+
+    String keys stay as they are, others become their text (``key_text``, the writer's; ``1`` and
+    ``"1"`` become ``"1#2"`` and ``"1"``), and reserved ones are renamed (``timestamp`` becomes
+    ``payload_timestamp``). What the payload's ``keys()`` or ``__iter__`` say plays no part, so no
+    mapping can hide a key from the renaming.
+    """
+    fields = dict(payload.items()) if type(payload) is not dict else payload.copy()
+    if RESERVED_KEYS.isdisjoint(fields) and all(type(key) is str for key in fields):
+        return fields
+    taken: dict[str, None] = dict.fromkeys(key for key in fields if type(key) is str)
+    out: dict[str, Any] = {}
+    counters: dict[str, int] = {}
+    for key, value in fields.items():
+        name = key if type(key) is str else free_name(taken, key_text(key), counters)
+        if name in RESERVED_KEYS:
+            name = payload_key(name, taken, counters)
+        taken[name] = None
+        out[name] = value
+    return out
+
+
+# -- files ----------------------------------------------------------------------------------------
+
+
+def rank_path(path: str | os.PathLike[str], rank: int) -> Path:
+    """The file of ``rank``'s records: rank 0 keeps ``path``; rank 2 of ``m.jsonl`` writes
+    ``m.rank2.jsonl``, of ``m.json`` ``m.rank2.json``, of ``m`` ``m.rank2`` (the suffix is kept)."""
+    path = Path(path)
+    return path if rank == 0 else path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
+
+
+def rank_of_name(name: str) -> tuple[str, int] | None:
+    """For a file named by ``rank_path`` for a rank above 0: rank 0's file name and the rank
+    (``"m.rank2.json"`` gives ``("m.json", 2)``); ``None`` for any other name."""
+    match = _RANK_NAME.fullmatch(name)
+    if match is None:
+        return None
+    return match["stem"] + match["suffix"], int(match["rank"])
