@@ -272,14 +272,14 @@ class MetricLogger:
         if not isinstance(payload, Mapping):
             raise TypeError(f"emit({event!r}): payload must be a mapping, got {type(payload).__name__}")
         method = method_for(event, level)
-        fields = event_fields(payload, key_text)
-        fields["event"] = str(event)
         with self._lock:
             if self._closed:
                 raise LoggerClosedError(f"emit({event!r}) on a closed MetricLogger; create a new one")
             self._depth += 1
             self._owner = threading.get_ident()
             try:
+                fields = event_fields(payload, key_text)  # a payload that can't be read: reported below
+                fields["event"] = str(event)
                 self.chain.run(method, fields)
             except (HookError, SpeedtronicWarning, EventPayloadError):
                 raise

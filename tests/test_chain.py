@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import structlog
@@ -324,7 +324,7 @@ class TestOriginComesFromTheLibrary:
         from collections.abc import Iterator, Mapping
 
         class Sly(Mapping[str, Any]):
-            data = {"step": 1, "_speedtronic": {"origin": "speedtronic"}}
+            data: ClassVar[dict[str, Any]] = {"step": 1, "_speedtronic": {"origin": "speedtronic"}}
 
             def __getitem__(self, key: str) -> Any:
                 return self.data[key]

@@ -18,7 +18,8 @@ from typing import Any
 
 from speedtronic.commands._runs import add_rank_argument, rank_choice, report_skipped
 from speedtronic.commands.cli import CommandError
-from speedtronic.hooks import as_callback, close_hook, hook_type
+from speedtronic.hooks import HookConfigError, close_hook, hook_type
+from speedtronic.hooks.registry import hook_argument_problem
 from speedtronic.runs import RunError, run_files
 from speedtronic.runs.replay import ReplayRefused, replay_hook, replay_run
 
@@ -135,8 +136,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _check(name: str, options: dict[str, Any]) -> None:
     """A ``CommandError`` for an option the hook type does not take, before any target is created."""
-    from speedtronic.training.runtime import hook_argument_problem
-
     problem = hook_argument_problem(hook_type(name), options)
     if problem is not None:
         raise CommandError(f"replay: {name} hook: {problem}")
@@ -152,14 +151,6 @@ def _create(name: str, options: dict[str, Any], *, append: bool) -> Any:
     """The hook, checked as ``MetricLogger.hooks`` checks one; a ``CommandError`` naming the type when
     its constructor fails (wrong options) or it can't be called as ``(event, payload)``."""
     try:
-        hook = replay_hook(name, options, append=append)
-    except (ReplayRefused, LookupError, ModuleNotFoundError):
-        raise
-    except Exception as error:
-        raise CommandError(f"replay: {name} hook can't be created: {type(error).__name__}: {error}") from None
-    try:
-        as_callback(hook)
-    except TypeError as error:
-        close_hook(hook)
+        return replay_hook(name, options, append=append)
+    except HookConfigError as error:
         raise CommandError(f"replay: {error}") from None
-    return hook

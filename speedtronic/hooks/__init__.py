@@ -26,7 +26,7 @@ from speedtronic.hooks.dispatch import (
     hook_name,
     target_of,
 )
-from speedtronic.hooks.registry import ENTRY_POINT_GROUP, hook_type, hook_types
+from speedtronic.hooks.registry import ENTRY_POINT_GROUP, HookConfigError, build_hook, hook_type, hook_types
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -34,12 +34,14 @@ __all__ = [
     "CallbackList",
     "DispatchHooks",
     "Hook",
+    "HookConfigError",
     "HookFailures",
     "HookList",
     "TrainingHook",
     "as_call",
     "as_callback",
     "background",
+    "build_hook",
     "close_hook",
     "hook_name",
     "hook_type",

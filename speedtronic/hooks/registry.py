@@ -9,16 +9,31 @@ its ``pyproject.toml``) exactly as a third-party package registers its own::
 so a config's ``{type: myhook}`` and ``speedtronic replay RUN --hook myhook`` accept any installed hook
 type. A name speedtronic registers can't be taken over by another package. Nothing is imported until
 a type is asked for (``hook_type``): listing the types imports no SDK.
+
+``build_hook`` is the one way a hook is made from configuration (a config's ``logging.hooks`` entry,
+``speedtronic replay --hook``, a torchtune YAML): the type looked up, its options checked against the
+factory's signature before anything is created, the hook created and checked as ``MetricLogger.hooks``
+checks one. Each caller adds where the entry came from to the ``HookConfigError``.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["ENTRY_POINT_GROUP", "hook_type", "hook_types"]
+from speedtronic.hooks.dispatch import as_callback, close_hook
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "HookConfigError",
+    "build_hook",
+    "hook_argument_problem",
+    "hook_type",
+    "hook_types",
+]
 
 ENTRY_POINT_GROUP = "speedtronic.hooks"
 """The entry-point group hook types are registered in: ``name = "package.module:factory"``."""
@@ -69,6 +84,62 @@ def hook_type(name: str) -> Callable[..., Any]:
     if not callable(found):
         raise LookupError(f"hook type {name!r} ({target}) is not callable")
     return found  # type: ignore[no-any-return]  # checked callable just above
+
+
+class HookConfigError(ValueError):
+    """A hook entry that can't be built: its options don't fit the type, its factory failed, or what
+    it made is no hook. The message says which, naming the type."""
+
+
+def build_hook(type_name: str, options: Mapping[str, Any] | None = None) -> Any:
+    """A hook of the registered type ``type_name`` made with ``options`` as keyword arguments.
+
+    Raises ``LookupError`` for an unknown type (``hook_type``), ``ModuleNotFoundError`` naming the
+    extra for a type whose SDK is missing, and ``HookConfigError`` for options the factory doesn't
+    take (checked before anything is created), a factory that fails, or a result that can't be called
+    as ``(event, payload)`` (closed again).
+    """
+    factory = hook_type(type_name)
+    options = dict(options or {})
+    problem = hook_argument_problem(factory, options)
+    if problem is not None:
+        raise HookConfigError(f"{type_name} hook: {problem}")
+    try:
+        hook = factory(**options)
+    except ModuleNotFoundError:
+        raise
+    except Exception as error:
+        raise HookConfigError(
+            f"{type_name} hook can't be created: {type(error).__name__}: {error}"
+        ) from error
+    try:
+        as_callback(hook)
+    except TypeError as error:
+        close_hook(hook)
+        raise HookConfigError(str(error)) from None
+    return hook
+
+
+def hook_argument_problem(factory: Callable[..., Any], kwargs: Mapping[str, Any]) -> str | None:
+    """What is wrong with calling a hook's ``factory`` with ``kwargs``, in words, naming the
+    arguments it accepts (``"unknown argument 'bogus'; it accepts log_dir, flush_secs"``), or ``None``
+    when they fit (or the factory has no signature to check)."""
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # a builtin or C factory: its own error says it
+        return None
+    parameters = signature.parameters.values()
+    accepted = [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters)
+    unknown = [name for name in kwargs if name not in accepted and not takes_any]
+    try:
+        signature.bind(**kwargs)
+    except TypeError as error:
+        problem = str(error)
+        if unknown:
+            problem = f"unknown argument{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}"
+        return f"{problem}; it accepts {', '.join(accepted) or 'no arguments'}"
+    return None
 
 
 def _normalized(name: str) -> str:

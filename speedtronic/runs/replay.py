@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from speedtronic.hooks import CallbackList, DispatchHooks, hook_type
+from speedtronic.hooks import CallbackList, DispatchHooks, build_hook, hook_type
 from speedtronic.runs.reader import RankChoice, Skipped, read_records
 
 __all__ = [
@@ -94,17 +94,18 @@ def replay_hook(type_name: str, options: Mapping[str, Any] | None = None, *, app
     """A hook of a registered type (``speedtronic.hooks.hook_types()``: speedtronic's own and any
     installed package's), constructed with ``options`` as keyword arguments, to replay into.
 
-    A ``tensorboard`` hook's ``log_dir`` is checked first, as ``tensorboard_hook`` describes. Raises
-    ``LookupError`` for a type that isn't registered (naming the known ones), ``ReplayRefused`` for a
-    TensorBoard directory that would mix runs, and whatever the hook's constructor raises.
+    Made as a config's hook entry is (``speedtronic.hooks.build_hook``). A ``tensorboard`` hook's
+    ``log_dir`` is checked first, as ``tensorboard_hook`` describes. Raises ``LookupError`` for a type
+    that isn't registered (naming the known ones), ``ReplayRefused`` for a TensorBoard directory that
+    would mix runs, and ``HookConfigError`` for options the type doesn't take or a hook that can't be
+    made.
     """
-    factory = hook_type(type_name)
     options = dict(options or {})
     if type_name == "tensorboard":
-        log_dir = options.get("log_dir", _default(factory, "log_dir"))
+        log_dir = options.get("log_dir", _default(hook_type(type_name), "log_dir"))
         if log_dir is not None:
             _refuse_mixing(Path(str(log_dir)), append)
-    return factory(**options)
+    return build_hook(type_name, options)
 
 
 def tensorboard_events(log_dir: str | os.PathLike[str]) -> list[Path]:

@@ -31,8 +31,15 @@ from typing import TYPE_CHECKING, Any
 from speedtronic.distributed import RankInfo, detect_rank, is_lead
 from speedtronic.errors import SpeedtronicWarning
 from speedtronic.extras import require
-from speedtronic.hooks import as_callback, close_hook
-from speedtronic.hooks.registry import ENTRY_POINT_GROUP, hook_type, hook_types
+from speedtronic.hooks import close_hook
+from speedtronic.hooks.registry import (
+    ENTRY_POINT_GROUP,
+    HookConfigError,
+    build_hook,
+    hook_argument_problem,
+    hook_type,
+    hook_types,
+)
 from speedtronic.processors.validate import ValidatePayloads
 from speedtronic.profiling import MetricLogger
 from speedtronic.record import rank_path
@@ -288,52 +295,10 @@ def _logging_file_error(logging: Mapping[str, Any], error: OSError) -> ConfigErr
 
 
 def _build_hook(index: int, spec: Mapping[str, Any]) -> Any:
-    kwargs = {key: value for key, value in spec.items() if key != "type"}
-    key = f"logging.hooks[{index}]"
-    factory = resolve_hook_type(spec["type"])
-    _check_arguments(factory, spec["type"], kwargs, key)
     try:
-        hook = factory(**kwargs)
-    except Exception as error:
-        raise ConfigError(
-            "config", key, f"{spec['type']} hook can't be created: {type(error).__name__}: {error}"
-        ) from error
-    try:
-        as_callback(hook)
-    except TypeError as error:
-        close_hook(hook)
-        raise ConfigError("config", key, str(error)) from None
-    return hook
-
-
-def _check_arguments(factory: Callable[..., Any], name: str, kwargs: Mapping[str, Any], key: str) -> None:
-    problem = hook_argument_problem(factory, kwargs)
-    if problem is not None:
-        raise ConfigError("config", key, f"{name} hook: {problem}")
-
-
-def hook_argument_problem(factory: Callable[..., Any], kwargs: Mapping[str, Any]) -> str | None:
-    """What is wrong with calling a hook's ``factory`` with ``kwargs``, in words, naming the
-    arguments it accepts (``"unknown argument 'bogus'; it accepts log_dir, flush_secs"``), or ``None``
-    when they fit (or the factory has no signature to check)."""
-    import inspect
-
-    try:
-        signature = inspect.signature(factory)
-    except (TypeError, ValueError):  # a builtin or C factory: its own error says it
-        return None
-    parameters = signature.parameters.values()
-    accepted = [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-    takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters)
-    unknown = [name for name in kwargs if name not in accepted and not takes_any]
-    try:
-        signature.bind(**kwargs)
-    except TypeError as error:
-        problem = str(error)
-        if unknown:
-            problem = f"unknown argument{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}"
-        return f"{problem}; it accepts {', '.join(accepted) or 'no arguments'}"
-    return None
+        return build_hook(spec["type"], {key: value for key, value in spec.items() if key != "type"})
+    except HookConfigError as error:
+        raise ConfigError("config", f"logging.hooks[{index}]", str(error)) from error.__cause__
 
 
 # -- runtime -------------------------------------------------------------------------------------

@@ -52,8 +52,9 @@ class TestWarningsFiltered:
         done = run(
             "import io, warnings; warnings.filterwarnings('ignore')\n"
             "from speedtronic.profiling import MetricLogger\n"
-            "logger = MetricLogger(json_file='/dev/full', lead_rank=None, stream=io.StringIO())\n"
-            "logger._text = None\n"
+            "from speedtronic.distributed import RankInfo\n"
+            "rank = RankInfo(rank=0, world_size=2)  # not the lead rank: no text log, only the JSONL\n"
+            "logger = MetricLogger(json_file='/dev/full', rank=rank, lead_rank=1, stream=io.StringIO())\n"
             "for step in range(100):\n"
             "    logger.emit('checkpoint', {'step': step})\n"
             "logger.close()\n"
