@@ -34,6 +34,8 @@ from speedtronic.events import ValidatePayloads
 from speedtronic.extras import require
 from speedtronic.hooks import as_callback, close_hook
 from speedtronic.hooks.registry import ENTRY_POINT_GROUP, hook_type, hook_types
+from speedtronic.processors.convert import safe_str
+from speedtronic.processors.redact import redact_text
 from speedtronic.profiling import MetricLogger
 from speedtronic.training import launch as _launch
 from speedtronic.training import rundir as _rundir
@@ -294,9 +296,11 @@ def _build_hook(index: int, spec: Mapping[str, Any]) -> Any:
     try:
         hook = factory(**kwargs)
     except Exception as error:
+        text = safe_str(error)
+        shown = redact_text(text)  # an SDK may echo the key it refuses
         raise ConfigError(
-            "config", key, f"{spec['type']} hook can't be created: {type(error).__name__}: {error}"
-        ) from error
+            "config", key, f"{spec['type']} hook can't be created: {type(error).__name__}: {shown}"
+        ) from (error if shown is text else None)  # a chained error would print the secret again
     try:
         as_callback(hook)
     except TypeError as error:
