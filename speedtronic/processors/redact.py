@@ -21,7 +21,8 @@ Two rules, each on by default:
   ``github_pat_``), AWS (``AKIA...``), Hugging Face (``hf_...``), Slack, Google and GitLab keys, JWTs,
   PEM private keys; the password of a URL (``postgres://user:[REDACTED]@host/db``: everything between
   the user's ``:`` and the last ``@`` before the next space, so a raw ``/``, ``?`` or ``@`` in the
-  password and an ``@`` in the user name are covered; a ``:`` followed by digits and ``/`` is a port);
+  password (up to 256 characters with a ``/``, ``?`` or ``#``: each URL start looks that far) and an
+  ``@`` in the user name are covered; a ``:`` followed by digits and ``/`` is a port);
   and the value of a secret key written in text (``password=[REDACTED]``, ``password: [REDACTED]``,
   ``?token=[REDACTED]&``, ``'api_key': '[REDACTED]'``, ``"secret": "[REDACTED]"``,
   ``Authorization: Token [REDACTED]``): a quoted value up to its closing quote, an unquoted one up to
@@ -133,7 +134,7 @@ def is_secret_key(key: str) -> bool:
 
 _CREDENTIALS = re.compile(
     r"""
-      (?P<url>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#:"<>]*:)(?!\d*(?:[/?#"<>]|\s|$))[^\s"<>]+(?=@)
+      (?P<url>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#:"<>]*:)(?!\d*(?:[/?#"<>]|\s|$))(?:[^\s"<>]{1,256}|[^\s/?#"<>]+)(?=@)
     | (?P<bearer>\b(?:[Bb]earer|BEARER)\s+)(?=[A-Za-z]*[0-9._~+/=-])[A-Za-z0-9._~+/-]{8,}=*
     | (?P<basic>\b(?:[Bb]asic|BASIC)\s+)(?P<basic_value>[A-Za-z0-9+/]{4,}={0,2})
     | -----BEGIN[A-Z ]*PRIVATE\ KEY-----.*?(?:-----END[A-Z ]*PRIVATE\ KEY-----|\Z)

@@ -203,6 +203,24 @@ class TestValues:
         key is secret by the word rule has its value replaced; other keys' values are kept."""
         assert redact_text(text) == expected
 
+    def test_a_long_url_password(self) -> None:
+        """A URL password of any length is hidden; one with a raw ``/`` up to 256 characters."""
+        assert redact_text("redis://u:" + "p" * 3000 + "@h/0") == "redis://u:[REDACTED]@h/0"
+        assert redact_text("redis://u:" + "p/" * 128 + "@h/0") == "redis://u:[REDACTED]@h/0"
+
+    def test_many_url_starts_without_an_at_finish(self) -> None:
+        """800,000 characters of ``a://b:c/`` (each a URL start, no ``@``) take linear time (20 s bound,
+        where looking for the last ``@`` from each start took minutes)."""
+        result = python(
+            """
+            from speedtronic.processors import redact_text
+            text = "a://b:c/" * 100_000
+            print(redact_text(text) is text)
+            """,
+            timeout=20,
+        )
+        assert result.stdout.strip() == "True", result.stderr
+
     def test_under_any_key_and_at_any_depth(self) -> None:
         """Credential-looking values are replaced under innocent keys and inside containers."""
         out = redact({"note": f"used {CANARY}", "cfg": {"urls": [f"postgres://u:{CANARY}@h/db"]}})
