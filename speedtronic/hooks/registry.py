@@ -25,6 +25,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from speedtronic.hooks.dispatch import as_callback, close_hook
+from speedtronic.processors.convert import safe_str
+from speedtronic.processors.redact import redact_text
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -109,9 +111,11 @@ def build_hook(type_name: str, options: Mapping[str, Any] | None = None) -> Any:
     except ModuleNotFoundError:
         raise
     except Exception as error:
+        text = safe_str(error)
+        shown = redact_text(text)  # an SDK may echo the key it refuses
         raise HookConfigError(
-            f"{type_name} hook can't be created: {type(error).__name__}: {error}"
-        ) from error
+            f"{type_name} hook can't be created: {type(error).__name__}: {shown}"
+        ) from (error if shown is text else None)  # a chained error would print the secret again
     try:
         as_callback(hook)
     except TypeError as error:

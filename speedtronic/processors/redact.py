@@ -9,13 +9,24 @@ Two rules, each on by default:
   ``key`` after a kind of key (``api_key``, ``privateKey``, ``access-key``, ``ssh_key``,
   ``signing_key``); ``token`` as the last word or before ``value`` (``hf_token``, ``token_value``),
   and ``tokens`` after a kind of credential (``api_tokens``); ``pass`` after what it unlocks
-  (``db_pass``). Counts and rates of text tokens stay visible: ``tokens``, ``num_tokens``,
-  ``tokens_per_s``, ``max_tokens``, ``pad_token``, ``token_ids``, and so do ``passes``, ``pass@1``,
-  ``forward_pass``, ``author``. Your own ``fnmatch`` patterns add to this rule.
+  (``db_pass``). Words glued without a separator count too: a word holding ``password``, ``passwd``,
+  ``passphrase`` or ``apikey`` anywhere is secret (``PGPASSWORD``, ``userpassword``,
+  ``REDISPASSWORD``), and a word ending in ``secret``, ``token``, ``privatekey``, ``accesskey`` or
+  ``secretkey`` is judged as two words (``clientsecret``, ``hftoken``). Counts and rates of text
+  tokens stay visible: ``tokens``, ``num_tokens``, ``tokens_per_s``, ``max_tokens``, ``maxtokens``,
+  ``pad_token``, ``token_ids``, ``tokenizer``, and so do ``passes``, ``pass@1``, ``forward_pass``,
+  ``bypass``, ``author``, ``secretary``. Your own ``fnmatch`` patterns add to this rule.
 - **Values.** Text that looks like a well-known credential is replaced under any key (``redact_text``):
   ``Bearer``/``Basic`` authorization values, OpenAI/Anthropic (``sk-...``), Stripe, GitHub (``ghp_``,
   ``github_pat_``), AWS (``AKIA...``), Hugging Face (``hf_...``), Slack, Google and GitLab keys, JWTs,
-  PEM private keys, and the password of a URL (``postgres://user:[REDACTED]@host/db``).
+  PEM private keys; the password of a URL (``postgres://user:[REDACTED]@host/db``: everything between
+  the user's ``:`` and the last ``@`` before the next space, so a raw ``/``, ``?`` or ``@`` in the
+  password (up to 256 characters with a ``/``, ``?`` or ``#``: each URL start looks that far) and an
+  ``@`` in the user name are covered; a ``:`` followed by digits and ``/`` is a port);
+  and the value of a secret key written in text (``password=[REDACTED]``, ``password: [REDACTED]``,
+  ``?token=[REDACTED]&``, ``'api_key': '[REDACTED]'``, ``"secret": "[REDACTED]"``,
+  ``Authorization: Token [REDACTED]``): a quoted value up to its closing quote, an unquoted one up to
+  a space, quote, ``&``, ``,`` or ``;``.
 """
 
 from __future__ import annotations
@@ -79,9 +90,33 @@ _PASS_KINDS = frozenset({
 })  # fmt: skip
 
 
+_GLUED_SECRETS = ("password", "passwd", "passphrase", "apikey")
+"""Words secret wherever they stand inside a key's word: ``PGPASSWORD``, ``userpassword``."""
+
+_GLUED_END = re.compile(r"([a-z]+?)(secrets?|tokens?|privatekey|accesskey|secretkey)")
+"""A word ending in a credential word, split in two and judged as two words: ``clientsecret`` is
+``client secret``, ``hftoken`` is ``hf token`` (secret), ``maxtokens`` is ``max tokens`` (a count)."""
+
+
+def _words(key: str) -> list[str] | None:
+    """A key's lowercased words, glued ones split; ``None`` when a word holds a secret word."""
+    words: list[str] = []
+    for word in _WORDS.findall(key):
+        if word.isdigit():
+            continue
+        word = word.lower()
+        if any(secret in word for secret in _GLUED_SECRETS):
+            return None
+        glued = _GLUED_END.fullmatch(word)
+        words += glued.groups() if glued is not None else (word,)
+    return words
+
+
 def is_secret_key(key: str) -> bool:
     """Whether a key's words name a credential (the rule in this module's docstring)."""
-    words = [word.lower() for word in _WORDS.findall(key) if not word.isdigit()]
+    words = _words(key)
+    if words is None:
+        return True
     for i, word in enumerate(words):
         before = words[i - 1] if i else ""
         after = words[i + 1] if i + 1 < len(words) else ""
@@ -99,7 +134,7 @@ def is_secret_key(key: str) -> bool:
 
 _CREDENTIALS = re.compile(
     r"""
-      (?P<url>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*:)(?P<url_password>[^\s/?#]+)(?=@)
+      (?P<url>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#:"<>]*:)(?!\d*(?:[/?#"<>]|\s|$))(?:[^\s"<>]{1,256}|[^\s/?#"<>]+)(?=@)
     | (?P<bearer>\b(?:[Bb]earer|BEARER)\s+)(?=[A-Za-z]*[0-9._~+/=-])[A-Za-z0-9._~+/-]{8,}=*
     | (?P<basic>\b(?:[Bb]asic|BASIC)\s+)(?P<basic_value>[A-Za-z0-9+/]{4,}={0,2})
     | -----BEGIN[A-Z ]*PRIVATE\ KEY-----.*?(?:-----END[A-Z ]*PRIVATE\ KEY-----|\Z)
@@ -134,19 +169,63 @@ def _credential(match: re.Match[str], replacement: str) -> str:
     return replacement
 
 
+_KEY_STEMS = ("pass", "pw", "secret", "cred", "auth", "bearer", "jwt", "cookie", "session", "key", "token",
+              "csrf", "xsrf")  # fmt: skip
+"""A part of every word ``is_secret_key`` can find: text without one holds no secret key."""
+
+_KEY_VALUE = re.compile(
+    r"""
+    (?<![A-Za-z0-9_.-])  # a whole key, not the end of a longer one
+    (?=[A-Za-z0-9_.-]*?(?i:"""
+    + "|".join(_KEY_STEMS)
+    + r"""))
+    (?=(?P<key>[A-Za-z0-9_.-]+))(?P=key)  # all of it, never backtracking (an atomic group)
+    (?P<head>
+        \\?["']?[ \t]*[=:][ \t]*(?:\\?(?:(?P<dq>")|(?P<sq>')))?
+        (?:(?:[Bb]earer|BEARER|[Bb]asic|BASIC|[Tt]oken|TOKEN|[Dd]igest|Bot)[ \t]+)?
+    )
+    (?(dq)(?:[^"\\\n]|\\.)+|(?(sq)(?:[^'\\\n]|\\.)+|[^\s"'\\&,;]+))
+    """,
+    re.VERBOSE,
+)
+"""``key=value``, ``key: value``, ``"key": "value"``: the value is hidden when the key is secret
+(``is_secret_key``). Only keys holding a part of a secret word are looked at."""
+
+
+def _key_value(match: re.Match[str], replacement: str) -> str:
+    if not is_secret_key(match["key"]):
+        return match.group()
+    return match["key"] + match["head"] + replacement
+
+
 def redact_text(text: str, replacement: str = REDACTED) -> str:
     """``text`` with every credential-looking part replaced (``Bearer [REDACTED]``,
-    ``postgres://u:[REDACTED]@h/db``); for free text such as an exception's message or traceback.
-    Returns ``text`` itself when nothing is replaced."""
-    if len(text) < 7:  # shorter than the shortest match, "a://:p@"
+    ``postgres://u:[REDACTED]@h/db``, ``password=[REDACTED]``); for free text such as an exception's
+    message or traceback. Returns ``text`` itself when nothing is replaced."""
+    if len(text) < 4:  # shorter than the shortest match, "pw=x"
         return text
-    if _CREDENTIALS.search(text) is None:
-        return text
-    return _CREDENTIALS.sub(lambda match: _credential(match, replacement), text)
+    new = text
+    if _CREDENTIALS.search(new) is not None:
+        new = _CREDENTIALS.sub(lambda match: _credential(match, replacement), new)
+    if _may_hold_key_value(new):
+        new = _KEY_VALUE.sub(lambda match: _key_value(match, replacement), new)
+    return text if new == text else new
+
+
+def _may_hold_key_value(text: str) -> bool:
+    """Whether ``text`` has a separator and a part of a secret word: the cheap test before the regex."""
+    if "=" not in text and ":" not in text:
+        return False
+    lowered = text.lower()
+    for stem in _KEY_STEMS:  # noqa: SIM110  # a loop: 2.5x faster than any() on short text (0.9 us)
+        if stem in lowered:
+            return True
+    return False
 
 
 _DEFAULT_STR: Any = object.__str__  # a class with it prints its repr()
 _NUMBERS = (int, float, type(None))  # bool is an int
+_PLAIN_NUMBERS = frozenset({int, float, bool, type(None)})
 _CONTAINERS = (Mapping, list, tuple, set, frozenset, deque, UserList, MappingView)
 
 
@@ -162,15 +241,19 @@ class Redact:
     What it opens: mappings; lists, tuples (a named tuple's field names are keys; a pair such as
     ``("Authorization", "Bearer ...")``, tuple or two-item list, whose first item is a secret key hides
     its second: ``to_python`` makes header tuples lists), sets,
-    ``deque``, ``UserList`` and dict views; dataclasses with their generated ``repr`` and namespaces
-    (an ``args`` or config object); numpy arrays of objects or text (converted with ``to_python``).
+    ``deque``, ``UserList`` and dict views; config objects with a generated ``repr`` (dataclasses,
+    pydantic 2 models, attrs classes: attrs 25.4 or later tells a generated ``repr`` apart) and
+    namespaces (an ``args`` object); numpy arrays of objects or text (converted with ``to_python``).
     Anything else is judged by its text (``str()`` and ``repr()``): if that holds a credential, the
-    object is replaced by its redacted text.
+    object is replaced by its redacted text. A value that can't be looked at (an attribute lookup
+    raises: a ``LocalProxy`` outside its context, a lazy object failing to load) is replaced by its
+    text, redacted (``"<unprintable ...>"`` when even that fails), so the record is still written.
 
     The caller's objects are never changed and never revealed more than the unredacted output would:
     a container holding a secret is copied as a plain ``dict``, ``list`` or ``tuple`` (a named tuple
-    keeps its type), a dataclass as a ``dict`` of the fields its ``repr`` shows (``field(repr=False)``
-    fields are left out); one holding none is passed on as the same object. Each container is walked
+    keeps its type), a config object as a ``dict`` of the fields its ``repr`` shows (``repr=False``
+    fields are left out, an attrs field's ``repr=`` function is applied); one holding none is passed
+    on as the same object. Each container is walked
     once per event: a shared one is redacted once, one that contains itself becomes ``"<cycle>"``, and
     nesting deeper than ``MAX_DEPTH`` is cut, so a secret can't hide below what this looks at.
 
@@ -223,7 +306,7 @@ class Redact:
                 event_dict[key] = self._replacement
             elif type(value) is str:
                 event_dict[key] = self._text(value)
-            elif not isinstance(value, _NUMBERS):
+            elif type(value) not in _PLAIN_NUMBERS:
                 seen = seen or _Seen()
                 event_dict[key] = self._scrub(value, 1, seen)
             renamed = renamed or name is not key
@@ -247,7 +330,17 @@ class Redact:
         return self._judge(key)[1] if type(key) is str else key
 
     def _scrub(self, value: Any, depth: int, seen: _Seen) -> Any:
-        """``value`` with its secrets replaced: the same object when it holds none."""
+        """``value`` with its secrets replaced: the same object when it holds none.
+
+        A value that can't be looked at (an attribute lookup raises: a ``LocalProxy`` outside its
+        context, a lazy object that fails to load) becomes its text, redacted, so the record is kept.
+        """
+        try:
+            return self._scrub_value(value, depth, seen)
+        except Exception:
+            return Converted(self._text(safe_str(value)))
+
+    def _scrub_value(self, value: Any, depth: int, seen: _Seen) -> Any:
         if isinstance(value, _NUMBERS):
             return value
         if isinstance(value, str):
@@ -348,15 +441,61 @@ def _free_key(taken: Mapping[Any, Any], key: Any, counters: dict[str, int]) -> A
 
 
 def _shown_fields(value: Any) -> dict[str, Any] | None:
-    """The fields a dataclass instance's generated ``repr`` shows, or a namespace's; else ``None``."""
+    """The fields the generated ``repr`` of a dataclass, a pydantic model or an attrs instance shows,
+    or a namespace's attributes; else ``None``. A class with a text of its own is not opened: it is
+    judged by that text, like any other object."""
     if isinstance(value, types.SimpleNamespace | argparse.Namespace):
         return dict(vars(value))
-    if not dataclasses.is_dataclass(value) or isinstance(value, type):
+    if isinstance(value, type):
         return None
-    params = getattr(value, "__dataclass_params__", None)
-    if params is None or not params.repr or type(value).__str__ is not _DEFAULT_STR:
-        return None  # a repr of its own: judged by its text, like any other object
-    return {f.name: getattr(value, f.name, None) for f in dataclasses.fields(value) if f.repr}
+    if dataclasses.is_dataclass(value):
+        params = getattr(value, "__dataclass_params__", None)
+        if params is None or not params.repr or type(value).__str__ is not _DEFAULT_STR:
+            return None
+        return {f.name: getattr(value, f.name, None) for f in dataclasses.fields(value) if f.repr}
+    shown = _pydantic_fields(value)
+    return shown if shown is not None else _attrs_fields(value)
+
+
+def _pydantic_fields(value: Any) -> dict[str, Any] | None:
+    """A pydantic 2 model's fields as its ``repr`` shows them: declared fields without ``repr=False``,
+    extra fields, computed fields with ``repr=True``."""
+    base = getattr(sys.modules.get("pydantic.main"), "BaseModel", None)
+    if base is None or not isinstance(value, base):
+        return None
+    kind = type(value)
+    declared = getattr(kind, "model_fields", None)  # pydantic 1 has none: judged by its text
+    if declared is None or kind.__repr__ is not base.__repr__ or kind.__str__ is not base.__str__:
+        return None
+    shown = {name: getattr(value, name) for name, field in declared.items() if field.repr}
+    shown.update(value.model_extra or {})
+    computed = kind.model_computed_fields
+    shown.update({name: getattr(value, name) for name, field in computed.items() if field.repr})
+    return shown
+
+
+def _attrs_fields(value: Any) -> dict[str, Any] | None:
+    """An attrs instance's fields as its generated ``repr`` shows them: without ``repr=False``, and
+    through a field's own ``repr=`` function. Needs attrs 25.4 (``attrs.inspect``) to tell a generated
+    ``repr`` from a hand-written one; with an older attrs the instance is judged by its text."""
+    attr = sys.modules.get("attr")
+    if attr is None or not attr.has(type(value)):
+        return None
+    import attrs  # installed with attr; the namespace holding ``inspect`` (``@attr.s`` code needn't load it)
+
+    inspect = getattr(attrs, "inspect", None)
+    if inspect is None:
+        return None
+    props = inspect(type(value))
+    if not props.added_repr or not (props.added_str or type(value).__str__ is _DEFAULT_STR):
+        return None
+    shown: dict[str, Any] = {}
+    for field in attr.fields(type(value)):
+        if field.repr is True:
+            shown[field.name] = getattr(value, field.name)
+        elif field.repr:  # a function giving the field's text
+            shown[field.name] = Converted(str(field.repr(getattr(value, field.name))))
+    return shown
 
 
 def _is_text_array(value: Any) -> bool:

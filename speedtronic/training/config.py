@@ -14,6 +14,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from typing import Any, TypeAlias
 
 from speedtronic.levels import LEVELS
+from speedtronic.processors.redact import redact_text
 
 __all__ = [
     "SCHEMA",
@@ -285,6 +286,6 @@ def _validate_item(item: Any, required: Mapping[str, Value], source: str, name: 
 def _shown(value: Any) -> str:
     if value is None:
         return "null"
-    text = repr(value)
+    text = redact_text(repr(value))  # a wrong value may hold a key: {type: wandb, api_key: ...}
     text = text if len(text) <= 60 else text[:57] + "..."
     return f"{text} ({type(value).__name__})" if not isinstance(value, (dict, list)) else text

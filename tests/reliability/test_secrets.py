@@ -10,6 +10,8 @@ import types
 from pathlib import Path
 from typing import Any
 
+import attrs
+import pydantic
 import pytest
 
 from speedtronic.profiling import MetricLogger
@@ -35,6 +37,17 @@ class Config:
 
 
 Creds = collections.namedtuple("Creds", "user api_key")
+
+
+class Tracker(pydantic.BaseModel):
+    project: str
+    api_key: str
+
+
+@attrs.define
+class Store:
+    host: str
+    PGPASSWORD: str
 
 
 class Headers(collections.UserList[Any]):
@@ -68,6 +81,9 @@ def keyed_shapes(secret: str) -> dict[str, Any]:
         "items": {"db_pass": secret, "step": 1}.items(),
         "objects": np.array([{"signing_key": secret}, 2], dtype=object),
         "credentials": {"user": "me", "pw": secret},
+        "tracker": Tracker(project="p", api_key=secret),
+        "store": [Store("h", PGPASSWORD=secret)],
+        "env": {"userpassword": secret, "REDISPASSWORD": secret},
         "tokens_per_s": 1234.5,
         "num_tokens": 99,
     }
@@ -115,6 +131,8 @@ class TestCanary:
         ((_, payload),) = seen
         assert payload["config"] == {"lr": 0.1, "wandb_api_key": "[REDACTED]"}
         assert payload["db"] == {"host": "h", "password": "[REDACTED]"}  # the repr=False url left out
+        assert payload["tracker"] == {"project": "p", "api_key": "[REDACTED]"}
+        assert payload["store"] == [{"host": "h", "PGPASSWORD": "[REDACTED]"}]
         assert (payload["tokens_per_s"], payload["num_tokens"]) == (1234.5, 99)  # metrics, not secrets
 
     def test_credential_values_under_any_key(self, tmp_path: Path) -> None:
@@ -156,4 +174,5 @@ class TestCanary:
             logger.emit("x", payload)
         assert payload["nested"]["Password"] == CANARY
         assert payload["config"].wandb_api_key == CANARY
+        assert payload["tracker"].api_key == CANARY
         assert payload["headers"][1] == ("api_key", CANARY)
