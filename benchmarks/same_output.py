@@ -41,7 +41,7 @@ events = [
     ("checkpoint", {"step": 3, "path": "/tmp/x y.pt", "bytes": b"\x00\xff", "set": {3}, "big": 2**70}),
     ("shape_warning", {"layer": "fc\n| ERROR | fake", "size": 17, "caf\u00e9": "\u2028"}),
     ("eval", {"step": 3, "loss": 0.5, "nested": {"a": [1, {"b": float("nan")}]}, Color.RED: "enum key"}),
-    ("boom", {"x": "y" * 40000}),
+    ("boom", {"x": "y" * 40000, "elapsed_s": 1.5}),  # its own elapsed_s: the cut depends on the line
     ("train_end", {"status": "completed", "password": "hunter2", "url": "postgres://u:pw@h/db"}),
     ("custom", OrderedDict(b=1, a=2)),
 ]

@@ -269,7 +269,7 @@ class MetricLogger:
         """
         if not self._cadence.admits(event, payload):
             return False
-        if not isinstance(payload, Mapping):
+        if type(payload) is not dict and not isinstance(payload, Mapping):
             raise TypeError(f"emit({event!r}): payload must be a mapping, got {type(payload).__name__}")
         method = method_for(event, level)
         with self._lock:

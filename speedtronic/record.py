@@ -76,6 +76,7 @@ NON_FINITE_KINDS = ("nan", "inf", "neg_inf")
 
 _FLOAT_OF_KIND = {"nan": math.nan, "inf": math.inf, "neg_inf": -math.inf}
 _KIND_OF_TEXT = {"NaN": "nan", "Infinity": "inf", "-Infinity": "neg_inf"}
+_STR = {str}
 _RANK_NAME = re.compile(r"(?P<stem>.+)\.rank(?P<rank>\d+)(?P<suffix>(?:\.[^.]*)?)")
 
 
@@ -204,7 +205,7 @@ def event_fields(payload: Mapping[Any, Any], key_text: Any = str) -> dict[str, A
     mapping can hide a key from the renaming.
     """
     fields = dict(payload.items()) if type(payload) is not dict else payload.copy()
-    if RESERVED_KEYS.isdisjoint(fields) and all(type(key) is str for key in fields):
+    if RESERVED_KEYS.isdisjoint(fields) and set(map(type, fields)) <= _STR:  # str keys only, none reserved
         return fields
     taken: dict[str, None] = dict.fromkeys(key for key in fields if type(key) is str)
     out: dict[str, Any] = {}

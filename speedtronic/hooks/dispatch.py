@@ -36,7 +36,7 @@ __all__ = [
     "as_callback",
     "close_hook",
     "hook_name",
-    "is_own_record",
+    "takes_level",
     "target_of",
 ]
 
@@ -89,12 +89,7 @@ def as_call(hook: object) -> Call:
     callable declares a parameter named ``level`` that can be passed by keyword, and left out otherwise.
     Checked like ``as_callback``."""
     target = as_callback(hook)
-    try:
-        parameters = inspect.signature(target, follow_wrapped=False).parameters
-    except (TypeError, ValueError):
-        parameters = MappingProxyType({})
-    level = parameters.get("level")
-    if level is not None and level.kind in _BY_KEYWORD:
+    if takes_level(target):
 
         def with_level(event: str, payload: dict[str, Any], level: str) -> None:
             target(event, payload, level=level)  # type: ignore[call-arg]  # it declares level
@@ -105,6 +100,16 @@ def as_call(hook: object) -> Call:
         target(event, payload)
 
     return without_level
+
+
+def takes_level(target: Callable[..., Any]) -> bool:
+    """Whether a hook's callable declares a parameter ``level`` that can be passed by keyword."""
+    try:
+        parameters = inspect.signature(target, follow_wrapped=False).parameters
+    except (TypeError, ValueError):
+        parameters = MappingProxyType({})
+    level = parameters.get("level")
+    return level is not None and level.kind in _BY_KEYWORD
 
 
 _BY_KEYWORD = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
@@ -236,7 +241,7 @@ class DispatchHooks:
         consume: bool = True,
     ) -> None:
         self._hooks = hooks if isinstance(hooks, list) else list(hooks)
-        self._calls: dict[int, tuple[object, Call]] = {}
+        self._calls: dict[int, tuple[object, Callable[..., Any], bool]] = {}
         for hook in self._hooks:
             self._call_of(hook)
         failures = HookFailures()
@@ -261,20 +266,25 @@ class DispatchHooks:
                     break
                 payload = dict(event_dict)  # each hook its own copy, without the event's name
                 payload.pop("event", None)
+                _, target, with_level = self._call_of(hook)
                 try:
-                    self._call_of(hook)(event, payload, method_name)
+                    if with_level:
+                        target(event, payload, level=method_name)
+                    else:
+                        target(event, payload)
                 except Exception as error:
                     self._on_error(hook, error, event)
         if self._consume:
             raise structlog.DropEvent
         return event_dict
 
-    def _call_of(self, hook: object) -> Call:
+    def _call_of(self, hook: object) -> tuple[object, Callable[..., Any], bool]:
+        """The hook, its callable, and whether that takes ``level``: decided once per hook."""
         known = self._calls.get(id(hook))
         if known is not None and known[0] is hook:
-            return known[1]
+            return known
         if len(self._calls) > 4 * len(self._hooks) + 64:  # hooks replaced many times: forget the old
             self._calls.clear()
-        call = as_call(hook)
-        self._calls[id(hook)] = (hook, call)
-        return call
+        target = as_callback(hook)
+        known = self._calls[id(hook)] = (hook, target, takes_level(target))
+        return known

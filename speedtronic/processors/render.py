@@ -84,10 +84,11 @@ class TextRenderer:
 
     def _time(self, event_dict: EventDict) -> str:
         stamp = event_dict.get("timestamp")
-        if isinstance(stamp, int | float) and not isinstance(stamp, bool):  # TimeStamper(fmt=None)
-            stamp = iso_timestamp(stamp)
-        elif not (isinstance(stamp, str) and len(stamp) >= 19 and stamp[10] in "T "):
-            stamp = iso_timestamp(self._clock())
+        if type(stamp) is not str or len(stamp) < 19 or stamp[10] not in "T ":  # not an ISO stamp
+            if isinstance(stamp, int | float) and not isinstance(stamp, bool):  # TimeStamper(fmt=None)
+                stamp = iso_timestamp(stamp)
+            elif not (isinstance(stamp, str) and len(stamp) >= 19 and stamp[10] in "T "):
+                stamp = iso_timestamp(self._clock())
         if self._local:  # the stamp is UTC: shown in the machine's zone, with its offset
             moment = datetime.fromisoformat(stamp[:19]).replace(tzinfo=timezone.utc)
             return moment.astimezone().isoformat(sep=" ", timespec="seconds")
@@ -229,7 +230,7 @@ class CapLine:
         return line
 
     def _excess(self, line: str | bytes) -> int:
-        if isinstance(line, str) and not line.isascii():  # an ASCII line's length is its size
+        if not line.isascii() and isinstance(line, str):  # an ASCII line's length is its size
             line = line.encode("utf-8", "surrogatepass")
         return len(line) - self._limit
 

@@ -102,8 +102,9 @@ class ValueFormat:
                 continue
             prefix = prefixes.get(key) if type(key) is str else None
             plain = by_type.get(type(value))
-            parts.append(prefix or self._prefix(key))
-            parts.append(plain(value) if plain is not None else self._other(value))
+            parts.append(
+                (prefix or self._prefix(key)) + (plain(value) if plain is not None else self._other(value))
+            )
         return "".join(parts)
 
     def _prefix(self, key: object) -> str:
