@@ -202,7 +202,9 @@ def event_fields(payload: Mapping[Any, Any], key_text: Any = str) -> dict[str, A
     String keys stay as they are, others become their text (``key_text``, the writer's; ``1`` and
     ``"1"`` become ``"1#2"`` and ``"1"``), and reserved ones are renamed (``timestamp`` becomes
     ``payload_timestamp``). What the payload's ``keys()`` or ``__iter__`` say plays no part, so no
-    mapping can hide a key from the renaming.
+    mapping can hide a key from the renaming. When a key was not a string, the fields carry the start
+    of the record's note, ``{"converted": [its new names]}``: the writer lists them there, as it lists
+    keys converted one level down.
     """
     fields = dict(payload.items()) if type(payload) is not dict else payload.copy()
     if RESERVED_KEYS.isdisjoint(fields) and set(map(type, fields)) <= _STR:  # str keys only, none reserved
@@ -210,12 +212,17 @@ def event_fields(payload: Mapping[Any, Any], key_text: Any = str) -> dict[str, A
     taken: dict[str, None] = dict.fromkeys(key for key in fields if type(key) is str)
     out: dict[str, Any] = {}
     counters: dict[str, int] = {}
+    converted: list[str] = []
     for key, value in fields.items():
         name = key if type(key) is str else free_name(taken, key_text(key), counters)
         if name in RESERVED_KEYS:
             name = payload_key(name, taken, counters)
+        if type(key) is not str:
+            converted.append(name)
         taken[name] = None
         out[name] = value
+    if converted:
+        out[NOTE_KEY] = {"converted": converted}
     return out
 
 

@@ -25,7 +25,7 @@ from structlog.typing import EventDict, WrappedLogger
 
 from speedtronic.errors import HookError, HookFailureWarning, reported, warn_at_caller
 from speedtronic.processors.convert import safe_str
-from speedtronic.record import is_own_record
+from speedtronic.record import NOTE_KEY, is_own_record
 
 __all__ = [
     "Call",
@@ -266,6 +266,7 @@ class DispatchHooks:
                     break
                 payload = dict(event_dict)  # each hook its own copy, without the event's name
                 payload.pop("event", None)
+                payload.pop(NOTE_KEY, None)  # nor the start of the record's note (``event_fields``)
                 _, target, with_level = self._call_of(hook)
                 try:
                     if with_level:

@@ -49,6 +49,7 @@ __all__ = [
     "to_python",
     "truncate",
     "unique_key",
+    "value_text",
 ]
 
 MAX_DEPTH = 32
@@ -76,6 +77,16 @@ def safe_str(value: object) -> str:
         return str(value)
     except Exception:
         return f"<unprintable {type(value).__qualname__}>"
+
+
+def value_text(value: object) -> str:
+    """The text a value JSON can't hold is written as: an exception as ``ZeroDivisionError: division by
+    zero`` (the last line of its traceback: its type is part of what it says), anything else its
+    ``str()`` (``safe_str``)."""
+    if isinstance(value, BaseException):
+        text = safe_str(value)
+        return f"{type(value).__name__}: {text}" if text else type(value).__name__
+    return safe_str(value)
 
 
 class Converted(str):
@@ -494,7 +505,7 @@ def _safe(value: Any, depth: int, marks: _Marks, pointer: str) -> Any:
             return _DEEP
         return _safe_container(value, depth, marks, pointer)
     marks.converted = True
-    return _clean_text(safe_str(value), marks)
+    return _clean_text(value_text(value), marks)
 
 
 def _safe_container(value: Any, depth: int, marks: _Marks, pointer: str) -> Any:

@@ -143,6 +143,8 @@ class JSONLRenderer:
         try:
             data = orjson.dumps(record, option=_ORJSON_OPTIONS)
         except TypeError:  # a lone surrogate or a type orjson refuses: json_safe_record converts it
+            if record.get(NOTE_KEY) is _EMPTY_NOTE:  # the serialised note: json_safe_record writes its own
+                del record[NOTE_KEY]
             data = orjson.dumps(
                 json_safe_record(record, always_note=True), default=safe_str, option=_ORJSON_OPTIONS
             )

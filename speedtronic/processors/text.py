@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Container, Mapping
 from typing import Any
 
-from speedtronic.processors.convert import int_text, safe_str
+from speedtronic.processors.convert import int_text, safe_str, value_text
 
 __all__ = [
     "DEFAULT_FLOAT_DIGITS",
@@ -133,7 +133,7 @@ class ValueFormat:
             return self.float(float.__float__(value))
         if isinstance(value, int) and not isinstance(value, bool):
             return int_text(int.__int__(value))
-        return quote(safe_str(value))
+        return quote(value_text(value))
 
 
 def _float_repr(value: float) -> str:
