@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import io
 import math
+import os
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -248,6 +252,29 @@ class TestWhichRun:
         hook.close()
         assert client.get_run(hook.run_id).info.status == "RUNNING"
         client.set_terminated(hook.run_id)
+
+
+    def test_a_hook_never_closed_ends_its_run_at_exit_as_failed(
+        self, store: str, client: MlflowClient, tmp_path: Path
+    ) -> None:
+        """A hook used without a logger and never closed: its run is ended at exit, FAILED (training
+        started and never ended), not left RUNNING."""
+        record = tmp_path / "run_id.txt"
+        script = textwrap.dedent(
+            f"""
+            import pathlib
+            from speedtronic.integrations import MlflowHook
+            hook = MlflowHook(tracking_uri={store!r})
+            pathlib.Path({str(record)!r}).write_text(hook.run_id)
+            hook.on_event("train_start", {{"target_step": 10}})
+            hook.on_event("train_step", {{"step": 1, "loss": 1.5}})
+            """
+        )
+        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                                env=os.environ.copy(), cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        run = client.get_run(record.read_text())
+        assert (run.info.status, run.data.metrics["train_step/loss"]) == ("FAILED", 1.5)
 
 
 class TestBadInput:
