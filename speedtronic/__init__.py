@@ -5,6 +5,7 @@ Importing speedtronic never imports torch, wandb or tensorboard.
 
 from __future__ import annotations
 
+from speedtronic._version import __version__
 from speedtronic.errors import (
     HookError,
     HookFailureWarning,
@@ -28,5 +29,3 @@ __all__ = [
     "memory_usage_bytes",
     "on_event",
 ]
-
-__version__ = "0.2.0"

@@ -17,10 +17,11 @@ ROOT = Path(__file__).resolve().parents[1]
     "module", ["speedtronic", "speedtronic.profiling", "speedtronic.hooks", "speedtronic.processors"]
 )
 def test_import_is_light(module: str) -> None:
-    """Importing speedtronic imports neither torch, wandb nor tensorboard."""
+    """Importing speedtronic imports none of torch, wandb, tensorboard, numpy, mlflow, opentelemetry."""
     code = (
         f"import sys, {module}\n"
-        "heavy = sorted(m for m in ('torch', 'wandb', 'tensorboard', 'numpy') if m in sys.modules)\n"
+        "heavy = sorted(m for m in ('torch', 'wandb', 'tensorboard', 'numpy', 'mlflow', 'opentelemetry')\n"
+        "               if m in sys.modules)\n"
         "assert not heavy, heavy\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -61,7 +61,7 @@ class CommandError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from speedtronic import __version__
+    from speedtronic._version import __version__
 
     parser = argparse.ArgumentParser(
         prog="speedtronic",

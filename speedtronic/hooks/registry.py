@@ -1,7 +1,8 @@
 """Hook types by name: the ``speedtronic.hooks`` entry-point group, read in one place.
 
-speedtronic registers its own hooks there (``tensorboard``, ``wandb``, ``structlog``, ``progress``, in
-its ``pyproject.toml``) exactly as a third-party package registers its own::
+speedtronic registers its own hooks there (``tensorboard``, ``wandb``, ``mlflow``, ``otel``,
+``structlog``, ``progress``, in its ``pyproject.toml``) exactly as a third-party package registers
+its own::
 
     [project.entry-points."speedtronic.hooks"]
     myhook = "mypackage.hooks:MyHook"

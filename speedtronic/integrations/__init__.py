@@ -1,8 +1,9 @@
 """Hooks that send speedtronic's events to the tools a team already runs.
 
-Importing this package never imports wandb or tensorboard: each hook imports its SDK when it is
-constructed, and a missing one raises ``ModuleNotFoundError`` naming the extra to install
-(``pip install 'speedtronic[wandb]'``, ``'speedtronic[tensorboard]'``).
+Importing this package never imports wandb, tensorboard, mlflow or opentelemetry: each hook imports
+its SDK when it is constructed, and a missing one raises ``ModuleNotFoundError`` naming the extra to
+install (``pip install 'speedtronic[wandb]'``, ``'speedtronic[tensorboard]'``, ``'speedtronic[mlflow]'``,
+``'speedtronic[otel]'``).
 """
 
 from __future__ import annotations
@@ -10,5 +11,7 @@ from __future__ import annotations
 from speedtronic.integrations._structlog import StructlogHook
 from speedtronic.integrations._tensorboard import TensorboardHook, TensorboardWarning
 from speedtronic.integrations._wandb import WandbHook
+from speedtronic.integrations.mlflow import MlflowHook
+from speedtronic.integrations.otel import OtelHook
 
-__all__ = ["StructlogHook", "TensorboardHook", "TensorboardWarning", "WandbHook"]
+__all__ = ["MlflowHook", "OtelHook", "StructlogHook", "TensorboardHook", "TensorboardWarning", "WandbHook"]

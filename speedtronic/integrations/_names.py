@@ -1,8 +1,13 @@
-"""The metric names the tracker hooks write: ``<event>/<key>``, one rule for W&B and TensorBoard."""
+"""The metric names the tracker hooks write, ``<event>/<key>`` (one rule for W&B, TensorBoard and
+MLflow), and the step they write them at."""
 
 from __future__ import annotations
 
-__all__ = ["metric_name", "section"]
+from typing import Any
+
+from speedtronic.processors.convert import to_python
+
+__all__ = ["metric_name", "section", "step_of"]
 
 
 def section(event: str) -> str:
@@ -18,3 +23,9 @@ def metric_name(event: str, key: str) -> str:
     ``eval%2Fval/loss``.
     """
     return f"{section(event)}/{key}"
+
+
+def step_of(value: Any) -> int | None:
+    """An event's training step: an int (a 0-d tensor's value included), else ``None``."""
+    value = to_python(value)
+    return value if type(value) is int else None

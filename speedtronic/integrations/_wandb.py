@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from speedtronic.extras import require
-from speedtronic.integrations._names import metric_name
+from speedtronic.integrations._names import metric_name, step_of
 from speedtronic.lifecycle import close_loggers_first_at_exit
 from speedtronic.processors.convert import to_python, unique_key
 
@@ -26,12 +26,6 @@ class _Run(Protocol):
     def log(self, data: dict[str, Any]) -> None: ...
     def define_metric(self, name: str, step_metric: str | None = None) -> Any: ...
     def finish(self, exit_code: int | None = None) -> None: ...
-
-
-def _step_of(value: Any) -> int | None:
-    """An event's training step: an int (a 0-d tensor's value included), else ``None``."""
-    value = to_python(value)
-    return value if type(value) is int else None
 
 
 class WandbHook:
@@ -98,7 +92,7 @@ class WandbHook:
         """Log one row: ``step`` and the payload's values as ``<event>/<key>`` (tensors as numbers)."""
         if self._closed:
             raise RuntimeError(f"WandbHook.on_event({event!r}) after close(); the run is finished")
-        step = _step_of(payload[STEP]) if STEP in payload else None
+        step = step_of(payload[STEP]) if STEP in payload else None
         keys: dict[str, Any] = {}
         for key, value in payload.items():
             if (key == STEP and step is not None) or key == "timestamp":  # W&B keeps its own _timestamp

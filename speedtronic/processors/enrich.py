@@ -8,6 +8,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from structlog.typing import EventDict, WrappedLogger
@@ -15,7 +16,7 @@ from structlog.typing import EventDict, WrappedLogger
 from speedtronic.errors import LoggingFailureWarning, warn_at_caller
 from speedtronic.processors.memory import MemoryProbe, no_reading, resolve_probe
 
-__all__ = ["AddElapsed", "AddMemory", "AddRank", "AddTimestamp", "iso_timestamp"]
+__all__ = ["AddElapsed", "AddMemory", "AddRank", "AddTimestamp", "iso_timestamp", "timestamp_ns"]
 
 
 def iso_timestamp(seconds: float) -> str:
@@ -34,6 +35,26 @@ def _split(seconds: float) -> tuple[int, int]:
 
 def _second_text(whole: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole))
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def timestamp_ns(stamp: object) -> int | None:
+    """A record's ``timestamp`` read back as nanoseconds since the epoch: an RFC 3339 string
+    (``iso_timestamp``'s, exact to the microsecond; one without an offset is UTC) or a finite number of
+    seconds (structlog's ``TimeStamper(fmt=None)``); ``None`` for anything else."""
+    if isinstance(stamp, int | float) and not isinstance(stamp, bool):
+        return int(stamp * 1_000_000_000) if math.isfinite(stamp) else None
+    if not isinstance(stamp, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(stamp[:-1] + "+00:00" if stamp.endswith(("Z", "z")) else stamp)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return (moment - _EPOCH) // timedelta(microseconds=1) * 1000
 
 
 class AddTimestamp:

@@ -41,12 +41,17 @@ def python(code: str) -> subprocess.CompletedProcess[str]:
         )  # fmt: skip
 
 
+SDKS = {"torch", "wandb", "tensorboard", "mlflow", "opentelemetry"}
+
+
 def test_importing_speedtronic_imports_no_sdk() -> None:
-    """speedtronic, its integrations, testing and pytest plugin import without torch, wandb, tensorboard."""
+    """speedtronic, its integrations (the MLflow and OpenTelemetry modules too), testing and pytest plugin
+    import without torch, wandb, tensorboard, mlflow or opentelemetry."""
     result = python(
         "import sys, speedtronic, speedtronic.integrations, speedtronic.testing, speedtronic.pytest_plugin\n"
-        "from speedtronic.integrations import StructlogHook, TensorboardHook, WandbHook\n"
-        "print(sorted({m.partition('.')[0] for m in sys.modules} & {'torch', 'wandb', 'tensorboard'}))"
+        "import speedtronic.profiling, speedtronic.integrations.mlflow, speedtronic.integrations.otel\n"
+        "from speedtronic.integrations import MlflowHook, OtelHook, StructlogHook, TensorboardHook\n"
+        f"print(sorted({{m.partition('.')[0] for m in sys.modules}} & {SDKS!r}))"
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
@@ -57,13 +62,15 @@ def test_importing_speedtronic_imports_no_sdk() -> None:
     [
         ("WandbHook(project='p')", "wandb", "pip install 'speedtronic[wandb]'"),
         ("TensorboardHook('tb')", "tensorboard", "pip install 'speedtronic[tensorboard]'"),
+        ("MlflowHook()", "mlflow", "MlflowHook requires mlflow: pip install 'speedtronic[mlflow]'"),
+        ("OtelHook()", "opentelemetry", "requires opentelemetry-api: pip install 'speedtronic[otel]'"),
     ],
 )
 def test_a_missing_sdk_names_the_extra_to_install(construct: str, blocked: str, hint: str) -> None:
     """Constructing a hook without its SDK raises ModuleNotFoundError with the install command."""
     result = python(
         BLOCK + f"sys.meta_path.insert(0, Uninstalled({blocked!r}))\n"
-        "from speedtronic.integrations import TensorboardHook, WandbHook\n"
+        "from speedtronic.integrations import MlflowHook, OtelHook, TensorboardHook, WandbHook\n"
         "try:\n"
         f"    {construct}\n"
         "except ModuleNotFoundError as error:\n"

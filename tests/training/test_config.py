@@ -248,8 +248,8 @@ class TestConfigErrors:
         with pytest.raises(ConfigError) as caught:
             load_config({"logging": {"hooks": [{"type": "wandbb"}]}})
         assert str(caught.value) == (
-            "config: logging.hooks[0].type: unknown hook type 'wandbb'; known types: progress, recorder, "
-            "structlog, tensorboard, wandb, or 'package.module:factory'"
+            "config: logging.hooks[0].type: unknown hook type 'wandbb'; known types: mlflow, otel, progress, "
+            "recorder, structlog, tensorboard, wandb, or 'package.module:factory'"
         )
 
     def test_a_factory_that_cant_be_imported_is_named(self) -> None:
@@ -299,7 +299,7 @@ class TestHookTypes:
         """The built-in types are registered in speedtronic's metadata, the group third parties use."""
         own = importlib.metadata.distribution("speedtronic").entry_points.select(group=ENTRY_POINT_GROUP)
         registered = {entry_point.name: entry_point.value for entry_point in own}
-        assert set(registered) == {"progress", "structlog", "tensorboard", "wandb"}
+        assert set(registered) == {"mlflow", "otel", "progress", "structlog", "tensorboard", "wandb"}
         assert {name: hook_types()[name] for name in registered} == registered
 
     def test_config_and_the_registry_resolve_the_same_factory(self) -> None:
@@ -311,7 +311,8 @@ class TestHookTypes:
 
     def test_an_unknown_name_lists_the_known_ones(self, plugin: str) -> None:
         """hook_type's LookupError names the type and every registered one."""
-        with pytest.raises(LookupError, match=r"^unknown hook type 'nope'; known types: progress, recorder"):
+        known = r"^unknown hook type 'nope'; known types: mlflow, otel, progress, recorder"
+        with pytest.raises(LookupError, match=known):
             hook_type("nope")
 
     def test_a_registered_type_that_cant_be_imported_is_a_config_error(

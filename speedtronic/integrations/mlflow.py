@@ -1,0 +1,219 @@
+"""``MlflowHook``: every number of every event as an MLflow metric ``<event>/<key>`` at its step, and
+the run's config as the MLflow run's params."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from speedtronic.extras import require
+from speedtronic.integrations._names import metric_name, step_of
+from speedtronic.lifecycle import close_loggers_first_at_exit
+from speedtronic.processors.convert import to_python, unique_key
+from speedtronic.processors.enrich import timestamp_ns
+
+__all__ = ["MlflowHook", "mlflow_name"]
+
+STEP = "step"
+CONFIG_EVENTS = frozenset({"train_start", "hyperparams"})
+"""Events whose ``config`` mapping becomes the run's params."""
+
+END_STATUSES = ("FINISHED", "FAILED", "KILLED")
+"""What ``close(status=...)`` accepts: MLflow's statuses of an ended run."""
+
+_END_STATUS = {"failed": "FAILED", "interrupted": "KILLED"}
+"""A ``train_end`` status and the run status it ends the run with (any other: ``FINISHED``)."""
+
+_REFUSED = re.compile(r"[^\w./ -]")
+_PER_BATCH = 100
+"""MLflow takes at most 100 params and tags, and 1000 entities in all, per ``log_batch``."""
+
+
+def mlflow_name(name: str) -> str:
+    """``name`` with each character MLflow refuses in a metric or param name (anything but letters,
+    digits, ``_``, ``-``, ``.``, ``/`` and spaces) written ``_``: ``eval%2Fval/loss`` is
+    ``eval_2Fval/loss``."""
+    return _REFUSED.sub("_", name)
+
+
+def _params(config: Mapping[Any, Any], prefix: str = "") -> Iterator[tuple[str, str]]:
+    """``config`` flattened: nested mappings' keys joined with ``.``, values as their ``str()``."""
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            yield from _params(value, f"{name}.")
+        else:
+            yield mlflow_name(name), value if isinstance(value, str) else str(value)
+
+
+def _chunks(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), _PER_BATCH):
+        yield items[start : start + _PER_BATCH]
+
+
+class MlflowHook:
+    """Logs each event's numbers to an MLflow run as metrics ``<event>/<key>`` at the event's step.
+
+    **Metrics**: every int and float of every event (0-d tensors and numpy scalars converted), named
+    ``<event>/<key>`` as ``WandbHook`` and ``TensorboardHook`` name them, with each character MLflow
+    refuses in a name written ``_`` (``mlflow_name``). Bools, text and lists aren't MLflow metrics and
+    are skipped (the JSONL record has them). Each value is logged at the payload's integer ``step``,
+    else the last step seen (0 before the first), with the record's ``timestamp``. NaN is logged as NaN;
+    MLflow's SQL stores keep infinities as the largest finite doubles.
+
+    **Params**: ``train_start``'s or ``hyperparams``' ``config`` (``speedtronic train`` puts the run's
+    resolved config there), flattened (``{"model": {"hidden": 8}}`` is the param ``model.hidden``,
+    ``"8"``). MLflow params can't change: a param the run already has with another value (a resumed
+    run whose config changed) keeps the run's value, and the event raises ``ValueError`` naming it
+    once everything else is logged, so the logger reports it.
+
+    **Which run**: ``run_id=`` resumes that run (a resumed run logs on from where it was); else the
+    active run (your ``mlflow.start_run()``) is joined; else the hook creates a run in ``experiment``
+    (default: ``MLFLOW_EXPERIMENT_NAME``, ``MLFLOW_EXPERIMENT_ID``, else MLflow's ``Default``).
+    ``tags`` are set on the run in every case. Each ``on_event`` is one ``log_batch`` call, made on the
+    caller's thread: wrap the hook in ``speedtronic.hooks.background(...)`` to keep a remote tracking
+    server's latency off the training thread.
+
+    Args:
+        experiment: the experiment of a run the hook creates (created when missing).
+        tracking_uri: where runs are stored: a server (``http://...``), a database
+            (``sqlite:///mlflow.db``), ...; default: MLflow's (``MLFLOW_TRACKING_URI``,
+            ``mlflow.set_tracking_uri``, else ``sqlite:///mlflow.db``).
+        run_id: an existing run to log into (resume).
+        run_name: the name of a run the hook creates.
+        tags: tags to set on the run (values as their ``str()``).
+        finish: whether ``close()`` ends the run; default: only a run the hook started (created, or
+            resumed with ``run_id=``), never the active run it joined.
+    """
+
+    def __init__(
+        self,
+        experiment: str | None = None,
+        *,
+        tracking_uri: str | None = None,
+        run_id: str | None = None,
+        run_name: str | None = None,
+        tags: Mapping[str, Any] | None = None,
+        finish: bool | None = None,
+    ) -> None:
+        mlflow = require("mlflow", "mlflow", needed_by="speedtronic.integrations.MlflowHook")
+        self._entities = require("mlflow.entities", "mlflow", needed_by="speedtronic.integrations.MlflowHook")
+        active = mlflow.active_run() if run_id is None else None
+        if (run_id is not None or active is not None) and (experiment is not None or run_name is not None):
+            which = f"run_id={run_id!r}" if active is None else f"the active run {active.info.run_id!r}"
+            raise ValueError(
+                f"MlflowHook: experiment= and run_name= describe a run the hook creates; it logs into {which}"
+            )
+        self.client: Any = mlflow.MlflowClient(tracking_uri)
+        """The ``MlflowClient`` the hook logs with (public: log your own artifacts into ``run_id``)."""
+        started = True
+        if run_id is not None:
+            run = self._existing_run(run_id)
+            if run.info.status != "RUNNING":
+                self.client.update_run(run_id, status="RUNNING")
+        elif active is not None:
+            run, started = self._existing_run(active.info.run_id), False
+        else:
+            run = self.client.create_run(self._experiment_id(experiment), run_name=run_name)
+        self.run_id: str = run.info.run_id
+        """The MLflow run the events go to."""
+        self._params: dict[str, str] = dict(run.data.params)
+        self._finish = started if finish is None else finish
+        self._step = 0
+        self._status = "FINISHED"
+        self._closed = False
+        self._pid = os.getpid()
+        if tags:
+            tag = self._entities.RunTag
+            for chunk in _chunks([tag(str(key), str(value)) for key, value in tags.items()]):
+                self.client.log_batch(self.run_id, tags=chunk)
+        atexit.register(self._close_at_exit)
+        close_loggers_first_at_exit()  # a logger still holding events for this hook closes first
+
+    def _existing_run(self, run_id: str) -> Any:
+        try:
+            return self.client.get_run(run_id)
+        except Exception as error:  # MlflowException: no such run (or the store can't be read)
+            raise ValueError(f"MlflowHook(run_id={run_id!r}): can't read the run: {error}") from None
+
+    def _experiment_id(self, name: str | None) -> str:
+        name = name or os.environ.get("MLFLOW_EXPERIMENT_NAME")
+        if name is None:
+            return os.environ.get("MLFLOW_EXPERIMENT_ID", "0")  # MLflow's Default experiment
+        found = self.client.get_experiment_by_name(name)
+        return str(found.experiment_id if found is not None else self.client.create_experiment(name))
+
+    def on_event(self, event: str, payload: Mapping[Any, Any]) -> None:
+        """Log the event's numbers as metrics at its step, and its ``config`` (see the class) as params."""
+        if self._closed:
+            raise RuntimeError(f"MlflowHook.on_event({event!r}) after close(); run {self.run_id} is ended")
+        step = step_of(payload[STEP]) if STEP in payload else None
+        if step is not None:
+            self._step = step
+        stamp = timestamp_ns(payload.get("timestamp"))
+        millis = (time.time_ns() if stamp is None else stamp) // 1_000_000
+        metrics: list[Any] = []
+        params: dict[str, str] = {}
+        keys: dict[str, None] = {}
+        for key, value in payload.items():
+            if (key == STEP and step is not None) or key == "timestamp":
+                continue
+            if key == "config" and event in CONFIG_EVENTS and isinstance(value, Mapping):
+                params.update(_params(to_python(value)))
+                continue
+            value = to_python(value)
+            if type(value) is float or type(value) is int:
+                name = unique_key(keys, key)
+                keys[name] = None
+                metric_key = mlflow_name(metric_name(event, name))
+                metrics.append(self._entities.Metric(metric_key, value, millis, self._step))
+        changed = self._log(metrics, params)
+        if event == "train_start":
+            self._status = "FAILED"  # until its train_end: training that never ends failed
+        elif event == "train_end":
+            self._status = _END_STATUS.get(str(payload.get("status")), "FINISHED")
+        if changed:
+            raise ValueError(
+                f"MlflowHook: run {self.run_id} already has the params {changed} with other values; "
+                "MLflow params can't change, so the run's are kept"
+            )
+
+    def _log(self, metrics: list[Any], params: dict[str, str]) -> list[str]:
+        """Log ``metrics`` and the params the run lacks; return the params it has with other values."""
+        changed = sorted(key for key, value in params.items() if self._params.get(key, value) != value)
+        new = [self._entities.Param(key, value) for key, value in params.items() if key not in self._params]
+        for chunk in _chunks(new):
+            self.client.log_batch(self.run_id, params=chunk)
+            self._params.update((param.key, param.value) for param in chunk)
+        for chunk in _chunks(metrics):
+            self.client.log_batch(self.run_id, metrics=chunk)
+        return changed
+
+    def close(self, status: str | None = None) -> None:
+        """End the run (when the hook started it, or ``finish=True``); idempotent.
+
+        The status is ``status`` when given (``FINISHED``, ``FAILED`` or ``KILLED``); else ``FAILED``
+        when the hook saw ``train_start`` without a ``train_end`` after it (training failed or was cut
+        short) or a ``train_end`` whose ``status`` is ``failed``, ``KILLED`` for ``interrupted``, else
+        ``FINISHED``.
+        """
+        if status is not None and status not in END_STATUSES:
+            raise ValueError(f"MlflowHook.close(status={status!r}): status must be one of {END_STATUSES}")
+        if self._closed:
+            return
+        self._closed = True
+        atexit.unregister(self._close_at_exit)
+        if self._finish:
+            self.client.set_terminated(self.run_id, status or self._status)
+
+    def _close_at_exit(self) -> None:
+        # A forked child (a DataLoader worker) inherits the handler; the run is the parent's to end.
+        if os.getpid() == self._pid:
+            self.close()
+
+    def __repr__(self) -> str:
+        return f"<MlflowHook {'closed' if self._closed else 'open'} run_id={self.run_id!r}>"
