@@ -163,6 +163,8 @@ class HookFailures:
         with self._lock:
             name = self._name_of(hook)
             failures = self._counts[name] = self._counts.get(name, 0) + 1
+        if not reported(failures) and not self._strict:
+            return  # counted only: no text built or redacted (a 10 MB message would take seconds)
         text = self._hidden(f"{type(error).__name__}: {safe_str(error)}")
         if reported(failures):
             fields: dict[str, Any] = {

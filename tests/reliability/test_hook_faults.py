@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from speedtronic import HookError, HookFailureWarning
+from speedtronic.errors import MAX_WARNING_BYTES
+from speedtronic.hooks.dispatch import DispatchHooks, HookFailures
 from speedtronic.profiling import MetricLogger
 from tests.reliability.conftest import child_env, python, read_records
 
@@ -142,3 +144,47 @@ def _pytest(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, *args], capture_output=True, text=True, cwd=cwd, env=child_env(), timeout=60
     )
+
+
+class TestHugeMessages:
+    def test_a_hook_error_of_a_million_characters_is_warned_within_the_cap(self, tmp_path: Path) -> None:
+        """Each reported failure of a hook raising a 1 MB message is a warning of at most
+        MAX_WARNING_BYTES that still names the hook and the error; the record is capped too."""
+
+        def huge(event: str, payload: dict[str, Any]) -> None:
+            raise ValueError("x" * 1_000_000)
+
+        logger = MetricLogger(stream=io.StringIO(), json_file=tmp_path / "m.jsonl", hooks=[huge])
+        with pytest.warns(HookFailureWarning) as caught:
+            for step in range(1, 9):
+                logger.emit("train_step", {"step": step})
+            logger.close()
+        warned = [str(w.message) for w in caught if issubclass(w.category, HookFailureWarning)]
+        assert len(warned) == 4  # the 1st, 2nd, 4th and 8th failure
+        for message in warned:
+            assert len(message.encode()) <= MAX_WARNING_BYTES
+            assert "huge' failed" in message
+            assert ": ValueError: xxx" in message
+            assert "of 1,000,1" in message  # the marker: how long the warning was
+        lines = (tmp_path / "m.jsonl").read_bytes().splitlines()
+        assert max(len(line) for line in lines) < MAX_WARNING_BYTES
+
+    def test_a_failure_that_is_not_reported_is_not_redacted(self) -> None:
+        """Only a reported failure's text is built and redacted (1st with its traceback, 2nd, 4th, 8th):
+        the other failures of a hook raising a 10 MB message cost no redaction."""
+        redacted: list[int] = []
+
+        def redact(text: str) -> str:
+            redacted.append(len(text))
+            return text
+
+        def huge(event: str, payload: dict[str, Any]) -> None:
+            raise ValueError("x" * 10_000_000)
+
+        failures = HookFailures(redact=redact)
+        stage = DispatchHooks([huge], on_error=failures, consume=False)
+        with pytest.warns(HookFailureWarning):
+            for _ in range(8):
+                stage(None, "info", {"event": "e"})
+        assert list(failures.counts.values()) == [8]
+        assert len(redacted) == 5  # the error's text 4 times, the first traceback once
