@@ -11,6 +11,7 @@ import os
 import warnings
 
 __all__ = [
+    "MAX_WARNING_BYTES",
     "EventPayloadError",
     "EventPayloadWarning",
     "HookError",
@@ -18,11 +19,19 @@ __all__ = [
     "LoggerClosedError",
     "LoggingFailureWarning",
     "SpeedtronicWarning",
+    "capped",
     "check_count",
     "check_seconds",
     "reported",
     "warn_at_caller",
 ]
+
+MAX_WARNING_BYTES = 32_000
+"""Longest warning speedtronic issues, in UTF-8 bytes: the default cap of a record's line
+(``speedtronic.processors.DEFAULT_MAX_LINE_BYTES``), so a hook's exception with a 10 MB message costs
+32 kB on stderr, not 10 MB. See ``capped``."""
+
+_END_KEPT = 200  # characters kept from a capped warning's end: what it says after the error (a count)
 
 
 class SpeedtronicWarning(UserWarning):
@@ -62,9 +71,29 @@ def _internal_prefixes() -> tuple[str, ...]:
     return (*_INTERNAL, os.path.dirname(os.path.abspath(structlog.__file__)) + os.sep)
 
 
+def capped(message: str) -> str:
+    """``message``, or when its UTF-8 is longer than ``MAX_WARNING_BYTES``, its start and its last 200
+    characters around ``<truncated: 9,968,120 of 10,000,080 bytes>``: the start says what failed, the
+    end what follows the error (a count so far). ``warn_at_caller`` caps every warning it issues, and
+    each warning built from a foreign exception elsewhere goes through it too."""
+    if len(message) <= MAX_WARNING_BYTES // 4:  # fits, whatever its characters (4 bytes at most each)
+        return message
+    data = message.encode("utf-8", "backslashreplace")
+    if len(data) <= MAX_WARNING_BYTES:
+        return message
+    end = message[-_END_KEPT:].encode("utf-8", "backslashreplace")
+    start = data[: MAX_WARNING_BYTES - len(end) - 80]  # 80: room for the marker
+    cut = len(data) - len(start) - len(end)
+    return (
+        f"{start.decode('utf-8', 'ignore')} <truncated: {cut:,} of {len(data):,} bytes> "
+        f"{end.decode('utf-8', 'ignore')}"
+    )
+
+
 def warn_at_caller(message: str, category: type[Warning]) -> None:
     """Warn at the first frame outside speedtronic and structlog: the user's own call (``emit``,
-    ``close``...), so the warning names the user's line, not an internal one."""
+    ``close``...), so the warning names the user's line, not an internal one. The message is
+    ``capped``."""
     internal = _internal_prefixes()
     frame = inspect.currentframe()
     level = 1
@@ -72,7 +101,7 @@ def warn_at_caller(message: str, category: type[Warning]) -> None:
         frame = frame.f_back
         level += 1
     del frame
-    warnings.warn(message, category, stacklevel=level)
+    warnings.warn(capped(message), category, stacklevel=level)
 
 
 def reported(count: int) -> bool:

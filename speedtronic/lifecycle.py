@@ -51,7 +51,9 @@ def reopen_on_signals(*signums: int) -> None:
     """On SIGHUP (or each of ``signums``), reopen every open ``MetricLogger``'s files, then call the
     previous Python handler if there was one: logrotate's ``postrotate`` can send ``kill -HUP``.
 
-    The handler only reopens files: it never ends the process. Call it from the main thread.
+    The handler only reopens files: it never ends the process. A file whose write the signal
+    interrupted is left to that write and reopened right before its next one (``LineFile.reopen``).
+    Call it from the main thread.
     """
     for signum in signums or (signal.SIGHUP,):
         previous = signal.getsignal(signum)

@@ -36,6 +36,7 @@ from speedtronic.errors import (
     LoggerClosedError,
     LoggingFailureWarning,
     SpeedtronicWarning,
+    capped,
     reported,
     warn_at_caller,
 )
@@ -314,7 +315,8 @@ class MetricLogger:
     def reopen(self) -> None:
         """Reopen the text log and JSONL files at their paths: for logrotate's ``postrotate`` (or
         ``speedtronic.lifecycle.reopen_on_signals``). Each write already follows a file moved or
-        removed under it; this also lets go of the old file at once."""
+        removed under it; this also lets go of the old file at once (called from a signal handler
+        that interrupted a write of that file: right before its next write)."""
         with self._lock:
             for sink in (self._text, self._json):
                 if isinstance(sink, LineFile):
@@ -488,8 +490,11 @@ class MetricLogger:
         if not told:
             with contextlib.suppress(Exception):
                 sys.stderr.write(
-                    f"speedtronic: could not write a record to {where} ({text}); "
-                    f"{self.write_errors} record(s) lost so far\n"
+                    capped(
+                        f"speedtronic: could not write a record to {where} ({text}); "
+                        f"{self.write_errors} record(s) lost so far"
+                    )
+                    + "\n"
                 )
         warn_at_caller(
             f"speedtronic could not write a record ({where}): {text}; "

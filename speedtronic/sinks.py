@@ -48,6 +48,11 @@ class LineFile:
     - Before each write, one ``stat`` of the path: when it names another file (logrotate ``create``
       moved ours away) or none, the path is reopened, so a line emitted after the move goes to the new
       file. ``reopen()`` does the same on demand (logrotate's ``postrotate``, or SIGHUP).
+    - The descriptor's number is the file's own from ``__init__`` to ``close()``: a reopen puts the new
+      file under the same number (``dup2``), so no other file can be given that number while a write,
+      interrupted by a signal handler or not, still holds it. And a file is reopened only between
+      writes: ``reopen()`` from a signal handler that interrupted a write of this file on this thread
+      marks the file, and the reopen happens right before its next write.
     - A file whose last line is torn (a killed writer) gets a newline first.
     - A failed write (disk full) is reported to ``on_error``; a line of which nothing was written is
       counted in ``lost``. A line written only in part is completed first when writing works again
@@ -73,6 +78,8 @@ class LineFile:
         self._last_error = ""
         self._pending = b""  # the unwritten rest of a line written in part
         self._fd: int | None = None
+        self._busy = 0  # writes and reopens of this file in progress (on the thread holding the lock)
+        self._reopen_due = False  # reopen() came during a write: reopen before the next one
         self._identity: tuple[int, int] | None = None
         self._watch = True  # a regular file: follow rotation by stat'ing its path
         self._torn = False
@@ -81,15 +88,26 @@ class LineFile:
         _exit_and_fork.guard_across_fork(self)
 
     def _open(self) -> None:
-        """Open the path (creating its parent directories); raises ``OSError`` when it can't.
+        """Open the path (creating its parent directories); raises ``OSError`` when it can't. A file
+        already open is replaced under its descriptor's number (``dup2`` closes it as it does so).
 
         Opened non-blocking, then set blocking: a FIFO nobody reads (its shipper is gone) fails at
         once with ``ENXIO`` instead of waiting for a reader forever."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, _FLAGS | os.O_NONBLOCK, 0o644)
-        os.set_blocking(fd, True)
-        info = os.fstat(fd)
-        self._fd = fd
+        try:
+            os.set_blocking(fd, True)
+            info = os.fstat(fd)
+            if self._fd is not None:
+                os.dup2(fd, self._fd, inheritable=False)
+        except OSError:
+            os.close(fd)
+            raise
+        if self._fd is None:
+            self._fd = fd
+        else:
+            os.close(fd)
+        self._reopen_due = False
         self._identity = (info.st_dev, info.st_ino)
         self._watch = stat.S_ISREG(info.st_mode)
         self._torn = self._watch and _ends_torn(self.path, info.st_size)
@@ -100,39 +118,57 @@ class LineFile:
         with self._lock:
             if self._fd is None:
                 raise ValueError(f"{self.path} is closed")
-            if self._watch:
-                self._follow_rotation()
-            if self._noting:  # the note of a gap, from on_gap: never counted as a lost line
-                failure = self._mend() if self._pending or self._torn else None
-                self._note_failure = failure or self._begin(data, lost=False)
-                return
-            lost_before = self.lost
-            failure = self._mend() if self._pending or self._torn or self._unnoted else None
-            if failure is None:
-                failure = self._begin(data)
-            else:  # the file still can't be mended: this line can't follow
-                self._lose(failure)
-            lost = self.lost > lost_before
+            self._busy += 1
+            try:
+                failure, lost = self._write(data)
+            finally:
+                self._busy -= 1
         if failure is not None:
             self._on_error(failure, self._path, lost)
 
+    def _write(self, data: bytes) -> tuple[OSError | None, bool]:
+        """``write``'s work, with the lock held: the failure to report, and whether the line is lost."""
+        if self._busy == 1 and (self._watch or self._reopen_due):  # not inside another write
+            self._follow_rotation()
+        if self._noting:  # the note of a gap, from on_gap: never counted as a lost line
+            failure = self._mend() if self._pending or self._torn else None
+            self._note_failure = failure or self._begin(data, lost=False)
+            return None, False
+        lost_before = self.lost
+        failure = self._mend() if self._pending or self._torn or self._unnoted else None
+        if failure is None:
+            failure = self._begin(data)
+        else:  # the file still can't be mended: this line can't follow
+            self._lose(failure)
+        return failure, self.lost > lost_before
+
     def reopen(self) -> None:
         """Close and reopen the path now (after logrotate moved or truncated it). If the path can't
-        be opened, the error is reported and writing goes on to the file already open."""
+        be opened, the error is reported and writing goes on to the file already open.
+
+        Called while a write of this file is in progress on this thread (a signal handler that
+        interrupted it: ``speedtronic.lifecycle.reopen_on_signals``), it leaves that write its file and
+        reopens the path right before the next write instead."""
         with self._lock:
-            failure = self._reopen()
+            if self._busy:
+                self._reopen_due = True
+                return
+            self._busy += 1
+            try:
+                failure = self._reopen()
+            finally:
+                self._busy -= 1
         if failure is not None:
             self._on_error(failure, self._path, False)
 
     def _reopen(self) -> OSError | None:
         if self._fd is None:
             return None
-        old, identity = self._fd, self._identity
-        self._finish_pending(old)
+        identity = self._identity
+        self._finish_pending(self._fd)
         try:
             self._open()
         except OSError as error:
-            self._fd = old
             return error
         if self._pending:
             if self._identity == identity:  # the same file: its tail is our line, finished at the
@@ -140,7 +176,6 @@ class LineFile:
             else:  # a new file: the rest belongs to the old one, where the line stays cut
                 self._pending = b""
                 self._lose_line()
-        os.close(old)
         return None
 
     def close(self) -> None:
@@ -153,17 +188,17 @@ class LineFile:
 
     # -- internals -------------------------------------------------------------------------------
 
+    def _forked(self) -> None:
+        """In a forked child: the writes in progress were the parent's threads' (a fork that could
+        not wait for them), not this process's."""
+        self._busy = 0
+
     def _follow_rotation(self) -> None:
-        """Reopen the path when it names another file or none. When it can't be opened (a directory
-        in its place, no permission), the lines go on to the file already open (nothing is lost), a
-        ``LoggingFailureWarning`` says so once, and the reopen is tried again a second later."""
-        try:
-            info = os.stat(self._path)
-            if (info.st_dev, info.st_ino) == self._identity:
-                return
-        except FileNotFoundError:
-            pass
-        except OSError:
+        """Reopen the path when ``reopen()`` came during a write, or when the path names another file
+        or none. When it can't be opened (a directory in its place, no permission), the lines go on to
+        the file already open (nothing is lost), a ``LoggingFailureWarning`` says so once, and the
+        reopen is tried again a second later."""
+        if not self._reopen_due and not self._moved():
             return
         now = time.monotonic()
         if now < self._retry_reopen_at:
@@ -179,6 +214,18 @@ class LineFile:
                 LoggingFailureWarning,
             )
         self._retry_reopen_at = now + 1.0
+
+    def _moved(self) -> bool:
+        """Whether the path of a regular file names another file than ours, or none."""
+        if not self._watch:
+            return False
+        try:
+            info = os.stat(self._path)
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        return (info.st_dev, info.st_ino) != self._identity
 
     def _mend(self) -> OSError | None:
         """Finish a line written in part, close a torn tail, then have ``on_gap`` note lost lines; the

@@ -23,7 +23,7 @@ from typing import Any, cast
 import structlog
 from structlog.typing import EventDict, WrappedLogger
 
-from speedtronic.errors import HookError, HookFailureWarning, reported, warn_at_caller
+from speedtronic.errors import MAX_WARNING_BYTES, HookError, HookFailureWarning, reported, warn_at_caller
 from speedtronic.processors.convert import safe_str
 from speedtronic.record import NOTE_KEY, is_own_record
 
@@ -163,6 +163,8 @@ class HookFailures:
         with self._lock:
             name = self._name_of(hook)
             failures = self._counts[name] = self._counts.get(name, 0) + 1
+        if not reported(failures) and not self._strict:
+            return  # counted only: no text built or redacted (a 10 MB message would take seconds)
         text = self._hidden(f"{type(error).__name__}: {safe_str(error)}")
         if reported(failures):
             fields: dict[str, Any] = {
@@ -185,6 +187,13 @@ class HookFailures:
             raise HookError(f"hook {name!r} failed {_when(during)}: {text}") from error
 
     def _hidden(self, text: str) -> str:
+        """``text`` redacted, and cut to what a warning or a record keeps first: its start and end,
+        each with ``_MARGIN`` more characters redacted with it, so a secret that crosses the cut is
+        still seen whole (one shorter than the margin: every credential ``redact_text`` knows). So a
+        10 MB message costs what a 40 kB one does."""
+        if len(text) > MAX_WARNING_BYTES + 2 * _MARGIN:
+            head, tail = text[: MAX_WARNING_BYTES + _MARGIN], text[-(_MARGIN + 200) :]
+            text = f"{head} <truncated: {len(text) - len(head) - len(tail):,} chars> {tail}"
         return self._redact(text) if self._redact is not None else text
 
     def _name_of(self, hook: object) -> str:
@@ -198,6 +207,9 @@ class HookFailures:
         )
         self._names[id(hook)] = (hook, name)
         return name
+
+
+_MARGIN = 4096  # characters redacted past each cut of a long failure text
 
 
 def _when(during: str | None) -> str:

@@ -12,7 +12,7 @@ import warnings
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any, ClassVar
 
-from speedtronic.errors import SpeedtronicWarning, check_count, check_seconds
+from speedtronic.errors import SpeedtronicWarning, capped, check_count, check_seconds
 from speedtronic.extras import require
 from speedtronic.processors.convert import to_python, unique_key
 
@@ -288,7 +288,7 @@ class TensorboardHook:
         try:
             self.close()
         except Exception as error:
-            warnings.warn(f"{self!r} at exit: {error}", TensorboardWarning, stacklevel=1)
+            warnings.warn(capped(f"{self!r} at exit: {error}"), TensorboardWarning, stacklevel=1)
 
     def __repr__(self) -> str:
         return f"<TensorboardHook {'closed' if self._closed else 'open'} log_dir={self.log_dir!r}>"

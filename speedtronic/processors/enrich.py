@@ -13,7 +13,7 @@ from typing import Any
 
 from structlog.typing import EventDict, WrappedLogger
 
-from speedtronic.errors import LoggingFailureWarning, warn_at_caller
+from speedtronic.errors import LoggingFailureWarning, capped, warn_at_caller
 from speedtronic.processors.memory import MemoryProbe, no_reading, resolve_probe
 
 __all__ = ["AddElapsed", "AddMemory", "AddRank", "AddTimestamp", "iso_timestamp", "timestamp_ns"]
@@ -158,8 +158,10 @@ class AddMemory:
             return resolve_probe(self._device)
         except Exception as error:
             warnings.warn(
-                f"AddMemory(device={self._device!r}): {type(error).__name__}: {error}; "
-                "memory_bytes is not reported",
+                capped(
+                    f"AddMemory(device={self._device!r}): {type(error).__name__}: {error}; "
+                    "memory_bytes is not reported"
+                ),
                 LoggingFailureWarning,
                 stacklevel=2,
             )

@@ -53,7 +53,7 @@ try:
 except ModuleNotFoundError as error:  # pragma: no cover - exercised by a subprocess test
     raise missing(error, "torch", "torch", needed_by="speedtronic.training.trainer") from None
 
-from speedtronic.errors import SpeedtronicWarning
+from speedtronic.errors import SpeedtronicWarning, capped
 from speedtronic.events import (
     CompilePayload,
     EvalPayload,
@@ -592,7 +592,7 @@ class Trainer:
             if problem is not None:
                 self.emit(Event.CHECKPOINT_SKIPPED, {"step": step, "path": str(path), "error": problem})
                 warnings.warn(
-                    f"speedtronic: skipped checkpoint {path}: {problem}; trying the next newest",
+                    capped(f"speedtronic: skipped checkpoint {path}: {problem}; trying the next newest"),
                     SpeedtronicWarning,
                     stacklevel=2,
                 )

@@ -12,6 +12,9 @@ from typing import Any
 import pytest
 
 from speedtronic import HookError, HookFailureWarning
+from speedtronic.errors import MAX_WARNING_BYTES
+from speedtronic.hooks.dispatch import DispatchHooks, HookFailures
+from speedtronic.processors.redact import redact_text
 from speedtronic.profiling import MetricLogger
 from tests.reliability.conftest import child_env, python, read_records
 
@@ -142,3 +145,71 @@ def _pytest(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, *args], capture_output=True, text=True, cwd=cwd, env=child_env(), timeout=60
     )
+
+
+class TestHugeMessages:
+    def test_a_hook_error_of_a_million_characters_is_warned_within_the_cap(self, tmp_path: Path) -> None:
+        """Each reported failure of a hook raising a 1 MB message is a warning of at most
+        MAX_WARNING_BYTES that still names the hook and the error; the record is capped too."""
+
+        def huge(event: str, payload: dict[str, Any]) -> None:
+            raise ValueError("x" * 1_000_000)
+
+        logger = MetricLogger(stream=io.StringIO(), json_file=tmp_path / "m.jsonl", hooks=[huge])
+        with pytest.warns(HookFailureWarning) as caught:
+            for step in range(1, 9):
+                logger.emit("train_step", {"step": step})
+            logger.close()
+        warned = [str(w.message) for w in caught if issubclass(w.category, HookFailureWarning)]
+        assert len(warned) == 4  # the 1st, 2nd, 4th and 8th failure
+        for message in warned:
+            assert len(message.encode()) <= MAX_WARNING_BYTES
+            assert "huge' failed" in message
+            assert ": ValueError: xxx" in message
+            assert "<truncated: " in message  # the marker: the text was cut
+        lines = (tmp_path / "m.jsonl").read_bytes().splitlines()
+        assert max(len(line) for line in lines) < MAX_WARNING_BYTES
+
+    def test_a_failure_that_is_not_reported_is_not_redacted(self) -> None:
+        """Only a reported failure's text is built and redacted (1st with its traceback, 2nd, 4th, 8th):
+        the other failures of a hook raising a 10 MB message cost no redaction."""
+        redacted: list[int] = []
+
+        def redact(text: str) -> str:
+            redacted.append(len(text))
+            return text
+
+        def huge(event: str, payload: dict[str, Any]) -> None:
+            raise ValueError("x" * 10_000_000)
+
+        failures = HookFailures(redact=redact)
+        stage = DispatchHooks([huge], on_error=failures, consume=False)
+        with pytest.warns(HookFailureWarning):
+            for _ in range(8):
+                stage(None, "info", {"event": "e"})
+        assert list(failures.counts.values()) == [8]
+        assert len(redacted) == 5  # the error's text 4 times, the first traceback once
+        # each cut before it was redacted: a 10 MB message costs what a 40 kB one does
+        assert max(redacted) < 2 * MAX_WARNING_BYTES
+
+    def test_a_secret_across_the_cut_is_redacted_whole(self, tmp_path: Path) -> None:
+        """A long failure text is cut before it is redacted, but a key that crosses where warnings and
+        records cut it is still seen whole: the report says [REDACTED], and no character of the key
+        reaches a warning or the JSONL."""
+        key = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6"
+        where = MAX_WARNING_BYTES - 12  # the key starts just before the cut and ends after it
+
+        def leaks(event: str, payload: dict[str, Any]) -> None:
+            raise ValueError("x" * where + " " + key + " " + "y" * 1_000_000)
+
+        reports: list[dict[str, Any]] = []
+        failures = HookFailures(reports.append, redact=redact_text)
+        with pytest.warns(HookFailureWarning):
+            DispatchHooks([leaks], on_error=failures, consume=False)(None, "info", {"event": "e"})
+        assert "[REDACTED]" in reports[0]["error"]
+        logger = MetricLogger(stream=io.StringIO(), json_file=tmp_path / "m.jsonl", hooks=[leaks])
+        with pytest.warns(HookFailureWarning) as caught:
+            logger.emit("train_step", {"step": 1})
+            logger.close()
+        texts = [reports[0]["error"], *(str(w.message) for w in caught), (tmp_path / "m.jsonl").read_text()]
+        assert not any("sk-proj" in text or "A1b2C3" in text for text in texts)

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import os
 import shutil
+import signal
 import subprocess
+import sys
+import textwrap
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +21,7 @@ import pytest
 
 from speedtronic.profiling import MetricLogger
 from speedtronic.sinks import LineFile
-from tests.reliability.conftest import read_records
+from tests.reliability.conftest import child_env, read_records
 
 
 def emit(logger: MetricLogger, steps: range) -> None:
@@ -127,6 +133,74 @@ class TestRealLogrotate:
         assert text_steps(tmp_path / "t.log.1") == [0, 1, 2, 3, 4]
         assert text_steps(text) == [5, 6, 7, 8, 9]
 
+    @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads /proc/<pid>/fd (Linux)")
+    def test_postrotate_sighup_lets_go_of_the_moved_files_at_once(self, tmp_path: Path) -> None:
+        """create mode with postrotate kill -HUP and reopen_on_signals(): a process that writes
+        nothing holds the moved files no longer, and its next records go to the new files."""
+        text, jsonl = tmp_path / "t.log", tmp_path / "m.jsonl"
+        config = tmp_path / "rotate.conf"
+        config.write_text(
+            f"{text} {jsonl} {{\n  rotate 3\n  create\n  sharedscripts\n"
+            f"  postrotate\n    kill -HUP $(cat {tmp_path}/pid)\n  endscript\n}}\n"
+        )
+        child = subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(IDLE_CHILD), str(tmp_path)],
+            stdout=subprocess.PIPE, text=True, env=child_env(),
+        )  # fmt: skip
+        try:
+            assert child.stdout is not None
+            assert child.stdout.readline() == "idle\n"
+            assert LOGROTATE is not None
+            subprocess.run([LOGROTATE, "-f", "-s", str(tmp_path / "state"), str(config)], check=True)
+            wait_until(lambda: open_files(child.pid) >= {str(text), str(jsonl)}, "the files to be reopened")
+            assert not {f"{text}.1", f"{jsonl}.1"} & open_files(child.pid)
+            (tmp_path / "go").touch()
+            assert child.wait(60) == 0
+        finally:
+            child.kill()
+            child.wait()
+        assert json_steps(tmp_path / "m.jsonl.1") == [0, 1, 2]
+        assert json_steps(jsonl) == [3, 4]
+        assert text_steps(tmp_path / "t.log.1") == [0, 1, 2]
+        assert text_steps(text) == [3, 4]
+
+
+IDLE_CHILD = """
+    import os, sys, time
+    from speedtronic.lifecycle import reopen_on_signals
+    from speedtronic.profiling import MetricLogger
+
+    folder = sys.argv[1]
+    with MetricLogger(file=f"{folder}/t.log", json_file=f"{folder}/m.jsonl") as logger:
+        reopen_on_signals()
+        with open(f"{folder}/pid", "w") as pid:
+            pid.write(str(os.getpid()))
+        for step in range(3):
+            logger.emit("train_step", {"step": step})
+        print("idle", flush=True)
+        while not os.path.exists(f"{folder}/go"):
+            time.sleep(0.001)
+        for step in range(3, 5):
+            logger.emit("train_step", {"step": step})
+"""
+
+
+def open_files(pid: int) -> set[str]:
+    """The paths of the files process ``pid`` holds open (a moved file under its new name)."""
+    files = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            files.add(os.readlink(fd))
+    return files
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    """Wait until ``condition()`` holds; the deadline only bounds a failure."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.001)
+
 
 class Tailer:
     """A real tailing reader: GNU ``tail -F`` (follows the name across rotation), its lines collected."""
@@ -188,3 +262,76 @@ class TestTailingReader:
         assert sorted(steps) == list(range(total)), f"lost at the reader: {total - len(set(steps))}"
         on_disk = [step for path in sorted(tmp_path.glob("m.jsonl*")) for step in json_steps(path)]
         assert sorted(on_disk) == list(range(total))
+
+
+ROTATIONS = 200
+
+SIGHUP_CHILD = """
+    import os, signal, sys
+    from speedtronic.lifecycle import reopen_on_signals
+    from speedtronic.profiling import MetricLogger
+
+    mode, folder = sys.argv[1], sys.argv[2]
+    logger = MetricLogger(file=f"{folder}/t.log", json_file=f"{folder}/m.jsonl")
+    signals, inside = 0, False
+
+    def emit_one(signum, frame):
+        global signals, inside
+        if not inside:  # a storm of signals: not one handler inside another, a thousand deep
+            inside, signals = True, signals + 1
+            logger.emit("on_signal", {"step": signals})
+            inside = False
+
+    if mode == "reopen_on_signals":
+        reopen_on_signals()
+    else:
+        signal.signal(signal.SIGHUP, emit_one)
+    print(os.getpid(), flush=True)
+    step = 0
+    while not os.path.exists(f"{folder}/stop"):
+        step += 1
+        logger.emit("train_step", {"step": step})
+    logger.close()
+    print(step, signals, logger.write_errors, flush=True)
+"""
+
+
+class TestSignalsDuringRotation:
+    @pytest.mark.parametrize("mode", ["reopen_on_signals", "emit_from_the_handler"])
+    def test_each_file_gets_only_its_own_lines(self, mode: str, tmp_path: Path) -> None:
+        """Rotations (rename, then SIGHUPs until both files are back: logrotate's create, postrotate)
+        while the process emits, the handler reopening the files or emitting a record: the JSONL
+        holds only records and the text log only text lines, each once, none lost; close() succeeds."""
+        child = subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(SIGHUP_CHILD), mode, str(tmp_path)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(),
+        )  # fmt: skip
+        try:
+            assert child.stdout is not None
+            pid = int(child.stdout.readline())
+            for rotation in range(1, ROTATIONS + 1):
+                for name in ("t.log", "m.jsonl"):
+                    (tmp_path / name).rename(tmp_path / f"{name}.{rotation}")
+                deadline = time.monotonic() + 30  # bounds a failure only
+                while not all((tmp_path / name).exists() for name in ("t.log", "m.jsonl")):
+                    os.kill(pid, signal.SIGHUP)  # until the writer has reopened both: some land inside
+                    assert time.monotonic() < deadline, "the files were not written again"
+            (tmp_path / "stop").touch()
+            out, err = child.communicate(timeout=60)
+        finally:
+            child.kill()
+            child.wait()
+        assert child.returncode == 0, err  # close() raised nothing
+        assert "Warning" not in err, err
+        steps, signals, write_errors = map(int, out.split())
+        assert write_errors == 0
+        emitted = sorted(
+            [("on_signal", n) for n in range(1, signals + 1)]
+            + [("train_step", n) for n in range(1, steps + 1)]
+        )
+        records = [r for path in tmp_path.glob("m.jsonl*") for r in read_records(path)]
+        assert sorted((r["event"], r["step"]) for r in records) == emitted
+        lines = [line for path in tmp_path.glob("t.log*") for line in path.read_bytes().splitlines()]
+        assert not [line for line in lines if line.startswith(b"{")], "records in the text log"
+        texts = [line.split(b" | ")[2].decode().split()[:2] for line in lines]
+        assert sorted((event, int(step.removeprefix("step="))) for event, step in texts) == emitted
