@@ -1,8 +1,25 @@
-"""The metric names the tracker hooks write: ``<event>/<key>``, one rule for W&B and TensorBoard."""
+"""Where the tracker hooks put a value: its name ``<event>/<key>`` and its x, one rule for W&B and
+TensorBoard, so a point lands at the same place in both.
+
+- **Name**: ``metric_name``. A nested mapping's values are named by their path (``flat_items``):
+  ``eval`` with ``{"metrics": {"f1": 0.5}}`` is ``eval/metrics/f1`` in both tools.
+- **x**: ``StepAxis``. The payload's ``step`` when it is a whole number (``5``, ``5.0``, a 0-d
+  tensor holding either); otherwise (no ``step``, like ``outer_step``; ``5.5``; text) the last step
+  seen, 0 before the first: an event without a step is drawn at the training step it happened at.
+"""
 
 from __future__ import annotations
 
-__all__ = ["metric_name", "section"]
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from speedtronic.processors.convert import to_python, unique_key
+
+__all__ = ["CONFIG_EVENTS", "StepAxis", "flat_items", "metric_name", "section", "step_of"]
+
+CONFIG_EVENTS = frozenset({"train_start", "hyperparams"})
+"""Events whose ``config`` mapping is the run's hyperparameters (W&B's run config, TensorBoard's
+HParams and text), not metrics."""
 
 
 def section(event: str) -> str:
@@ -18,3 +35,47 @@ def metric_name(event: str, key: str) -> str:
     ``eval%2Fval/loss``.
     """
     return f"{section(event)}/{key}"
+
+
+def step_of(value: Any) -> int | None:
+    """``value`` as a training step: a whole number (``5``, ``5.0``, a 0-d tensor), else ``None``."""
+    value = to_python(value)
+    if type(value) is int:
+        return value
+    if type(value) is float and value.is_integer():
+        return int(value)
+    return None
+
+
+class StepAxis:
+    """The x of each event: its own whole-number step, else the last step seen (0 before any)."""
+
+    __slots__ = ("last",)
+
+    def __init__(self) -> None:
+        self.last = 0
+        """The last whole-number step an event carried."""
+
+    def at(self, step: int | None) -> int:
+        """The x of an event whose own step (``step_of`` its ``step``) is ``step``."""
+        if step is None:
+            return self.last
+        self.last = step
+        return step
+
+
+def flat_items(payload: Mapping[Any, Any], skip: frozenset[str] = frozenset()) -> Iterator[tuple[str, Any]]:
+    """The payload's ``(key, value)`` pairs with string keys (made unique, as in the JSONL record), a
+    nested mapping's values under ``<key>/<inner key>`` (at any depth); keys in ``skip`` left out at
+    the top level."""
+    taken: dict[str, None] = {}
+    for key, value in payload.items():
+        if key in skip:
+            continue
+        name = key if type(key) is str and key not in taken else unique_key(taken, key)
+        taken[name] = None
+        if isinstance(value, Mapping):
+            for inner, inner_value in flat_items(value):
+                yield f"{name}/{inner}", inner_value
+        else:
+            yield name, value
