@@ -65,17 +65,23 @@ class StepAxis:
 
 
 def flat_items(payload: Mapping[Any, Any], skip: frozenset[str] = frozenset()) -> Iterator[tuple[str, Any]]:
-    """The payload's ``(key, value)`` pairs with string keys (made unique, as in the JSONL record), a
-    nested mapping's values under ``<key>/<inner key>`` (at any depth); keys in ``skip`` left out at
-    the top level."""
-    taken: dict[str, None] = {}
+    """The payload's ``(key, value)`` pairs with string keys (a non-string key made unique, as in the
+    JSONL record), a nested mapping's values under ``<key>/<inner key>`` (at any depth); keys in
+    ``skip`` left out at the top level."""
+    taken: dict[str, None] | None = None  # built only for a non-string key
     for key, value in payload.items():
         if key in skip:
             continue
-        name = key if type(key) is str and key not in taken else unique_key(taken, key)
-        taken[name] = None
-        if isinstance(value, Mapping):
-            for inner, inner_value in flat_items(value):
-                yield f"{name}/{inner}", inner_value
+        if type(key) is not str:
+            taken = taken if taken is not None else dict.fromkeys(k for k in payload if type(k) is str)
+            key = unique_key(taken, key)
+            taken[key] = None
+        if type(value) in _LEAVES or not isinstance(value, Mapping):
+            yield key, value
         else:
-            yield name, value
+            for inner, inner_value in flat_items(value):
+                yield f"{key}/{inner}", inner_value
+
+
+_LEAVES = frozenset({int, float, str, bool, type(None)})
+"""Value types that are never mappings: no ``isinstance`` check (an ABC's is slow) on the hot path."""

@@ -28,9 +28,10 @@ loggers' own: ``log_dir`` and ``filename`` (DiskLogger's) mean ``json_file=<log_
 (default ``metrics.jsonl``); ``project``, ``entity`` and ``group`` (WandBLogger's) add a
 ``WandbHook`` (``dir=<log_dir>``); ``hooks`` is a list of hooks, config entries (``{type:
 tensorboard, ...}``: ``speedtronic.hooks.registry``'s types; a ``tensorboard`` entry without
-``log_dir`` writes to ``<log_dir>/tensorboard``) or ``{_component_: dotted.path, ...}`` entries,
-built here (torchtune's ``config.instantiate`` builds only the outer one). torchtune's distributed
-recipes build and call the metric logger on rank zero only.
+``log_dir`` writes to ``<log_dir>/tensorboard``)
+or ``{_component_: dotted.path, ...}`` entries, built here (torchtune's ``config.instantiate``
+builds only the outer one). torchtune's distributed recipes build and call the metric logger on rank
+zero only.
 """
 
 from __future__ import annotations
