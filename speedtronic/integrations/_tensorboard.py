@@ -65,9 +65,10 @@ class TensorboardHook:
     last step seen (0 before the first), so an ``outer_step`` is drawn at the training step it
     happened at, in TensorBoard as in ``WandbHook``'s charts (``speedtronic.integrations._names``).
 
-    **Hyperparameters**: the ``config`` mapping of ``train_start`` and ``hyperparams`` goes to the
-    HParams dashboard (nested keys joined with ``/``; values other than numbers, strings and bools as
-    JSON text) and, as indented JSON, to the Text dashboard under ``<event>/config``.
+    **Hyperparameters**: the ``config`` mapping of ``train_start`` and ``hyperparams`` (when ``events``
+    chooses it: by default) goes to the HParams dashboard (nested keys joined with ``/``; values other
+    than numbers, strings and bools as JSON text) and, as indented JSON, to the Text dashboard under
+    ``<event>/config``; never as scalars.
 
     **Tags can't collide.** A tag is the event name, a ``/``, the key as it is; in the event name
     ``/`` and ``%`` are written ``%2F`` and ``%25``, so the first ``/`` of a tag always ends the event:
@@ -183,14 +184,14 @@ class TensorboardHook:
             raise RuntimeError(f"TensorboardHook({self.log_dir!r}) is closed; create a new hook")
         step = step_of(payload["step"]) if "step" in payload else None
         x = self._axis.at(step)
-        config = payload.get("config") if event in CONFIG_EVENTS else None
-        if isinstance(config, Mapping):
-            self._gather_config(event, x, config)
         keys = self._events.get(event, self._other)
+        config = payload.get("config") if event in CONFIG_EVENTS else None
+        if isinstance(config, Mapping) and (keys is None or "config" in keys):
+            self._gather_config(event, x, config)
         if keys is None:
             chosen = flat_items(payload, self._skip | {"config"} if config is not None else self._skip)
         else:
-            chosen = flat_items({key: payload[key] for key in keys if key in payload})
+            chosen = flat_items({key: payload[key] for key in keys if key in payload and key != "config"})
         names: list[str] = []
         values: list[float] = []
         for key, value in chosen:

@@ -202,6 +202,18 @@ class TestTensorboardHook:
         assert values == {"lr": 0.1, "model/hidden": 8.0, "model/act": "gelu", "bf16": True,
                           "layers": "[1, 2]"}
 
+    def test_events_that_leave_the_config_out_write_no_hyperparameters(self, log_dir: Path) -> None:
+        """events={"train_step": ["loss"], "*": ()}: nothing of train_start, its config included."""
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        hook = TensorboardHook(log_dir, events={"train_step": ["loss"], "*": ()})
+        hook.on_event("train_start", {"target_step": 4, "config": {"lr": 0.1}})
+        hook.on_event("train_step", {"step": 1, "loss": 0.5})
+        hook.close()
+        accumulator = EventAccumulator(str(log_dir))
+        accumulator.Reload()
+        assert (accumulator.Tags()["scalars"], accumulator.Tags()["tensors"]) == (["train_step/loss"], [])
+
     def test_one_event_record_per_emitted_event(self, log_dir: Path) -> None:
         """All of an event's scalars share one Event record; an event without numbers writes none."""
         hook = TensorboardHook(log_dir)
