@@ -71,7 +71,8 @@ class MetricLogger:
         file: append the text log here instead of writing it to ``stream``.
         json_file: append one JSON object per event here (parent directories are created).
         every_steps: log a ``train_step`` only when its ``step`` is a multiple of this.
-        stream: text stream for the text log when ``file`` is not given (default ``sys.stdout``).
+        stream: text stream for the text log when ``file`` is not given (default ``sys.stdout``,
+            silent while a hook such as ``StructlogHook`` writes the console: see ``DefaultConsole``).
         hooks: hooks to call for every logged event (more can be appended to ``.hooks``).
         processors: your own structlog processors, run after speedtronic's have enriched the event
             and before it is rendered: they can add or drop fields for every sink and hook.
@@ -212,7 +213,7 @@ class MetricLogger:
         on_error, on_gap = _weak(self._sink_failed), _weak(self._sink_gap)
         text: LineFile | TextStream | None = None
         try:
-            text = open_text_sink(file, stream, on_error, on_gap) if self.is_lead else None
+            text = open_text_sink(file, stream, on_error, on_gap, self._hooks) if self.is_lead else None
             if json_file is None:
                 return text, None
             json_file = rank_path(json_file, self.rank.rank)

@@ -16,14 +16,14 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from speedtronic import _exit_and_fork
 from speedtronic.errors import LoggingFailureWarning, warn_at_caller
 
-__all__ = ["TORN_SETTLE_S", "LineFile", "TextStream", "open_text_sink"]
+__all__ = ["TORN_SETTLE_S", "DefaultConsole", "LineFile", "TextStream", "open_text_sink"]
 
 OnWriteError = Callable[[BaseException, str, bool], None]
 """``(error, path, lost)``: told of every failed write: a line lost (``lost``), or written only in part
@@ -372,14 +372,36 @@ class TextStream:
         self.flush()
 
 
+class DefaultConsole(TextStream):
+    """The text log on stdout, chosen by default: silent while one of ``hooks`` writes the console.
+
+    A hook whose ``writes_console`` is true (``StructlogHook``: the app's own logger prints each
+    event, through the app's level filter) makes stdout the app's: a line here would print the event
+    a second time, and print what the app's filter dropped. The hooks are read at each line, so a hook
+    appended later counts from the next event. A stream passed explicitly is always written.
+    """
+
+    def __init__(self, on_error: OnWriteError, hooks: Iterable[Any]) -> None:
+        super().__init__(sys.stdout, on_error)
+        self._hooks = hooks
+
+    def write(self, line: str | bytes) -> None:
+        if not any(getattr(hook, "writes_console", False) for hook in self._hooks):
+            super().write(line)
+
+
 def open_text_sink(
     file: str | os.PathLike[str] | None,
     stream: IO[str] | None,
     on_error: OnWriteError,
     on_gap: OnGap | None = None,
+    hooks: Iterable[Any] = (),
 ) -> LineFile | TextStream:
-    """Where the text log goes: ``file`` (appended, UTF-8, parent directories created) or ``stream``
-    (default stdout). No stdlib logger is involved: the lines never reach logging's handlers."""
+    """Where the text log goes: ``file`` (appended, UTF-8, parent directories created) or ``stream``,
+    else stdout unless one of ``hooks`` writes the console (``DefaultConsole``). No stdlib logger is
+    involved: the lines never reach logging's handlers."""
     if file is not None:
         return LineFile(file, on_error, on_gap)
-    return TextStream(stream if stream is not None else sys.stdout, on_error)
+    if stream is None:
+        return DefaultConsole(on_error, hooks)
+    return TextStream(stream, on_error)

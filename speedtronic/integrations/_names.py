@@ -1,13 +1,25 @@
-"""The metric names the tracker hooks write, ``<event>/<key>`` (one rule for W&B, TensorBoard and
-MLflow), and the step they write them at."""
+"""Where the tracker hooks put a value: its name ``<event>/<key>`` and its x, one rule for W&B and
+TensorBoard, so a point lands at the same place in both.
+
+- **Name**: ``metric_name``. A nested mapping's values are named by their path (``flat_items``):
+  ``eval`` with ``{"metrics": {"f1": 0.5}}`` is ``eval/metrics/f1`` in both tools.
+- **x**: ``StepAxis``. The payload's ``step`` when it is a whole number (``5``, ``5.0``, a 0-d
+  tensor holding either); otherwise (no ``step``, like ``outer_step``; ``5.5``; text) the last step
+  seen, 0 before the first: an event without a step is drawn at the training step it happened at.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-from speedtronic.processors.convert import to_python
+from speedtronic.processors.convert import to_python, unique_key
 
-__all__ = ["metric_name", "section", "step_of"]
+__all__ = ["CONFIG_EVENTS", "StepAxis", "flat_items", "metric_name", "section", "step_of"]
+
+CONFIG_EVENTS = frozenset({"train_start", "hyperparams"})
+"""Events whose ``config`` mapping is the run's hyperparameters (W&B's run config, TensorBoard's
+HParams and text), not metrics."""
 
 
 def section(event: str) -> str:
@@ -26,6 +38,50 @@ def metric_name(event: str, key: str) -> str:
 
 
 def step_of(value: Any) -> int | None:
-    """An event's training step: an int (a 0-d tensor's value included), else ``None``."""
+    """``value`` as a training step: a whole number (``5``, ``5.0``, a 0-d tensor), else ``None``."""
     value = to_python(value)
-    return value if type(value) is int else None
+    if type(value) is int:
+        return value
+    if type(value) is float and value.is_integer():
+        return int(value)
+    return None
+
+
+class StepAxis:
+    """The x of each event: its own whole-number step, else the last step seen (0 before any)."""
+
+    __slots__ = ("last",)
+
+    def __init__(self) -> None:
+        self.last = 0
+        """The last whole-number step an event carried."""
+
+    def at(self, step: int | None) -> int:
+        """The x of an event whose own step (``step_of`` its ``step``) is ``step``."""
+        if step is None:
+            return self.last
+        self.last = step
+        return step
+
+
+def flat_items(payload: Mapping[Any, Any], skip: frozenset[str] = frozenset()) -> Iterator[tuple[str, Any]]:
+    """The payload's ``(key, value)`` pairs with string keys (a non-string key made unique, as in the
+    JSONL record), a nested mapping's values under ``<key>/<inner key>`` (at any depth); keys in
+    ``skip`` left out at the top level."""
+    taken: dict[str, None] | None = None  # built only for a non-string key
+    for key, value in payload.items():
+        if key in skip:
+            continue
+        if type(key) is not str:
+            taken = taken if taken is not None else dict.fromkeys(k for k in payload if type(k) is str)
+            key = unique_key(taken, key)
+            taken[key] = None
+        if type(value) in _LEAVES or not isinstance(value, Mapping):
+            yield key, value
+        else:
+            for inner, inner_value in flat_items(value):
+                yield f"{key}/{inner}", inner_value
+
+
+_LEAVES = frozenset({int, float, str, bool, type(None)})
+"""Value types that are never mappings: no ``isinstance`` check (an ABC's is slow) on the hot path."""

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 import structlog
 
 from speedtronic.events import level_for
+from speedtronic.levels import LEVEL_NAMES
 from speedtronic.processors.convert import json_safe_record, safe_str, to_python, unique_key
 from speedtronic.record import NOTE_KEY
 
@@ -58,7 +59,12 @@ class StructlogHook:
     configuration at each call, so the application's ``structlog.configure(...)``, its contextvars
     (``merge_contextvars``) and ``structlog.testing.capture_logs()`` all apply, whenever they are set
     up. Or pass the app's own logger (``structlog.wrap_logger(...)``, ``structlog.stdlib`` ones
-    included).
+    included), or a plain stdlib ``logging.Logger``: the event is the record's message and the payload
+    its ``extra`` (``logger.log(level, event, extra=..., exc_info=...)``).
+
+    **The console is the app's.** The hook ``writes_console``: a ``MetricLogger`` whose text log
+    goes to stdout by default (no ``stream=`` or ``file=``) leaves stdout to the app's logger, so
+    each event is printed once, by the app, and only when the app's level filter keeps it.
 
     **The record's level is the method called**: the level ``MetricLogger.emit(..., level=...)`` was
     given, else the catalog's (``speedtronic.events.level_for``: warning for ``shape_warning``, error
@@ -100,7 +106,11 @@ class StructlogHook:
         strict_json: non-finite floats as ``None`` plus the note (default), or as floats.
     """
 
-    __slots__ = ("_logger", "_reserved", "_strict_json")
+    __slots__ = ("_log", "_logger", "_reserved", "_strict_json")
+
+    writes_console: ClassVar[bool] = True
+    """The app's logger prints the events: the logger's default stdout text log stays silent
+    (``speedtronic.sinks.DefaultConsole``)."""
 
     RESERVED_KEYS: ClassVar[frozenset[str]] = _RESERVED_KEYS
     """Payload keys passed as ``payload_<key>``, so the app's logger and processors (and stdlib
@@ -110,6 +120,7 @@ class StructlogHook:
         self._logger = logger if logger is not None else structlog.get_logger("speedtronic")
         self._reserved = self.RESERVED_KEYS | frozenset(reserved)
         self._strict_json = strict_json
+        self._log = self._to_stdlib if isinstance(self._logger, logging.Logger) else self._to_structlog
 
     def on_event(self, event: str, payload: Mapping[Any, Any], *, level: str | None = None) -> None:
         """Log the event at ``level`` (default: the catalog's level for ``event``)."""
@@ -130,11 +141,20 @@ class StructlogHook:
                 fields[name] = to_python(value)
         if self._strict_json:
             fields = json_safe_record(fields)
-        if raised is not None:
-            fields["exc_info"] = raised
         if isinstance(stamp, str):
             fields["timestamp"] = stamp
-        getattr(self._logger, level or level_for(event))(event, **fields)
+        self._log(level or level_for(event), event, fields, raised)
+
+    def _to_structlog(self, level: str, event: str, fields: dict[str, Any], raised: BaseException | None,
+                      ) -> None:
+        if raised is not None:
+            fields["exc_info"] = raised
+        getattr(self._logger, level)(event, **fields)
+
+    def _to_stdlib(self, level: str, event: str, fields: dict[str, Any], raised: BaseException | None,
+                   ) -> None:
+        levelno = logging.getLevelName(LEVEL_NAMES.get(level, level.upper()))
+        self._logger.log(levelno, event, exc_info=raised, extra=fields)
 
     def __repr__(self) -> str:
         return f"<StructlogHook logger={self._logger!r}>"

@@ -4,17 +4,22 @@ thread and off its GIL."""
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import queue
 import threading
 import time
 import warnings
-from collections.abc import Collection, Iterable, Mapping
-from typing import Any, ClassVar
+from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from speedtronic.errors import SpeedtronicWarning, capped, check_count, check_seconds
 from speedtronic.extras import require
-from speedtronic.processors.convert import to_python, unique_key
+from speedtronic.integrations._names import CONFIG_EVENTS, StepAxis, flat_items, step_of
+from speedtronic.processors.convert import to_python
+
+if TYPE_CHECKING:
+    from speedtronic.integrations._tensorboard_process import ConfigPoint, Point
 
 __all__ = ["TensorboardHook", "TensorboardWarning"]
 
@@ -47,13 +52,23 @@ class TensorboardHook:
     """Writes every number of every event as a TensorBoard scalar ``<event>/<key>``, off the training thread.
 
     **What is written.** By default every int and float of every event (0-d tensors and numpy scalars
-    included, converted), except the keys in ``skip`` (default ``SKIPPED_KEYS``: ``step``, the
-    x-axis); bools, strings, lists and other values are skipped, not errors. Or choose: ``events``
-    maps an event name to the keys to write (``None``: every number but ``skip``; ``()``: nothing),
-    and its entry ``"*"`` applies to the events not named, e.g. ``events={"train_step": ["loss"],
-    "*": ()}``. The step is the payload's integer ``step`` when it has one, else a counter per event
-    name (0, 1, 2...). All of one event's scalars go into one ``Event`` record, as TensorBoard's
-    float32 ``simple_value`` (what ``SummaryWriter.add_scalar`` writes).
+    included, converted), a nested mapping's under ``<key>/<inner key>`` (``eval/metrics/f1``), except
+    the keys in ``skip`` (default ``SKIPPED_KEYS``: ``step``, the x-axis). Other values (strings, bools,
+    lists, tensors of several elements) are no scalars and are skipped, not errors (W&B keeps them in
+    its table, and charts none of them either). Or choose: ``events`` maps an event name to the keys to
+    write (``None``: every number but ``skip``; ``()``: nothing), and its entry ``"*"`` applies to the
+    events not named, e.g. ``events={"train_step": ["loss"], "*": ()}``. All of one event's scalars go
+    into one ``Event`` record, as TensorBoard's float32 ``simple_value`` (what
+    ``SummaryWriter.add_scalar`` writes).
+
+    **The x is W&B's**: the payload's whole-number ``step`` (``5``, ``5.0``, a 0-d tensor), else the
+    last step seen (0 before the first), so an ``outer_step`` is drawn at the training step it
+    happened at, in TensorBoard as in ``WandbHook``'s charts (``speedtronic.integrations._names``).
+
+    **Hyperparameters**: the ``config`` mapping of ``train_start`` and ``hyperparams`` (when ``events``
+    chooses it: by default) goes to the HParams dashboard (nested keys joined with ``/``; values other
+    than numbers, strings and bools as JSON text) and, as indented JSON, to the Text dashboard under
+    ``<event>/config``; never as scalars.
 
     **Tags can't collide.** A tag is the event name, a ``/``, the key as it is; in the event name
     ``/`` and ``%`` are written ``%2F`` and ``%25``, so the first ``/`` of a tag always ends the event:
@@ -128,16 +143,16 @@ class TensorboardHook:
         self._skip = frozenset(skip)
         # Imported here: the writer process runs that module as __main__, which must not be imported
         # before (by this package's __init__).
-        from speedtronic.integrations._tensorboard_process import InProcessWriter, Point, ProcessWriter
+        from speedtronic.integrations._tensorboard_process import InProcessWriter, ProcessWriter
 
         self._writer: ProcessWriter | InProcessWriter = (
             ProcessWriter(self.log_dir, flush_secs=flush_secs)
             if process
             else InProcessWriter(self.log_dir, flush_secs=flush_secs)
         )
-        self._points: list[Point] = []  # appended by on_event, taken by the writer thread
+        self._points: list[Point | ConfigPoint] = []  # appended by on_event, taken by the writer thread
         self._sending = 0  # points the writer thread has taken and not yet handed over
-        self._counters: dict[str, int] = {}
+        self._axis = StepAxis()
         self._full_drops = 0  # the training thread's count...
         self._lost = 0  # ...and the writer thread's
         self._failure: Exception | None = None
@@ -167,13 +182,16 @@ class TensorboardHook:
         """
         if self._closed:
             raise RuntimeError(f"TensorboardHook({self.log_dir!r}) is closed; create a new hook")
+        step = step_of(payload["step"]) if "step" in payload else None
+        x = self._axis.at(step)
         keys = self._events.get(event, self._other)
+        config = payload.get("config") if event in CONFIG_EVENTS else None
+        if isinstance(config, Mapping) and (keys is None or "config" in keys):
+            self._gather_config(event, x, config)
         if keys is None:
-            chosen: Iterable[tuple[Any, Any]] = (
-                (key, value) for key, value in payload.items() if key not in self._skip
-            )
+            chosen = flat_items(payload, self._skip | {"config"} if config is not None else self._skip)
         else:
-            chosen = ((key, payload[key]) for key in keys if key in payload)
+            chosen = flat_items({key: payload[key] for key in keys if key in payload and key != "config"})
         names: list[str] = []
         values: list[float] = []
         for key, value in chosen:
@@ -183,25 +201,29 @@ class TensorboardHook:
                 value = to_python(value)
                 if type(value) not in _NUMBERS:
                     continue
-            names.append(key if type(key) is str else unique_key(dict.fromkeys(names), key))
+            names.append(key)
             values.append(value)
         if values:
-            self._gather(event, payload.get("step"), names, values)
+            self._gather((event, time.time(), x, names, values))
         if self._failure is not None:  # the writer failed: the logger counts it, training goes on
             self._raise_failure()
 
-    def _gather(self, event: str, step: Any, names: list[str], values: list[float]) -> None:
-        if type(step) is not int:
-            step = to_python(step)
-            if type(step) is not int:
-                step = self._counters.get(event, 0)
-                self._counters[event] = step + 1
+    def _gather(self, point: Point | ConfigPoint) -> None:
         if len(self._points) + self._sending >= self.max_queue:
             self._drop()
             return
-        self._points.append((event, time.time(), step, names, values))
+        self._points.append(point)
         if len(self._points) >= _SEND_AT:
             self._wake.set()
+
+    def _gather_config(self, event: str, x: int, config: Mapping[Any, Any]) -> None:
+        """The config as the HParams dashboard's values and the Text dashboard's JSON."""
+        plain = to_python(config)
+        hparams: dict[str, bool | int | float | str] = {}
+        for key, value in flat_items(plain):
+            hparams[key] = value if type(value) in (bool, int, float, str) else json.dumps(value, default=str)
+        text = json.dumps(plain, indent=2, default=str, sort_keys=True)
+        self._gather((event, time.time(), x, "\n".join(f"    {line}" for line in text.splitlines()), hparams))
 
     def flush(self, timeout_s: float | None = None) -> None:
         """Block until every point handed over so far is in the file; ``TimeoutError`` after ``timeout_s``."""

@@ -1,15 +1,16 @@
 """TensorBoard event files from batches of scalars: in this process, or in a child process of their own.
 
 ``TensorboardHook`` hands its writer batches of points, each ``(event, wall_time, step, keys,
-values)``. Turning a point into an ``Event`` record (protobuf), checksumming it (tensorboard's
-CRC32C runs in pure Python) and writing it holds the GIL: on a thread of the training process it
-competes with training for it. So by default a child interpreter does all of it: ``ProcessWriter``
-sends each batch as one ``marshal`` frame (C code; NaN and infinities kept; both ends run the same
-interpreter) down a pipe, and the child (``python -m speedtronic.integrations._tensorboard_process``:
-a plain subprocess, so the user's main module is never imported again, as ``multiprocessing``'s
-spawn would) builds the records with ``write_batch`` and owns tensorboard's ``EventFileWriter``.
-If the training process dies, the child reads the end of the pipe and closes the file with
-everything it was sent. ``InProcessWriter`` does the same work on the calling thread.
+values)``, or a run's config, ``(event, wall_time, step, text, hparams)``. Turning a point into an
+``Event`` record (protobuf), checksumming it (tensorboard's CRC32C runs in pure Python) and writing
+it holds the GIL: on a thread of the training process it competes with training for it. So by
+default a child interpreter does all of it: ``ProcessWriter`` sends each batch as one ``marshal``
+frame (C code; NaN and infinities kept; both ends run the same interpreter) down a pipe, and the
+child (``python -m speedtronic.integrations._tensorboard_process``: a plain subprocess, so the
+user's main module is never imported again, as ``multiprocessing``'s spawn would) builds the records
+with ``write_batch`` and owns tensorboard's ``EventFileWriter``. If the training process dies, the
+child reads the end of the pipe and closes the file with everything it was sent. ``InProcessWriter``
+does the same work on the calling thread.
 
 Protocol, parent to child on stdin: frames of a 4-byte big-endian length, then a kind byte (``S``
 points, ``F`` flush, ``C`` close) and the points. The child answers ``ok`` (or an error) on stdout,
@@ -27,16 +28,19 @@ import signal
 import struct
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 from speedtronic.integrations._names import metric_name
 
-__all__ = ["InProcessWriter", "Point", "ProcessWriter", "main", "write_batch"]
+__all__ = ["ConfigPoint", "InProcessWriter", "Point", "ProcessWriter", "main", "write_batch"]
 
 Point = tuple[str, float, int, Sequence[str], Sequence[float]]
 """One event's scalars: ``(event, wall_time, step, keys, values)``; each key is written as the tag
 ``<event>/<key>`` (``speedtronic.integrations._names.metric_name``)."""
+ConfigPoint = tuple[str, float, int, str, Mapping[str, "bool | int | float | str"]]
+"""One event's config: ``(event, wall_time, step, text, hparams)``: ``text`` (Markdown) for the Text
+dashboard's tag ``<event>/config``, ``hparams`` (flat) for the HParams dashboard."""
 
 _POINTS, _FLUSH, _CLOSE = b"S", b"F", b"C"
 _HEADER = struct.Struct(">I")
@@ -49,13 +53,25 @@ def _as_float(value: float) -> float:
         return math.inf if value > 0 else -math.inf
 
 
-def write_batch(writer: Any, batch: Sequence[Point]) -> None:
+def write_batch(writer: Any, batch: Sequence[Point | ConfigPoint]) -> None:
     """Add one TensorBoard ``Event`` per point to ``writer`` (an ``EventFileWriter``): a float32
-    ``simple_value`` per tag, what ``SummaryWriter.add_scalar`` writes."""
+    ``simple_value`` per tag, what ``SummaryWriter.add_scalar`` writes; for a config, a text summary
+    and the HParams plugin's session start (what ``SummaryWriter.add_text`` and ``add_hparams`` write)."""
     from tensorboard.compat.proto.event_pb2 import Event
     from tensorboard.compat.proto.summary_pb2 import Summary
 
     for event, wall_time, step, keys, values in batch:
+        if isinstance(keys, str):
+            from tensorboard.plugins.hparams.summary_v2 import hparams_pb
+            from tensorboard.plugins.text.summary_v2 import text_pb
+
+            assert isinstance(values, Mapping)
+            text = text_pb(metric_name(event, "config"), keys)
+            writer.add_event(Event(wall_time=wall_time, step=step, summary=text))
+            hparams = hparams_pb(dict(values), start_time_secs=wall_time)
+            writer.add_event(Event(wall_time=wall_time, step=step, summary=hparams))
+            continue
+        assert not isinstance(values, Mapping)
         summary = Summary(value=[
             Summary.Value(tag=metric_name(event, key), simple_value=_as_float(value))
             for key, value in zip(keys, values, strict=True)
@@ -71,7 +87,7 @@ class InProcessWriter:
 
         self._writer = EventFileWriter(log_dir, flush_secs=flush_secs)
 
-    def write(self, batch: Sequence[Point]) -> None:
+    def write(self, batch: Sequence[Point | ConfigPoint]) -> None:
         write_batch(self._writer, batch)
 
     def flush(self) -> None:
@@ -102,7 +118,7 @@ class ProcessWriter:
         self._started = False
         self._ended = False
 
-    def write(self, batch: Sequence[Point]) -> None:
+    def write(self, batch: Sequence[Point | ConfigPoint]) -> None:
         """Send the points; the child writes them (see ``write_batch``)."""
         self._start()
         self._send(_POINTS, marshal.dumps(list(batch)))
@@ -184,7 +200,10 @@ def _read_exactly(stream: IO[bytes], size: int) -> bytes | None:
 
 def main(argv: list[str]) -> int:
     """The child: write each batch received; flush or close when told; stop at the end of stdin."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C hits the process group; the parent decides
+    # Ctrl-C, and the SIGTERM of `timeout` or Slurm, hit the whole process group: the parent decides,
+    # and closes this process through the pipe (or by ending, which ends stdin).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     with contextlib.suppress(OSError):  # background work: training gets the cores first
         os.nice(10)
     log_dir, flush_secs = argv[0], float(argv[1])

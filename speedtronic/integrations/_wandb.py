@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from speedtronic.extras import require
-from speedtronic.integrations._names import metric_name, step_of
+from speedtronic.integrations._names import CONFIG_EVENTS, StepAxis, flat_items, metric_name, step_of
 from speedtronic.lifecycle import close_loggers_first_at_exit
-from speedtronic.processors.convert import to_python, unique_key
+from speedtronic.processors.convert import to_python
 
 __all__ = ["WandbHook"]
 
@@ -40,11 +40,24 @@ class WandbHook:
     (the same names as ``TensorboardHook``'s tags). W&B's own keys (``_step``, ``_runtime``...) can't
     be hit: a payload ``_step`` is ``<event>/_step``.
 
-    **One x-axis, ``step``**: every row carries ``step``, the payload's integer ``step`` (then not
-    repeated as ``<event>/step``), else the last step seen (0 before the first), and every metric is
-    plotted against it (``define_metric("*", step_metric="step")``). The hook never passes ``step=``
+    **One x-axis, ``step``**: every row carries ``step``, the payload's whole-number ``step`` (``5``,
+    ``5.0``, a 0-d tensor; then not repeated as ``<event>/step``), else the last step seen (0 before
+    the first), and each metric is plotted against it: ``define_metric(<name>, step_metric="step")``,
+    name by name as each first appears, never ``"*"``, so neither the hook nor a tool sharing the run
+    (Hugging Face's and Lightning's W&B loggers define ``"*"`` against their own step) re-points the
+    other's charts. This is the x ``TensorboardHook`` gives the same event
+    (``speedtronic.integrations._names``). A nested mapping's values are
+    ``<event>/<key>/<inner key>``, as in TensorBoard. The hook never passes ``step=``
     to ``run.log``: W&B's own ``_step`` counts rows, so an ``outer_step`` between train steps, or a
     step that goes back after a resume, is never dropped by W&B's monotonic-step rule.
+
+    **Beside other W&B users in the process.** The hook calls ``wandb.init(project=...,
+    **init_kwargs)``, so W&B's own rule applies: while a run is active (your ``wandb.init()``,
+    Lightning's ``WandbLogger``, Hugging Face's ``report_to="wandb"``) the hook joins it, and leaves it
+    to its owner to finish; otherwise it creates the run, as ``wandb.run``, and a later plain
+    ``wandb.init()`` (Hugging Face's ``WandbCallback`` calls one) joins the hook's run. Pass
+    ``reinit="create_new"`` for a run of the hook's own that nobody else joins (W&B then leaves
+    ``wandb.run`` unset).
 
     **The run's config** is ``train_start``'s ``config`` (``speedtronic train`` puts the run's
     resolved config there): ``run.config.update(config)``, not a history column. Values go as
@@ -53,12 +66,11 @@ class WandbHook:
 
     Args:
         project: W&B project for the run this hook creates with ``wandb.init(project=...,
-            **init_kwargs)``. Each hook creates its own run (``reinit="create_new"`` unless given), so
-            a second hook in one process never merges into the first one's run.
+            **init_kwargs)`` when no run is active (see above).
         run: an existing run (from your own ``wandb.init``) to log into instead; then no
             ``project`` or ``init_kwargs``.
         finish: whether ``close()`` finishes the run; default: only a run the hook created. A run
-            you pass in stays yours to finish, unless ``finish=True``.
+            you pass in, or one the hook joined, stays its owner's to finish, unless ``finish=True``.
     """
 
     def __init__(
@@ -71,17 +83,21 @@ class WandbHook:
     ) -> None:
         if run is not None and (project is not None or init_kwargs):
             raise ValueError("WandbHook: pass either run= or project=/wandb.init arguments, not both")
-        created = run is None
+        created = False
         if run is None:
             wandb = require("wandb", "wandb", needed_by="speedtronic.integrations.WandbHook")
-            init_kwargs.setdefault("reinit", "create_new")
-            run = wandb.init(project=project, **init_kwargs)
+            active = wandb.run
+            run = wandb.init(project=project, **init_kwargs)  # W&B returns the active run, if any
+            # A run W&B created: it is now wandb.run, or was asked for as a run of the hook's own.
+            created = run is not active and (run is wandb.run or init_kwargs.get("reinit") == "create_new")
         self.run: _Run = run
         """The W&B run the events go to (public: finish it, add config, log your own values)."""
+        self.joined = not created
+        """Whether the run is someone else's (passed in, or active when the hook was made)."""
         self._finish = created if finish is None else finish
         self.run.define_metric(STEP)
-        self.run.define_metric("*", step_metric=STEP)
-        self._step = 0
+        self._defined = {STEP}  # metrics whose x-axis is defined
+        self._axis = StepAxis()
         self._training = False
         self._closed = False
         self._pid = os.getpid()
@@ -93,18 +109,17 @@ class WandbHook:
         if self._closed:
             raise RuntimeError(f"WandbHook.on_event({event!r}) after close(); the run is finished")
         step = step_of(payload[STEP]) if STEP in payload else None
-        keys: dict[str, Any] = {}
-        for key, value in payload.items():
-            if (key == STEP and step is not None) or key == "timestamp":  # W&B keeps its own _timestamp
-                continue
-            if key == "config" and event in ("train_start", "hyperparams") and isinstance(value, Mapping):
-                self.run.config.update(to_python(value), allow_val_change=True)
-                continue
-            keys[unique_key(keys, key)] = to_python(value)
-        if step is not None:
-            self._step = step
-        row = {metric_name(event, key): value for key, value in keys.items()}
-        row[STEP] = self._step
+        skip = {"timestamp"} if step is None else {"timestamp", STEP}  # W&B keeps its own _timestamp
+        config = payload.get("config") if event in CONFIG_EVENTS else None
+        if isinstance(config, Mapping):
+            self.run.config.update(to_python(config), allow_val_change=True)
+            skip.add("config")
+        items = flat_items(payload, frozenset(skip))
+        row = {metric_name(event, key): to_python(value) for key, value in items}
+        row[STEP] = self._axis.at(step)
+        for name in row.keys() - self._defined:
+            self.run.define_metric(name, step_metric=STEP)
+            self._defined.add(name)
         if event == "train_start":
             self._training = True
         elif event == "train_end":  # a run that stopped (status failed/interrupted) still exits 1

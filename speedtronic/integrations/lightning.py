@@ -9,19 +9,24 @@ What Lightning hands a logger and the records it becomes:
 
 - ``log_metrics(metrics, step)``: a ``train_step`` with ``step`` as Lightning passes it (the step its
   TensorBoard and CSV loggers write: batches stepped before the one that logged, so 0-based) and the
-  metrics as logged
-  (``train_loss``, ``epoch``), or, when the call holds validation or test metrics (``val_loss``,
+  metrics as logged, ``train_loss`` as the catalog's ``loss`` (``epoch`` as it is; see
+  ``speedtronic.integrations._metrics``); the first of a ``fit()`` is preceded by ``train_start``.
+  Or, when the call holds validation or test metrics (``val_loss``,
   ``val/acc``, ``test_loss``: a name starting ``eval``, ``val``, ``valid``, ``validation`` or
   ``test``, then ``_`` or ``/``), an ``eval`` record per prefix with the bare names (``loss``),
   ``split`` and the call's other keys (``epoch``).
-- ``log_hyperparams(params)``: ``hyperparams`` (``config``: the params as a dict).
+- ``log_hyperparams(params)``: ``hyperparams`` (``config``: the params as a dict), when they differ
+  from the last ones recorded (Lightning hands them again at each ``validate()`` and ``test()``).
 - ``after_save_checkpoint``: ``checkpoint`` (``step``: ``trainer.global_step``, as in the file's name;
   ``path`` of the file ``ModelCheckpoint`` wrote).
-- ``finalize(status)``: closes the ``MetricLogger`` if this logger built it (a later ``trainer.test()``
-  builds it again; the files are appended to).
+- ``finalize(status)``: after a ``fit()``, ``train_end`` (``status``: Lightning's ``success`` is
+  ``completed``, ``failed`` is ``failed``, ``finished``, a signal, is ``interrupted``; ``final_loss``:
+  the last ``loss``); then the ``MetricLogger`` is flushed, not closed, so its hooks (TensorBoard,
+  W&B) get a later ``trainer.validate()`` or ``test()`` too, as Lightning's own loggers do.
 
 Pass an existing ``MetricLogger`` (``logger=``; you close it), or ``MetricLogger``'s arguments
-(``json_file=``, ``file=``...; built on rank zero on first use, closed by ``finalize``). Every method
+(``json_file=``, ``file=``...; built on rank zero on first use, closed at interpreter exit, or by
+``speedtronic_logger.experiment.close()``). Every method
 that writes runs on rank zero only, as Lightning's loggers do; ``experiment`` is the ``MetricLogger``
 there and a dummy elsewhere.
 """
@@ -45,10 +50,13 @@ except ModuleNotFoundError as error:
     raise missing(error, "lightning.pytorch", "lightning", needed_by=needed_by, package="Lightning") from None
 
 from speedtronic.events import Event
-from speedtronic.integrations._metrics import emit_metrics
+from speedtronic.integrations._metrics import TrainSpan, emit_metrics
 from speedtronic.profiling import MetricLogger
 
 __all__ = ["SpeedtronicLogger"]
+
+_STATUS = {"success": "completed", "failed": "failed", "finished": "interrupted"}
+"""Lightning's ``finalize`` status → ``train_end``'s."""
 
 
 class SpeedtronicLogger(Logger):
@@ -74,6 +82,8 @@ class SpeedtronicLogger(Logger):
         self._owns_logger = logger is None
         self._logger_kwargs = logger_kwargs
         self._name, self._version = name, version
+        self._span = TrainSpan()
+        self._hyperparams: dict[str, Any] | None = None  # the last ones recorded
 
     @property
     def name(self) -> str:
@@ -93,12 +103,14 @@ class SpeedtronicLogger(Logger):
 
     @rank_zero_only
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
-        emit_metrics(self.experiment, 0 if step is None else step, metrics)
+        emit_metrics(self.experiment, 0 if step is None else step, metrics, self._span)
 
     @rank_zero_only
     def log_hyperparams(self, params: Mapping[str, Any] | Namespace, *args: Any, **kwargs: Any) -> None:
         config = vars(params) if isinstance(params, Namespace) else dict(params)
-        self.experiment.emit(Event.HYPERPARAMS, {"config": config})
+        if not _same(config, self._hyperparams):
+            self._hyperparams = config
+            self.experiment.emit(Event.HYPERPARAMS, {"config": config})
 
     @rank_zero_only
     def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
@@ -111,9 +123,16 @@ class SpeedtronicLogger(Logger):
 
     @rank_zero_only
     def finalize(self, status: str) -> None:
-        if self._logger is None:
+        if self._logger is None or self._logger.closed:
             return
-        if self._owns_logger:
-            self._logger.close()
-        else:
-            self._logger.flush()
+        self._span.end(self._logger, _STATUS.get(status, status))
+        self._logger.flush()
+
+
+def _same(config: dict[str, Any], last: dict[str, Any] | None) -> bool:
+    """Whether ``config`` equals the last recorded one (values whose ``==`` raises, such as tensors,
+    count as changed)."""
+    try:
+        return bool(config == last)
+    except Exception:
+        return False

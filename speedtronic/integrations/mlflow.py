@@ -11,17 +11,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from speedtronic.extras import require
-from speedtronic.integrations._names import metric_name, step_of
+from speedtronic.integrations._names import CONFIG_EVENTS, StepAxis, flat_items, metric_name, step_of
 from speedtronic.lifecycle import close_loggers_first_at_exit
-from speedtronic.processors.convert import to_python, unique_key
+from speedtronic.processors.convert import to_python
 from speedtronic.processors.enrich import timestamp_ns
 
 __all__ = ["MlflowHook", "mlflow_name"]
 
 STEP = "step"
-CONFIG_EVENTS = frozenset({"train_start", "hyperparams"})
-"""Events whose ``config`` mapping becomes the run's params."""
-
 END_STATUSES = ("FINISHED", "FAILED", "KILLED")
 """What ``close(status=...)`` accepts: MLflow's statuses of an ended run."""
 
@@ -123,7 +120,7 @@ class MlflowHook:
         """The MLflow run the events go to."""
         self._params: dict[str, str] = dict(run.data.params)
         self._finish = started if finish is None else finish
-        self._step = 0
+        self._axis = StepAxis()  # the x of each point: the rule W&B and TensorBoard follow too
         self._status = "FINISHED"
         self._closed = False
         self._pid = os.getpid()
@@ -152,25 +149,21 @@ class MlflowHook:
         if self._closed:
             raise RuntimeError(f"MlflowHook.on_event({event!r}) after close(); run {self.run_id} is ended")
         step = step_of(payload[STEP]) if STEP in payload else None
-        if step is not None:
-            self._step = step
+        at = self._axis.at(step)
         stamp = timestamp_ns(payload.get("timestamp"))
         millis = (time.time_ns() if stamp is None else stamp) // 1_000_000
         metrics: list[Any] = []
         params: dict[str, str] = {}
-        keys: dict[str, None] = {}
-        for key, value in payload.items():
-            if (key == STEP and step is not None) or key == "timestamp":
-                continue
-            if key == "config" and event in CONFIG_EVENTS and isinstance(value, Mapping):
-                params.update(_params(to_python(value)))
-                continue
+        skip = {"timestamp"} if step is None else {"timestamp", STEP}
+        config = payload.get("config") if event in CONFIG_EVENTS else None
+        if isinstance(config, Mapping):
+            params.update(_params(to_python(config)))
+            skip.add("config")
+        for key, value in flat_items(payload, frozenset(skip)):
             value = to_python(value)
             if type(value) is float or type(value) is int:
-                name = unique_key(keys, key)
-                keys[name] = None
-                metric_key = mlflow_name(metric_name(event, name))
-                metrics.append(self._entities.Metric(metric_key, value, millis, self._step))
+                metric_key = mlflow_name(metric_name(event, key))
+                metrics.append(self._entities.Metric(metric_key, value, millis, at))
         changed = self._log(metrics, params)
         if event == "train_start":
             self._status = "FAILED"  # until its train_end: training that never ends failed

@@ -1,35 +1,50 @@
 """``SpeedtronicMetricLogger``: torchtune's ``MetricLoggerInterface`` (``log``, ``log_dict``,
 ``log_config``, ``close``) over a ``MetricLogger``. It never imports torchtune (nor omegaconf).
 
-In a recipe's config::
+In a recipe's config (a torchtune user configures loggers only there)::
 
     metric_logger:
       _component_: speedtronic.integrations.torchtune.SpeedtronicMetricLogger
       log_dir: ${output_dir}/logs
+      project: my-project                  # as torchtune's WandBLogger: a W&B run
+      hooks:
+        - {type: tensorboard}              # a config entry, as `speedtronic train` reads it
+        - _component_: speedtronic.integrations.StructlogHook   # or torchtune's own style
 
 What a recipe calls and the records it becomes:
 
 - ``log_dict(payload, step)`` / ``log(name, data, step)``: a ``train_step`` with ``step`` and the
-  metrics as logged (``loss``, ``lr``, ``tokens_per_second_per_gpu``); a call holding validation
-  metrics (``val_loss``) is an ``eval`` record with the bare names (``loss``) and ``split="val"``.
+  metrics as logged (``loss``, ``lr``), ``tokens_per_second_per_gpu`` as the catalog's
+  ``tokens_per_s`` (the rank-zero process's rate; see ``speedtronic.integrations._metrics``); the
+  first is preceded by ``train_start``. A call holding validation metrics (``val_loss``) is an
+  ``eval`` record with the bare names (``loss``) and ``split="val"``.
 - ``log_config(config)``: ``hyperparams`` (``config``: an OmegaConf ``DictConfig`` resolved to plain
   data, or any mapping).
-- ``close()``: closes the ``MetricLogger`` if this object built it, else waits for its hooks.
+- ``close()`` (a recipe's ``cleanup()``, after training): ``train_end`` (``status: completed``), then
+  closes the ``MetricLogger`` if this object built it, else waits for its hooks.
 
-Pass an existing ``MetricLogger`` (``logger=``; you close it) or ``MetricLogger``'s arguments;
-``log_dir`` (the key torchtune's own loggers take) means ``json_file=<log_dir>/metrics.jsonl``.
-torchtune's distributed recipes build and call the metric logger on rank zero only.
+Pass an existing ``MetricLogger`` (``logger=``; you close it), or its arguments and torchtune's
+loggers' own: ``log_dir`` and ``filename`` (DiskLogger's) mean ``json_file=<log_dir>/<filename>``
+(default ``metrics.jsonl``); ``project``, ``entity`` and ``group`` (WandBLogger's) add a
+``WandbHook`` (``dir=<log_dir>``); ``hooks`` is a list of hooks, config entries (``{type:
+tensorboard, ...}``: ``speedtronic.hooks.registry``'s types; a ``tensorboard`` entry without
+``log_dir`` writes to ``<log_dir>/tensorboard``)
+or ``{_component_: dotted.path, ...}`` entries, built here (torchtune's ``config.instantiate``
+builds only the outer one). torchtune's distributed recipes build and call the metric logger on rank
+zero only.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from speedtronic.events import Event
-from speedtronic.integrations._metrics import emit_metrics
+from speedtronic.hooks import close_hook
+from speedtronic.hooks.registry import hook_type
+from speedtronic.integrations._metrics import TrainSpan, emit_metrics
 from speedtronic.profiling import MetricLogger
 
 __all__ = ["SpeedtronicMetricLogger"]
@@ -43,24 +58,50 @@ class SpeedtronicMetricLogger:
         logger: MetricLogger | None = None,
         *,
         log_dir: str | os.PathLike[str] | None = None,
+        filename: str | None = None,
+        project: str | None = None,
+        entity: str | None = None,
+        group: str | None = None,
+        hooks: Iterable[Any] = (),
         **logger_kwargs: Any,
     ) -> None:
-        if logger is not None and (logger_kwargs or log_dir is not None):
-            given = sorted([*logger_kwargs, *(["log_dir"] if log_dir is not None else [])])
+        hooks = list(hooks)
+        torchtune_kwargs = {"log_dir": log_dir, "filename": filename, "project": project, "entity": entity,
+                            "group": group, "hooks": hooks or None}
+        if logger is not None and (logger_kwargs or any(v is not None for v in torchtune_kwargs.values())):
+            given = sorted([*logger_kwargs, *(key for key, v in torchtune_kwargs.items() if v is not None)])
             raise TypeError(
                 "SpeedtronicMetricLogger: pass either logger= (a MetricLogger you close) or "
                 f"MetricLogger's arguments, not both; got logger= and {', '.join(given)}"
             )
         if logger is not None and not isinstance(logger, MetricLogger):
             raise TypeError(f"SpeedtronicMetricLogger(logger=...): expected a MetricLogger, got {logger!r}")
-        if log_dir is not None:
-            logger_kwargs.setdefault("json_file", os.path.join(log_dir, "metrics.jsonl"))
-        self.logger = logger if logger is not None else MetricLogger(**logger_kwargs)
+        self._span = TrainSpan()
         self._owns_logger = logger is None
+        if logger is not None:
+            self.logger = logger
+            return
+        if log_dir is not None or filename is not None:
+            json_file = os.path.join(log_dir or "", filename or "metrics.jsonl")
+            logger_kwargs.setdefault("json_file", json_file)
+        built: list[Any] = []
+        try:
+            built.extend(_build_hook(index, entry, log_dir) for index, entry in enumerate(hooks))
+            if project is not None or entity is not None or group is not None:
+                from speedtronic.integrations import WandbHook
+
+                init: dict[str, Any] = {"entity": entity, "group": group, "dir": log_dir and str(log_dir)}
+                built.append(WandbHook(project, **{key: v for key, v in init.items() if v is not None}))
+            logger_kwargs["hooks"] = built
+            self.logger = MetricLogger(**logger_kwargs)
+        except BaseException:
+            for hook in built:
+                close_hook(hook)
+            raise
 
     def log(self, name: str, data: Any, step: int) -> None:
         """Log one scalar (a number, a 0-d tensor or numpy value) at ``step``."""
-        emit_metrics(self.logger, step, {name: data})
+        emit_metrics(self.logger, step, {name: data}, self._span)
 
     def log_config(self, config: Any) -> None:
         """Log the recipe's config (a ``DictConfig``, resolved, or a mapping) as ``hyperparams``."""
@@ -68,14 +109,44 @@ class SpeedtronicMetricLogger:
 
     def log_dict(self, payload: Mapping[str, Any], step: int) -> None:
         """Log several scalars at ``step``: one record (per split, for validation metrics)."""
-        emit_metrics(self.logger, step, payload)
+        emit_metrics(self.logger, step, payload, self._span)
 
     def close(self) -> None:
-        """Close the ``MetricLogger`` this object built; flush one it was given. Idempotent."""
+        """``train_end`` if training was logged; close the ``MetricLogger`` this object built, flush
+        one it was given. Idempotent."""
+        if not self.logger.closed:
+            self._span.end(self.logger, "completed")
         if self._owns_logger:
             self.logger.close()
         elif not self.logger.closed:
             self.logger.flush()
+
+
+def _build_hook(index: int, entry: Any, log_dir: str | os.PathLike[str] | None) -> Any:
+    """One ``hooks`` item: a hook as it is, or built from a ``{type: ...}`` or ``{_component_: ...}``
+    entry (an OmegaConf node is already plain data by the time torchtune calls the adapter)."""
+    if not isinstance(entry, Mapping):
+        return entry
+    kwargs = {str(key): value for key, value in entry.items()}
+    where = f"SpeedtronicMetricLogger(hooks[{index}])"
+    if "type" in kwargs and "_component_" not in kwargs:
+        name = str(kwargs.pop("type"))
+        if name == "tensorboard" and log_dir is not None:
+            kwargs.setdefault("log_dir", os.path.join(log_dir, "tensorboard"))
+    elif "_component_" in kwargs and "type" not in kwargs:
+        module, _, attribute = str(kwargs.pop("_component_")).rpartition(".")
+        name = f"{module}:{attribute}"
+    else:
+        raise ValueError(f"{where}: an entry needs 'type' (a hook type) or '_component_' (a dotted path), "
+                         f"one of them; got keys {', '.join(kwargs) or 'none'}")
+    try:
+        factory = hook_type(name)
+    except LookupError as error:
+        raise ValueError(f"{where}: {error}") from None
+    try:
+        return factory(**kwargs)
+    except TypeError as error:
+        raise TypeError(f"{where}: {name} hook: {error}") from error
 
 
 def _plain_config(config: Any) -> dict[str, Any]:

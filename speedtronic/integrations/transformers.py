@@ -9,12 +9,14 @@ What the ``Trainer`` does and the records it becomes:
 - ``on_train_begin``: ``hyperparams`` (``config``: the ``TrainingArguments`` as a dict), then
   ``train_start`` (the catalog's keys, from the trainer's state and arguments).
 - ``on_log``: each logging call, every ``logging_steps`` steps: a ``train_step`` with ``step`` =
-  ``state.global_step`` and the keys as Hugging Face logs them (``loss``, ``learning_rate``,
-  ``grad_norm``, ``epoch``); an evaluation's ``eval_*`` metrics become an ``eval`` record with the
-  prefix stripped and ``split="eval"`` (see ``speedtronic.integrations._metrics``). The summary the
+  ``state.global_step`` and the keys as Hugging Face logs them (``loss``, ``grad_norm``, ``epoch``),
+  ``learning_rate`` as the catalog's ``lr``; an evaluation's ``eval_*`` metrics become an ``eval``
+  record with the prefix stripped and ``split="eval"`` (see ``speedtronic.integrations._metrics``
+  for both rules). The summary the
   trainer logs once training is over (``train_runtime``, ``train_loss``...) goes into ``train_end``.
 - ``on_save``: ``checkpoint`` (``step``, ``path`` of the ``checkpoint-<step>`` directory).
-- ``on_train_end``: ``train_end``.
+- ``on_train_end``: ``train_end`` (``status``: ``completed``; a ``Trainer.train()`` that raises calls
+  no callback, and its run reads "no train_end").
 
 ``logging_steps`` already sets the cadence, so the logger should keep ``every_steps=1`` (its
 default). Only the main process (``state.is_world_process_zero``) emits: one record per event in a
@@ -117,6 +119,7 @@ class SpeedtronicCallback(TrainerCallback):
             "steps_run": state.global_step - self._start_step,
             "duration_s": summary.pop("train_runtime", round(time.perf_counter() - self._started, 6)),
             "final_loss": self._last_loss,
+            "status": "completed",
         }
         for key, value in summary.items():
             end[_SUMMARY_KEYS.get(key, key)] = value

@@ -512,3 +512,120 @@ class TestUnderTheCLI:
         assert with_structlog_console(plain) is plain
         moved = with_structlog_console({"logging": {"file": None, "hooks": [{"type": "structlog"}]}})
         assert moved["logging"]["file"] == "{run_dir}/train.log"
+
+
+CONSOLE_APP = """
+import logging, sys
+import structlog
+from speedtronic.integrations import StructlogHook
+from speedtronic.profiling import MetricLogger
+
+structlog.configure(
+    processors=[structlog.processors.add_log_level, structlog.processors.JSONRenderer()],
+    wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+    logger_factory=structlog.PrintLoggerFactory(sys.stdout),
+)
+logger = MetricLogger(hooks=[StructlogHook()] if sys.argv[1] == "hook" else [])
+logger.emit("train_start", {"start_step": 0, "target_step": 2})
+logger.emit("train_step", {"step": 1, "loss": 1.0})
+logger.emit("shape_warning", {"step": 1, "shape": [1, 2]})
+logger.emit("train_end", {"step": 2, "status": "completed"})
+if sys.argv[1] == "appended":
+    logger.hooks.append(StructlogHook())
+    logger.emit("shape_warning", {"step": 2, "shape": [3]})
+logger.close()
+"""
+
+
+def console_lines(tmp_path: Path, mode: str) -> list[str]:
+    """stdout of an app (structlog at WARNING, JSON) whose MetricLogger writes its text log by default."""
+    script = tmp_path / "app.py"
+    script.write_text(CONSOLE_APP)
+    done = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+class TestTheConsole:
+    def test_the_default_stream_leaves_stdout_to_the_apps_logger(self, tmp_path: Path) -> None:
+        """Default stream plus a StructlogHook: each event the app keeps prints once, by the app;
+        the INFO events its WARNING filter drops don't print at all."""
+        lines = console_lines(tmp_path, "hook")
+        assert [json.loads(line)["event"] for line in lines] == ["shape_warning"]
+
+    def test_without_the_hook_the_text_log_is_on_stdout(self, tmp_path: Path) -> None:
+        """No StructlogHook: the text log prints every event on stdout, as before."""
+        lines = console_lines(tmp_path, "none")
+        assert [line.split(" | ")[2].split()[0] for line in lines] == [
+            "train_start", "train_step", "shape_warning", "train_end"]
+
+    def test_a_hook_appended_later_takes_the_console_from_the_next_event(self, tmp_path: Path) -> None:
+        """A StructlogHook appended after four events: the text log printed those, the app the next."""
+        lines = console_lines(tmp_path, "appended")
+        assert len(lines) == 5
+        assert " | WARNING | shape_warning " in lines[2]
+        last = json.loads(lines[4])
+        assert (last["event"], last["level"], last["step"]) == ("shape_warning", "warning", 2)
+
+    def test_an_explicit_stream_is_written_beside_the_hook(self) -> None:
+        """stream= given: the text log is written there even with a StructlogHook."""
+        stream, app = io.StringIO(), io.StringIO()
+        hook = StructlogHook(structlog.wrap_logger(structlog.PrintLogger(app)))
+        with MetricLogger(stream=stream, hooks=[hook]) as logger:
+            logger.emit("train_step", {"step": 1, "loss": 1.0})
+        assert " | INFO | train_step step=1" in stream.getvalue()
+        assert "train_step" in app.getvalue()
+
+
+class TestAPlainStdlibLogger:
+    @pytest.fixture
+    def stdlib_logger(self) -> Iterator[tuple[logging.Logger, list[logging.LogRecord]]]:
+        """A plain stdlib logger at INFO whose handler keeps the records."""
+        logger = logging.getLogger("speedtronic_tests.plain_stdlib")
+        kept: list[logging.LogRecord] = []
+        handler = logging.Handler()
+        handler.emit = kept.append  # type: ignore[method-assign]  # a handler that keeps records
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+        try:
+            yield logger, kept
+        finally:
+            logger.removeHandler(handler)
+            logger.propagate = True
+            logger.setLevel(logging.NOTSET)
+
+    def test_the_payload_arrives_as_extra(
+        self, stdlib_logger: tuple[logging.Logger, list[logging.LogRecord]]
+    ) -> None:
+        """logging.getLogger(...) as the hook's logger: the event is the message, the payload the
+        record's attributes (LogRecord's own names as payload_<key>), at the event's level."""
+        logger, kept = stdlib_logger
+        with MetricLogger(stream=io.StringIO(), strict_hooks=True, hooks=[StructlogHook(logger)]) as log:
+            log.emit("train_step", {"step": 3, "loss": 0.5, "name": "resnet", "msg": "m"})
+            log.emit("shape_warning", {"step": 3})
+        assert [(r.getMessage(), r.levelname) for r in kept] == [("train_step", "INFO"),
+                                                                ("shape_warning", "WARNING")]
+        record = vars(kept[0])
+        assert (record["step"], record["loss"], record["payload_name"], record["payload_msg"]) == (
+            3, 0.5, "resnet", "m")
+        assert record["name"] == "speedtronic_tests.plain_stdlib"
+
+    def test_its_level_filters_and_exceptions_keep_their_traceback(
+        self, stdlib_logger: tuple[logging.Logger, list[logging.LogRecord]]
+    ) -> None:
+        """The stdlib logger's level drops INFO events; an exception arrives as the record's exc_info."""
+        logger, kept = stdlib_logger
+        logger.setLevel(logging.WARNING)
+        try:
+            1 / 0  # noqa: B018  # a real traceback
+        except ZeroDivisionError as error:
+            raised = error
+        with MetricLogger(stream=io.StringIO(), strict_hooks=True, hooks=[StructlogHook(logger)]) as log:
+            log.emit("train_step", {"step": 1, "loss": 1.0})
+            log.emit("data_error", {"step": 1, "error": raised}, level="error")
+        [record] = kept
+        assert (record.getMessage(), record.levelname) == ("data_error", "ERROR")
+        assert record.exc_info is not None
+        assert record.exc_info[1] is raised
+        assert vars(record)["error"] == "ZeroDivisionError: division by zero"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -152,18 +153,66 @@ class TestTensorboardHook:
         assert points["train_step/loss"] == [(2, 0.5), (4, 0.25)]
         assert points["train_step/lr"] == [(2, 0.25), (4, 0.25)]
 
-    def test_events_without_a_step_count_per_event_name(self, log_dir: Path) -> None:
-        """Without an integer step, each event name has its own counter from 0."""
+    def test_events_without_a_whole_step_sit_at_the_last_step_seen(self, log_dir: Path) -> None:
+        """No step, or one that is no whole number: the last whole step seen (0 before any), as in W&B;
+        a float 5.0 is step 5."""
         hook = TensorboardHook(log_dir, events={"*": None})
-        for n in range(3):
-            hook.on_event("outer_step", {"outer_step": 10 + n, "step": "not an int"})
-            if n < 2:
-                hook.on_event("delta_uploaded", {"bytes": 100 * n})
+        hook.on_event("outer_step", {"outer_step": 10})
+        hook.on_event("train_step", {"step": 4, "loss": 0.5})
+        hook.on_event("outer_step", {"outer_step": 11, "step": "not an int"})
+        hook.on_event("outer_step", {"outer_step": 12, "step": 4.5})
+        hook.on_event("eval", {"step": 5.0, "loss": 0.25})
+        hook.on_event("delta_uploaded", {"bytes": 100})
         hook.close()
 
         points = tensorboard_scalars(log_dir)
-        assert points["outer_step/outer_step"] == [(0, 10.0), (1, 11.0), (2, 12.0)]
-        assert points["delta_uploaded/bytes"] == [(0, 0.0), (1, 100.0)]
+        assert points["outer_step/outer_step"] == [(0, 10.0), (4, 11.0), (4, 12.0)]
+        assert points["eval/loss"] == [(5, 0.25)]
+        assert points["delta_uploaded/bytes"] == [(5, 100.0)]
+
+    def test_a_nested_mapping_is_written_under_its_path(self, log_dir: Path) -> None:
+        """A nested {"metrics": {"f1": ..., "per": {"a": ...}}}: eval/metrics/f1, eval/metrics/per/a."""
+        hook = TensorboardHook(log_dir)
+        metrics = {"f1": torch.tensor(0.5), "per": {"a": 1}, "name": "x"}
+        hook.on_event("eval", {"step": 3, "metrics": metrics})
+        hook.close()
+        assert tensorboard_scalars(log_dir) == {
+            "eval/metrics/f1": [(3, 0.5)], "eval/metrics/per/a": [(3, 1.0)]}
+
+    @pytest.mark.parametrize("process", [False, True], ids=["in-process", "writer-process"])
+    def test_the_config_is_in_the_hparams_and_text_dashboards(self, log_dir: Path, process: bool) -> None:
+        """train_start's and hyperparams' config: HParams (nested keys joined with /, lists as JSON) and
+        indented JSON text under <event>/config; never scalars."""
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+        from tensorboard.plugins.hparams import plugin_data_pb2
+
+        hook = TensorboardHook(log_dir, process=process)
+        config = {"lr": 0.1, "model": {"hidden": 8, "act": "gelu"}, "bf16": True, "layers": [1, 2]}
+        hook.on_event("hyperparams", {"config": config})
+        hook.close()
+
+        accumulator = EventAccumulator(str(log_dir), size_guidance={"tensors": 0})
+        accumulator.Reload()
+        assert accumulator.Tags()["scalars"] == []
+        [text] = accumulator.Tensors("hyperparams/config")
+        assert '"hidden": 8' in text.tensor_proto.string_val[0].decode()
+        [content] = accumulator.PluginTagToContent("hparams").values()
+        start = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info
+        values = {key: getattr(value, value.WhichOneof("kind")) for key, value in start.hparams.items()}
+        assert values == {"lr": 0.1, "model/hidden": 8.0, "model/act": "gelu", "bf16": True,
+                          "layers": "[1, 2]"}
+
+    def test_events_that_leave_the_config_out_write_no_hyperparameters(self, log_dir: Path) -> None:
+        """events={"train_step": ["loss"], "*": ()}: nothing of train_start, its config included."""
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        hook = TensorboardHook(log_dir, events={"train_step": ["loss"], "*": ()})
+        hook.on_event("train_start", {"target_step": 4, "config": {"lr": 0.1}})
+        hook.on_event("train_step", {"step": 1, "loss": 0.5})
+        hook.close()
+        accumulator = EventAccumulator(str(log_dir))
+        accumulator.Reload()
+        assert (accumulator.Tags()["scalars"], accumulator.Tags()["tensors"]) == (["train_step/loss"], [])
 
     def test_one_event_record_per_emitted_event(self, log_dir: Path) -> None:
         """All of an event's scalars share one Event record; an event without numbers writes none."""
@@ -272,6 +321,44 @@ def stalled(
 
 
 class TestHandOff:
+    def test_sigterm_to_the_process_group_loses_no_point_and_fails_no_hook(self, log_dir: Path,
+                                                                           tmp_path: Path) -> None:
+        """SIGTERM to the whole process group (`timeout`, Slurm): the writer process ignores it and
+        its parent closes it, so every point is written and no hook failure is recorded."""
+        script = textwrap.dedent(
+            f"""
+            import io, signal, time
+            from speedtronic.integrations import TensorboardHook
+            from speedtronic.lifecycle import close_on_signals
+            from speedtronic.profiling import MetricLogger
+            close_on_signals()
+            hook = TensorboardHook({str(log_dir)!r}, flush_secs=60)
+            logger = MetricLogger(stream=io.StringIO(), json_file={str(tmp_path / "run.jsonl")!r},
+                                  hooks=[hook])
+            for step in range(355):
+                logger.emit("train_step", {{"step": step, "loss": float(step)}})
+            while hook.pending:  # every point handed to the writer process, none flushed (60 s)
+                time.sleep(0.01)
+            print("sent", flush=True)
+            while True:
+                signal.pause()
+            """
+        )
+        process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            assert process.stdout is not None
+            assert process.stdout.readline() == "sent\n"
+            os.killpg(process.pid, signal.SIGTERM)
+            _, stderr = process.communicate(timeout=120)
+        finally:
+            if process.poll() is None:
+                process.kill()
+        assert process.returncode == -signal.SIGTERM, stderr
+        assert "HookFailureWarning" not in stderr
+        assert "hook_error" not in (tmp_path / "run.jsonl").read_text()
+        assert [step for step, _ in tensorboard_scalars(log_dir)["train_step/loss"]] == list(range(355))
+
     def test_a_stalled_writer_never_blocks_on_event(
         self, stalled: tuple[TensorboardHook, threading.Event], log_dir: Path
     ) -> None:

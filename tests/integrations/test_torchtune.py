@@ -36,12 +36,12 @@ log_every_n_steps: 2
 
 
 def instantiate(node: Any, **overrides: Any) -> tt.SpeedtronicMetricLogger:
-    """What torchtune's ``config.instantiate`` does: import ``_component_``, call it with the rest."""
-    kwargs = OmegaConf.to_container(node, resolve=True)
-    assert isinstance(kwargs, dict)
-    module, _, name = kwargs.pop("_component_").rpartition(".")
-    factory = getattr(sys.modules[module], name)
-    return factory(**{**kwargs, **overrides})  # type: ignore[no-any-return]
+    """torchtune's own ``config.instantiate``, as a recipe calls it on ``cfg.metric_logger``."""
+    from torchtune import config
+
+    metric_logger = config.instantiate(node, **overrides)
+    assert isinstance(metric_logger, tt.SpeedtronicMetricLogger)
+    return metric_logger
 
 
 def run_recipe(metric_logger: Any, cfg: Any, steps: int = 6) -> None:
@@ -68,7 +68,8 @@ class TestSpeedtronicMetricLogger:
 
         records = read_jsonl(tmp_path / "logs" / "metrics.jsonl")
         assert [r["event"] for r in records] == [
-            "hyperparams", "train_step", "train_step", "train_step", "eval", "train_step",
+            "hyperparams", "train_start", "train_step", "train_step", "train_step", "eval", "train_step",
+            "train_end",
         ]
         config = records[0]["config"]
         assert config["checkpointer"]["checkpoint_dir"] == f"{tmp_path}/ckpt"  # resolved
@@ -76,7 +77,7 @@ class TestSpeedtronicMetricLogger:
         steps = [r for r in records if r["event"] == "train_step"]
         assert [r["step"] for r in steps] == [2, 4, 6, 6]
         assert steps[0]["loss"] == 1.0
-        assert steps[0]["tokens_per_second_per_gpu"] == 200.0
+        assert steps[0]["tokens_per_s"] == 200.0  # the catalog's name for tokens_per_second_per_gpu
         assert steps[-1]["peak_memory_gb"] == 1.5
         (evaluation,) = [r for r in records if r["event"] == "eval"]
         assert (evaluation["step"], evaluation["split"], evaluation["loss"]) == (6, "val", 0.75)
@@ -90,7 +91,8 @@ class TestSpeedtronicMetricLogger:
         assert not logger.closed
         logger.emit("after", {"ok": True})
         logger.close()
-        assert [r["event"] for r in read_jsonl(tmp_path / "m.jsonl")] == ["train_step", "after"]
+        assert [r["event"] for r in read_jsonl(tmp_path / "m.jsonl")] == [
+            "train_start", "train_step", "train_end", "after"]
 
     def test_an_owned_logger_is_closed_and_close_is_idempotent(self, tmp_path: Path) -> None:
         """Built from arguments, close() closes it; a second close() is harmless."""
@@ -111,8 +113,8 @@ class TestSpeedtronicMetricLogger:
         metric_logger.log_dict({"val_loss": 1.0}, step=3)
         metric_logger.close()
         records = read_jsonl(tmp_path / "metrics.jsonl")
-        assert [(r["event"], r["step"]) for r in records] == [
-            ("train_step", 2), ("train_step", 4), ("eval", 3)
+        assert [(r["event"], r.get("step")) for r in records] == [
+            ("train_start", None), ("train_step", 2), ("train_step", 4), ("eval", 3), ("train_end", 4)
         ]
 
     def test_logger_and_arguments_together_are_refused(self, tmp_path: Path) -> None:
@@ -128,6 +130,76 @@ class TestSpeedtronicMetricLogger:
         with pytest.raises(TypeError, match="expected a DictConfig or a mapping, got list"):
             metric_logger.log_config([1, 2])
         metric_logger.close()
+
+
+WANDB_RECIPE = """
+output_dir: /tmp/out
+metric_logger:
+  _component_: speedtronic.integrations.torchtune.SpeedtronicMetricLogger
+  log_dir: ${output_dir}/logs
+  filename: run.jsonl          # DiskLogger's
+  project: speedtronic-tests   # WandBLogger's
+  group: sweep-1
+  hooks:
+    - {type: tensorboard}
+    - _component_: speedtronic.integrations.TensorboardHook
+      log_dir: ${output_dir}/tb2
+      skip: [step, elapsed_s]
+log_every_n_steps: 2
+"""
+
+
+class TestLoggersDeclaredInYaml:
+    def test_torchtune_logger_arguments_and_hooks_from_the_recipe(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """torchtune's config.instantiate on a recipe: filename names the JSONL in log_dir, project adds
+        a W&B run, hooks are built from a type: entry and a nested _component_; summarize reads it."""
+        from speedtronic.runs.summary import summarize_run
+        from speedtronic.testing import read_wandb_run
+        from tests.conftest import tensorboard_scalars
+
+        monkeypatch.setenv("WANDB_MODE", "offline")
+        monkeypatch.setenv("WANDB_SILENT", "true")
+        for name in ("CACHE_DIR", "CONFIG_DIR", "DATA_DIR"):
+            (tmp_path / name.lower()).mkdir()
+            monkeypatch.setenv(f"WANDB_{name}", str(tmp_path / name.lower()))
+        cfg = OmegaConf.create(WANDB_RECIPE)
+        cfg.output_dir = str(tmp_path)
+        metric_logger = instantiate(cfg.metric_logger)
+        [tensorboard, nested, wandb_hook] = metric_logger.logger.hooks
+        run_recipe(metric_logger, cfg)
+
+        run = tmp_path / "logs" / "run.jsonl"
+        assert read_jsonl(run)[0]["event"] == "hyperparams"
+        assert tensorboard.log_dir == str(tmp_path / "logs" / "tensorboard")
+        assert tensorboard_scalars(tmp_path / "logs" / "tensorboard")["train_step/loss"][0] == (2, 1.0)
+        assert set(tensorboard_scalars(tmp_path / "tb2")) >= {"train_step/loss", "eval/loss"}
+        assert "train_step/elapsed_s" not in tensorboard_scalars(tmp_path / "tb2")
+        recorded = read_wandb_run(Path(wandb_hook.run.dir).parent)
+        assert Path(wandb_hook.run.dir).is_relative_to(tmp_path / "logs")
+        losses = [row["train_step/loss"] for row in recorded.history if "train_step/loss" in row]
+        assert losses == pytest.approx([1.0, 0.5, 1 / 3])
+        summary = summarize_run(run)
+        assert (summary.finished, summary.status) == (True, "completed")
+        assert summary.rates["tokens_per_s"].last == 600.0  # throughput, from tokens_per_second_per_gpu
+        assert nested.log_dir == str(tmp_path / "tb2")
+
+    @pytest.mark.parametrize(
+        ("entry", "error", "match"),
+        [
+            ({"type": "no-such-hook"}, ValueError, r"hooks\[0\]\): unknown hook type 'no-such-hook'"),
+            ({"log_dir": "x"}, ValueError, r"hooks\[0\]\): an entry needs 'type'"),
+            ({"type": "tensorboard", "bogus": 1}, TypeError, r"hooks\[0\]\): tensorboard hook: .*bogus"),
+            ({"_component_": "speedtronic.integrations.Nope"}, ValueError, r"hooks\[0\]\):.*Nope"),
+        ],
+    )
+    def test_a_bad_hook_entry_names_its_place(
+        self, tmp_path: Path, entry: dict[str, Any], error: type[Exception], match: str
+    ) -> None:
+        """A hook entry that can't be built: an error naming hooks[i] and what is wrong, no file left open."""
+        with pytest.raises(error, match=match):
+            tt.SpeedtronicMetricLogger(log_dir=tmp_path, hooks=[entry], stream=io.StringIO())
 
 
 def test_the_module_imports_neither_torchtune_nor_omegaconf() -> None:

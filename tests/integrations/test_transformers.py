@@ -95,12 +95,14 @@ class TestSpeedtronicCallback:
     def test_train_steps_keep_the_keys_as_hugging_face_logs_them(
         self, tmp_path: Path, logger: MetricLogger
     ) -> None:
-        """loss, learning_rate, grad_norm and epoch under HF's names; step is state.global_step."""
+        """loss, grad_norm and epoch under HF's names, learning_rate as the catalog's lr; step is
+        state.global_step."""
         train(tmp_path, logger)
         logger.close()
         steps = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if r["event"] == "train_step"]
         for record in steps:
-            assert {"step", "loss", "learning_rate", "grad_norm", "epoch"} <= record.keys()
+            assert {"step", "loss", "lr", "grad_norm", "epoch"} <= record.keys()
+            assert "learning_rate" not in record
             assert isinstance(record["loss"], float)
         assert steps[0]["epoch"] == pytest.approx(2 / 16)
 
@@ -141,8 +143,49 @@ class TestSpeedtronicCallback:
         last_loss = [r for r in records if r["event"] == "train_step"][-1]["loss"]
         assert (end["step"], end["steps_run"], end["final_loss"]) == (6, 6, last_loss)
         assert end["duration_s"] > 0
+        assert end["status"] == "completed"
         assert "train_loss" in end
         assert "samples_per_s" in end
+
+    def test_summarize_and_plot_read_a_hugging_face_run(self, tmp_path: Path, logger: MetricLogger) -> None:
+        """summarize: loss, completed; plot's default panels (loss, lr) both have points."""
+        from speedtronic.runs.plot import plot_runs
+        from speedtronic.runs.summary import summarize_run
+
+        train(tmp_path, logger)
+        logger.close()
+        summary = summarize_run(tmp_path / "metrics.jsonl")
+        assert (summary.finished, summary.status, summary.loss_last is not None) == (True, "completed", True)
+        drawn = plot_runs([tmp_path / "metrics.jsonl"], tmp_path / "plot.png")
+        assert {(s.key, s.event): len(s.y) for s in drawn.series} == {
+            ("loss", "train_step"): 3, ("lr", "train_step"): 3, ("loss", "eval"): 2}
+
+    def test_report_to_wandb_beside_a_wandb_hook(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Trainer(report_to="wandb") and a WandbHook in one process: HF's callback joins the hook's run
+        (no "You must call wandb.init()" crash), and each keeps its own x-axis."""
+        import wandb
+
+        from speedtronic.integrations import WandbHook
+        from speedtronic.testing import read_wandb_run
+
+        monkeypatch.setenv("WANDB_MODE", "offline")
+        monkeypatch.setenv("WANDB_SILENT", "true")
+        for name in ("DIR", "CACHE_DIR", "CONFIG_DIR", "DATA_DIR"):
+            (tmp_path / name.lower()).mkdir()
+            monkeypatch.setenv(f"WANDB_{name}", str(tmp_path / name.lower()))
+        hook = WandbHook("speedtronic-tests")
+        logger = MetricLogger(stream=io.StringIO(), hooks=[hook], strict_hooks=True)
+        train(tmp_path, logger, report_to="wandb")
+        logger.close()
+        assert wandb.run is None  # the hook finished the run it made
+        recorded = read_wandb_run(Path(hook.run.dir).parent)
+        assert recorded.step_metrics["train_step/loss"] == "step"
+        assert recorded.step_metrics["*"] == "train/global_step"  # Hugging Face's
+        assert any("train/loss" in row for row in recorded.history)
+        assert [row["step"] for row in recorded.history if "train_step/loss" in row] == [2, 4, 6]
+        assert recorded.exit_code == 0
 
     def test_the_cadence_is_logging_steps_with_every_steps_1(self, tmp_path: Path) -> None:
         """A logger left at every_steps=20 drops HF's logs at steps 2, 4, 6: the docs' reason for 1."""

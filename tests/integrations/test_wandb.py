@@ -128,7 +128,10 @@ class TestLoggedRun:
     def test_charts_plot_against_one_step_axis(self, logged: Logged) -> None:
         """step is every metric's x-axis and in every row; a row without a step sits at the last step."""
         _, run = logged
-        assert run.step_metrics == {"step": "", "*": "step"}
+        metrics = dict(run.step_metrics)
+        assert metrics.pop("step") == ""
+        assert set(metrics.values()) == {"step"}  # every metric by name, no "*"
+        assert set(metrics) == {key for row in run.history for key in row if "/" in key}
         assert [row["step"] for row in run.history] == [0, 2, 2, 2, 2, 4, 6, 6, 6, 6, 6]
         [outer] = [row for row in run.history if "outer_step/outer_step" in row]
         assert (outer["outer_step/outer_step"], outer["outer_step/deltas_included"]) == (1, 3)
@@ -165,9 +168,11 @@ class TestLoggedRun:
 
 
 class TestLifecycle:
-    def test_each_hook_has_its_own_run_and_its_exit_code(self, wandb_dir: Path) -> None:
-        """Two hooks at once never share a run; cut-short training exits 1; close(exit_code=) wins."""
-        crashed, explicit = make_hook(wandb_dir), make_hook(wandb_dir)
+    def test_each_hook_with_create_new_has_its_own_run_and_its_exit_code(self, wandb_dir: Path) -> None:
+        """Two hooks at once with reinit="create_new" never share a run; cut-short training exits 1;
+        close(exit_code=) wins."""
+        crashed = make_hook(wandb_dir, reinit="create_new")
+        explicit = make_hook(wandb_dir, reinit="create_new")
         crashed.on_event("train_start", {"target_step": 100})
         crashed.on_event("train_step", {"step": 1, "loss": 2.0})
         explicit.on_event("train_start", {"target_step": 100})
@@ -183,12 +188,13 @@ class TestLifecycle:
 
     def test_a_train_end_that_failed_exits_1(self, wandb_dir: Path) -> None:
         """train_end status=failed (a dead peer) or interrupted finishes the run as failed; completed as 0."""
-        hooks = {status: make_hook(wandb_dir) for status in ("failed", "interrupted", "completed")}
-        for status, hook in hooks.items():
+        codes = {}
+        for status in ("failed", "interrupted", "completed"):
+            hook = make_hook(wandb_dir)
             hook.on_event("train_start", {"target_step": 100})
             hook.on_event("train_end", {"step": 4, "status": status})
             hook.close()
-        codes = {status: read_wandb_run(run_dir(hook.run)).exit_code for status, hook in hooks.items()}
+            codes[status] = read_wandb_run(run_dir(hook.run)).exit_code
         assert codes == {"failed": 1, "interrupted": 1, "completed": 0}
 
     def test_a_run_passed_in_is_not_finished_by_the_hook(self, wandb_dir: Path) -> None:
@@ -233,6 +239,78 @@ class TestLifecycle:
         recorded = read_wandb_run(Path(record.read_text()).parent)
         assert events_of(recorded) == ["train_start", "train_step"]
         assert recorded.exit_code == 1
+
+
+class TestBesideOtherWandbUsers:
+    def test_the_hook_joins_the_active_run_and_leaves_it_to_its_owner(self, wandb_dir: Path) -> None:
+        """A plain wandb.init() first (Lightning's WandbLogger makes one): the hook logs into that run,
+        doesn't finish it, and doesn't re-point the owner's x-axis."""
+        owner = wandb.init(project=PROJECT, dir=str(wandb_dir), mode="offline")
+        owner.define_metric("trainer/global_step")
+        owner.define_metric("*", step_metric="trainer/global_step")
+        hook = make_hook(wandb_dir)
+        assert (hook.run is owner, hook.joined) == (True, True)
+        with MetricLogger(stream=io.StringIO(), hooks=[hook]) as logger:
+            logger.emit("train_step", {"step": 3, "loss": 0.5})
+        owner.log({"trainer/global_step": 7, "val_acc": 0.9})  # the run is still open
+        assert wandb.run is owner
+        owner.finish()
+
+        recorded = read_wandb_run(run_dir(owner))
+        assert [(row.get("train_step/loss"), row.get("val_acc")) for row in recorded.history] == [
+            (0.5, None), (None, 0.9)]
+        assert recorded.step_metrics["*"] == "trainer/global_step"  # the owner's, untouched
+        assert recorded.step_metrics["train_step/loss"] == "step"  # ours, by name
+
+    def test_a_later_wandb_init_joins_the_hooks_run(self, wandb_dir: Path) -> None:
+        """The hook first: its run is wandb.run, so Hugging Face's WandbCallback (wandb.init(), then
+        wandb.config.update) works and shares it; the tool's "*" x-axis leaves ours alone."""
+        hook = make_hook(wandb_dir)
+        assert (wandb.run is hook.run, hook.joined) == (True, False)
+        other = wandb.init(project=PROJECT)  # what report_to="wandb" calls when wandb.run is set
+        wandb.config.update({"learning_rate": 0.01}, allow_val_change=True)
+        other.define_metric("train/global_step")
+        other.define_metric("*", step_metric="train/global_step", step_sync=True)
+        other.log({"train/global_step": 2, "train/loss": 0.7})
+        hook.on_event("train_step", {"step": 2, "loss": 0.6})
+        hook.close()
+
+        recorded = read_wandb_run(run_dir(hook.run))
+        assert other is hook.run
+        assert recorded.config["learning_rate"] == 0.01
+        assert recorded.step_metrics["train_step/loss"] == "step"
+        assert [row.get("train_step/loss") for row in recorded.history] == [None, 0.6]
+        assert recorded.exit_code == 0
+
+
+class TestSameXAsTensorboard:
+    def test_every_point_lands_at_the_same_x_in_both_tools(self, wandb_dir: Path, tmp_path: Path) -> None:
+        """Step-less events (outer_step), a float step 5.0, a 0-d tensor step and a nested metrics dict:
+        each W&B point (metric, step) is a TensorBoard point (tag, step), and back."""
+        from speedtronic.integrations import TensorboardHook
+        from tests.conftest import tensorboard_scalars
+
+        wandb_hook, tensorboard_hook = make_hook(wandb_dir), TensorboardHook(tmp_path / "tb")
+        with MetricLogger(stream=io.StringIO(), hooks=[wandb_hook, tensorboard_hook]) as logger:
+            logger.emit("outer_step", {"outer_step": 0, "deltas_included": 1})
+            for step in (1, 2, 3, 4):
+                logger.emit("train_step", {"step": step, "loss": 1.0 / step})
+            logger.emit("outer_step", {"outer_step": 1, "deltas_included": 3})
+            logger.emit("outer_step", {"outer_step": 2, "deltas_included": 2})
+            logger.emit("eval", {"step": 5.0, "loss": 0.5, "metrics": {"f1": 0.25, "per": {"a": 1}}})
+            logger.emit("eval", {"step": torch.tensor(6), "loss": 0.4})
+        recorded = read_wandb_run(run_dir(wandb_hook.run))
+
+        in_wandb = {(key, row["step"], round(value, 5)) for row in recorded.history
+                    for key, value in row.items() if "/" in key and not key.endswith("elapsed_s")}
+        in_tensorboard = {(tag, step, round(value, 5)) for tag, points in tensorboard_scalars(tmp_path / "tb")
+                          .items() if not tag.endswith("elapsed_s") for step, value in points}
+        assert in_wandb == in_tensorboard
+        assert ("outer_step/outer_step", 4, 1.0) in in_wandb  # at the training step it happened at
+        assert ("outer_step/outer_step", 0, 0.0) in in_wandb  # before any step: 0
+        assert ("eval/metrics/f1", 5, 0.25) in in_wandb
+        assert ("eval/metrics/per/a", 5, 1.0) in in_wandb
+        assert ("eval/loss", 6, 0.4) in in_wandb
 
 
 class TestUnderTheCLI:
