@@ -42,6 +42,7 @@ __all__ = [
     "open_run",
     "rank_checkpoints",
     "record_config",
+    "refuse_linked_checkpoints",
 ]
 
 CONFIG_NAME = "config.yaml"
@@ -316,6 +317,18 @@ def record_config(run_dir: Path, config: Mapping[str, Any]) -> int:
         reason = error.strerror or str(error)
         raise RunDirError(error.filename or path, f"can't write the config: {reason}") from None
     return revision
+
+
+def refuse_linked_checkpoints(run_dir: Path) -> None:
+    """``RunDirError`` when ``run_dir/checkpoints`` is a symbolic link: a run writes and deletes
+    (``train.keep_checkpoints``) checkpoints only inside its own directory, never where a link
+    points."""
+    path = run_dir / CHECKPOINTS
+    if path.is_symlink():
+        raise RunDirError(
+            path, f"is a symbolic link (to {os.readlink(path)}); a run writes and deletes checkpoints "
+            "only inside its own directory: replace the link with a directory"
+        )
 
 
 def checkpoint_name(step: int, rank: int) -> str:
