@@ -405,11 +405,29 @@ def paths(info: RunInfo, checkpoint: Path | None = None) -> str:
     return "\n".join(f"  {label:<12} {where}" for label, where in files.items())
 
 
+def _next_commands(info: RunInfo) -> list[str]:
+    """The commands that show the run: TensorBoard (when it logged there), summarize and plot."""
+    import shlex
+
+    run_dir = shlex.quote(str(info.run_dir))
+    lines = []
+    if "tensorboard" in info.files:
+        lines.append(f"  {'view':<12} tensorboard --logdir {shlex.quote(info.files['tensorboard'])}")
+    if "metrics" in info.files:
+        lines.append(f"  {'summarize':<12} speedtronic summarize {run_dir}")
+        plot = shlex.quote(str(info.run_dir / "loss.png"))
+        lines.append(f"  {'plot':<12} speedtronic plot {run_dir} -o {plot}")
+    return lines
+
+
 def summary(result: FitResult, info: RunInfo) -> str:
-    """Steps, final loss, throughput, then where each file is."""
+    """Steps, final and eval loss, throughput, where each file is, then the commands that show the
+    run (``tensorboard --logdir``, ``speedtronic summarize``, ``speedtronic plot``)."""
     from speedtronic.training.rundir import describe_changes
 
     loss = "n/a" if result.final_loss is None else f"{result.final_loss:.4f}"
+    if result.eval_loss is not None:
+        loss += f", eval loss {result.eval_loss:.4f}"
     lines = [
         f"speedtronic train: steps {result.start_step} -> {result.step} in {result.duration_s:.2f} s on "
         f"{info.device}, final loss {loss}, {result.samples_per_s:,.0f} samples/s, "
@@ -423,6 +441,7 @@ def summary(result: FitResult, info: RunInfo) -> str:
             f"  {'config':<12} revision {info.config_revision}: {describe_changes(info.config_changes)}"
         )
     lines.append(paths(info, result.checkpoint))
+    lines += _next_commands(info)
     files = info.files
     if info.write_errors:
         written = [files[label] for label in ("metrics", "text log") if label in files]

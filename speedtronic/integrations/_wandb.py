@@ -52,8 +52,9 @@ class WandbHook:
     to ``run.log``: W&B's own ``_step`` counts rows, so an ``outer_step`` between train steps, or a
     step that goes back after a resume, is never dropped by W&B's monotonic-step rule.
 
-    **The run's config** is ``train_start``'s ``config`` (``speedtronic train`` puts the run's
-    resolved config there): ``run.config.update(config)``, not a history column. Values go as
+    **The run's config** is ``train_start``'s or ``hyperparams``' ``config`` (``speedtronic train``
+    emits the run's resolved config as ``hyperparams``): ``run.config.update(config)``, not a history
+    column. Values go as
     Python numbers (tensors converted); NaN and infinities as floats, which W&B records as ``NaN``,
     ``Infinity`` and ``-Infinity``. The summary holds each metric's last value.
 

@@ -451,7 +451,7 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
             )
             trainer.at_fit_start.insert(0, _train_at(train["lr"]))
             trainer.start_notes["lr_schedule_steps"] = train["schedule_steps"]
-            trainer.start_notes["config"] = config  # the run's settings, for trackers (W&B's run config)
+            trainer.hyperparams = config  # the run's settings, for trackers (W&B's run config)
             if changes:
                 trainer.start_notes["config_changes"] = list(changes)
             if train["outer_every"]:

@@ -143,6 +143,8 @@ class FitResult:
     """The latest checkpoint written (or resumed from)."""
     resumed_from: Path | None = None
     """The checkpoint ``fit()`` resumed from; ``None`` when it started from scratch."""
+    eval_loss: float | None = None
+    """The last ``eval``'s loss in this ``fit()``; ``None`` when it evaluated nothing."""
 
 
 class _Step(NamedTuple):
@@ -282,12 +284,17 @@ class Trainer:
         self.resumed_from: Path | None = None
         self.start_notes: dict[str, Any] = {}
         """Extra keys for ``train_start`` (the runtime adds the LR schedule's horizon, config changes)."""
+        self.hyperparams: dict[str, Any] | None = None
+        """The run's settings (the runtime's config): emitted as ``hyperparams`` right after
+        ``train_start``, at DEBUG, so trackers (W&B's run config) and the JSONL get it and the
+        text log's INFO lines stay short."""
         self._drawn = 0
         """Batches drawn from ``data`` so far (a resumed run skips as many of a data without state)."""
         self._skip = 0
         self._fit_start: tuple[int, Tensor | None] = (0, None)
         """The step ``fit()`` started from, and the last step's loss: what a stopped run reports."""
         self._ended = False
+        self._eval_loss: float | None = None
         self._forward: Callable[[Tensor], Tensor] = self.model
         self._compile_pending = bool(compile)
         if precision == "bf16":
@@ -307,7 +314,7 @@ class Trainer:
         error, a dead peer's collective included) with the ``error`` on one line; then it re-raises.
         """
         started = time.perf_counter()
-        self._fit_start, self._ended = (self.step, None), False
+        self._fit_start, self._ended, self._eval_loss = (self.step, None), False, None
         try:
             return self._fit(started)
         except BaseException as error:
@@ -355,6 +362,8 @@ class Trainer:
         if self.outer is not None:
             start["outer_every"] = self.outer.every
         self.emit(Event.TRAIN_START, {**start, **self.start_notes})
+        if self.hyperparams is not None:
+            self.emit(Event.HYPERPARAMS, {"config": self.hyperparams}, level="debug")
         self._profile_shapes()
         # A feature that is off is a DEBUG line in the text log; the JSONL and hooks still get it.
         self.emit(Event.OOO_BACKPROP, {"enabled": False, "reason": _OOO_BACKPROP_OFF}, level="debug")
@@ -410,6 +419,7 @@ class Trainer:
             tokens_per_s=round((self.tokens - start_tokens) / duration, 3),
             checkpoint=self.checkpoint,
             resumed_from=self.resumed_from,
+            eval_loss=self._eval_loss,
         )
         self.emit(Event.TRAIN_END, {
             "step": result.step,
@@ -481,6 +491,7 @@ class Trainer:
         if not count:
             raise ValueError(f"eval_data yielded no batch at step {self.step}")
         mean = float(total.item()) / count
+        self._eval_loss = mean
         payload: EvalPayload = {"step": self.step, "loss": mean}
         if self.loss_fn is token_cross_entropy:
             payload["perplexity"] = math.exp(mean) if mean < 700 else math.inf
