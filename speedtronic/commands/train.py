@@ -173,12 +173,12 @@ def _import_torch() -> None:
 def _refuse_a_finished_run(config: dict[str, Any], args: argparse.Namespace) -> None:
     """``--resume`` of a run whose newest checkpoint is at (or past) the target step would train
     nothing: a ``CommandError`` saying which ``--steps`` to pass instead."""
-    from speedtronic.training.rundir import CHECKPOINTS, rank_checkpoints
+    from speedtronic.training.rundir import CHECKPOINTS, checkpoint_steps
 
     checkpoints = Path(config["run_dir"]) / CHECKPOINTS
     if not checkpoints.is_dir() or checkpoints.is_symlink():
         return
-    reached = max(rank_checkpoints(checkpoints, 0), default=0)
+    reached = max(checkpoint_steps(checkpoints), default=0)  # any rank's: a node may hold only its own
     target = config["train"]["steps"]
     if reached < target:
         return
@@ -204,7 +204,7 @@ def _say_what_failed(error: OSError, info: RunInfo, step: int) -> None:
     since = f"latest checkpoint: {checkpoint.name}" if checkpoint is not None else "no checkpoint"
     command = f"speedtronic train --run-dir {shlex.quote(str(info.run_dir))} --resume"
     print(
-        f"speedtronic: error: {error}; the run stopped at step {step} ({since}); make room, then "
+        f"speedtronic: error: {error}; the run stopped at step {step} ({since}); fix that, then "
         f"continue with: {command}",
         file=sys.stderr,
     )

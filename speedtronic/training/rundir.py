@@ -34,6 +34,7 @@ __all__ = [
     "OpenRun",
     "RunDirError",
     "checkpoint_name",
+    "checkpoint_steps",
     "claim",
     "config_changes",
     "describe_changes",
@@ -334,6 +335,12 @@ def refuse_linked_checkpoints(run_dir: Path) -> None:
 def checkpoint_name(step: int, rank: int) -> str:
     """``step_00000006.pt`` for rank 0, ``step_00000006.rank1.pt`` for rank 1: each rank's own state."""
     return f"step_{step:08d}{f'.rank{rank}' if rank else ''}.pt"
+
+
+def checkpoint_steps(directory: Path) -> set[int]:
+    """The steps any rank's checkpoint in ``directory`` is at."""
+    found = (re.fullmatch(r"step_(\d+)(?:\.rank\d+)?\.pt", path.name) for path in directory.glob("step_*.pt"))
+    return {int(match.group(1)) for match in found if match}
 
 
 def rank_checkpoints(directory: Path, rank: int) -> dict[int, Path]:

@@ -132,7 +132,7 @@ class TestAFailedCheckpointWrite:
         line, *files = done.stderr.splitlines()
         assert line == (
             "speedtronic: error: can't write checkpoint r/checkpoints/step_00000012.pt: file too large; "
-            "the run stopped at step 12 (latest checkpoint: step_00000008.pt); make room, then continue "
+            "the run stopped at step 12 (latest checkpoint: step_00000008.pt); fix that, then continue "
             "with: speedtronic train --run-dir r --resume"
         )
         assert "  checkpoints  r/checkpoints (latest: step_00000008.pt)" in files
