@@ -192,3 +192,25 @@ class TestResumeTrainsWhatItRecords:
         done = train("--run-dir", "r", "--resume", *steps, cwd=tmp_path)
         assert_one_line_error(done, said, "pass --steps N with N > 8")
         assert tree(run) == before
+
+
+def test_load_checkpoint_refuses_a_damaged_one_before_restoring_anything(tmp_path: Path) -> None:
+    """Trainer.load_checkpoint of a checkpoint with an RNG state of the wrong type: ConfigError naming
+    the file and why, and the trainer's weights, optimizer and step untouched."""
+    from speedtronic.training.config import ConfigError
+
+    from .test_trainer import fit, make_trainer
+
+    trained, _ = make_trainer(tmp_path / "a", steps=3, checkpoint_every=3)
+    fit(trained)
+    path = tmp_path / "a" / "ckpt" / "step_00000003.pt"
+    damage(path, rng_of_the_wrong_type)
+    fresh, _ = make_trainer(tmp_path / "b", steps=3, seed=1)
+    weights = {key: value.clone() for key, value in fresh.module.state_dict().items()}
+    try:
+        with pytest.raises(ConfigError, match=r"step_00000003\.pt.*'rng' can't be restored"):
+            fresh.load_checkpoint(path)
+    finally:
+        fresh.logger.close()
+    assert all(torch.equal(fresh.module.state_dict()[key], value) for key, value in weights.items())
+    assert (fresh.step, fresh.optimizer.state_dict()["state"]) == (0, {})
