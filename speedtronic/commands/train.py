@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from speedtronic.runtime import RunInfo
     from speedtronic.training.trainer import FitResult
 
-__all__ = ["add_parser", "run", "summary", "with_progress", "with_structlog_console"]
+__all__ = ["add_parser", "paths", "run", "summary", "with_progress", "with_structlog_console"]
 
 
 def add_parser(subparsers: Any) -> None:
@@ -104,21 +104,31 @@ def run(args: argparse.Namespace) -> int:
         overrides["train"] = train
     with _one_line_warnings():
         try:
-            config = runtime.load_config(args.config, overrides)
-            if config["train"]["resume"] and config["run_dir"] is None:
-                raise CommandError("--resume: name the run to continue with --run-dir")
-            if _progress_wanted(args):
-                config = runtime.load_config(with_progress(config))
-            console = with_structlog_console(config)
-            if console is not config:
-                config = runtime.load_config(console)
-            with _stops_as_exceptions():
+            with _stops_as_exceptions() as stops:  # first: a stop while starting is a stop too
+                config = runtime.load_config(args.config, overrides)
+                if config["train"]["resume"] and config["run_dir"] is None:
+                    raise CommandError("--resume: name the run to continue with --run-dir")
+                if config["train"]["resume"]:
+                    _refuse_a_finished_run(config, args)
+                if _progress_wanted(args):
+                    config = runtime.load_config(with_progress(config))
+                console = with_structlog_console(config)
+                if console is not config:
+                    config = runtime.load_config(console)
+                with stops.deferred():  # a signal inside torch's import leaves it half made: a crash
+                    _import_torch()
                 trainer, info = runtime.build_runtime(config)
+                from speedtronic.training.trainer import CheckpointWriteError
+
                 try:
                     result, info = runtime.fit_and_close(trainer, info)
                 except (_Stopped, KeyboardInterrupt) as stop:
                     code = stop.code if isinstance(stop, _Stopped) else 130
                     raise _Stopped(code, info, trainer.step) from None
+                except CheckpointWriteError as error:  # train_end says status=failed
+                    if info.rank.rank == 0:
+                        _say_what_failed(error, info, trainer.step)
+                    return 1
         except _Stopped as stop:
             _say_how_to_continue(stop)
             return stop.code
@@ -152,6 +162,53 @@ def run(args: argparse.Namespace) -> int:
         )
     print(summary(result, info), file=sys.stderr)
     return 1 if info.write_errors else 0
+
+
+def _import_torch() -> None:
+    """The trainer and torch under it, imported whole (``ModuleNotFoundError`` naming torch when it
+    is missing)."""
+    import speedtronic.training.trainer  # noqa: F401  # imported for its side effect: loaded modules
+
+
+def _refuse_a_finished_run(config: dict[str, Any], args: argparse.Namespace) -> None:
+    """``--resume`` of a run whose newest checkpoint is at (or past) the target step would train
+    nothing: a ``CommandError`` saying which ``--steps`` to pass instead."""
+    from speedtronic.training.rundir import CHECKPOINTS, checkpoint_steps
+
+    checkpoints = Path(config["run_dir"]) / CHECKPOINTS
+    if not checkpoints.is_dir() or checkpoints.is_symlink():
+        return
+    reached = max(checkpoint_steps(checkpoints), default=0)  # any rank's: a node may hold only its own
+    target = config["train"]["steps"]
+    if reached < target:
+        return
+    if args.steps is not None:
+        raise CommandError(
+            f"--steps {target}: the run in {config['run_dir']} is already at step {reached}; pass "
+            f"--steps N with N > {reached} to train it further"
+        )
+    raise CommandError(
+        f"--resume: the run in {config['run_dir']} is finished (step {reached} of train.steps "
+        f"{target}); pass --steps N with N > {reached} to train it further"
+    )
+
+
+def _say_what_failed(error: OSError, info: RunInfo, step: int) -> None:
+    """A checkpoint that couldn't be written: one line naming it, why, and how to continue, then
+    where the run's files are."""
+    import shlex
+
+    from speedtronic.training.trainer import latest_checkpoint
+
+    checkpoint = latest_checkpoint(info.checkpoint_dir) if info.checkpoint_dir.is_dir() else None
+    since = f"latest checkpoint: {checkpoint.name}" if checkpoint is not None else "no checkpoint"
+    command = f"speedtronic train --run-dir {shlex.quote(str(info.run_dir))} --resume"
+    print(
+        f"speedtronic: error: {error}; the run stopped at step {step} ({since}); fix that, then "
+        f"continue with: {command}",
+        file=sys.stderr,
+    )
+    print(paths(info), file=sys.stderr)
 
 
 def _source_of(key: str, args: argparse.Namespace) -> str:
@@ -202,26 +259,62 @@ class Terminated(_Stopped):
     """SIGTERM during a run (a scheduler's preemption; torchrun stopping a job's workers)."""
 
 
-@contextlib.contextmanager
-def _stops_as_exceptions() -> Iterator[None]:
-    """Turn SIGINT and the first SIGTERM into ``_Stopped``; the handler only raises (it takes no
-    lock the interrupted frame may hold). A second SIGTERM ends the process at once."""
+class _Stops:
+    """What ``_stops_as_exceptions`` yields: ``deferred()`` holds SIGINT and SIGTERM back while a
+    signal's exception would leave something half made (torch's import: a crash, not a stop)."""
 
-    def terminated(signum: int, frame: object) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    def __init__(self) -> None:
+        self.deferring = False
+        self.pending: _Stopped | None = None
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Inside: a SIGINT or SIGTERM is noted, not raised; on leaving, the first one noted is raised
+        (also when the block raised something else: the stop is what the user asked for)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = signal.getsignal(signal.SIGINT)
+        if previous is signal.default_int_handler:
+            signal.signal(signal.SIGINT, self._note_interrupt)
+        self.deferring = True
+        try:
+            yield
+        finally:
+            self.deferring = False
+            if previous is signal.default_int_handler:
+                signal.signal(signal.SIGINT, previous)
+            if self.pending is not None:
+                raise self.pending
+
+    def _note_interrupt(self, signum: int, frame: object) -> None:
+        self.pending = self.pending or _Stopped(128 + signal.SIGINT)
+
+    def terminated(self, signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+        if self.deferring:
+            self.pending = self.pending or Terminated(128 + signal.SIGTERM)
+            return
         raise Terminated(128 + signal.SIGTERM)
 
+
+@contextlib.contextmanager
+def _stops_as_exceptions() -> Iterator[_Stops]:
+    """Turn SIGINT and the first SIGTERM into ``_Stopped``; the handler only raises (it takes no
+    lock the interrupted frame may hold), or, inside ``deferred()``, notes the stop for later. A
+    second SIGTERM ends the process at once."""
+    stops = _Stops()
     if threading.current_thread() is not threading.main_thread():  # only the main thread may
-        yield  # set handlers
+        yield stops  # set handlers
         return
     previous = signal.getsignal(signal.SIGTERM)
     installed = previous not in (signal.SIG_IGN, None)  # an ignored SIGTERM stays ignored
     if installed:
-        signal.signal(signal.SIGTERM, terminated)
+        signal.signal(signal.SIGTERM, stops.terminated)
         if "TORCHELASTIC_RUN_ID" in os.environ:
             _die_with_parent(signal.SIGTERM)
     try:
-        yield
+        yield stops
     except _Stopped:
         raise
     except KeyboardInterrupt:
@@ -233,16 +326,20 @@ def _stops_as_exceptions() -> Iterator[None]:
 
 def _say_how_to_continue(stop: _Stopped) -> None:
     """``speedtronic: interrupted at step N (...); continue with: speedtronic train --run-dir D --resume``."""
-    import shlex
-
     from speedtronic.training.rundir import holds_run
-    from speedtronic.training.trainer import latest_checkpoint
 
     what = "interrupted" if stop.code == 130 else "terminated (SIGTERM)"
     info = stop.info
-    if info is None or info.rank.rank != 0 or not holds_run(info.run_dir):
+    if info is None:  # stopped while starting: nothing imported here, torch may not be
+        print(f"speedtronic: {what} while starting; nothing was trained", file=sys.stderr)
+        return
+    if info.rank.rank != 0 or not holds_run(info.run_dir):
         print(f"speedtronic: {what}", file=sys.stderr)
         return
+    import shlex
+
+    from speedtronic.training.trainer import latest_checkpoint
+
     checkpoint = latest_checkpoint(info.checkpoint_dir) if info.checkpoint_dir.is_dir() else None
     if checkpoint is None:
         since = "no checkpoint yet: --resume starts again from step 0"
@@ -252,6 +349,7 @@ def _say_how_to_continue(stop: _Stopped) -> None:
     if info.rank.distributed:
         command += " (under torchrun, as before)"
     print(f"speedtronic: {what} at step {stop.step} ({since}); continue with: {command}", file=sys.stderr)
+    print(paths(info, checkpoint), file=sys.stderr)
 
 
 def _in_a_job() -> bool:
@@ -293,11 +391,43 @@ def _one_line_warnings() -> Iterator[None]:
         yield
 
 
+def paths(info: RunInfo, checkpoint: Path | None = None) -> str:
+    """Where each of the run's files is, one ``  label  path`` line each; ``checkpoint``: the latest
+    (found in ``info.checkpoint_dir`` when not given)."""
+    from speedtronic.training.rundir import rank_checkpoints
+
+    files = dict(info.files)
+    if checkpoint is None and "checkpoints" in files and info.checkpoint_dir.is_dir():
+        found = rank_checkpoints(info.checkpoint_dir, 0)
+        checkpoint = found[max(found)] if found else None
+    if checkpoint is not None and "checkpoints" in files:
+        files["checkpoints"] += f" (latest: {checkpoint.name})"
+    return "\n".join(f"  {label:<12} {where}" for label, where in files.items())
+
+
+def _next_commands(info: RunInfo) -> list[str]:
+    """The commands that show the run: TensorBoard (when it logged there), summarize and plot."""
+    import shlex
+
+    run_dir = shlex.quote(str(info.run_dir))
+    lines = []
+    if "tensorboard" in info.files:
+        lines.append(f"  {'view':<12} tensorboard --logdir {shlex.quote(info.files['tensorboard'])}")
+    if "metrics" in info.files:
+        lines.append(f"  {'summarize':<12} speedtronic summarize {run_dir}")
+        plot = shlex.quote(str(info.run_dir / "loss.png"))
+        lines.append(f"  {'plot':<12} speedtronic plot {run_dir} -o {plot}")
+    return lines
+
+
 def summary(result: FitResult, info: RunInfo) -> str:
-    """Steps, final loss, throughput, then where each file is."""
+    """Steps, final and eval loss, throughput, where each file is, then the commands that show the
+    run (``tensorboard --logdir``, ``speedtronic summarize``, ``speedtronic plot``)."""
     from speedtronic.training.rundir import describe_changes
 
     loss = "n/a" if result.final_loss is None else f"{result.final_loss:.4f}"
+    if result.eval_loss is not None:
+        loss += f", eval loss {result.eval_loss:.4f}"
     lines = [
         f"speedtronic train: steps {result.start_step} -> {result.step} in {result.duration_s:.2f} s on "
         f"{info.device}, final loss {loss}, {result.samples_per_s:,.0f} samples/s, "
@@ -310,10 +440,9 @@ def summary(result: FitResult, info: RunInfo) -> str:
         lines.append(
             f"  {'config':<12} revision {info.config_revision}: {describe_changes(info.config_changes)}"
         )
-    files = dict(info.files)
-    if result.checkpoint is not None and "checkpoints" in files:
-        files["checkpoints"] += f" (latest: {result.checkpoint.name})"
-    lines += [f"  {label:<12} {where}" for label, where in files.items()]
+    lines.append(paths(info, result.checkpoint))
+    lines += _next_commands(info)
+    files = info.files
     if info.write_errors:
         written = [files[label] for label in ("metrics", "text log") if label in files]
         lines.append(

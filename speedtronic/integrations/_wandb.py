@@ -59,8 +59,9 @@ class WandbHook:
     ``reinit="create_new"`` for a run of the hook's own that nobody else joins (W&B then leaves
     ``wandb.run`` unset).
 
-    **The run's config** is ``train_start``'s ``config`` (``speedtronic train`` puts the run's
-    resolved config there): ``run.config.update(config)``, not a history column. Values go as
+    **The run's config** is ``train_start``'s or ``hyperparams``' ``config`` (``speedtronic train``
+    emits the run's resolved config as ``hyperparams``): ``run.config.update(config)``, not a history
+    column. Values go as
     Python numbers (tensors converted); NaN and infinities as floats, which W&B records as ``NaN``,
     ``Infinity`` and ``-Infinity``. The summary holds each metric's last value.
 

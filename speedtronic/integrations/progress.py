@@ -1,9 +1,9 @@
 """A live progress bar for a terminal: ``ProgressHook``, driven by the events a trainer already emits.
 
 ``train_start`` opens a bar from ``start_step`` to ``target_step``, each ``train_step`` moves it to
-its ``step`` and shows a short postfix (``loss=0.4321 tokens/s=43.3k``), and ``train_end`` (or
-``close()``) closes it. Warning and error events (``shape_warning``,
-``delta_upload_failed``, ...) are printed above the bar so trouble stays visible.
+its ``step`` and shows a short postfix (``loss=0.4321 tokens/s=43.3k``, then the latest ``eval``'s
+loss: ``eval=0.5012``), and ``train_end`` (or ``close()``) closes it. Warning and error events
+(``shape_warning``, ``delta_upload_failed``, ...) are printed above the bar so trouble stays visible.
 
 How ``speedtronic train`` wires it in::
 
@@ -55,7 +55,7 @@ class ProgressHook:
         **tqdm_kwargs: passed to every ``tqdm(...)`` it opens (``mininterval=``, ``ncols=``, ...).
     """
 
-    __slots__ = ("_bar", "_file", "_handlers", "_kwargs", "_postfix", "_tqdm")
+    __slots__ = ("_bar", "_eval", "_file", "_handlers", "_kwargs", "_postfix", "_shown", "_tqdm")
 
     def __init__(
         self, file: IO[str] | None = None, *, postfix: Sequence[str] | None = None, **tqdm_kwargs: Any
@@ -69,10 +69,16 @@ class ProgressHook:
         self._kwargs = {"unit": "step", **width, **tqdm_kwargs}
         self._postfix = None if postfix is None else tuple(postfix)
         self._bar: Any = None
+        self._shown: list[str] = []
+        """The latest step's postfix fields (``loss=0.4321``, ...)."""
+        self._eval: list[str] = []
+        """The latest ``eval``'s loss as shown (``eval=0.5012``), kept for every later step."""
         handlers: dict[str, Callable[[str, dict[str, Any]], None]] = dict.fromkeys(
             EVENT_LEVELS, self._trouble
         )
-        handlers.update(train_start=self._start, train_step=self._step, train_end=self._end)
+        handlers.update(
+            train_start=self._start, train_step=self._step, eval=self._evaluated, train_end=self._end
+        )
         self._handlers = handlers
 
     def on_event(self, event: str, payload: dict[str, Any]) -> None:
@@ -100,14 +106,20 @@ class ProgressHook:
     def _step(self, event: str, payload: dict[str, Any]) -> None:
         bar = self._bar if self._bar is not None else self._open(None, 0)
         keys = self._postfix if self._postfix is not None else _default_postfix(payload)
-        shown = [f"{_short_key(key)}={self._short(payload[key])}" for key in keys if key in payload]
-        if shown:
-            bar.set_postfix_str(" ".join(shown), refresh=False)
+        self._shown = [f"{_short_key(key)}={self._short(payload[key])}" for key in keys if key in payload]
+        if self._shown or self._eval:
+            bar.set_postfix_str(" ".join([*self._shown, *self._eval]), refresh=False)
         step = payload.get("step")
         if type(step) is int:
             bar.update(step - bar.n)
         else:
             bar.refresh()
+
+    def _evaluated(self, event: str, payload: dict[str, Any]) -> None:
+        if "loss" in payload:
+            self._eval = [f"eval={self._short(payload['loss'])}"]
+            if self._bar is not None:
+                self._bar.set_postfix_str(" ".join([*self._shown, *self._eval]))
 
     def _end(self, event: str, payload: dict[str, Any]) -> None:
         if self._bar is not None:

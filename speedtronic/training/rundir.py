@@ -34,6 +34,7 @@ __all__ = [
     "OpenRun",
     "RunDirError",
     "checkpoint_name",
+    "checkpoint_steps",
     "claim",
     "config_changes",
     "describe_changes",
@@ -42,6 +43,7 @@ __all__ = [
     "open_run",
     "rank_checkpoints",
     "record_config",
+    "refuse_linked_checkpoints",
 ]
 
 CONFIG_NAME = "config.yaml"
@@ -318,9 +320,27 @@ def record_config(run_dir: Path, config: Mapping[str, Any]) -> int:
     return revision
 
 
+def refuse_linked_checkpoints(run_dir: Path) -> None:
+    """``RunDirError`` when ``run_dir/checkpoints`` is a symbolic link: a run writes and deletes
+    (``train.keep_checkpoints``) checkpoints only inside its own directory, never where a link
+    points."""
+    path = run_dir / CHECKPOINTS
+    if path.is_symlink():
+        raise RunDirError(
+            path, f"is a symbolic link (to {os.readlink(path)}); a run writes and deletes checkpoints "
+            "only inside its own directory: replace the link with a directory"
+        )
+
+
 def checkpoint_name(step: int, rank: int) -> str:
     """``step_00000006.pt`` for rank 0, ``step_00000006.rank1.pt`` for rank 1: each rank's own state."""
     return f"step_{step:08d}{f'.rank{rank}' if rank else ''}.pt"
+
+
+def checkpoint_steps(directory: Path) -> set[int]:
+    """The steps any rank's checkpoint in ``directory`` is at."""
+    found = (re.fullmatch(r"step_(\d+)(?:\.rank\d+)?\.pt", path.name) for path in directory.glob("step_*.pt"))
+    return {int(match.group(1)) for match in found if match}
 
 
 def rank_checkpoints(directory: Path, rank: int) -> dict[int, Path]:

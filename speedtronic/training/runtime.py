@@ -204,12 +204,19 @@ def _copy(value: Any) -> Any:
 
 
 def _resolve_run_dir(config: dict[str, Any], placeholder: str = _RUN_DIR) -> dict[str, Any]:
-    """Put ``run_dir`` for ``placeholder`` in the logging paths and hook arguments."""
+    """Put ``run_dir`` for ``placeholder`` in the logging paths and hook arguments: ``{run_dir}``
+    wherever it stands; another placeholder (the directory a moved run was recorded in) only where a
+    path starts with it, so moving ``r`` to ``b`` leaves ``r/metrics.jsonl``'s own letters alone."""
     run_dir = config["run_dir"]
 
     def resolve(value: Any) -> Any:
         if isinstance(value, str):
-            return value.replace(placeholder, run_dir)
+            if placeholder == _RUN_DIR:
+                return value.replace(placeholder, run_dir)
+            prefix = placeholder.rstrip("/")
+            if value == prefix or value.startswith(prefix + "/"):
+                return run_dir + value[len(prefix):]
+            return value
         if isinstance(value, dict):
             return {key: resolve(item) for key, item in value.items()}
         if isinstance(value, list):
@@ -364,6 +371,7 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
         rank = detect_rank()
         start, start_group, opened = _agree_on_start(config, rank)
         config, train = start.config, start.config["train"]
+        _rundir.refuse_linked_checkpoints(Path(config["run_dir"]))
         resumed = train["resume"] and rank.rank == 0  # the config's one writer says what changed
         previous = _read_recorded(Path(config["run_dir"])) if resumed else None
         changes = tuple(_rundir.config_changes(previous, config)) if previous is not None else ()
@@ -407,8 +415,9 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
                 eval_every=train["eval_every"],
                 resume_group=start_group,
             )
+            trainer.at_fit_start.insert(0, _train_at(train["lr"]))
             trainer.start_notes["lr_schedule_steps"] = train["schedule_steps"]
-            trainer.start_notes["config"] = config  # the run's settings, for trackers (W&B's run config)
+            trainer.hyperparams = config  # the run's settings, for trackers (W&B's run config)
             if changes:
                 trainer.start_notes["config_changes"] = list(changes)
             if train["outer_every"]:
@@ -447,6 +456,26 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
         )
         raise
     return trainer, info
+
+
+def _train_at(lr: float) -> Callable[[Trainer], None]:
+    """An ``at_fit_start`` callback: a resumed run trains at the config's ``train.lr`` (what
+    ``config.yaml`` and ``config_changes`` record), not the one its checkpoint's optimizer and
+    schedule were saved with. The schedule's position is kept: each group's LR is rescaled by
+    new/old, and the schedule's base LRs become ``lr``."""
+
+    def apply(trainer: Trainer) -> None:
+        if trainer.resumed_from is None:
+            return
+        for group in trainer.optimizer.param_groups:
+            saved = float(group.get("initial_lr", group["lr"]))
+            if saved > 0 and saved != lr:
+                group["lr"] = group["lr"] * lr / saved
+            group["initial_lr"] = lr
+        if trainer.scheduler is not None:
+            trainer.scheduler.base_lrs = [lr for _ in trainer.scheduler.base_lrs]
+
+    return apply
 
 
 def _check_cuda(device: str) -> None:

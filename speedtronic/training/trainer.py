@@ -80,7 +80,15 @@ class OuterAttachment(Protocol):
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
-__all__ = ["PRECISIONS", "FitResult", "Trainer", "latest_checkpoint", "resolve_device", "token_cross_entropy"]
+__all__ = [
+    "PRECISIONS",
+    "CheckpointWriteError",
+    "FitResult",
+    "Trainer",
+    "latest_checkpoint",
+    "resolve_device",
+    "token_cross_entropy",
+]
 
 PRECISIONS = ("fp32", "bf16")
 _MAX_SHAPE_WARNINGS = 16
@@ -135,6 +143,8 @@ class FitResult:
     """The latest checkpoint written (or resumed from)."""
     resumed_from: Path | None = None
     """The checkpoint ``fit()`` resumed from; ``None`` when it started from scratch."""
+    eval_loss: float | None = None
+    """The last ``eval``'s loss in this ``fit()``; ``None`` when it evaluated nothing."""
 
 
 class _Step(NamedTuple):
@@ -274,12 +284,17 @@ class Trainer:
         self.resumed_from: Path | None = None
         self.start_notes: dict[str, Any] = {}
         """Extra keys for ``train_start`` (the runtime adds the LR schedule's horizon, config changes)."""
+        self.hyperparams: dict[str, Any] | None = None
+        """The run's settings (the runtime's config): emitted as ``hyperparams`` right after
+        ``train_start``, at DEBUG, so trackers (W&B's run config) and the JSONL get it and the
+        text log's INFO lines stay short."""
         self._drawn = 0
         """Batches drawn from ``data`` so far (a resumed run skips as many of a data without state)."""
         self._skip = 0
         self._fit_start: tuple[int, Tensor | None] = (0, None)
         """The step ``fit()`` started from, and the last step's loss: what a stopped run reports."""
         self._ended = False
+        self._eval_loss: float | None = None
         self._forward: Callable[[Tensor], Tensor] = self.model
         self._compile_pending = bool(compile)
         if precision == "bf16":
@@ -299,7 +314,7 @@ class Trainer:
         error, a dead peer's collective included) with the ``error`` on one line; then it re-raises.
         """
         started = time.perf_counter()
-        self._fit_start, self._ended = (self.step, None), False
+        self._fit_start, self._ended, self._eval_loss = (self.step, None), False, None
         try:
             return self._fit(started)
         except BaseException as error:
@@ -347,6 +362,8 @@ class Trainer:
         if self.outer is not None:
             start["outer_every"] = self.outer.every
         self.emit(Event.TRAIN_START, {**start, **self.start_notes})
+        if self.hyperparams is not None:
+            self.emit(Event.HYPERPARAMS, {"config": self.hyperparams}, level="debug")
         self._profile_shapes()
         # A feature that is off is a DEBUG line in the text log; the JSONL and hooks still get it.
         self.emit(Event.OOO_BACKPROP, {"enabled": False, "reason": _OOO_BACKPROP_OFF}, level="debug")
@@ -402,6 +419,7 @@ class Trainer:
             tokens_per_s=round((self.tokens - start_tokens) / duration, 3),
             checkpoint=self.checkpoint,
             resumed_from=self.resumed_from,
+            eval_loss=self._eval_loss,
         )
         self.emit(Event.TRAIN_END, {
             "step": result.step,
@@ -473,6 +491,7 @@ class Trainer:
         if not count:
             raise ValueError(f"eval_data yielded no batch at step {self.step}")
         mean = float(total.item()) / count
+        self._eval_loss = mean
         payload: EvalPayload = {"step": self.step, "loss": mean}
         if self.loss_fn is token_cross_entropy:
             payload["perplexity"] = math.exp(mean) if mean < 700 else math.inf
@@ -505,7 +524,9 @@ class Trainer:
 
     def save_checkpoint(self) -> Path:
         """Write ``step_<N>.pt`` (atomically: a partial file never looks like a checkpoint), then delete
-        all but the newest ``keep_checkpoints``.
+        all but the newest ``keep_checkpoints``. A file that can't be written (a full disk, a file-size
+        limit) raises ``CheckpointWriteError`` naming it and why; the partial file is removed and the
+        checkpoints before it are kept.
 
         In a multi-process job each rank writes its own state (rank r > 0 to ``step_<N>.rank<r>.pt``);
         rank 0 emits ``checkpoint``. Returns rank 0's path.
@@ -517,9 +538,7 @@ class Trainer:
         state = self.state_dict()  # first: it waits for the outer loop's exchange in flight
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         mine = self.checkpoint_dir / _checkpoint_name(self.step, self.rank)
-        partial = mine.with_name(mine.name + ".partial")
-        torch.save(state, partial)
-        os.replace(partial, mine)
+        _write_checkpoint(state, mine)
         self.checkpoint = path
         if self.keep_checkpoints:
             for old in sorted(self._own_checkpoints().items(), reverse=True)[self.keep_checkpoints:]:
@@ -547,10 +566,19 @@ class Trainer:
         }
 
     def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
-        """Restore everything ``state_dict`` holds from a checkpoint file."""
-        self._restore(torch.load(path, map_location=self.device, weights_only=True), Path(path))
+        """Restore everything ``state_dict`` holds from a checkpoint file; one that can't be read or is
+        damaged inside raises ``ConfigError`` naming it, before anything is restored."""
+        state, problem = _read_checkpoint(Path(path), self.device)
+        if problem is not None or state is None:
+            raise ConfigError(str(path), "", problem or "not a speedtronic checkpoint")
+        self._restore(state, Path(path))
 
     def _restore(self, state: dict[str, Any], path: Path) -> None:
+        """Restore ``state`` (read by ``_read_checkpoint``, so whole and well-formed); a checkpoint of
+        another model is refused before anything is restored."""
+        mismatch = self._mismatch(state)
+        if mismatch is not None:
+            raise ConfigError(str(path), "", f"does not fit this model: {mismatch}")
         try:
             self.module.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
@@ -571,6 +599,24 @@ class Trainer:
             self.outer.load_state_dict(state["outer"])
         self.checkpoint = path.with_name(_checkpoint_name(self.step, 0))
         self.resumed_from = path
+
+    def _mismatch(self, state: dict[str, Any]) -> str | None:
+        """How the checkpoint's model and optimizer differ from this trainer's, or ``None``."""
+        mine = self.module.state_dict()
+        theirs = state["model"]
+        missing, unexpected = sorted(mine.keys() - theirs.keys()), sorted(theirs.keys() - mine.keys())
+        if missing or unexpected:
+            return f"missing keys {missing[:3]}, unexpected keys {unexpected[:3]}"
+        for key, tensor in mine.items():
+            if not isinstance(theirs[key], Tensor) or theirs[key].shape != tensor.shape:
+                shape = getattr(theirs[key], "shape", type(theirs[key]).__name__)
+                return f"{key}: {tuple(shape) if isinstance(shape, torch.Size) else shape} in the " \
+                    f"checkpoint, {tuple(tensor.shape)} in the model"
+        groups = [len(group["params"]) for group in self.optimizer.param_groups]
+        saved = [len(group["params"]) for group in state["optimizer"]["param_groups"]]
+        if groups != saved:
+            return f"optimizer parameter groups of sizes {saved}, the optimizer has {groups}"
+        return None
 
     def _own_checkpoints(self) -> dict[int, Path]:
         """This rank's checkpoint files in ``checkpoint_dir``, by step."""
@@ -666,15 +712,119 @@ def _check_precision(device: torch.device, precision: str) -> None:
 _checkpoint_name = _rundir.checkpoint_name
 
 
+class CheckpointWriteError(OSError):
+    """A checkpoint that could not be written: ``filename`` is the checkpoint, ``strerror`` why
+    (``"no space left on device"``, ``"file too large"``). The checkpoints before it are intact."""
+
+    def __str__(self) -> str:
+        return f"can't write checkpoint {self.filename}: {self.strerror}"
+
+
+def _write_checkpoint(state: dict[str, Any], path: Path) -> None:
+    """``torch.save`` to ``<path>.partial``, then rename it to ``path``; on failure the partial file
+    is removed and ``CheckpointWriteError`` names ``path`` with the OS's reason.
+
+    Written through a Python file, so the OS's error (ENOSPC, EFBIG) is seen: torch's own writer
+    reports one only as ``basic_ios::clear: iostream error``. A ``.partial`` left as a symbolic link is
+    removed first, so the write stays in the directory."""
+    partial = path.with_name(path.name + ".partial")
+    try:
+        partial.unlink(missing_ok=True)
+        with open(partial, "wb") as file:
+            torch.save(state, file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(partial, path)
+    except (OSError, RuntimeError) as error:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
+        cause = _os_error_in(error)
+        reason = _rundir.describe_os_error(cause) if cause is not None else _one_line(error)
+        raise CheckpointWriteError(
+            cause.errno if cause is not None else 0, reason, str(path)
+        ) from error
+
+
+def _os_error_in(error: BaseException) -> OSError | None:
+    """The ``OSError`` that ``error`` is or was raised from: torch wraps a failed write in a
+    ``RuntimeError`` whose context is the file's ``OSError``."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, OSError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+_CHECKPOINT_KEYS = ("step", "samples", "tokens", "model", "optimizer", "scheduler", "rng")
+
+
 def _read_checkpoint(path: Path, device: torch.device) -> tuple[dict[str, Any] | None, str | None]:
-    """The checkpoint's state, or why it can't be used (torn, corrupt, not a checkpoint)."""
+    """The checkpoint's state, or why it can't be used (torn, corrupt, not a checkpoint, damaged
+    inside): checked whole before anything is restored from it."""
     try:
         state = torch.load(path, map_location=device, weights_only=True)
     except Exception as error:  # torch reports a torn or corrupt file in many ways
         return None, f"{type(error).__name__}: {_first_line(error)}"
     if not isinstance(state, dict) or not {"step", "model", "optimizer"} <= state.keys():
         return None, "not a speedtronic checkpoint"
-    return state, None
+    return state, _state_problem(state)
+
+
+def _state_problem(state: dict[str, Any]) -> str | None:
+    """What is missing or malformed in a checkpoint's state, in words, or ``None``."""
+    missing = [key for key in _CHECKPOINT_KEYS if key not in state]
+    if missing:
+        return f"damaged: no {', '.join(map(repr, missing))} entry"
+    for key in ("step", "samples", "tokens"):
+        if not isinstance(state[key], int) or isinstance(state[key], bool) or state[key] < 0:
+            return f"damaged: {key!r} is {_kind(state[key])}, expected a count"
+    if not isinstance(state.get("batches", 0), int):
+        return f"damaged: 'batches' is {_kind(state['batches'])}, expected a count"
+    if not isinstance(state["model"], dict):
+        return f"damaged: 'model' is {_kind(state['model'])}, expected a state dict"
+    optimizer = state["optimizer"]
+    if not (
+        isinstance(optimizer, dict)
+        and isinstance(optimizer.get("state"), dict)
+        and isinstance(optimizer.get("param_groups"), list)
+        and all(isinstance(group, dict) and isinstance(group.get("params"), list)
+                for group in optimizer["param_groups"])
+    ):
+        return "damaged: 'optimizer' is not an optimizer's state dict"
+    scheduler = state["scheduler"]
+    if scheduler is not None and not (isinstance(scheduler, dict) and "last_epoch" in scheduler):
+        return f"damaged: 'scheduler' is {_kind(scheduler)}, expected a scheduler's state dict"
+    outer = state.get("outer")
+    if outer is not None and not isinstance(outer, dict):
+        return f"damaged: 'outer' is {_kind(outer)}, expected the outer loop's state"
+    return _rng_problem(state["rng"])
+
+
+def _rng_problem(rng: Any) -> str | None:
+    """Whether ``_set_rng_state`` can take ``rng``, tried on throwaway generators (never the process's)."""
+    if rng is None:
+        return None
+    if not isinstance(rng, dict) or "torch" not in rng or "python" not in rng:
+        return f"damaged: 'rng' is {_kind(rng)}, expected the torch and python RNG states"
+    try:
+        torch.Generator().set_state(rng["torch"].cpu())
+        random.Random().setstate(_as_tuples(rng["python"]))
+        if "cuda" in rng and not all(isinstance(s, Tensor) and s.dtype == torch.uint8 for s in rng["cuda"]):
+            raise TypeError("a CUDA RNG state is not a byte tensor")
+        numpy = sys.modules.get("numpy")
+        if "numpy" in rng and numpy is not None:
+            name, keys, position, has_gauss, cached = rng["numpy"]
+            numpy.random.RandomState().set_state(
+                (name, numpy.array(keys, dtype=numpy.uint32), position, has_gauss, cached)
+            )
+    except Exception as error:  # any malformed entry: the checkpoint is damaged, not the run
+        return f"damaged: 'rng' can't be restored: {_one_line(error)}"
+    return None
+
+
+def _kind(value: Any) -> str:
+    return f"a {type(value).__name__}"
 
 
 def _rng_state() -> dict[str, Any]:

@@ -23,8 +23,8 @@ class TestAStopSaysHowToContinue:
     def test_the_printed_command_continues_the_run(
         self, tmp_path: Path, stop: signal.Signals, code: int, said: str
     ) -> None:
-        """Stopped in step 6 (checkpoint at 4): one line naming the command, the logger closed; that
-        command then trains steps 4 -> 8."""
+        """Stopped in step 6 (checkpoint at 4): one line naming the command, then where the run's files
+        are, the logger closed; that command then trains steps 4 -> 8."""
         hook = {"type": WAIT_AT, "event": "train_step", "step": 6, "ready": "ready", "go": "never"}
         config = write_config(tmp_path / "c.yaml", logging={"hooks": [hook]}, train={"steps": 8})
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
@@ -43,7 +43,14 @@ class TestAStopSaysHowToContinue:
             f"speedtronic: {said} at step 6 (latest checkpoint: step_00000004.pt); "
             "continue with: speedtronic train --run-dir 'runs/my run' --resume"
         )
-        assert stderr.splitlines() == [hint]
+        first, *files = stderr.splitlines()
+        assert first == hint
+        assert files == [
+            "  text log     stdout",
+            "  metrics      runs/my run/metrics.jsonl",
+            "  checkpoints  runs/my run/checkpoints (latest: step_00000004.pt)",
+            "  config       runs/my run/config.yaml",
+        ]
         again = subprocess.run(
             ["bash", "-c", f"{sys.executable} -m {hint.split('continue with: ')[1]} --no-progress"],
             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180, check=False,

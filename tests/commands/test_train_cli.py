@@ -27,17 +27,20 @@ def speedtronic(*args: str, cwd: Path, code: str | None = None) -> subprocess.Co
 
 class TestTrainCommand:
     def test_with_no_arguments_it_runs_the_embedded_default(self, tmp_path: Path) -> None:
-        """Log lines on stdout; metrics, checkpoints, config under runs/<timestamp>; a summary on stderr."""
+        """Log lines on stdout, the first one short; metrics, checkpoints, config under runs/<timestamp>;
+        a summary on stderr with the eval loss and the commands that show the run."""
         done = speedtronic("train", cwd=tmp_path)
         assert done.returncode == 0, done.stderr
         lines = done.stdout.splitlines()
         assert all(LOG_LINE.fullmatch(line) for line in lines), lines
         assert " | INFO | train_start start_step=0 target_step=200 " in lines[0]
+        assert len(lines[0]) < 250, lines[0]  # the run's config is a DEBUG hyperparams record
         assert " | INFO | train_end step=200 " in lines[-1]
 
         (run_dir,) = (tmp_path / "runs").iterdir()
         events = [json.loads(line)["event"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         assert events.count("train_step") == 10
+        assert events[:2] == ["train_start", "hyperparams"]
         assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [
             "step_00000100.pt",
             "step_00000200.pt",
@@ -46,14 +49,19 @@ class TestTrainCommand:
 
         summary = done.stderr.splitlines()
         assert re.fullmatch(
-            r"speedtronic train: steps 0 -> 200 in [\d.]+ s on cpu, final loss [\d.]+, [\d,]+ samples/s, "
-            r"[\d,]+ tokens/s",
+            r"speedtronic train: steps 0 -> 200 in [\d.]+ s on cpu, final loss [\d.]+, eval loss [\d.]+, "
+            r"[\d,]+ samples/s, [\d,]+ tokens/s",
             summary[0],
         )
         relative = run_dir.relative_to(tmp_path)
         assert f"  run dir      {relative}" in summary
         assert f"  metrics      {relative}/metrics.jsonl" in summary
         assert f"  checkpoints  {relative}/checkpoints (latest: step_00000200.pt)" in summary
+        assert summary[-3:] == [
+            f"  view         tensorboard --logdir {relative}/tensorboard",
+            f"  summarize    speedtronic summarize {relative}",
+            f"  plot         speedtronic plot {relative} -o {relative}/loss.png",
+        ]
 
     def test_options_override_the_config_and_resume_continues(
         self, tmp_path: Path, capsys: pytest.CaptureFixture[str]

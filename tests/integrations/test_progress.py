@@ -58,6 +58,21 @@ class TestProgressHook:
         assert frame.endswith("loss=2.718 tokens/s=433k]")
         assert len(frame.split("|")[1]) >= 20  # the bar itself (1 character with the old postfix)
 
+    def test_the_latest_eval_loss_stays_on_the_bar(self) -> None:
+        """After an eval, every step's postfix ends with its loss (eval=...), until the next eval."""
+        out = io.StringIO()
+        run(out, [
+            ("train_start", {"start_step": 0, "target_step": 4}),
+            ("train_step", {"step": 1, "loss": 1.0, "tokens_per_s": 10.0}),
+            ("eval", {"step": 1, "loss": 0.87654}),
+            ("train_step", {"step": 2, "loss": 0.5, "tokens_per_s": 10.0}),
+            ("eval", {"step": 2, "loss": 0.25}),
+            ("train_step", {"step": 3, "loss": 0.4, "tokens_per_s": 10.0}),
+        ])
+        shown = frames(out)
+        assert any(f.startswith("50%") and f.endswith("loss=0.5 tokens/s=10 eval=0.8765]") for f in shown)
+        assert any(f.startswith("75%") and f.endswith("loss=0.4 tokens/s=10 eval=0.25]") for f in shown)
+
     def test_postfix_chooses_the_keys(self) -> None:
         """postfix=("loss", "grad_norm") shows those two, rounded."""
         out = io.StringIO()

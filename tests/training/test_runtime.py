@@ -87,7 +87,7 @@ class TestProgrammaticPattern:
         assert "train_start/target_step" in recorded.history[0]  # metrics are <event>/<key>
         assert "train_end/final_loss" in recorded.history[-1]  # fit() returned once the hook had every event
         assert [row["step"] for row in recorded.history if "train_step/loss" in row] == [5, 10, 15, 20]
-        assert recorded.config["train"]["steps"] == 20  # train_start's config is the run's
+        assert recorded.config["train"]["steps"] == 20  # hyperparams' config is the run's
         assert recorded.exit_code == 0
 
 
