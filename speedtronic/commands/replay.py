@@ -19,7 +19,7 @@ from typing import Any
 from speedtronic.commands._runs import add_rank_argument, rank_choice, report_skipped
 from speedtronic.commands.cli import CommandError
 from speedtronic.hooks import as_callback, close_hook, hook_type
-from speedtronic.runs import RunError, run_files
+from speedtronic.runs.reader import RunError, run_files
 from speedtronic.runs.replay import ReplayRefused, replay_hook, replay_run
 
 __all__ = ["add_parser", "parse_hook", "run"]

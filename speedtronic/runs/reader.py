@@ -80,6 +80,7 @@ CHUNK_BYTES = 256 * 1024
 
 _NON_FINITE: dict[str, float] = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _NON_FINITE_HINTS = (b'"NaN"', b'Infinity"')
+_INFINITIES = (math.inf, -math.inf)
 _EXAMPLES = 5
 _RANK_NAME = re.compile(r"(?P<stem>.+)\.rank(?P<rank>\d+)\.jsonl")
 
@@ -136,13 +137,16 @@ class RunClock:
         where = (record.source, record.segment)
         if clock[1] != where:
             clock[0], clock[1], clock[2] = clock[0] + clock[2], where, 0.0
-        elapsed = as_number(record.payload.get("elapsed_s"))
-        if elapsed is None or not math.isfinite(elapsed):
+        elapsed = record.payload.get("elapsed_s")
+        if type(elapsed) is not float and type(elapsed) is not int:
+            return None
+        if elapsed != elapsed or elapsed in _INFINITIES:
             return None
         if elapsed > clock[2]:
             clock[2] = elapsed
             # A rank's done + current only grows, so the longest rank's is a running maximum.
-            self._longest = max(self._longest, clock[0] + elapsed)
+            if clock[0] + elapsed > self._longest:
+                self._longest = clock[0] + elapsed
         return float(clock[0] + elapsed)
 
     @property
@@ -332,8 +336,10 @@ class RankFilter:
 
     def keeps(self, rank: int) -> bool:
         """Whether a record of ``rank`` is taken; one that is not is counted as left out."""
-        chosen = self.choose(rank)
-        if chosen is None or rank == chosen:
+        if rank == self.chosen or self.every:
+            return True
+        if self.chosen is None:  # under "first", the first record read chooses
+            self.chosen = rank
             return True
         self._skipped.other_ranks[rank] += 1
         return False
@@ -390,7 +396,7 @@ def file_records(
                     lines += 1
                     skipped.add_line(source, number, f"line over {limit:,} bytes")
                     continue
-                if not raw.strip():
+                if not raw or raw.isspace():
                     continue
                 lines += 1
                 record = parse_record(raw, ended, source, number, segment)

@@ -19,15 +19,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from speedtronic.processors import level_for
+from speedtronic.events import level_for
 from speedtronic.processors.convert import non_finite_text
 from speedtronic.runs.reader import (
+    RATE_SUFFIX,
     RankChoice,
     Record,
     RunClock,
     Skipped,
     as_number,
-    rate_keys,
     read_records,
     run_files,
 )
@@ -35,6 +35,7 @@ from speedtronic.runs.reader import (
 __all__ = ["RateStats", "RunSummary", "format_summaries", "summarize_run"]
 
 
+_INFINITIES = (math.inf, -math.inf)
 _STEP_BITS = 1 << 27
 """Steps remembered one bit each (16 MiB at most) to count a step recorded twice once."""
 
@@ -111,7 +112,6 @@ class RunSummary:
         self.events[event] += 1
         self._clock.add(record)
         self.elapsed_s = self._clock.total
-        level = level_for(event)
         if event == "train_step":
             self._add_step(payload)
         elif event == "train_start":
@@ -134,28 +134,40 @@ class RunSummary:
             self.final_loss = final if final is not None else self.final_loss
         elif event == "hook_error" and record.own:  # a user event of that name is not a hook failure
             self._add_hook_error(payload)
-        elif level == "warning":
-            self.warnings[event] += 1
-        elif level == "error":
-            self.errors[event] += 1
+        else:
+            level = level_for(event)
+            if level == "warning":
+                self.warnings[event] += 1
+            elif level == "error":
+                self.errors[event] += 1
 
     def _add_step(self, payload: dict[str, Any]) -> None:
+        # The one path every train_step takes: plain comparisons, no helper calls per record.
         step = payload.get("step")
         if type(step) is int:
-            self.step_min = step if self.step_min is None else min(self.step_min, step)
-            self.step_max = step if self.step_max is None else max(self.step_max, step)
+            if self.step_min is None or step < self.step_min:
+                self.step_min = step
+            if self.step_max is None or step > self.step_max:
+                self.step_max = step
             self._count_step(step)
-        loss = as_number(payload.get("loss"))
-        if loss is not None:
+        else:
+            step = None
+        loss = payload.get("loss")
+        if type(loss) is float or type(loss) is int:
+            loss = float(loss)
             if self.loss_first is None:
                 self.loss_first = loss
             self.loss_last = loss
-            if not math.isfinite(loss):
+            if loss != loss or loss in _INFINITIES:
                 self.non_finite_losses += 1
             elif self.loss_best is None or loss < self.loss_best:
-                self.loss_best, self.loss_best_step = loss, step if type(step) is int else None
-        for key in rate_keys(payload):
-            self.rates.setdefault(key, RateStats()).add(payload[key])
+                self.loss_best, self.loss_best_step = loss, step
+        for key, value in payload.items():
+            if key.endswith(RATE_SUFFIX) and (type(value) is float or type(value) is int):
+                rate = self.rates.get(key)
+                if rate is None:
+                    rate = self.rates[key] = RateStats()
+                rate.add(value)
 
     def _add_eval(self, payload: dict[str, Any]) -> None:
         loss, step = as_number(payload.get("loss")), payload.get("step")
