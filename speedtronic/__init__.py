@@ -53,9 +53,15 @@ _HOMES = {
 
 def __getattr__(name: str) -> Any:
     home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'speedtronic' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
+    if home is not None:
+        value = getattr(importlib.import_module(home), name)
+    else:  # a submodule, as `import speedtronic; speedtronic.hooks.on_event` found it when it was eager
+        try:
+            value = importlib.import_module(f"speedtronic.{name}")
+        except ModuleNotFoundError as error:
+            if error.name != f"speedtronic.{name}":
+                raise
+            raise AttributeError(f"module 'speedtronic' has no attribute {name!r}") from None
     globals()[name] = value
     return value
 
