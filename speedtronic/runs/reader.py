@@ -80,7 +80,6 @@ CHUNK_BYTES = 256 * 1024
 
 _NON_FINITE: dict[str, float] = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _NON_FINITE_HINTS = (b'"NaN"', b'Infinity"')
-_INFINITIES = (math.inf, -math.inf)
 _EXAMPLES = 5
 _RANK_NAME = re.compile(r"(?P<stem>.+)\.rank(?P<rank>\d+)\.jsonl")
 
@@ -137,10 +136,8 @@ class RunClock:
         where = (record.source, record.segment)
         if clock[1] != where:
             clock[0], clock[1], clock[2] = clock[0] + clock[2], where, 0.0
-        elapsed = record.payload.get("elapsed_s")
-        if type(elapsed) is not float and type(elapsed) is not int:
-            return None
-        if elapsed != elapsed or elapsed in _INFINITIES:
+        elapsed = as_number(record.payload.get("elapsed_s"))
+        if elapsed is None or not math.isfinite(elapsed):
             return None
         if elapsed > clock[2]:
             clock[2] = elapsed

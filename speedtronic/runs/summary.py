@@ -22,12 +22,12 @@ from typing import Any
 from speedtronic.events import level_for
 from speedtronic.processors.convert import non_finite_text
 from speedtronic.runs.reader import (
-    RATE_SUFFIX,
     RankChoice,
     Record,
     RunClock,
     Skipped,
     as_number,
+    rate_keys,
     read_records,
     run_files,
 )
@@ -35,7 +35,6 @@ from speedtronic.runs.reader import (
 __all__ = ["RateStats", "RunSummary", "format_summaries", "summarize_run"]
 
 
-_INFINITIES = (math.inf, -math.inf)
 _STEP_BITS = 1 << 27
 """Steps remembered one bit each (16 MiB at most) to count a step recorded twice once."""
 
@@ -142,7 +141,6 @@ class RunSummary:
                 self.errors[event] += 1
 
     def _add_step(self, payload: dict[str, Any]) -> None:
-        # The one path every train_step takes: plain comparisons, no helper calls per record.
         step = payload.get("step")
         if type(step) is int:
             if self.step_min is None or step < self.step_min:
@@ -152,22 +150,20 @@ class RunSummary:
             self._count_step(step)
         else:
             step = None
-        loss = payload.get("loss")
-        if type(loss) is float or type(loss) is int:
-            loss = float(loss)
+        loss = as_number(payload.get("loss"))
+        if loss is not None:
             if self.loss_first is None:
                 self.loss_first = loss
             self.loss_last = loss
-            if loss != loss or loss in _INFINITIES:
+            if not math.isfinite(loss):
                 self.non_finite_losses += 1
             elif self.loss_best is None or loss < self.loss_best:
                 self.loss_best, self.loss_best_step = loss, step
-        for key, value in payload.items():
-            if key.endswith(RATE_SUFFIX) and (type(value) is float or type(value) is int):
-                rate = self.rates.get(key)
-                if rate is None:
-                    rate = self.rates[key] = RateStats()
-                rate.add(value)
+        for key in rate_keys(payload):
+            rate = self.rates.get(key)
+            if rate is None:  # not setdefault(key, RateStats()): that builds one per record
+                rate = self.rates[key] = RateStats()
+            rate.add(payload[key])
 
     def _add_eval(self, payload: dict[str, Any]) -> None:
         loss, step = as_number(payload.get("loss")), payload.get("step")
