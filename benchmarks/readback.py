@@ -1,27 +1,34 @@
-"""Reading runs back at scale: speedtronic's readers beside polars and DuckDB doing the same work.
+"""Reading runs back at scale, process to process: speedtronic's commands beside polars and DuckDB.
 
-    python benchmarks/readback.py            # 1M records; 10 ranks x 100,000 and 10,000 ranks x 100
-    python benchmarks/readback.py --quick    # 100,000 records; 10 x 10,000 and 1,000 x 100
+    python benchmarks/readback.py             # 10k, 100k and 1M records; 200 MiB hostile files; ranks
+    python benchmarks/readback.py --quick     # smaller: one round, 64 MiB hostile files, fewer ranks
+    python benchmarks/readback.py --ranks 10000 --rank-records 10000    # the issue's 100M records (~30 GB)
 
-Synthetic runs in today's record shape are written to a temporary directory (a template per line, not
-a MetricLogger: seconds, not minutes). Every measurement runs in a fresh interpreter, so its peak RSS
-(``VmHWM``) is its own; times are medians of ``--rounds`` runs, and the ratios are of
-those medians. Measured against:
+Every measurement is a fresh process, as a user runs a CLI: its time counts interpreter start-up and
+imports, and its peak RSS is its own (``os.wait4``'s rusage of that child). Times are medians of
+``--rounds`` runs; ratios are of those medians. Synthetic runs in today's record shape are written to
+a temporary directory (``--dir`` to choose one with room; ``df`` is checked first) and deleted after.
 
-- ``polars.read_ndjson(path, infer_schema_length=None)`` and DuckDB's ``read_json_auto`` with
-  ``sample_size=-1``, for ``read_frames``;
-- the same two computing ``summarize``'s figures (events, steps, first/last/best loss, non-finite
-  losses, rate means and last values, elapsed, checkpoints), for ``summarize_run``.
+1. ``speedtronic summarize FILE`` against a polars lazy query computing the same figures (recorded
+   steps, last and best loss, elapsed) as a process, from 10,000 to 1,000,000 records.
+2. Peak RSS of ``summarize``, ``plot``, ``replay`` and ``read_frames`` on hostile inputs: one line of
+   200 MiB between records, 200 MiB without a newline, and 1,000,000 records.
+3. Runs of R ranks x N records (one file per rank): ``summarize --rank all``, ``read_frames`` of one
+   event of a chosen rank and ``plot --rank`` of it, against DuckDB reading the same files with a glob;
+   several sizes, so the growth of time and memory shows.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import os
+import platform
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 NOTE = (
@@ -73,92 +80,117 @@ def write_ranks(directory: Path, ranks: int, records: int) -> Path:
 
 
 POLARS_SUMMARY = """
+import sys
 import polars as pl
-frame = pl.read_ndjson(PATH, infer_schema_length=None)
+frame = pl.scan_ndjson(sys.argv[1])
 steps = frame.filter(pl.col("event") == "train_step")
-figures = (
-    frame.group_by("event").len(),
+figures = pl.concat([
     steps.select(
-        pl.col("step").min(), pl.col("step").max().alias("last"), pl.col("step").n_unique().alias("n"),
-        pl.col("loss").drop_nulls().first().alias("first"), pl.col("loss").drop_nulls().last().alias("lastl"),
-        pl.col("loss").min().alias("best"), pl.col("step").get(pl.col("loss").arg_min()).alias("best_step"),
-        pl.col("_speedtronic").struct.field("non_finite").struct.field("nan").list.len().sum().alias("nf"),
-        pl.col("samples_per_s").mean(), pl.col("samples_per_s").last().alias("sl"),
-        pl.col("tokens_per_s").mean().alias("tm"), pl.col("tokens_per_s").last().alias("tl"),
+        pl.col("step").n_unique().alias("steps"),
+        pl.col("loss").drop_nulls().last().alias("last_loss"),
+        pl.col("loss").min().alias("best_loss"),
     ),
-    frame.select(pl.col("elapsed_s").max()),
-    frame.filter(pl.col("event") == "checkpoint").height,
-)
+    frame.select(pl.col("elapsed_s").max().alias("elapsed")),
+], how="horizontal").collect()
+print(figures)
 """
 
 DUCKDB_SUMMARY = """
+import sys
 import duckdb
 con = duckdb.connect()
 con.execute("PRAGMA disable_progress_bar")
-con.execute(f"create view r as select * from read_json_auto('{PATH}', sample_size=-1)")
-figures = (
-    con.sql("select event, count(*) from r group by event").fetchall(),
-    con.sql(
-        "select min(step), max(step), count(distinct step),"
-        " first(loss order by step) filter (loss is not null),"
-        " last(loss order by step) filter (loss is not null), min(loss), arg_min(step, loss),"
-        " sum(len(_speedtronic.non_finite.nan)), avg(samples_per_s), last(samples_per_s order by step),"
-        " avg(tokens_per_s), last(tokens_per_s order by step) from r where event = 'train_step'"
-    ).fetchall(),
-    con.sql("select max(elapsed_s), count(*) filter (event = 'checkpoint') from r").fetchall(),
-)
+print(con.sql(
+    "select count(distinct step) filter (where event = 'train_step'),"
+    " arg_max(loss, step) filter (where event = 'train_step' and loss is not null),"
+    " min(loss) filter (where event = 'train_step'), max(elapsed_s)"
+    f" from read_json_auto('{sys.argv[1]}')"
+).fetchall())
 """
 
-CASES: dict[str, tuple[str, str]] = {
-    # name: (setup, not timed: imports; timed work)
-    "read_frames": (
-        "from speedtronic.runs.frames import read_frames\nimport polars",
-        "read_frames(PATH, library='polars')",
-    ),
-    "polars.read_ndjson": ("import polars as pl", "pl.read_ndjson(PATH, infer_schema_length=None)"),
-    "duckdb.read_json_auto": (
-        "import duckdb\ncon = duckdb.connect()\ncon.execute('PRAGMA disable_progress_bar')",
-        "con.sql(f\"select * from read_json_auto('{PATH}', sample_size=-1)\").arrow()",
-    ),
-    "summarize": ("from speedtronic.runs.summary import summarize_run", "summarize_run(PATH, rank=RANK)"),
-    "polars aggregate": ("import polars as pl", POLARS_SUMMARY),
-    "duckdb aggregate": ("import duckdb", DUCKDB_SUMMARY),
-}
-
-PROBE = """
-import sys, time
-PATH, RANK = sys.argv[1], sys.argv[2]
-RANK = int(RANK) if RANK.isdigit() else RANK
-{setup}
-start = time.perf_counter()
-{code}
-took = time.perf_counter() - start
-# VmHWM: this process's own peak RSS (getrusage's ru_maxrss starts from the parent's at fork)
-peak = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:")).split()[1]
-print(took, int(peak) / 1024)
+DUCKDB_RANK = """
+import sys
+import duckdb
+con = duckdb.connect()
+con.execute("PRAGMA disable_progress_bar")
+table = con.sql(
+    f"select * from read_json_auto('{sys.argv[1]}') where event = 'train_step' and \\"rank\\" = {sys.argv[2]}"
+).arrow()
+table = table.read_all() if hasattr(table, "read_all") else table  # a reader since DuckDB 1.4
+print(table.num_rows)
 """
 
+READ_FRAMES = """
+import sys
+from speedtronic.runs.frames import read_frames
+rank = sys.argv[2] if sys.argv[2] in ("first", "all") else int(sys.argv[2])
+print(len(read_frames(sys.argv[1], library="polars", events=["train_step"], rank=rank)["train_step"]))
+"""
 
-def measure(case: str, path: Path, rounds: int, rank: str = "first") -> tuple[float, float]:
-    """Median seconds and largest peak RSS (MB) of ``case`` on ``path``, each round a fresh interpreter."""
-    times, peaks = [], []
-    for _ in range(rounds):
-        done = subprocess.run(
-            [sys.executable, "-c", PROBE.format(setup=CASES[case][0], code=CASES[case][1]), str(path), rank],
-            capture_output=True, text=True, check=True,
-        )
-        took, peak = map(float, done.stdout.splitlines()[-1].split())
-        times.append(took)
-        peaks.append(peak)
-    return statistics.median(times), max(peaks)
+REPLAY = """
+import sys
+from speedtronic.runs.replay import replay_run
+class Nothing:
+    def on_event(self, event, payload):
+        pass
+print(replay_run(sys.argv[1], [Nothing()]).replayed.total())
+"""
+
+PY = [sys.executable]
 
 
-def baseline_rss() -> float:
-    """Peak RSS (MB) of an interpreter that only imported speedtronic's reader: what every probe starts at."""
-    probe = PROBE.format(setup="import speedtronic.runs.summary", code="")
-    command = [sys.executable, "-c", probe, "-", "first"]
-    done = subprocess.run(command, capture_output=True, text=True, check=True)
-    return float(done.stdout.split()[1])
+def speedtronic(*args: str) -> list[str]:
+    return [*PY, "-m", "speedtronic", *args]
+
+
+def script(code: str, *args: str) -> list[str]:
+    return [*PY, "-c", code, *args]
+
+
+def run_once(argv: list[str]) -> Figure:
+    """Seconds, peak RSS (MiB) and exit code of one process (its own rusage, from ``os.wait4``)."""
+    start = time.perf_counter()
+    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
+    took = time.perf_counter() - start
+    child.returncode = os.waitstatus_to_exitcode(status)
+    return took, usage.ru_maxrss / 1024, child.returncode
+
+
+def measure(argv: list[str], rounds: int) -> Figure:
+    """Median seconds, largest peak RSS (MiB) and the exit code of ``argv`` over ``rounds`` runs."""
+    runs = [run_once(argv) for _ in range(rounds)]
+    return statistics.median(r[0] for r in runs), max(r[1] for r in runs), runs[-1][2]
+
+
+Figure = tuple[float, float, int]
+
+
+def show(name: str, argv: list[str], rounds: int, against: Figure | None = None) -> Figure:
+    """Measure ``argv`` and print its line: time, peak RSS, exit code and the ratios to ``against``."""
+    figure = took, peak, code = measure(argv, rounds)
+    ratio = f"  {took / against[0]:5.2f}x time, {peak / against[1]:4.2f}x memory" if against else ""
+    print(f"  {name:42} {took:7.2f} s  {peak:6.0f} MiB  exit {code}{ratio}", flush=True)
+    return figure
+
+
+def hostile(path: Path, mib: int, *, newline: bool) -> Path:
+    """A record, then ``mib`` MiB in one line (closed by a newline and followed by a record when
+    ``newline``; else the file ends without one)."""
+    with path.open("wb") as file:
+        file.write(b'{"event":"train_step","step":1,"loss":0.5,"elapsed_s":0.1}\n')
+        file.write(b'{"event":"blob","v":"' if newline else b"")
+        for _ in range(mib):
+            file.write(b"x" * (1 << 20))
+        if newline:
+            file.write(b'"}\n{"event":"train_step","step":2,"loss":0.4,"elapsed_s":0.2}\n')
+    return path
+
+
+def room(directory: Path, needed: int) -> None:
+    free = shutil.disk_usage(directory).free
+    if needed > free * 0.8:
+        sys.exit(f"{directory}: {needed / 2**30:.1f} GiB needed, {free / 2**30:.1f} GiB free; choose --dir")
 
 
 def main() -> None:
@@ -167,57 +199,59 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="smaller runs, one round")
     parser.add_argument("--rounds", type=int, default=3, help="runs per measurement (default 3)")
+    parser.add_argument("--dir", default=None, help="where to write the runs (default: a temporary one)")
+    parser.add_argument("--ranks", type=int, default=0, help="measure only R ranks x --rank-records")
+    parser.add_argument("--rank-records", type=int, default=10_000, help="records per rank for --ranks")
     args = parser.parse_args()
-    records = 100_000 if args.quick else 1_000_000
     rounds = 1 if args.quick else args.rounds
-    results: dict[str, object] = {"records": records, "rounds": rounds}
-    with tempfile.TemporaryDirectory() as tmp:
+    sizes = (10_000, 100_000) if args.quick else (10_000, 100_000, 1_000_000)
+    mib = 64 if args.quick else 200
+    grid = [(args.ranks, args.rank_records)] if args.ranks else (
+        [(10, 1_000), (100, 1_000), (1_000, 100)] if args.quick
+        else [(10, 10_000), (100, 10_000), (1_000, 1_000)]
+    )
+    print(f"{platform.node()}: {os.cpu_count()} cores, Python {platform.python_version()}, "
+          f"load average {os.getloadavg()[0]:.1f}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         root = Path(tmp)
-        one = root / "metrics.jsonl"
-        write_rank(one, records, None)
-        size_mb = one.stat().st_size / 2**20
-        baseline = baseline_rss()
-        print(f"one file: {records:,} records, {size_mb:.0f} MB; interpreter baseline {baseline:.0f} MB")
-        figures = {case: measure(case, one, rounds) for case in CASES}
-        for case, (took, peak) in figures.items():
-            print(f"  {case:24} {took:7.2f} s  peak RSS {peak:6.0f} MB")
-        frames, ndjson = figures["read_frames"], figures["polars.read_ndjson"]
-        summary, aggregate = figures["summarize"], figures["polars aggregate"]
-        ratios = {
-            "read_frames / polars.read_ndjson time": frames[0] / ndjson[0],
-            "read_frames / polars.read_ndjson memory": frames[1] / ndjson[1],
-            "read_frames / duckdb time": frames[0] / figures["duckdb.read_json_auto"][0],
-            "read_frames / duckdb memory": frames[1] / figures["duckdb.read_json_auto"][1],
-            "summarize / polars aggregate time": summary[0] / aggregate[0],
-            "summarize / duckdb aggregate time": summary[0] / figures["duckdb aggregate"][0],
-            "summarize / polars aggregate memory": summary[1] / aggregate[1],
-        }
-        for name, ratio in ratios.items():
-            print(f"  {name:42} {ratio:5.2f}x")
-        results["one_file"] = {"mb": size_mb, "figures": figures, "ratios": ratios}
-
-        wide_ranks, deep_ranks = (1_000, 10) if args.quick else (10_000, 10)
-        deep = write_ranks(root / "deep", deep_ranks, records // deep_ranks)
-        wide = write_ranks(root / "wide", wide_ranks, records // wide_ranks)
-        deep_t, _ = measure("summarize", deep, rounds, "all")
-        wide_t, _ = measure("summarize", wide, rounds, "all")
-        one_rank_t, _ = measure("summarize", wide, rounds, "0")
-        print(f"summarize --rank all: {deep_ranks} ranks x {records // deep_ranks:,}: {deep_t:.2f} s; "
-              f"{wide_ranks:,} ranks x {records // wide_ranks:,}: {wide_t:.2f} s ({wide_t / deep_t:.2f}x)")
-        print(f"summarize --rank 0 of {wide_ranks:,} ranks: {one_rank_t:.2f} s")
-        results["ranks"] = {
-            "deep_s": deep_t, "wide_s": wide_t, "ratio": wide_t / deep_t, "one_rank_s": one_rank_t
-        }
-
-        long_line = root / "long.jsonl"
-        with long_line.open("wb") as file:
-            file.write(b'{"event":"train_step","step":1,"loss":0.5}\n')
-            for _ in range(400):
-                file.write(b"x" * 2**20)
-        long_t, long_peak = measure("summarize", long_line, 1)
-        print(f"summarize of one 400 MB line: {long_t:.2f} s, peak RSS {long_peak:.0f} MB")
-        results["long_line"] = {"s": long_t, "peak_mb": long_peak}
-    print(json.dumps(results, default=str))
+        if not args.ranks:
+            print(f"1. summarize a file, as processes (median of {rounds})")
+            for records in sizes:
+                path = root / f"run{records}.jsonl"
+                write_rank(path, records, None)
+                print(f" {records:>9,} records, {path.stat().st_size / 2**20:.0f} MiB")
+                polars = show("polars lazy query", script(POLARS_SUMMARY, str(path)), rounds)
+                show("speedtronic summarize", speedtronic("summarize", str(path)), rounds, polars)
+            print(f"2. peak RSS on hostile inputs (the line limit is 16 MiB; {mib} MiB inputs)")
+            inputs = {
+                f"one {mib} MiB line": hostile(root / "line.jsonl", mib, newline=True),
+                f"{mib} MiB without a newline": hostile(root / "nonl.jsonl", mib, newline=False),
+                f"{sizes[-1]:,} records": root / f"run{sizes[-1]}.jsonl",
+            }
+            for name, path in inputs.items():
+                print(f" {name}")
+                show("summarize", speedtronic("summarize", str(path)), 1)
+                show("plot", speedtronic("plot", str(path), "-o", str(root / "p.png")), 1)
+                show("replay", script(REPLAY, str(path)), 1)
+                show("read_frames", script(READ_FRAMES, str(path), "first"), 1)
+                path.unlink()
+        print("3. R ranks x N records, one file per rank (DuckDB reads the same files with a glob)")
+        for ranks, records in grid:
+            room(root, ranks * records * 330)
+            run = write_ranks(root / f"r{ranks}x{records}", ranks, records)
+            files = str(run / "*.jsonl")
+            chosen = str(ranks // 2)
+            size = sum(f.stat().st_size for f in run.iterdir()) / 2**20
+            print(f" {ranks:,} ranks x {records:,} records = {ranks * records:,}, {size:,.0f} MiB")
+            duck = show("duckdb aggregate, glob", script(DUCKDB_SUMMARY, files), rounds)
+            summarize = speedtronic("summarize", str(run), "--rank", "all")
+            show("speedtronic summarize --rank all", summarize, rounds, duck)
+            duck = show("duckdb train_step of rank R, glob", script(DUCKDB_RANK, files, chosen), rounds)
+            frames = script(READ_FRAMES, str(run), chosen)
+            show("read_frames(events=[train_step], rank=R)", frames, rounds, duck)
+            plot = speedtronic("plot", str(run), "--rank", chosen, "-o", str(root / "p.png"))
+            show("speedtronic plot --rank R", plot, rounds, duck)
+            shutil.rmtree(run)
 
 
 if __name__ == "__main__":

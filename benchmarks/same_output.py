@@ -99,8 +99,7 @@ def main() -> int:
             print(f"{name:14s} {len(a):3d} lines  {'identical' if same else 'DIFFERENT'}")
             for i, (x, y) in enumerate(zip(a, b, strict=False)):
                 if x != y:
-                    print(f"  line {i + 1}:\n    ours:  {x[:300]}\n    other: {y[:300]}")
-                    break
+                    print(f"  line {i + 1}:\n    ours:  {x[:400]}\n    other: {y[:400]}")
     return 1 if differ else 0
 
 

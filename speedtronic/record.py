@@ -43,6 +43,7 @@ __all__ = [
     "free_name",
     "is_own_record",
     "non_finite_kind",
+    "non_finite_text",
     "note_contract",
     "own_note",
     "payload_key",
@@ -75,6 +76,7 @@ NON_FINITE_KINDS = ("nan", "inf", "neg_inf")
 """The note's ``non_finite`` lists, by kind of number."""
 
 _FLOAT_OF_KIND = {"nan": math.nan, "inf": math.inf, "neg_inf": -math.inf}
+_NON_FINITE_TEXT = {math.inf: "Infinity", -math.inf: "-Infinity"}
 _KIND_OF_TEXT = {"NaN": "nan", "Infinity": "inf", "-Infinity": "neg_inf"}
 _STR = {str}
 _RANK_NAME = re.compile(r"(?P<stem>.+)\.rank(?P<rank>\d+)(?P<suffix>(?:\.[^.]*)?)")
@@ -128,6 +130,12 @@ def note_contract(note: Any) -> int:
 def non_finite_kind(text: str) -> str:
     """The note's list (``"nan"``, ``"inf"``, ``"neg_inf"``) for strict JSON's name of a number."""
     return _KIND_OF_TEXT.get(text, "nan")
+
+
+def non_finite_text(value: float) -> str:
+    """How strict JSON's neighbours name a non-finite float: ``"NaN"``, ``"Infinity"`` or
+    ``"-Infinity"`` (the note's lists are ``non_finite_kind`` of these)."""
+    return _NON_FINITE_TEXT.get(value, "NaN")
 
 
 def restore_non_finite(record: dict[str, Any]) -> dict[str, Any]:

@@ -53,3 +53,21 @@ def test_quickstart_example_runs(tmp_path: Path) -> None:
     )
     assert "train_step step=50" in result.stdout
     assert (tmp_path / "runs" / "quickstart" / "metrics.jsonl").exists()
+
+
+def test_public_names_and_submodules_load_on_first_use() -> None:
+    """`import speedtronic` loads no logging machinery; its names and submodules still resolve on use."""
+    probe = (
+        "import sys, speedtronic\n"
+        "before = 'speedtronic.profiling' in sys.modules or 'structlog' in sys.modules\n"
+        "from speedtronic import MetricLogger\n"
+        "assert MetricLogger is speedtronic.profiling.MetricLogger\n"
+        "assert speedtronic.hooks.on_event is speedtronic.on_event\n"
+        "try:\n"
+        "    speedtronic.no_such_name\n"
+        "except AttributeError as error:\n"
+        "    print(before, error)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False module 'speedtronic' has no attribute 'no_such_name'"

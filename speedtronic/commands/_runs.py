@@ -1,15 +1,18 @@
-"""What the run-reading commands share: the ``--rank`` argument and the report of what was skipped."""
+"""What the run-reading commands share: the ``--rank`` argument, folders of runs, and the report of
+what was skipped."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
+from pathlib import Path
 from typing import IO
 
 from speedtronic.commands.cli import CommandError
-from speedtronic.runs import RankChoice, Skipped
+from speedtronic.runs.reader import RankChoice, Skipped
 
-__all__ = ["add_rank_argument", "rank_choice", "report_skipped"]
+__all__ = ["add_rank_argument", "rank_choice", "report_skipped", "runs_in"]
 
 
 def add_rank_argument(parser: argparse.ArgumentParser) -> None:
@@ -37,3 +40,29 @@ def report_skipped(run: str, skipped: Skipped, stream: IO[str] | None = None) ->
     """Say on stderr what a read of ``run`` left out, one line per file and per left-out rank."""
     for line in skipped.describe(run):
         print(f"speedtronic: warning: {line}", file=stream or sys.stderr)
+
+
+def runs_in(paths: Sequence[str]) -> list[str]:
+    """The runs named by ``paths``: each path as given, except a folder of runs (a directory with no
+    ``*.jsonl`` file of its own whose subdirectories hold some, such as the ``runs/`` folder that
+    ``speedtronic train`` writes into), which stands for those subdirectories, in name order."""
+    found: list[str] = []
+    for path in paths:
+        inside = _runs_inside(Path(path))
+        if inside:
+            found += [str(Path(path) / name) for name in inside]
+        else:
+            found.append(path)
+    return found
+
+
+def _runs_inside(folder: Path) -> list[str]:
+    try:
+        if not folder.is_dir() or any(entry.suffix == ".jsonl" for entry in folder.iterdir()):
+            return []
+        return sorted(
+            entry.name for entry in folder.iterdir()
+            if entry.is_dir() and any(child.suffix == ".jsonl" for child in entry.iterdir())
+        )  # fmt: skip
+    except OSError:
+        return []  # reading the path itself says what is wrong with it

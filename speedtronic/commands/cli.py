@@ -2,7 +2,8 @@
 
 Each command module defines ``add_parser(subparsers)``, which registers its sub-parser and sets
 ``func`` (``argparse.Namespace -> int``, the exit code) as a default. Modules are imported only when
-the CLI runs, so ``import speedtronic`` stays light.
+the CLI runs, so ``import speedtronic`` stays light, and ``speedtronic summarize ...`` imports only
+its own command's module: start-up is part of what a user waits for.
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ class CommandError(Exception):
     """A user-facing failure: printed as one line ``speedtronic: error: ...``, exit code 2."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(commands: Sequence[str] = COMMANDS) -> argparse.ArgumentParser:
+    """The CLI's parser, with the sub-parsers of ``commands`` (all of them for ``--help``)."""
     from speedtronic._version import __version__
 
     parser = argparse.ArgumentParser(
@@ -71,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"speedtronic {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, title="commands")
-    for name in COMMANDS:
+    for name in commands:
         importlib.import_module(f"speedtronic.commands.{name}").add_parser(subparsers)
     for command in subparsers.choices.values():
         if command.formatter_class is argparse.HelpFormatter:
@@ -80,7 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # The command named first is the only one whose module is needed; anything else (--help, --version,
+    # a typo) gets every command, so the help and the "invalid choice" message list them all.
+    parser = build_parser(argv[:1] if argv[:1] and argv[0] in COMMANDS else COMMANDS)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))

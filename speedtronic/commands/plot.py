@@ -8,8 +8,8 @@ from typing import Any
 
 from speedtronic.commands._runs import add_rank_argument, rank_choice, report_skipped
 from speedtronic.commands.cli import CommandError
-from speedtronic.runs import RunError
 from speedtronic.runs.plot import DEFAULT_KEYS, MAX_RANK_SERIES, NothingToPlot, plot_runs
+from speedtronic.runs.reader import RunError
 
 __all__ = ["add_parser", "run"]
 

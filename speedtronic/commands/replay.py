@@ -20,7 +20,7 @@ from speedtronic.commands._runs import add_rank_argument, rank_choice, report_sk
 from speedtronic.commands.cli import CommandError
 from speedtronic.hooks import HookConfigError, close_hook, hook_type
 from speedtronic.hooks.registry import hook_argument_problem
-from speedtronic.runs import RunError, run_files
+from speedtronic.runs.reader import RunError, run_files
 from speedtronic.runs.replay import ReplayRefused, replay_hook, replay_run
 
 __all__ = ["add_parser", "parse_hook", "run"]

@@ -8,9 +8,9 @@ from typing import Any
 
 import orjson
 
-from speedtronic.commands._runs import add_rank_argument, rank_choice, report_skipped
+from speedtronic.commands._runs import add_rank_argument, rank_choice, report_skipped, runs_in
 from speedtronic.commands.cli import CommandError
-from speedtronic.runs import RunError
+from speedtronic.runs.reader import RunError
 from speedtronic.runs.summary import format_summaries, summarize_run
 
 __all__ = ["add_parser", "run"]
@@ -20,9 +20,12 @@ def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "summarize",
         help="summarise recorded runs: events, steps, loss, throughput, checkpoints, trouble",
-        description="Summarise one or more runs (JSONL files or run directories), side by side.",
+        description="Summarise one or more runs (JSONL files or run directories), side by side. A folder "
+        "of runs (runs/, holding run directories) stands for every run in it.",
     )
-    parser.add_argument("runs", nargs="+", metavar="RUN", help="a JSONL file or a run directory")
+    parser.add_argument(
+        "runs", nargs="+", metavar="RUN", help="a JSONL file, a run directory or a folder of runs"
+    )
     parser.add_argument("--json", action="store_true", help="print a JSON array, one object per run")
     add_rank_argument(parser)
     parser.set_defaults(func=run)
@@ -32,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     """Summarise every run that can be read; list the others. Fails only if none can be read."""
     rank = rank_choice(args.rank)
     summaries, unreadable = [], []
-    for path in args.runs:
+    for path in runs_in(args.runs):
         try:
             summaries.append(summarize_run(path, rank=rank))
         except RunError as error:

@@ -29,7 +29,14 @@ from typing import Any
 
 from structlog.typing import EventDict, WrappedLogger
 
-from speedtronic.record import NON_FINITE_KINDS, NOTE_KEY, empty_note, free_name, non_finite_kind
+from speedtronic.record import (
+    NON_FINITE_KINDS,
+    NOTE_KEY,
+    empty_note,
+    free_name,
+    non_finite_kind,
+    non_finite_text,
+)
 
 __all__ = [
     "CYCLE",
@@ -43,7 +50,6 @@ __all__ = [
     "is_plain",
     "json_safe_record",
     "key_text",
-    "non_finite_text",
     "safe_repr",
     "safe_str",
     "to_python",
@@ -67,7 +73,6 @@ CYCLE = "<cycle>"
 _PLAIN: frozenset[type] = frozenset({str, int, float, bool, type(None)})
 _INT64_MIN = -(2**63)
 _UINT64_MAX = 2**64 - 1
-_NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -439,6 +444,8 @@ def json_safe_record(record: Mapping[Any, Any], *, always_note: bool = False) ->
         return out
     timestamp = out.pop("timestamp", _ABSENT)
     note = _merged_note(given if isinstance(given, dict) else None, converted, truncated, found)
+    if isinstance(given, dict):
+        del out[NOTE_KEY]  # written again below: the note is always just before the timestamp
     out[NOTE_KEY if isinstance(given, dict) else unique_key(out, NOTE_KEY)] = note
     if timestamp is not _ABSENT:
         out["timestamp"] = timestamp
@@ -572,11 +579,6 @@ def _key_text(key: object) -> str:
     if isinstance(key, int) and not isinstance(key, bool):
         return int_text(key)
     return safe_str(key)
-
-
-def non_finite_text(value: float) -> str:
-    """How strict JSON records a non-finite float: ``"NaN"``, ``"Infinity"`` or ``"-Infinity"``."""
-    return _NON_FINITE.get(value, "NaN")
 
 
 def _clean_text(text: str, marks: _Marks | None) -> str:

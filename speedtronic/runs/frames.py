@@ -142,8 +142,10 @@ def _file_parts(
 ) -> list[tuple[str, _Part]]:
     """Each event's records in the file, of the rank ``ranks`` takes (others counted in ``skipped``)."""
     try:
-        split = _Split(source, ranks, engine)
+        split: _Split | None = _Split(source, ranks, engine)
     except _Fallback:
+        split = None  # read on after the except block: its traceback would keep the lines read so far
+    if split is None:
         return _line_parts(source, ranks, skipped)
     # Nothing was counted before here, so a file read by the line reader after all is counted once.
     for number, reason in split.bad:
@@ -174,15 +176,22 @@ class _Split:
         self._rows: dict[str, int] = {}
         self._size: dict[str, int] = {}
         number = 0
-        rest = b""
+        held: list[bytes] = []  # a line's start, chunk by chunk, until its newline comes
         try:
             with source.open("rb") as file:
                 while chunk := file.read(_CHUNK):
-                    lines = (rest + chunk).split(b"\n")
-                    rest = lines.pop()
-                    if (lines and len(lines[0]) > MAX_LINE_BYTES) or len(rest) > MAX_LINE_BYTES:
+                    end = chunk.rfind(b"\n")
+                    if end < 0:  # no line ends here: keep the chunk, and never more than a line's limit
+                        if sum(map(len, held)) + len(chunk) > MAX_LINE_BYTES:
+                            raise _Fallback
+                        held.append(chunk)
+                        continue
+                    lines = b"".join([*held, chunk[:end]]).split(b"\n")
+                    held = [chunk[end + 1 :]]
+                    if len(lines[0]) > MAX_LINE_BYTES:
                         raise _Fallback
                     number = self._add(lines, number)
+            rest = b"".join(held)
         except OSError:
             raise _Fallback from None  # the line reader says what went wrong
         if rest.strip():

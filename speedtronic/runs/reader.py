@@ -141,7 +141,8 @@ class RunClock:
         if elapsed > clock[2]:
             clock[2] = elapsed
             # A rank's done + current only grows, so the longest rank's is a running maximum.
-            self._longest = max(self._longest, clock[0] + elapsed)
+            if clock[0] + elapsed > self._longest:
+                self._longest = clock[0] + elapsed
         return float(clock[0] + elapsed)
 
     @property
@@ -338,8 +339,10 @@ class RankFilter:
 
     def keeps(self, rank: int) -> bool:
         """Whether a record of ``rank`` is taken; one that is not is counted as left out."""
-        chosen = self.choose(rank)
-        if chosen is None or rank == chosen:
+        if rank == self.chosen or self.every:
+            return True
+        if self.chosen is None:  # under "first", the first record read chooses
+            self.chosen = rank
             return True
         self._skipped.other_ranks[rank] += 1
         return False
@@ -396,7 +399,7 @@ def file_records(
                     lines += 1
                     skipped.add_line(source, number, f"line over {limit:,} bytes")
                     continue
-                if not raw.strip():
+                if not raw or raw.isspace():
                     continue
                 lines += 1
                 record = parse_record(raw, ended, source, number, segment)

@@ -19,8 +19,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from speedtronic.processors import level_for
-from speedtronic.processors.convert import non_finite_text
+from speedtronic.events import level_for
+from speedtronic.record import non_finite_text
 from speedtronic.runs.reader import (
     RankChoice,
     Record,
@@ -111,7 +111,6 @@ class RunSummary:
         self.events[event] += 1
         self._clock.add(record)
         self.elapsed_s = self._clock.total
-        level = level_for(event)
         if event == "train_step":
             self._add_step(payload)
         elif event == "train_start":
@@ -134,17 +133,23 @@ class RunSummary:
             self.final_loss = final if final is not None else self.final_loss
         elif event == "hook_error" and record.own:  # a user event of that name is not a hook failure
             self._add_hook_error(payload)
-        elif level == "warning":
-            self.warnings[event] += 1
-        elif level == "error":
-            self.errors[event] += 1
+        else:
+            level = level_for(event)
+            if level == "warning":
+                self.warnings[event] += 1
+            elif level == "error":
+                self.errors[event] += 1
 
     def _add_step(self, payload: dict[str, Any]) -> None:
         step = payload.get("step")
         if type(step) is int:
-            self.step_min = step if self.step_min is None else min(self.step_min, step)
-            self.step_max = step if self.step_max is None else max(self.step_max, step)
+            if self.step_min is None or step < self.step_min:
+                self.step_min = step
+            if self.step_max is None or step > self.step_max:
+                self.step_max = step
             self._count_step(step)
+        else:
+            step = None
         loss = as_number(payload.get("loss"))
         if loss is not None:
             if self.loss_first is None:
@@ -153,9 +158,12 @@ class RunSummary:
             if not math.isfinite(loss):
                 self.non_finite_losses += 1
             elif self.loss_best is None or loss < self.loss_best:
-                self.loss_best, self.loss_best_step = loss, step if type(step) is int else None
+                self.loss_best, self.loss_best_step = loss, step
         for key in rate_keys(payload):
-            self.rates.setdefault(key, RateStats()).add(payload[key])
+            rate = self.rates.get(key)
+            if rate is None:  # not setdefault(key, RateStats()): that builds one per record
+                rate = self.rates[key] = RateStats()
+            rate.add(payload[key])
 
     def _add_eval(self, payload: dict[str, Any]) -> None:
         loss, step = as_number(payload.get("loss")), payload.get("step")

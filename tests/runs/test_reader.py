@@ -151,6 +151,51 @@ class TestBoundedLines:
         assert peak_kib < 100 * 1024, f"peak RSS {peak_kib / 1024:.0f} MB"
 
 
+HOSTILE_READS = {
+    "summarize": "from speedtronic.runs.summary import summarize_run as read\n",
+    "plot": "from speedtronic.runs.plot import plot_runs\ndef read(path): plot_runs([path], path + '.png')\n",
+    "replay": (
+        "from speedtronic.runs.replay import replay_run\nfrom speedtronic.testing import RecordingHook\n"
+        "def read(path): replay_run(path, [RecordingHook()])\n"
+    ),
+    "read_frames": (
+        "from speedtronic.runs import read_frames\ndef read(path): read_frames(path, library='pandas')\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("tool", list(HOSTILE_READS))
+def test_memory_does_not_grow_with_a_hostile_file(tmp_path: Path, tool: str) -> None:
+    """A 64 MiB line between records, then 64 MiB without a newline: each tool's peak RSS grows by less
+    than 40 MiB over reading a small run (a line over MAX_LINE_BYTES is never held whole)."""
+    small, hostile = tmp_path / "small.jsonl", tmp_path / "hostile.jsonl"
+    step = b'{"event":"train_step","step":%d,"loss":0.5}\n'
+    small.write_bytes(step % 1 + step % 2)
+    with hostile.open("wb") as file:
+        file.write(step % 1 + b'{"event":"blob","v":"')
+        for _ in range(64):
+            file.write(b"x" * (1 << 20))
+        file.write(b'"}\n' + step % 2)
+        for _ in range(64):
+            file.write(b"y" * (1 << 20))
+    probe = HOSTILE_READS[tool] + (
+        "import sys\n"
+        "def peak():  # VmHWM: this process's own peak RSS, in KiB\n"
+        "    return int(next(l for l in open('/proc/self/status') if l.startswith('VmHWM:')).split()[1])\n"
+        "read(sys.argv[1])\n"
+        "before = peak()\n"
+        "read(sys.argv[2])\n"
+        "print(before, peak())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(small), str(hostile)],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    before, after = map(int, done.stdout.split())
+    assert after - before < 40 * 1024, f"{tool}: peak RSS grew by {(after - before) / 1024:.0f} MiB"
+
+
 def rank_dir(root: Path, ranks: int, *, garbage: tuple[int, ...] = ()) -> Path:
     """A run directory with metrics.jsonl (rank 0) and metrics.rank<r>.jsonl; ``garbage`` ranks' files
     hold no record at all, so opening one is an error."""

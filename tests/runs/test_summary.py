@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -177,3 +179,42 @@ class TestSummarizeCommand:
         """A directory without JSONL files: one line saying so."""
         (tmp_path / "empty").mkdir()
         assert_one_line_error(cli("summarize", "empty"), "empty: no *.jsonl file in this directory")
+
+
+class TestFolderOfRuns:
+    def test_a_folder_of_runs_is_every_run_in_it(self, cli: CLI, tmp_path: Path) -> None:
+        """`speedtronic summarize runs` (where `make run` writes) summarises each run inside, by name."""
+        for name, loss in (("2026-01-02", 0.5), ("2026-01-01", 0.25)):
+            (tmp_path / "runs" / name).mkdir(parents=True)
+            path = tmp_path / "runs" / name / "metrics.jsonl"
+            path.write_text(f'{{"event":"train_step","step":1,"loss":{loss}}}\n')
+        (tmp_path / "runs" / "notes").mkdir()  # a folder without JSONL is no run
+        result = cli("summarize", "runs")
+        assert result.returncode == 0, result.stderr
+        rows = table(result.stdout)
+        assert rows["run"] == [os.path.join("runs", "2026-01-01"), os.path.join("runs", "2026-01-02")]
+        assert rows["loss last"] == ["0.25", "0.5"]
+        assert result.stderr == ""
+
+    def test_a_folder_without_runs_is_still_an_error(self, cli: CLI, tmp_path: Path) -> None:
+        """A directory with neither JSONL files nor run directories: one line saying so, exit 2."""
+        (tmp_path / "runs" / "notes").mkdir(parents=True)
+        assert_one_line_error(cli("summarize", "runs"), "runs: no *.jsonl file in this directory")
+
+
+def test_summarize_starts_without_dataframe_or_plotting_libraries(run_file: Path) -> None:
+    """`speedtronic summarize` imports no torch, numpy, pandas, polars, pyarrow, matplotlib, nor the
+    dataframe reader: a user pays for what the command loads before it reads a byte."""
+    probe = (
+        "import sys\n"
+        "from speedtronic.commands.cli import main\n"
+        "code = main(['summarize', sys.argv[1]])\n"
+        "heavy = {'torch', 'numpy', 'pandas', 'polars', 'pyarrow', 'matplotlib', 'wandb', 'tensorboard'}\n"
+        "loaded = sorted(m for m in sys.modules if m.partition('.')[0] in heavy)\n"
+        "ours = [m for m in ('speedtronic.runs.frames', 'speedtronic.profiling') if m in sys.modules]\n"
+        "print(code, loaded + ours)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(run_file)], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.splitlines()[-1] == "0 []"
