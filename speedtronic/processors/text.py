@@ -9,7 +9,6 @@ and spaces inside a value stay inside its quotes (CWE-117).
 
 from __future__ import annotations
 
-import builtins
 import math
 import re
 from collections.abc import Callable, Container, Mapping
@@ -65,16 +64,14 @@ class ValueFormat:
     ``" key="`` prefix (each key is quoted once, then remembered) and one of its value's type.
     """
 
-    __slots__ = ("_by_type", "_digits", "_limit", "_prefixes", "_spec")
+    __slots__ = ("_by_type", "_digits", "_prefixes")
 
     def __init__(self, digits: int | None = DEFAULT_FLOAT_DIGITS) -> None:
         if digits is not None and (isinstance(digits, bool) or not isinstance(digits, int) or digits < 1):
             raise ValueError(f"float_digits must be an int >= 1 or None, got {digits!r}")
         self._digits = digits
-        self._spec = f".{digits}g" if digits is not None else ""
-        self._limit = 10.0**digits if digits is not None else math.inf
         self._prefixes: dict[str, str] = {}  # " key=" of each str key met (the same come back every event)
-        float_text = self._rounded if digits is not None else _float_repr
+        float_text = _rounding(digits) if digits is not None else _float_repr
         self._by_type: dict[type, Callable[[Any], str]] = {  # the formatter of each plain type
             float: float_text, int: int_text, str: quote, bool: str, type(None): str,
         }  # fmt: skip
@@ -118,12 +115,6 @@ class ValueFormat:
                 self._prefixes[key] = prefix
         return prefix
 
-    def _rounded(self, value: builtins.float) -> str:  # (float alone: the method above)
-        if -self._limit < value < self._limit:  # also False for NaN and infinities
-            text = format(value, self._spec)  # what repr() writes too, unless it needs a point or
-            return text if "." in text and "e" not in text else repr(float(text))  # drops "e+04"
-        return repr(value) if not math.isfinite(value) else repr(float(round(value)))
-
     def _other(self, value: Any) -> str:
         """A value of no plain type: subclasses by their base type's own value, never their
         (possibly raising) ``__str__``; anything else by its ``str()``, quoted when unsafe."""
@@ -134,6 +125,20 @@ class ValueFormat:
         if isinstance(value, int) and not isinstance(value, bool):
             return int_text(int.__int__(value))
         return quote(value_text(value))
+
+
+def _rounding(digits: int) -> Callable[[float], str]:
+    """The float rule for ``digits`` significant digits, its constants bound once (as structlog's
+    ``TimeStamper`` picks its stamping closure once)."""
+    limit, spec = 10.0**digits, f".{digits}g"
+
+    def rounded(value: float) -> str:
+        if -limit < value < limit:  # also False for NaN and infinities
+            text = format(value, spec)  # what repr() writes too, unless it needs a point or
+            return text if "." in text and "e" not in text else repr(float(text))  # drops "e+04"
+        return repr(value) if not math.isfinite(value) else repr(float(round(value)))
+
+    return rounded
 
 
 def _float_repr(value: float) -> str:
