@@ -128,10 +128,6 @@ class _TrainStartRequired(TypedDict):
 class TrainStartPayload(_TrainStartRequired, total=False):
     """``train_start``: once per ``fit()``, before the first step."""
 
-    world_size: int
-    """Processes in the job (present when more than one)."""
-    rank: int
-    """This process's rank (present when more than one)."""
     outer_every: int
     """Inner steps per outer (DiLoCo) step, when the outer loop is on."""
 

@@ -7,8 +7,9 @@ A record is one strict-JSON object per line::
 - ``event`` comes first (``RECORD_PREFIX``: a reader may split a file by event from the raw bytes),
   ``timestamp`` (RFC 3339 UTC, microseconds) last, the note just before it.
 - ``RESERVED_KEYS`` belong to the record. A payload key of one of those names is kept under
-  ``payload_<key>`` (``payload_key``), so a payload can never set the event's name, its time or its
-  note; ``event_fields`` is that renaming, the one way a payload becomes a record's fields.
+  ``payload_<key>`` (``payload_key``), so a payload can never set the event's name, its time, its note
+  or whose record it is; ``event_fields`` is that renaming, the one way a payload becomes a record's
+  fields.
 - The note (``NOTE_KEY``) has one fixed shape (``empty_note``), so schema-inferring readers (DuckDB,
   polars, pyarrow) type it once: its contract version ``v``, its ``origin`` (``"user"``, or
   ``"speedtronic"`` on the logger's own records: ``is_own_record``), and the keys whose values were
@@ -65,9 +66,11 @@ ORIGIN_USER = "user"
 ORIGIN_OWN = "speedtronic"
 """The note's ``"origin"`` on a record the logger wrote about itself (``hook_error``, ``logging_error``)."""
 
-RESERVED_KEYS: frozenset[str] = frozenset({"event", "timestamp", NOTE_KEY})
-"""Keys a record owns: the event's name, its timestamp and the note. A payload key of one of these
-names is kept under ``payload_<key>`` instead (``payload_key``)."""
+RESERVED_KEYS: frozenset[str] = frozenset({"event", "timestamp", NOTE_KEY, "rank", "world_size"})
+"""Keys a record owns: the event's name, its timestamp, the note, and the process's ``rank`` and
+``world_size`` (which the readers choose records by; the logger adds them in a job of several
+processes). A payload key of one of those names (a LoRA ``rank``, say) is kept under
+``payload_<key>`` instead (``payload_key``)."""
 
 RECORD_PREFIX = b'{"event":"'
 """How every record the writer produces begins: its event's name comes first."""

@@ -345,3 +345,23 @@ class TestOriginComesFromTheLibrary:
         (record,) = read_jsonl(tmp_path / "m.jsonl")
         assert record["_speedtronic"]["origin"] == "user"
         assert seen == ["hook_error"]
+
+
+class TestReservedRank:
+    def test_a_payload_rank_is_kept_apart_from_the_process_rank(self, tmp_path: Path) -> None:
+        """A payload key rank (a LoRA rank) is payload_rank: the readers keep the record in a
+        single-process run (they left it out as "rank 8" before), and a distributed record keeps its
+        real rank."""
+        from speedtronic.distributed import RankInfo
+        from speedtronic.runs.reader import read_records
+
+        with MetricLogger(stream=io.StringIO(), json_file=tmp_path / "one" / "m.jsonl") as logger:
+            logger.emit("train_step", {"step": 1, "rank": 8})
+        (record,) = read_records(tmp_path / "one")
+        assert (record.rank, record.payload["payload_rank"]) == (0, 8)
+        with MetricLogger(stream=io.StringIO(), json_file=tmp_path / "two" / "m.jsonl",
+                          rank=RankInfo(rank=1, world_size=2), lead_rank=None) as logger:  # fmt: skip
+            logger.emit("train_step", {"step": 1, "rank": 8, "world_size": 16})
+        (written,) = read_jsonl(tmp_path / "two" / "m.rank1.jsonl")
+        assert (written["rank"], written["world_size"]) == (1, 2)
+        assert (written["payload_rank"], written["payload_world_size"]) == (8, 16)

@@ -80,8 +80,6 @@ class SpeedtronicCallback(TrainerCallback):
         }
         if model is not None:
             start["parameters"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        if args.world_size > 1:
-            start["world_size"], start["rank"] = args.world_size, args.process_index
         self.logger.emit(Event.TRAIN_START, start)
 
     def on_log(

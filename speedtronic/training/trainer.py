@@ -24,8 +24,8 @@ Under ``torch.distributed`` (an initialised process group) the trainer is rank-a
 ``DistributedDataParallel`` model skips the gradient all-reduce on all but the last microbatch
 (``no_sync``), rank 0 writes ``step_<N>.pt`` and emits ``checkpoint``, rank r > 0 writes its own state
 to ``step_<N>.rank<r>.pt`` (its data stream and RNGs differ, and so does its model under the outer
-loop), the ranks agree on the newest step every one of them can read before resuming, and
-``train_start`` carries ``world_size`` and ``rank``.
+loop), and the ranks agree on the newest step every one of them can read before resuming. Every
+record of such a job carries ``rank`` and ``world_size`` (the logger adds them).
 """
 
 from __future__ import annotations
@@ -357,8 +357,6 @@ class Trainer:
             "grad_accum": self.grad_accum,
             "parameters": sum(p.numel() for p in self.model.parameters() if p.requires_grad),
         }
-        if self.world_size > 1:
-            start["world_size"], start["rank"] = self.world_size, self.rank
         if self.outer is not None:
             start["outer_every"] = self.outer.every
         self.emit(Event.TRAIN_START, {**start, **self.start_notes})
