@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from speedtronic.testing import read_wandb_run
+from tests.wandb_files import read_wandb_run
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

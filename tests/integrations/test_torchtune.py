@@ -156,8 +156,8 @@ class TestLoggersDeclaredInYaml:
         """torchtune's config.instantiate on a recipe: filename names the JSONL in log_dir, project adds
         a W&B run, hooks are built from a type: entry and a nested _component_; summarize reads it."""
         from speedtronic.runs.summary import summarize_run
-        from speedtronic.testing import read_wandb_run
         from tests.conftest import tensorboard_scalars
+        from tests.wandb_files import read_wandb_run
 
         monkeypatch.setenv("WANDB_MODE", "offline")
         monkeypatch.setenv("WANDB_SILENT", "true")

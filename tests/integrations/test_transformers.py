@@ -167,7 +167,7 @@ class TestSpeedtronicCallback:
         (no "You must call wandb.init()" crash), and each keeps its own x-axis."""
         import wandb
         from speedtronic.integrations import WandbHook
-        from speedtronic.testing import read_wandb_run
+        from tests.wandb_files import read_wandb_run
 
         monkeypatch.setenv("WANDB_MODE", "offline")
         monkeypatch.setenv("WANDB_SILENT", "true")

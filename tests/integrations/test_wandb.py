@@ -24,7 +24,7 @@ import torch
 import wandb
 from speedtronic.integrations import WandbHook
 from speedtronic.profiling import MetricLogger
-from speedtronic.testing import WandbOfflineRun, read_wandb_run
+from tests.wandb_files import WandbOfflineRun, read_wandb_run
 
 PROJECT = "speedtronic-tests"
 Logged = tuple[WandbHook, WandbOfflineRun]

@@ -209,7 +209,7 @@ class TestCanaryEverySink:
 
     @staticmethod
     def wandb_run(out: Path) -> Any:
-        from speedtronic.testing import read_wandb_run
+        from tests.wandb_files import read_wandb_run
 
         (run_dir,) = (out / "wandb_dir").glob("wandb/offline-run-*")
         return read_wandb_run(run_dir)

@@ -71,7 +71,7 @@ class TestProgrammaticPattern:
             "speedtronic.integrations", reason="speedtronic.integrations not here"
         )
         WandbHook = integrations.WandbHook  # the pattern's name
-        from speedtronic.testing import read_wandb_run
+        from tests.wandb_files import read_wandb_run
 
         monkeypatch.setenv("WANDB_MODE", "offline")
         monkeypatch.setenv("WANDB_DIR", str(tmp_path))  # W&B may keep an earlier test's dir: see below
