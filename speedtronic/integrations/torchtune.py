@@ -43,7 +43,7 @@ from typing import Any
 
 from speedtronic.events import Event
 from speedtronic.hooks import close_hook
-from speedtronic.hooks.registry import hook_type
+from speedtronic.hooks.registry import HookConfigError, build_hook
 from speedtronic.integrations._metrics import TrainSpan, emit_metrics
 from speedtronic.profiling import MetricLogger
 
@@ -140,13 +140,9 @@ def _build_hook(index: int, entry: Any, log_dir: str | os.PathLike[str] | None) 
         raise ValueError(f"{where}: an entry needs 'type' (a hook type) or '_component_' (a dotted path), "
                          f"one of them; got keys {', '.join(kwargs) or 'none'}")
     try:
-        factory = hook_type(name)
-    except LookupError as error:
-        raise ValueError(f"{where}: {error}") from None
-    try:
-        return factory(**kwargs)
-    except TypeError as error:
-        raise TypeError(f"{where}: {name} hook: {error}") from error
+        return build_hook(name, kwargs)  # as a config's logging.hooks entry is built
+    except (LookupError, HookConfigError) as error:
+        raise ValueError(f"{where}: {error}") from error.__cause__
 
 
 def _plain_config(config: Any) -> dict[str, Any]:

@@ -190,7 +190,7 @@ class TestLoggersDeclaredInYaml:
         [
             ({"type": "no-such-hook"}, ValueError, r"hooks\[0\]\): unknown hook type 'no-such-hook'"),
             ({"log_dir": "x"}, ValueError, r"hooks\[0\]\): an entry needs 'type'"),
-            ({"type": "tensorboard", "bogus": 1}, TypeError, r"hooks\[0\]\): tensorboard hook: .*bogus"),
+            ({"type": "tensorboard", "bogus": 1}, ValueError, r"hooks\[0\]\): tensorboard hook: .*bogus"),
             ({"_component_": "speedtronic.integrations.Nope"}, ValueError, r"hooks\[0\]\):.*Nope"),
         ],
     )
