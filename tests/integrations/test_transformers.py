@@ -166,6 +166,7 @@ class TestSpeedtronicCallback:
         """Trainer(report_to="wandb") and a WandbHook in one process: HF's callback joins the hook's run
         (no "You must call wandb.init()" crash), and each keeps its own x-axis."""
         import wandb
+
         from speedtronic.integrations import WandbHook
         from tests.wandb_files import read_wandb_run
 

@@ -20,8 +20,8 @@ from urllib.parse import quote, unquote
 
 import pytest
 import torch
-
 import wandb
+
 from speedtronic.integrations import WandbHook
 from speedtronic.profiling import MetricLogger
 from tests.wandb_files import WandbOfflineRun, read_wandb_run
