@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
+import itertools
 import math
 import os
 import subprocess
 import sys
+import tempfile
 import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -15,7 +18,9 @@ from typing import Any
 import pytest
 
 from speedtronic import HookFailureWarning
+from speedtronic.distributed import RankInfo
 from speedtronic.profiling import MetricLogger
+from speedtronic.record import rank_path
 
 Event = tuple[str, dict[str, Any]]
 
@@ -115,10 +120,31 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: 
 
 
 def write_run(path: Path, events: Iterable[tuple[str, dict[str, Any]]], **options: Any) -> None:
-    """Emit ``events`` through a real MetricLogger writing the JSONL file ``path``."""
-    with MetricLogger(stream=io.StringIO(), json_file=path, **options) as logger:
-        for event, payload in events:
-            logger.emit(event, payload)
+    """Emit ``events`` through a real MetricLogger writing the JSONL file ``path``.
+
+    A payload's ``rank`` says which process writes the record: a logger can't be told its rank by a
+    payload (``rank`` is a reserved key), so each run of events of one rank is written by a logger of
+    that rank, and its lines appended to ``path`` (one file may so hold several ranks' records, as a
+    mislabelled file would)."""
+    events = list(events)
+    ranks = {payload["rank"] for _, payload in events if "rank" in payload}
+    if not ranks:
+        with MetricLogger(stream=io.StringIO(), json_file=path, **options) as logger:
+            for event, payload in events:
+                logger.emit(event, payload)
+        return
+    world = RankInfo(world_size=max(2, max(ranks) + 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for rank, group in itertools.groupby(events, key=lambda item: item[1].get("rank", 0)):
+        with tempfile.TemporaryDirectory() as tmp:
+            json_file = Path(tmp) / "m.jsonl"
+            rank_info = dataclasses.replace(world, rank=rank)
+            with MetricLogger(stream=io.StringIO(), json_file=json_file, rank=rank_info, lead_rank=None,
+                              **options) as logger:  # fmt: skip
+                for event, payload in group:
+                    logger.emit(event, {key: value for key, value in payload.items() if key != "rank"})
+            with path.open("ab") as out:
+                out.write(rank_path(json_file, rank).read_bytes())
 
 
 def speedtronic(
