@@ -15,7 +15,7 @@ from typing import Any
 
 from speedtronic.processors.convert import to_python, unique_key
 
-__all__ = ["CONFIG_EVENTS", "StepAxis", "flat_items", "metric_name", "section", "step_of"]
+__all__ = ["CONFIG_EVENTS", "StepAxis", "flat_items", "metric_name", "section", "step_of", "tracked"]
 
 CONFIG_EVENTS = frozenset({"train_start", "hyperparams"})
 """Events whose ``config`` mapping is the run's hyperparameters (W&B's run config, TensorBoard's
@@ -81,6 +81,22 @@ def flat_items(payload: Mapping[Any, Any], skip: frozenset[str] = frozenset()) -
         else:
             for inner, inner_value in flat_items(value):
                 yield f"{key}/{inner}", inner_value
+
+
+def tracked(
+    axis: StepAxis, event: str, payload: Mapping[Any, Any]
+) -> tuple[int, Mapping[Any, Any] | None, Iterator[tuple[str, Any]]]:
+    """An event as a run tracker (W&B, MLflow) records it: its x (``axis``), the run's config when
+    the event carries one (``CONFIG_EVENTS``), and its other values flattened (``flat_items``),
+    without ``timestamp`` (the trackers keep their own), the step that is the x, or the config."""
+    step = step_of(payload["step"]) if "step" in payload else None
+    skip = {"timestamp"} if step is None else {"timestamp", "step"}
+    config = payload.get("config") if event in CONFIG_EVENTS else None
+    if isinstance(config, Mapping):
+        skip.add("config")
+    else:
+        config = None
+    return axis.at(step), config, flat_items(payload, frozenset(skip))
 
 
 _LEAVES = frozenset({int, float, str, bool, type(None)})

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from speedtronic.extras import require
-from speedtronic.integrations._names import CONFIG_EVENTS, StepAxis, flat_items, metric_name, step_of
+from speedtronic.integrations._names import StepAxis, metric_name, tracked
 from speedtronic.lifecycle import close_loggers_first_at_exit
 from speedtronic.processors.convert import to_python
 
@@ -109,15 +109,11 @@ class WandbHook:
         """Log one row: ``step`` and the payload's values as ``<event>/<key>`` (tensors as numbers)."""
         if self._closed:
             raise RuntimeError(f"WandbHook.on_event({event!r}) after close(); the run is finished")
-        step = step_of(payload[STEP]) if STEP in payload else None
-        skip = {"timestamp"} if step is None else {"timestamp", STEP}  # W&B keeps its own _timestamp
-        config = payload.get("config") if event in CONFIG_EVENTS else None
-        if isinstance(config, Mapping):
+        x, config, items = tracked(self._axis, event, payload)  # W&B keeps its own _timestamp
+        if config is not None:
             self.run.config.update(to_python(config), allow_val_change=True)
-            skip.add("config")
-        items = flat_items(payload, frozenset(skip))
         row = {metric_name(event, key): to_python(value) for key, value in items}
-        row[STEP] = self._axis.at(step)
+        row[STEP] = x
         for name in row.keys() - self._defined:
             self.run.define_metric(name, step_metric=STEP)
             self._defined.add(name)

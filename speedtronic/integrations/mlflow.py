@@ -11,14 +11,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from speedtronic.extras import require
-from speedtronic.integrations._names import CONFIG_EVENTS, StepAxis, flat_items, metric_name, step_of
+from speedtronic.integrations._names import StepAxis, metric_name, tracked
 from speedtronic.lifecycle import close_loggers_first_at_exit
 from speedtronic.processors.convert import to_python
 from speedtronic.processors.enrich import timestamp_ns
 
 __all__ = ["MlflowHook", "mlflow_name"]
 
-STEP = "step"
 END_STATUSES = ("FINISHED", "FAILED", "KILLED")
 """What ``close(status=...)`` accepts: MLflow's statuses of an ended run."""
 
@@ -148,18 +147,14 @@ class MlflowHook:
         """Log the event's numbers as metrics at its step, and its ``config`` (see the class) as params."""
         if self._closed:
             raise RuntimeError(f"MlflowHook.on_event({event!r}) after close(); run {self.run_id} is ended")
-        step = step_of(payload[STEP]) if STEP in payload else None
-        at = self._axis.at(step)
+        at, config, items = tracked(self._axis, event, payload)
         stamp = timestamp_ns(payload.get("timestamp"))
         millis = (time.time_ns() if stamp is None else stamp) // 1_000_000
         metrics: list[Any] = []
         params: dict[str, str] = {}
-        skip = {"timestamp"} if step is None else {"timestamp", STEP}
-        config = payload.get("config") if event in CONFIG_EVENTS else None
-        if isinstance(config, Mapping):
+        if config is not None:
             params.update(_params(to_python(config)))
-            skip.add("config")
-        for key, value in flat_items(payload, frozenset(skip)):
+        for key, value in items:
             value = to_python(value)
             if type(value) is float or type(value) is int:
                 metric_key = mlflow_name(metric_name(event, key))
