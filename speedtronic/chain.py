@@ -67,12 +67,12 @@ class Chain:
     text: WriteLines | None
     json: WriteLines | None
     dispatch: DispatchHooks
-    _after_cadence: tuple[Processor, ...] = field(init=False, repr=False, compare=False)
+    _to_outputs: tuple[Processor, ...] = field(init=False, repr=False, compare=False)
     _logger: Any = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        after = (*self.enrichment, *self.extra, *self.outputs, self.dispatch)
-        object.__setattr__(self, "_after_cadence", after)
+        after = (*self.enrichment, *self.extra, *self.outputs)
+        object.__setattr__(self, "_to_outputs", after)
         object.__setattr__(self, "_logger", structlog.ReturnLogger())
 
     @property
@@ -83,16 +83,17 @@ class Chain:
     @property
     def processors(self) -> list[Processor]:
         """Every stage, in order: a list for any structlog chain."""
-        return [self.cadence, *self._after_cadence]
+        return [self.cadence, *self._to_outputs, self.dispatch]
 
     def run(self, method_name: str, event_dict: EventDict) -> None:
         """Run an event that passed the cadence through every later stage, to the outputs and hooks."""
         logger = self._logger
         try:
-            for stage in self._after_cadence:
-                event_dict = stage(logger, method_name, event_dict)  # type: ignore[assignment]  # dicts until the last
-        except structlog.DropEvent:
+            for stage in self._to_outputs:
+                event_dict = stage(logger, method_name, event_dict)  # type: ignore[assignment]  # dicts
+        except structlog.DropEvent:  # a stage of the user's dropped it
             return
+        self.dispatch.deliver(method_name, event_dict)  # the last stage, without its DropEvent
 
     def run_own(self, method_name: str, event_dict: EventDict, outputs: Sequence[WriteLines]) -> bool:
         """Run a record of the logger's own through the stages to ``outputs`` only (never to a hook);

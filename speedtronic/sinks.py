@@ -113,23 +113,38 @@ class LineFile:
         self._torn = self._watch and _ends_torn(self.path, info.st_size)
 
     def write(self, line: bytes | str) -> None:
-        """Append ``line`` plus a newline; on failure, report it and keep the file whole."""
+        """Append ``line`` plus a newline; on failure, report it and keep the file whole.
+
+        The common case (nothing to mend first, the whole line written at once) is one straight path:
+        a ``stat`` of the path, one ``write(2)``. Mending first is in ``_write``; a short or failed
+        write in ``_write_rest``."""
         data = (line.encode("utf-8", "backslashreplace") if isinstance(line, str) else line) + b"\n"
         with self._lock:
-            if self._fd is None:
+            fd = self._fd
+            if fd is None:
                 raise ValueError(f"{self.path} is closed")
             self._busy += 1
             try:
-                failure, lost = self._write(data)
+                if self._busy == 1 and (self._reopen_due or self._moved()):  # not inside another write
+                    self._follow_rotation()
+                if self._noting or self._pending or self._torn or self._unnoted:
+                    failure, lost = self._write(data)
+                else:
+                    try:
+                        written = os.write(fd, data)
+                    except OSError:
+                        written = 0
+                    if written == len(data):
+                        return
+                    failure, lost = self._write_rest(data, written)
             finally:
                 self._busy -= 1
         if failure is not None:
             self._on_error(failure, self._path, lost)
 
     def _write(self, data: bytes) -> tuple[OSError | None, bool]:
-        """``write``'s work, with the lock held: the failure to report, and whether the line is lost."""
-        if self._busy == 1 and (self._watch or self._reopen_due):  # not inside another write
-            self._follow_rotation()
+        """``write``'s work when a line is to be finished, a torn tail closed or a gap noted first
+        (with the lock held): the failure to report, and whether the line is lost."""
         if self._noting:  # the note of a gap, from on_gap: never counted as a lost line
             failure = self._mend() if self._pending or self._torn else None
             self._note_failure = failure or self._begin(data, lost=False)
@@ -141,6 +156,19 @@ class LineFile:
         else:  # the file still can't be mended: this line can't follow
             self._lose(failure)
         return failure, self.lost > lost_before
+
+    def _write_rest(self, data: bytes, written: int) -> tuple[OSError | None, bool]:
+        """The common case's line after its one ``write(2)`` wrote only part of it (the rest follows)
+        or failed (``written == 0``: the line is tried once more, as ``_begin`` does): the failure to
+        report, and whether the line is lost."""
+        more, failure = self._write_all(data[written:])
+        if failure is None:
+            return None, False
+        if written + more:  # part of the line is in the file: the rest is finished first next time
+            self._pending = data[written + more :]
+            return failure, False
+        self._lose(failure)
+        return failure, True
 
     def reopen(self) -> None:
         """Close and reopen the path now (after logrotate moved or truncated it). If the path can't
@@ -198,8 +226,6 @@ class LineFile:
         or none. When it can't be opened (a directory in its place, no permission), the lines go on to
         the file already open (nothing is lost), a ``LoggingFailureWarning`` says so once, and the
         reopen is tried again a second later."""
-        if not self._reopen_due and not self._moved():
-            return
         now = time.monotonic()
         if now < self._retry_reopen_at:
             return

@@ -270,6 +270,15 @@ class DispatchHooks:
         self._stopped = True
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+        self.deliver(method_name, event_dict)
+        if self._consume:
+            raise structlog.DropEvent
+        return event_dict
+
+    def deliver(self, method_name: str, event_dict: EventDict) -> None:
+        """Call the hooks with the event, as ``__call__`` does, without ending a chain: for a loop of
+        your own that runs the stages (``MetricLogger``'s does), where ``DropEvent`` would only be
+        raised to be caught."""
         if self._hooks and not is_own_record(event_dict):
             event = event_dict.get("event")
             event = event if type(event) is str else safe_str(event)
@@ -287,9 +296,6 @@ class DispatchHooks:
                         target(event, payload)
                 except Exception as error:
                     self._on_error(hook, error, event)
-        if self._consume:
-            raise structlog.DropEvent
-        return event_dict
 
     def _call_of(self, hook: object) -> tuple[object, Callable[..., Any], bool]:
         """The hook, its callable, and whether that takes ``level``: decided once per hook."""
