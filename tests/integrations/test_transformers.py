@@ -175,7 +175,8 @@ class TestSpeedtronicCallback:
         for name in ("DIR", "CACHE_DIR", "CONFIG_DIR", "DATA_DIR"):
             (tmp_path / name.lower()).mkdir()
             monkeypatch.setenv(f"WANDB_{name}", str(tmp_path / name.lower()))
-        hook = WandbHook("speedtronic-tests")
+        # dir= as well: W&B set up earlier in this process keeps the settings it read then
+        hook = WandbHook("speedtronic-tests", dir=str(tmp_path / "dir"), mode="offline")
         logger = MetricLogger(stream=io.StringIO(), hooks=[hook], strict_hooks=True)
         train(tmp_path, logger, report_to="wandb")
         logger.close()

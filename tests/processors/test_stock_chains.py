@@ -30,6 +30,7 @@ from speedtronic.processors import (
     level_for,
     step_number,
 )
+from speedtronic.record import ORIGIN_OWN, empty_note
 
 LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| (?P<level>[A-Z]+) \| (?P<rest>.*)")
 
@@ -436,6 +437,24 @@ class TestDispatchHooks:
             )
         assert journal == ["obj e ['a']", "fn e ['a']"]
         assert ed == {"event": "e", "a": 1}
+
+    def test_deliver_calls_the_hooks_without_ending_a_chain(self) -> None:
+        """deliver() is the stage's work without its DropEvent, for a loop that runs the stages itself:
+        hooks in order with the level where declared, failures isolated, own records not delivered."""
+        journal: list[str] = []
+
+        def bad(event: str, payload: dict[str, object]) -> None:
+            raise ValueError("boom")
+
+        def leveled(event: str, payload: dict[str, object], *, level: str = "info") -> None:
+            journal.append(f"{level} {event} {sorted(payload)}")
+
+        stage = DispatchHooks([bad, Journal("obj", journal), leveled])  # consume=True: deliver never raises
+        with pytest.warns(HookFailureWarning, match="ValueError: boom"):
+            assert stage.deliver("warning", {"event": "e", "a": 1}) is None
+        stage.deliver("info", {"event": "logging_error", "_speedtronic": empty_note(ORIGIN_OWN)})
+        assert journal == ["obj e ['a']", "warning e ['a']"]
+        assert list(stage.errors.values()) == [1]
 
     def test_consume_false_returns_the_event_dict_unchanged(self) -> None:
         """Mid-chain (consume=False) it hands the same, unchanged event dict on."""
