@@ -406,7 +406,7 @@ def summarize_run(
         for piece, part in pool.map(_summarize_piece, itertools.chain(first, pieces), chunksize=chunk):
             merged.add(piece, part)
     except BrokenProcessPool as error:
-        raise RunError(f"{path}: a worker process stopped ({error}); --workers 1 reads in one") from None
+        raise RunError(f"{path}: a worker process stopped ({error}); --workers 1 reads without") from None
     finally:
         pool.shutdown(cancel_futures=True)
     return merged.finish()

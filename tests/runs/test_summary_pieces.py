@@ -4,13 +4,14 @@ or not) and merged in order give the one-pass summary, figure for figure."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from speedtronic.runs import summary
-from speedtronic.runs.reader import RankChoice
+from speedtronic.runs.reader import RankChoice, RunError
 from speedtronic.runs.summary import summarize_run
 from tests.runs.conftest import CLI, assert_one_line_error, write_run
 
@@ -110,6 +111,20 @@ class TestPieces:
         assert apart == alone
         assert alone["steps"]["recorded"] == 60_000
         assert alone["loss"]["last"] == 1.0 / 60_000
+
+
+    def test_a_worker_that_dies_is_a_run_error(
+        self, resumed_ranks: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A worker process killed mid-read (the OOM killer, a signal) is a RunError naming the run."""
+        monkeypatch.setattr(summary, "_summarize_piece", dies)  # the one failure a test can't provoke
+        with pytest.raises(RunError, match=r"run: a worker process stopped .*--workers 1"):
+            summarize_run(resumed_ranks, rank="all", workers=2)
+
+
+def dies(piece: object) -> None:
+    """A worker's task that ends its process at once, as SIGKILL would."""
+    os._exit(9)
 
 
 class TestWorkersCommand:
