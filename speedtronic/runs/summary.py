@@ -23,6 +23,7 @@ import contextlib
 import itertools
 import math
 import os
+import signal
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -80,8 +81,9 @@ _Fold = Callable[["RunSummary", Record], None]
 
 @dataclass
 class RunSummary:
-    """What one run did: built record by record with ``add`` over a piece of the run, pieces merged in
-    order with ``update``, then ``finish``."""
+    """What one run did, as ``summarize_run`` returns it: built record by record with ``add`` over each
+    piece of the run, the pieces merged in order with ``update``. ``elapsed_s`` and ``steps_recorded``
+    need every piece (segments and steps cross them): ``summarize_run`` sets them once all are in."""
 
     run: str
     files: list[str] = field(default_factory=list)
@@ -399,7 +401,7 @@ def summarize_run(
     from concurrent.futures import ProcessPoolExecutor  # here: 12 ms of start-up a small run never needs
     from concurrent.futures.process import BrokenProcessPool
 
-    pool = ProcessPoolExecutor(min(workers, _most_pieces(files)))
+    pool = ProcessPoolExecutor(min(workers, _most_pieces(files)), initializer=_ignore_interrupts)
     try:
         # The pieces are found (a large file read through for its lines) while the workers read them.
         chunk = max(1, len(files) // (workers * 16))  # fewer, larger tasks for many small files
@@ -410,6 +412,12 @@ def summarize_run(
     finally:
         pool.shutdown(cancel_futures=True)
     return merged.finish()
+
+
+def _ignore_interrupts() -> None:
+    """A worker leaves Ctrl-C to the process that started it, which stops the pool (no traceback from
+    each worker)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _most_pieces(files: list[Path]) -> int:
