@@ -381,7 +381,7 @@ def summarize_run(
     name: str | None = None,
     workers: int = 1,
 ) -> RunSummary:
-    """Summarise the run at ``path`` (a JSONL file or run directory) in one streaming pass.
+    """Summarise the run at ``path`` (a JSONL file or run directory), each of its pieces read once.
 
     ``workers`` > 1 summarises its pieces (each file, and parts of ``PIECE_BYTES`` of a larger one) in
     that many processes at most, each in constant memory; the summary is the same as with one.
