@@ -181,11 +181,12 @@ class RunSummary:
                 self.non_finite_losses += 1
             elif self.loss_best is None or loss < self.loss_best:
                 self.loss_best, self.loss_best_step = loss, step
+        rates = self.rates
         for key, value in payload.items():  # rate_keys(payload), without a list per record
             if key.endswith(RATE_SUFFIX) and (type(value) is float or type(value) is int):
-                rate = self.rates.get(key)
+                rate = rates.get(key)
                 if rate is None:  # not setdefault(key, RateStats()): that builds one per record
-                    rate = self.rates[key] = RateStats()
+                    rate = rates[key] = RateStats()
                 rate.add(value)
 
     def _add_start(self, record: Record) -> None:
@@ -493,12 +494,13 @@ def _summarize_piece(piece: _Piece) -> tuple[_Piece, RunSummary]:
     ``train_start`` records of every rank, as the reader numbers segments)."""
     part = RunSummary(str(piece.source))
     ranks = RankFilter([], "all" if piece.rank is None else piece.rank, part.skipped)
+    keeps, add = ranks.keeps, part.add
     for record in file_records(piece.source, part.skipped, span=(piece.start, piece.stop, piece.first_line)):
         part._read += 1
         if record.event == "train_start":
             part._starts += 1
-        if ranks.keeps(record.rank):
-            part.add(record)
+        if keeps(record.rank):
+            add(record)
     part._folds = {}
     return piece, part
 
