@@ -10,7 +10,8 @@ imports, and its peak RSS is its own (``os.wait4``'s rusage of that child). Time
 a temporary directory (``--dir`` to choose one with room; ``df`` is checked first) and deleted after.
 
 1. ``speedtronic summarize FILE`` against a polars lazy query computing the same figures (recorded
-   steps, last and best loss, elapsed) as a process, from 10,000 to 1,000,000 records.
+   steps, last and best loss, elapsed) as a process, from 10,000 to 1,000,000 records; with its
+   default workers (one per CPU) and with ``--workers 1``.
 2. Peak RSS of ``summarize``, ``plot``, ``replay`` and ``read_frames`` on hostile inputs: one line of
    200 MiB between records, 200 MiB without a newline, and 1,000,000 records.
 3. Runs of R ranks x N records (one file per rank): ``summarize --rank all``, ``read_frames`` of one
@@ -222,6 +223,8 @@ def main() -> None:
                 print(f" {records:>9,} records, {path.stat().st_size / 2**20:.0f} MiB")
                 polars = show("polars lazy query", script(POLARS_SUMMARY, str(path)), rounds)
                 show("speedtronic summarize", speedtronic("summarize", str(path)), rounds, polars)
+                alone = speedtronic("summarize", "--workers", "1", str(path))
+                show("speedtronic summarize --workers 1", alone, rounds, polars)
             print(f"2. peak RSS on hostile inputs (the line limit is 16 MiB; {mib} MiB inputs)")
             inputs = {
                 f"one {mib} MiB line": hostile(root / "line.jsonl", mib, newline=True),

@@ -11,7 +11,7 @@ import orjson
 from speedtronic.commands._runs import add_rank_argument, rank_choice, report_skipped, runs_in
 from speedtronic.commands.cli import CommandError
 from speedtronic.runs.reader import RunError
-from speedtronic.runs.summary import format_summaries, summarize_run
+from speedtronic.runs.summary import available_workers, format_summaries, summarize_run
 
 __all__ = ["add_parser", "run"]
 
@@ -28,16 +28,27 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print a JSON array, one object per run")
     add_rank_argument(parser)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="processes that read a run's files and parts of its large files at once (default: one per "
+        "CPU this process may use; 1 reads in this process only)",
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Summarise every run that can be read; list the others. Fails only if none can be read."""
     rank = rank_choice(args.rank)
+    if args.workers is not None and args.workers < 1:
+        raise CommandError(f"--workers: expected a positive integer, got {args.workers}")
+    workers = args.workers if args.workers is not None else available_workers()
     summaries, unreadable = [], []
     for path in runs_in(args.runs):
         try:
-            summaries.append(summarize_run(path, rank=rank))
+            summaries.append(summarize_run(path, rank=rank, workers=workers))
         except RunError as error:
             unreadable.append(str(error))
     if not summaries:

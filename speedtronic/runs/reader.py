@@ -59,6 +59,7 @@ __all__ = [
     "as_number",
     "file_rank",
     "file_records",
+    "not_a_run",
     "parse_record",
     "rate_keys",
     "read_records",
@@ -129,13 +130,17 @@ class RunClock:
 
     def add(self, record: Record) -> float | None:
         """The record's time since the run started; ``None`` when it has no finite ``elapsed_s``."""
-        clock = self._ranks.get(record.rank)
-        if clock is None:
-            clock = self._ranks[record.rank] = [0.0, None, 0.0]
         where = (record.source, record.segment)
+        return self.add_time(record.rank, where, as_number(record.payload.get("elapsed_s")))
+
+    def add_time(self, rank: int, where: tuple[Path, int], elapsed: float | None) -> float | None:
+        """``add`` of a record of ``rank`` in segment ``where`` (its file, its segment there) whose
+        ``elapsed_s`` is ``elapsed``: what a reader that counts segments itself calls."""
+        clock = self._ranks.get(rank)
+        if clock is None:
+            clock = self._ranks[rank] = [0.0, None, 0.0]
         if clock[1] != where:
             clock[0], clock[1], clock[2] = clock[0] + clock[2], where, 0.0
-        elapsed = as_number(record.payload.get("elapsed_s"))
         if elapsed is None or not math.isfinite(elapsed):
             return None
         if elapsed > clock[2]:
@@ -175,6 +180,15 @@ class Skipped:
         examples = self._examples.setdefault(key, [])
         if len(examples) < _EXAMPLES:
             examples.append(line)
+
+    def update(self, other: Skipped) -> None:
+        """Add what ``other`` left out, read after this one's lines (its examples come after)."""
+        self.lines.update(other.lines)
+        self.other_ranks.update(other.other_ranks)
+        self.other_rank_files.update(other.other_rank_files)
+        for key, numbers in other._examples.items():
+            examples = self._examples.setdefault(key, [])
+            examples += numbers[: _EXAMPLES - len(examples)]
 
     @property
     def total_lines(self) -> int:
@@ -357,13 +371,16 @@ def _records(files: list[Path], skipped: Skipped, rank: RankChoice, limit: int) 
                     yield record
 
 
-def _lines(file: Any, limit: int) -> Iterator[tuple[bytes | None, bool]]:
+def _lines(file: Any, limit: int, size: int | None = None) -> Iterator[tuple[bytes | None, bool]]:
     """Each line of ``file`` (newline removed) and whether it ended in a newline; ``None`` for a line
-    over ``limit`` bytes, which is read past chunk by chunk and never held whole."""
+    over ``limit`` bytes, which is read past chunk by chunk and never held whole. ``size``: read that
+    many bytes at most."""
     pieces: list[bytes] = []  # the start of a line that runs past the chunk it began in
     held = 0
     too_long = False
-    while chunk := file.read(CHUNK_BYTES):
+    left = size
+    while chunk := file.read(CHUNK_BYTES if left is None else min(CHUNK_BYTES, left)):
+        left = left - len(chunk) if left is not None else None
         start = 0
         while (end := chunk.find(b"\n", start)) >= 0:
             if too_long or held + end - start > limit:
@@ -386,15 +403,29 @@ def _lines(file: Any, limit: int) -> Iterator[tuple[bytes | None, bool]]:
 
 
 def file_records(
-    source: Path, skipped: Skipped, max_line_bytes: int = MAX_LINE_BYTES
+    source: Path,
+    skipped: Skipped,
+    max_line_bytes: int = MAX_LINE_BYTES,
+    *,
+    span: tuple[int, int | None, int] | None = None,
 ) -> Iterator[Record]:
     """The records of one JSONL file, whatever their rank, by ``read_records``' rules (``RunError`` for a
-    file none of whose lines is a record)."""
+    file none of whose lines is a record).
+
+    ``span``, ``(start, stop, first_line)``, reads a part of the file instead: the lines from byte
+    ``start`` (the first byte of line ``first_line``) to byte ``stop`` (the end of a line; ``None``:
+    the end of the file). Its segments are numbered from its start, as if a ``train_start`` came
+    before it; whether the whole file holds a record is for the caller to check.
+    """
     limit = max_line_bytes
-    segment, started, lines, records = 0, False, 0, 0
+    start, stop, first_line = span if span is not None else (0, None, 1)
+    segment, started, lines, records = 0, span is not None and start > 0, 0, 0
     try:
         with source.open("rb") as file:
-            for number, (raw, ended) in enumerate(_lines(file, limit), 1):
+            if start:
+                file.seek(start)
+            size = stop - start if stop is not None else None
+            for number, (raw, ended) in enumerate(_lines(file, limit, size), first_line):
                 if raw is None:
                     lines += 1
                     skipped.add_line(source, number, f"line over {limit:,} bytes")
@@ -415,8 +446,13 @@ def file_records(
                 yield record
     except OSError as error:
         raise RunError(f"{source}: {error.strerror or error}") from None
-    if lines and not records:
-        raise RunError(f"{source}: not a speedtronic JSONL file (no line is a JSON record with an event)")
+    if lines and not records and span is None:
+        raise not_a_run(source)
+
+
+def not_a_run(source: Path) -> RunError:
+    """The error for a file none of whose lines is a record."""
+    return RunError(f"{source}: not a speedtronic JSONL file (no line is a JSON record with an event)")
 
 
 def parse_record(

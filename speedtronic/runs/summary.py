@@ -8,32 +8,50 @@ A resumed run is summarised as one run over its segments (``speedtronic.runs.rea
 adds up the segments, ``steps`` counts each step once however many segments recorded it (a step run
 again after a restart replaces the earlier record, so the last loss is the latest one's), and
 ``finished`` is about the last segment.
+
+A run is read in *pieces*: each file, and a file over ``PIECE_BYTES`` in parts of about that size
+that begin at a line. Each piece is summarised on its own (``RunSummary.add``) and the pieces are
+merged in file order (``RunSummary.update``), every figure exactly as one pass would have it: the
+first and last loss by order, the best by value (the earliest on a tie), steps by a bitmap, elapsed
+by the segments each piece saw. The pieces are the same whether ``workers`` processes summarise them
+or this one does, so the result does not depend on ``workers``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import math
 import os
+import signal
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 from speedtronic.events import level_for
 from speedtronic.record import non_finite_text
 from speedtronic.runs.reader import (
+    CHUNK_BYTES,
+    RATE_SUFFIX,
     RankChoice,
+    RankFilter,
     Record,
     RunClock,
+    RunError,
     Skipped,
     as_number,
-    rate_keys,
-    read_records,
+    file_records,
+    not_a_run,
     run_files,
 )
 
-__all__ = ["RateStats", "RunSummary", "format_summaries", "summarize_run"]
+__all__ = ["PIECE_BYTES", "RateStats", "RunSummary", "available_workers", "format_summaries", "summarize_run"]
 
+
+PIECE_BYTES = 4 * 1024 * 1024
+"""A file larger than this is summarised in pieces of about this size (the work one process does)."""
 
 _STEP_BITS = 1 << 27
 """Steps remembered one bit each (16 MiB at most) to count a step recorded twice once."""
@@ -58,9 +76,14 @@ class RateStats:
         return self.total / self.count if self.count else math.nan
 
 
+_Fold = Callable[["RunSummary", Record], None]
+
+
 @dataclass
 class RunSummary:
-    """What one run did, built record by record with ``add``."""
+    """What one run did, as ``summarize_run`` returns it: built record by record with ``add`` over each
+    piece of the run, the pieces merged in order with ``update``. ``elapsed_s`` and ``steps_recorded``
+    need every piece (segments and steps cross them): ``summarize_run`` sets them once all are in."""
 
     run: str
     files: list[str] = field(default_factory=list)
@@ -100,47 +123,46 @@ class RunSummary:
     undelivered: int = 0
     """Events that never reached the hooks (background delivery timed out at close)."""
     skipped: Skipped = field(default_factory=Skipped)
-    _clock: RunClock = field(default_factory=RunClock, repr=False)
+    _read: int = field(default=0, repr=False)
+    """Records read in this piece, of any rank (a file with lines and none of them is not a run)."""
+    _starts: int = field(default=0, repr=False)
+    """``train_start`` records read so far in this piece, of any rank: its records' segment there."""
+    _times: dict[int, list[list[Any]]] = field(default_factory=dict, repr=False)
+    """Per rank, ``[segment in the piece, longest elapsed_s]`` of each segment with a positive time."""
+    _ended: bool = field(default=False, repr=False)
+    """Whether a ``train_start`` or ``train_end`` set ``finished``, ``status`` and ``error``."""
     _seen: bytearray = field(default_factory=bytearray, repr=False)
-    """One bit per step: whether a ``train_step`` of it was seen."""
+    """One bit per step from byte ``_seen_at`` on: whether a ``train_step`` of it was seen."""
+    _seen_at: int = field(default=0, repr=False)
+    _folds: dict[str, _Fold] = field(default_factory=dict, repr=False)
+    """What ``add`` does with each event, decided the first time the event is met."""
 
     def add(self, record: Record) -> None:
-        """Fold one record into the summary."""
-        event, payload = record.event, record.payload
+        """Fold one record of this piece into the summary."""
+        event = record.event
         self.records += 1
         self.events[event] += 1
-        self._clock.add(record)
-        self.elapsed_s = self._clock.total
-        if event == "train_step":
-            self._add_step(payload)
-        elif event == "train_start":
-            self.segments += 1
-            self.finished = False
-            self.status = self.error = None
-            target = payload.get("target_step")
-            self.target_step = target if type(target) is int else self.target_step
-        elif event == "eval":
-            self._add_eval(payload)
-        elif event == "checkpoint":
-            self.checkpoints += 1
-            self.last_checkpoint = {"step": payload.get("step"), "path": payload.get("path")}
-        elif event == "train_end":
-            self.finished = True
-            status, error = payload.get("status"), payload.get("error")
-            self.status = status if isinstance(status, str) else None
-            self.error = error if isinstance(error, str) else None
-            final = as_number(payload.get("final_loss"))
-            self.final_loss = final if final is not None else self.final_loss
-        elif event == "hook_error" and record.own:  # a user event of that name is not a hook failure
-            self._add_hook_error(payload)
-        else:
-            level = level_for(event)
-            if level == "warning":
-                self.warnings[event] += 1
-            elif level == "error":
-                self.errors[event] += 1
+        elapsed = record.payload.get("elapsed_s")
+        if type(elapsed) is float or type(elapsed) is int:
+            self._add_time(record.rank, float(elapsed))
+        fold = self._folds.get(event)
+        if fold is None:
+            fold = self._folds[event] = _fold_for(event)
+        fold(self, record)
 
-    def _add_step(self, payload: dict[str, Any]) -> None:
+    def _add_time(self, rank: int, elapsed: float) -> None:
+        if not 0.0 < elapsed < math.inf:  # a segment's clock starts at 0: only later times count
+            return
+        times = self._times.get(rank)
+        if times is None:
+            self._times[rank] = [[self._starts, elapsed]]
+        elif times[-1][0] != self._starts:
+            times.append([self._starts, elapsed])
+        elif elapsed > times[-1][1]:
+            times[-1][1] = elapsed
+
+    def _add_step(self, record: Record) -> None:
+        payload = record.payload
         step = payload.get("step")
         if type(step) is int:
             if self.step_min is None or step < self.step_min:
@@ -159,13 +181,36 @@ class RunSummary:
                 self.non_finite_losses += 1
             elif self.loss_best is None or loss < self.loss_best:
                 self.loss_best, self.loss_best_step = loss, step
-        for key in rate_keys(payload):
-            rate = self.rates.get(key)
-            if rate is None:  # not setdefault(key, RateStats()): that builds one per record
-                rate = self.rates[key] = RateStats()
-            rate.add(payload[key])
+        rates = self.rates
+        for key, value in payload.items():  # rate_keys(payload), without a list per record
+            if key.endswith(RATE_SUFFIX) and (type(value) is float or type(value) is int):
+                rate = rates.get(key)
+                if rate is None:  # not setdefault(key, RateStats()): that builds one per record
+                    rate = rates[key] = RateStats()
+                rate.add(value)
 
-    def _add_eval(self, payload: dict[str, Any]) -> None:
+    def _add_start(self, record: Record) -> None:
+        self.segments += 1
+        self.finished, self._ended = False, True
+        self.status = self.error = None
+        target = record.payload.get("target_step")
+        self.target_step = target if type(target) is int else self.target_step
+
+    def _add_end(self, record: Record) -> None:
+        payload = record.payload
+        self.finished = self._ended = True
+        status, error = payload.get("status"), payload.get("error")
+        self.status = status if isinstance(status, str) else None
+        self.error = error if isinstance(error, str) else None
+        final = as_number(payload.get("final_loss"))
+        self.final_loss = final if final is not None else self.final_loss
+
+    def _add_checkpoint(self, record: Record) -> None:
+        self.checkpoints += 1
+        self.last_checkpoint = {"step": record.payload.get("step"), "path": record.payload.get("path")}
+
+    def _add_eval(self, record: Record) -> None:
+        payload = record.payload
         loss, step = as_number(payload.get("loss")), payload.get("step")
         if loss is None or payload.get("split") == "test":
             return
@@ -178,16 +223,32 @@ class RunSummary:
         if not 0 <= step < _STEP_BITS:  # a step number off the scale is counted, not remembered
             self.steps_recorded += 1
             return
-        byte, bit = divmod(step, 8)
-        if byte >= len(self._seen):
-            self._seen.extend(bytes(byte + 1 - len(self._seen)))
-        if not self._seen[byte] >> bit & 1:
-            self._seen[byte] |= 1 << bit
-            self.steps_recorded += 1
+        index = (step >> 3) - self._seen_at
+        if not 0 <= index < len(self._seen):
+            index = self._reach(step >> 3)
+        self._seen[index] |= 1 << (step & 7)
 
-    def _add_hook_error(self, payload: dict[str, Any]) -> None:
+    def _reach(self, byte: int) -> int:
+        """Make room in the bitmap for ``byte`` (growing downwards by doubling, so that steps read in
+        falling order cost no more than rising ones); its index there."""
+        if not self._seen:
+            self._seen_at = byte
+        elif byte < self._seen_at:
+            start = max(0, min(byte, self._seen_at - len(self._seen)))
+            self._seen[:0] = bytes(self._seen_at - start)
+            self._seen_at = start
+        end = byte - self._seen_at + 1
+        if end > len(self._seen):
+            self._seen.extend(bytes(end - len(self._seen)))
+        return byte - self._seen_at
+
+    def _add_hook_error(self, record: Record) -> None:
+        if not record.own:  # a user event of that name is not a hook failure
+            self._add_other(record)
+            return
         # The logger reports a hook's 1st, 2nd, 4th... failure and a final total: the largest count
         # seen is the number of failures. phase="drain" counts events the hook thread never delivered.
+        payload = record.payload
         if payload.get("phase") == "drain":
             undelivered = payload.get("undelivered")
             self.undelivered += undelivered if type(undelivered) is int else 0
@@ -195,6 +256,62 @@ class RunSummary:
         hook, failures = str(payload.get("hook", "?")), payload.get("failures")
         count = failures if type(failures) is int else 1
         self.hook_failures[hook] = max(self.hook_failures.get(hook, 0), count)
+
+    def _add_other(self, record: Record) -> None:
+        level = level_for(record.event)
+        if level == "warning":
+            self.warnings[record.event] += 1
+        elif level == "error":
+            self.errors[record.event] += 1
+
+    def _add_nothing(self, record: Record) -> None:
+        pass
+
+    def update(self, later: RunSummary) -> None:
+        """Merge the summary of the piece read after this one's records (``_times`` and the bitmap
+        aside: ``_Merge`` puts them together)."""
+        self.records += later.records
+        self.events.update(later.events)
+        if later.step_min is not None and (self.step_min is None or later.step_min < self.step_min):
+            self.step_min = later.step_min
+        if later.step_max is not None and (self.step_max is None or later.step_max > self.step_max):
+            self.step_max = later.step_max
+        if later.target_step is not None:
+            self.target_step = later.target_step
+        if self.loss_first is None:
+            self.loss_first = later.loss_first
+        if later.loss_last is not None:
+            self.loss_last = later.loss_last
+        if later.loss_best is not None and (self.loss_best is None or later.loss_best < self.loss_best):
+            self.loss_best, self.loss_best_step = later.loss_best, later.loss_best_step
+        self.non_finite_losses += later.non_finite_losses
+        if later.eval_loss_last is not None:
+            self.eval_loss_last, self.eval_loss_last_step = later.eval_loss_last, later.eval_loss_last_step
+        best = later.eval_loss_best
+        if best is not None and (self.eval_loss_best is None or best < self.eval_loss_best):
+            self.eval_loss_best, self.eval_loss_best_step = best, later.eval_loss_best_step
+        for key, rate in later.rates.items():
+            mine = self.rates.get(key)
+            if mine is None:
+                mine = self.rates[key] = RateStats()
+            mine.total += rate.total
+            mine.count += rate.count
+            mine.last = rate.last if rate.count else mine.last
+        self.segments += later.segments
+        self.steps_recorded += later.steps_recorded
+        self.checkpoints += later.checkpoints
+        if later.checkpoints:
+            self.last_checkpoint = later.last_checkpoint
+        if later._ended:
+            self.finished, self.status, self.error = later.finished, later.status, later.error
+        if later.final_loss is not None:
+            self.final_loss = later.final_loss
+        self.warnings.update(later.warnings)
+        self.errors.update(later.errors)
+        for hook, count in later.hook_failures.items():
+            self.hook_failures[hook] = max(self.hook_failures.get(hook, 0), count)
+        self.undelivered += later.undelivered
+        self.skipped.update(later.skipped)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data for ``--json``; non-finite floats are ``"NaN"``/``"Infinity"`` as in the JSONL."""
@@ -243,19 +360,195 @@ def _json_float(value: float | None) -> float | str | None:
     return value if value is None or math.isfinite(value) else non_finite_text(value)
 
 
+def _fold_for(event: str) -> _Fold:
+    """What ``RunSummary.add`` does with a record of ``event``: decided once per event name."""
+    folds: dict[str, _Fold] = {
+        "train_step": RunSummary._add_step,
+        "train_start": RunSummary._add_start,
+        "train_end": RunSummary._add_end,
+        "checkpoint": RunSummary._add_checkpoint,
+        "eval": RunSummary._add_eval,
+        "hook_error": RunSummary._add_hook_error,
+    }
+    if event in folds:
+        return folds[event]
+    return RunSummary._add_other if level_for(event) in ("warning", "error") else RunSummary._add_nothing
+
+
 def summarize_run(
-    path: str | os.PathLike[str], *, rank: RankChoice = "first", name: str | None = None
+    path: str | os.PathLike[str],
+    *,
+    rank: RankChoice = "first",
+    name: str | None = None,
+    workers: int = 1,
 ) -> RunSummary:
-    """Summarise the run at ``path`` (a JSONL file or run directory) in one streaming pass.
+    """Summarise the run at ``path`` (a JSONL file or run directory), each of its pieces read once.
+
+    ``workers`` > 1 summarises its pieces (each file, and parts of ``PIECE_BYTES`` of a larger one) in
+    that many processes at most, each in constant memory; the summary is the same as with one.
 
     Raises ``speedtronic.runs.RunError`` for a path that can't be read; bad lines are counted in
     ``RunSummary.skipped``.
     """
-    summary = RunSummary(name if name is not None else str(path))
-    summary.files = [str(file) for file in run_files(path)]
-    for record in read_records(path, summary.skipped, rank=rank):
-        summary.add(record)
-    return summary
+    files = run_files(path)
+    merged = _Merge(RunSummary(name if name is not None else str(path)))
+    merged.summary.files = [str(file) for file in files]
+    pieces = _pieces(files, rank, merged.summary.skipped)
+    first = list(itertools.islice(pieces, 2))
+    if workers <= 1 or len(first) <= 1:
+        for piece in itertools.chain(first, pieces):
+            merged.add(*_summarize_piece(piece))
+        return merged.finish()
+    from concurrent.futures import ProcessPoolExecutor  # here: 12 ms of start-up a small run never needs
+    from concurrent.futures.process import BrokenProcessPool
+
+    pool = ProcessPoolExecutor(min(workers, _most_pieces(files)), initializer=_ignore_interrupts)
+    try:
+        # The pieces are found (a large file read through for its lines) while the workers read them.
+        chunk = max(1, len(files) // (workers * 16))  # fewer, larger tasks for many small files
+        for piece, part in pool.map(_summarize_piece, itertools.chain(first, pieces), chunksize=chunk):
+            merged.add(piece, part)
+    except BrokenProcessPool as error:
+        raise RunError(f"{path}: a worker process stopped ({error}); --workers 1 reads without") from None
+    finally:
+        pool.shutdown(cancel_futures=True)
+    return merged.finish()
+
+
+def _ignore_interrupts() -> None:
+    """A worker leaves Ctrl-C to the process that started it, which stops the pool (no traceback from
+    each worker)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _most_pieces(files: list[Path]) -> int:
+    """How many pieces ``files`` can make at most: no more workers than that are worth starting."""
+    size = 0
+    for file in files:
+        with contextlib.suppress(OSError):  # reading it says what is wrong with it
+            size += file.stat().st_size
+    return len(files) + size // PIECE_BYTES
+
+
+def available_workers() -> int:
+    """The CPUs this process may run on: how many workers are worth starting."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on this platform (macOS, Windows)
+        return os.cpu_count() or 1
+
+
+class _Piece(NamedTuple):
+    """The lines of ``source`` from byte ``start`` (line ``first_line``) to ``stop`` (``None``: the end),
+    and the rank read there (``None``: every rank)."""
+
+    source: Path
+    start: int
+    stop: int | None
+    first_line: int
+    rank: int | None
+
+
+def _pieces(files: list[Path], rank: RankChoice, skipped: Skipped) -> Iterator[_Piece]:
+    """The pieces of the files ``read_records`` would open, in order. Under ``rank="first"`` the first
+    record read chooses the rank, so a file is looked into up to its first record until one is found."""
+    ranks = RankFilter(files, rank, skipped)
+    for source in files:
+        if not ranks.opens(source):
+            continue
+        if ranks.chosen is None and not ranks.every:
+            for record in file_records(source, Skipped()):
+                ranks.choose(record.rank)
+                break
+        for start, stop, first_line in _spans(source):
+            yield _Piece(source, start, stop, first_line, ranks.chosen)
+
+
+def _spans(source: Path) -> Iterator[tuple[int, int | None, int]]:
+    """``(start, stop, first line)`` of the parts of ``source``: about ``PIECE_BYTES`` each, each
+    ending after a newline, the last one at the end of the file. Read in chunks: a long line is read
+    past, never held."""
+    try:
+        if source.stat().st_size <= PIECE_BYTES:
+            yield 0, None, 1
+            return
+        start, first_line, offset, lines = 0, 1, 0, 0
+        with source.open("rb") as file:
+            while chunk := file.read(CHUNK_BYTES):
+                look = max(0, start + PIECE_BYTES - 1 - offset)
+                while look < len(chunk) and (end := chunk.find(b"\n", look)) >= 0:
+                    cut = offset + end + 1
+                    yield start, cut, first_line
+                    start, first_line = cut, lines + chunk.count(b"\n", 0, end + 1) + 1
+                    look = end + PIECE_BYTES
+                lines += chunk.count(b"\n")
+                offset += len(chunk)
+    except OSError as error:
+        raise RunError(f"{source}: {error.strerror or error}") from None
+    yield start, None, first_line
+
+
+def _summarize_piece(piece: _Piece) -> tuple[_Piece, RunSummary]:
+    """The summary of one piece's records of its rank, with what ``_Merge`` needs to put it after the
+    pieces before it (its records of any rank, its segments' times; ``_starts`` counts the
+    ``train_start`` records of every rank, as the reader numbers segments)."""
+    part = RunSummary(str(piece.source))
+    ranks = RankFilter([], "all" if piece.rank is None else piece.rank, part.skipped)
+    keeps, add = ranks.keeps, part.add
+    for record in file_records(piece.source, part.skipped, span=(piece.start, piece.stop, piece.first_line)):
+        part._read += 1
+        if record.event == "train_start":
+            part._starts += 1
+        if keeps(record.rank):
+            add(record)
+    part._folds = {}
+    return piece, part
+
+
+class _Merge:
+    """The pieces' summaries put together in file order, into ``summary``."""
+
+    __slots__ = ("_clock", "_file", "_lines", "_read", "_seen", "_starts", "summary")
+
+    def __init__(self, summary: RunSummary) -> None:
+        self.summary = summary
+        self._clock = RunClock()
+        self._seen = bytearray()
+        self._file: Path | None = None
+        self._lines = self._read = self._starts = 0
+        """Of the file being merged: its lines that were not blank, records and train_starts so far."""
+
+    def add(self, piece: _Piece, part: RunSummary) -> None:
+        if piece.source != self._file:
+            self._check()
+            self._file, self._lines, self._read, self._starts = piece.source, 0, 0, 0
+        self._lines += part._read + part.skipped.total_lines
+        self._read += part._read
+        for rank, times in part._times.items():
+            for segment, elapsed in times:
+                # The reader numbers a file's segments from its first train_start on: the records
+                # before it are in segment 0 too.
+                where = (piece.source, max(0, self._starts + segment - 1))
+                self._clock.add_time(rank, where, elapsed)
+        self._starts += part._starts
+        if part._seen:
+            start, end = part._seen_at, part._seen_at + len(part._seen)
+            if end > len(self._seen):
+                self._seen.extend(bytes(end - len(self._seen)))
+            bits = int.from_bytes(self._seen[start:end], "little") | int.from_bytes(part._seen, "little")
+            self._seen[start:end] = bits.to_bytes(end - start, "little")
+        self.summary.update(part)
+
+    def _check(self) -> None:
+        if self._file is not None and self._lines and not self._read:
+            raise not_a_run(self._file)
+
+    def finish(self) -> RunSummary:
+        """The run's summary, once every piece is in (``RunError`` for a file that held no record)."""
+        self._check()
+        self.summary.elapsed_s = self._clock.total
+        self.summary.steps_recorded += int.from_bytes(self._seen, "little").bit_count()
+        return self.summary
 
 
 # -- the table ---------------------------------------------------------------------------------
