@@ -124,10 +124,11 @@ _Part = Any
 """Some of one event's records from one file: a pyarrow Table (the engine's), or a ``_Table``."""
 
 _PREFIX = RECORD_PREFIX
-_CHUNK = 8 * 1024 * 1024  # below MAX_LINE_BYTES: only a line begun in an earlier chunk can be longer
-_BATCH = 32 * 1024 * 1024
+_CHUNK = 2 * 1024 * 1024  # below MAX_LINE_BYTES: only a line begun in an earlier chunk can be longer
+_BATCH = 8 * 1024 * 1024
 """How many bytes of one event's lines the engine parses at a time: memory stays bounded by it, not by
-the file (a part per batch, joined when the frames are built)."""
+the file (a part per batch, joined when the frames are built). Larger batches are no faster, and
+their buffers cost as much again above the tables returned."""
 _FEW = 256
 """Fewer lines than this are parsed by ``parse_record``: cheaper than starting the engine (a run of
 10,000 ranks holds 10,000 small files)."""
@@ -169,7 +170,7 @@ class _Split:
         self.parts: dict[str, list[_Part]] = {}
         self.bad: list[tuple[int, str]] = []
         self.left_out: Counter[int] = Counter()
-        self.chosen: int | None = None
+        self.chosen: frozenset[int] | None = None
         self._ranks: RankFilter | None = ranks  # None once the file's first record has been seen
         self._engine = engine
         self._lines: dict[str, list[bytes]] = {}  # per event, chunks of whole lines not parsed yet
@@ -260,9 +261,9 @@ class _Split:
 
 
 def _line_table(
-    event: str, lines: list[bytes], source: Path, chosen: int | None, left_out: Counter[int]
+    event: str, lines: list[bytes], source: Path, chosen: frozenset[int] | None, left_out: Counter[int]
 ) -> _Table:
-    """An event's lines parsed one by one, as ``read_records`` parses them: its rows of rank
+    """An event's lines parsed one by one, as ``read_records`` parses them: its rows of the ranks
     ``chosen`` (every rank for ``None``), the others counted in ``left_out``."""
     table = _Table()
     for chunk in lines:
@@ -270,7 +271,7 @@ def _line_table(
             record = parse_record(line, True, source, 0)
             if isinstance(record, str) or record.event != event:
                 raise _Fallback  # the line reader counts it with its line number
-            if chosen is None or record.rank == chosen:
+            if chosen is None or record.rank in chosen:
                 table.add(record.payload, record.timestamp)
             else:
                 left_out[record.rank] += 1
@@ -329,12 +330,15 @@ are converted by ``_utc``."""
 class _Engine:
     """pyarrow, imported once per read: its JSON reader, and the columns built from its tables."""
 
-    __slots__ = ("json", "pa", "pc")
+    __slots__ = ("_pool", "json", "pa", "pc")
 
     def __init__(self) -> None:
         self.pa = _import("pyarrow")
         self.json = _import("pyarrow.json")
         self.pc = _import("pyarrow.compute")
+        # The parser's buffers come from malloc, which hands a freed batch's back (pyarrow's default
+        # pool, mimalloc or jemalloc, keeps them, and the process's peak grows with every batch).
+        self._pool = self.pa.system_memory_pool()
 
     def read(self, lines: list[bytes], rows: int) -> Any | None:
         """One event's lines as a table of its payload and ``timestamp``, non-finite values restored;
@@ -343,7 +347,9 @@ class _Engine:
         schema = pa.schema([(_EVENT, pa.string()), (_TIMESTAMP, pa.string())])
         try:
             table = self.json.read_json(
-                _Joined(lines), parse_options=self.json.ParseOptions(explicit_schema=schema)
+                _Joined(lines),
+                parse_options=self.json.ParseOptions(explicit_schema=schema),
+                memory_pool=self._pool,
             )
             table.validate(full=True)  # strings are UTF-8, as orjson requires
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
@@ -435,8 +441,8 @@ class _Engine:
             table = table.set_column(table.column_names.index(key), key, restored)
         return table
 
-    def of_rank(self, table: Any, chosen: int | None, left_out: Counter[int]) -> Any:
-        """The table's rows of rank ``chosen`` (every row for ``None``), the others counted in
+    def of_rank(self, table: Any, chosen: frozenset[int] | None, left_out: Counter[int]) -> Any:
+        """The table's rows of the ranks ``chosen`` (every row for ``None``), the others counted in
         ``left_out``; a row without an integer ``rank`` is rank 0, as in ``Record.rank``."""
         if chosen is None:
             return table
@@ -445,7 +451,7 @@ class _Engine:
             ranks = table.column(_RANK).fill_null(0)
         else:
             ranks = pa.repeat(0, table.num_rows)
-        kept = pc.equal(ranks, chosen)
+        kept = pc.is_in(ranks, value_set=pa.array(sorted(chosen), pa.int64()))
         if pc.all(kept).as_py() is not False:
             return table
         for other in pc.value_counts(pc.filter(ranks, pc.invert(kept))).to_pylist():

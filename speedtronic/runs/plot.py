@@ -195,7 +195,8 @@ class Series:
     non_finite: int = 0
     """Points whose value was NaN or infinite: drawn as a gap."""
     rank: int | None = None
-    """The rank drawn, with ``rank="all"`` (the series' ``run`` then says ``<run> rank <r>``)."""
+    """The rank drawn, with ``rank="all"`` or a list of ranks (the series' ``run`` then says
+    ``<run> rank <r>``)."""
     smooth: float = 0.0
     """The EMA's weight; 0: none."""
     points: Envelope = field(default_factory=Envelope)
@@ -278,10 +279,12 @@ def _collect(
     rank: RankChoice,
     smooth: float = 0.0,
 ) -> tuple[list[Series], Skipped, int]:
-    """The run's series, one per key and event (per key, event and rank with ``rank="all"``, up to
+    """The run's series, one per key and event (per key, event and rank with ``rank="all"`` or a list
+    of ranks, up to
     ``MAX_RANK_SERIES`` ranks), read in one pass; what the read skipped, and how many more ranks had
     points but are not drawn."""
     per_rank: dict[int, dict[str, list[Series]]] = {}
+    by_rank = rank == "all" or not isinstance(rank, int | str)  # every rank, or a list: a series each
     not_drawn: set[int] = set()
     skipped = Skipped()
     clock = RunClock()
@@ -292,15 +295,15 @@ def _collect(
         xv = since_start if x == "elapsed_s" else as_number(record.payload.get(x))
         if xv is None or not math.isfinite(xv):
             continue
-        key = record.rank if rank == "all" else 0
+        key = record.rank if by_rank else 0
         by_event = per_rank.get(key)
         if by_event is None:
             if len(per_rank) >= MAX_RANK_SERIES:
                 if any(as_number(record.payload.get(k)) is not None for k in keys):
                     not_drawn.add(key)
                 continue
-            name = f"{label} rank {key}" if rank == "all" else label
-            shown = key if rank == "all" else None
+            name = f"{label} rank {key}" if by_rank else label
+            shown = key if by_rank else None
             by_event = per_rank[key] = {
                 e: [Series(name, k, e, rank=shown, smooth=smooth if e == events[0] else 0.0) for k in keys]
                 for e in events
@@ -344,7 +347,8 @@ def plot_runs(
 
     ``smooth`` (0 <= smooth < 1) is TensorBoard's smoothing weight: the smoothed line is drawn over
     the raw one, which is kept faint. Keys are plotted even when some runs lack them; a key no run has
-    gets a panel saying so. With ``rank="all"`` each rank of a run is its own series (``<run> rank <r>``,
+    gets a panel saying so. With ``rank="all"`` or a list of ranks (whose files alone are opened) each
+    rank of a run is its own series (``<run> rank <r>``,
     in the legend), up to ``MAX_RANK_SERIES`` ranks per run; the rest are counted in
     ``PlotResult.ranks_not_drawn`` and named in a note on the figure. With ``event="train_step"`` and
     ``with_eval``, the ``eval`` records' values of the same keys are drawn dashed beside each run's

@@ -248,7 +248,7 @@ class TestRanks:
         write_run(run / "metrics.rank2.jsonl", steps(rank=2, extra=True))
         return run
 
-    @pytest.mark.parametrize("rank", ["first", 0, 1, 2, "all"])
+    @pytest.mark.parametrize("rank", ["first", 0, 1, 2, "all", [0, 2], (2, 1)])
     def test_rank_choice(self, run: Path, rank: RankChoice) -> None:
         """The rows and the records and files left out are read_records'."""
         assert_reads(run, "train_step", rank=rank)
