@@ -103,7 +103,9 @@ def read_frames(
         for event, part in _file_parts(source, ranks, skipped, engine):
             if wanted is None or event in parts:
                 parts.setdefault(event, []).append(part)
-    return {event: build(engine.columns(found)) for event, found in parts.items()}
+    # Each event's parts are let go as its columns are made, and each column as its series is built:
+    # the working set above the tables returned stays about one column's.
+    return {event: build(engine.columns(parts.pop(event))) for event in list(parts)}
 
 
 def read_frame(
@@ -652,6 +654,18 @@ def _utc(text: object) -> datetime | None:
 _Build = Callable[[list[_Column]], Any]
 
 
+def _each(columns: list[_Column], make: Callable[[str, _Kind, Any], Any]) -> list[tuple[str, Any]]:
+    """Each column's name and what ``make`` makes of it, ``columns`` emptied as it goes (a column's
+    values are let go once made)."""
+    made = []
+    columns.reverse()
+    while columns:
+        name, kind, values = columns.pop()
+        made.append((name, make(name, kind, values)))
+        del values
+    return made
+
+
 def _builder(library: str) -> _Build:
     if library == "pandas":
         return _pandas_frame(_import("pandas"))
@@ -677,7 +691,7 @@ def _pandas_frame(pd: Any) -> _Build:
         return values.to_pandas()
 
     def build(columns: list[_Column]) -> Any:
-        return pd.DataFrame({name: series(kind, values) for name, kind, values in columns})
+        return pd.DataFrame(dict(_each(columns, lambda name, kind, values: series(kind, values))))
 
     return build
 
@@ -689,6 +703,6 @@ def _polars_frame(pl: Any) -> _Build:
         return pl.Series(name, values)
 
     def build(columns: list[_Column]) -> Any:
-        return pl.DataFrame([series(name, kind, values) for name, kind, values in columns])
+        return pl.DataFrame([made for _, made in _each(columns, series)])
 
     return build
