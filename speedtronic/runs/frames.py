@@ -21,7 +21,7 @@ records it yields, and ``skipped`` counts what it would.
 
 Which path reads what. A file's lines are grouped by event name as bytes (each line the writer writes
 begins ``{"event":"<name>"``; Python parses only the file's first record, for its rank, and lines
-that are no record), and pyarrow's JSON reader parses each event's lines, 32 MB at a time, inferring
+that are no record), and pyarrow's JSON reader parses each event's lines, 8 MiB at a time, inferring
 that event's own types; the note's ``non_finite`` pointers put NaN and infinities back, the rank is
 chosen and ``timestamp`` converted, all vectorised. The line reader (``parse_record``, one line at a
 time, as ``read_records`` reads) takes over where the engine can't be exact:
@@ -103,8 +103,8 @@ def read_frames(
         for event, part in _file_parts(source, ranks, skipped, engine):
             if wanted is None or event in parts:
                 parts.setdefault(event, []).append(part)
-    # Each event's parts are let go as its columns are made, and each column as its series is built:
-    # the working set above the tables returned stays about one column's.
+    # Each event's parts are let go once its columns are made, and each column once its series is
+    # built: a library that allocates with malloc (numpy, so pandas) reuses that memory for the next.
     return {event: build(engine.columns(parts.pop(event))) for event in list(parts)}
 
 
