@@ -86,7 +86,9 @@ def read_frames(
     """One DataFrame per event of the run at ``path`` (a run directory or a JSONL file).
 
     Every event the run holds, in the order each first appears; or, with ``events``, exactly those,
-    an empty DataFrame for one the run lacks. ``rank`` and ``skipped`` are ``read_records``'s.
+    an empty DataFrame for one the run lacks. ``rank`` (one rank, a list of ranks, ``"first"`` or
+    ``"all"``) and ``skipped`` are ``read_records``'s; a bad ``rank`` is a ``ValueError`` before
+    anything is read.
     Raises ``ModuleNotFoundError`` naming the extra to install when ``library`` (or pyarrow) isn't
     installed, and ``RunError`` for a run that can't be read.
     """

@@ -302,7 +302,8 @@ def read_records(
     The path is resolved now (``RunError`` for one that can't be read); files are opened as the
     iterator reaches them, and an I/O error there is a ``RunError`` too. Lines that can't be used
     (longer than ``max_line_bytes`` included), and records of ranks other than ``rank``, go into
-    ``skipped``; a file whose name says it holds another rank (``file_rank``) is not opened.
+    ``skipped``; a file whose name says it holds another rank (``file_rank``) is not opened. A
+    ``rank`` that isn't a ``RankChoice`` is a ``ValueError`` now, before anything is read.
     """
     files = run_files(path)
     skipped = skipped if skipped is not None else Skipped()
