@@ -255,7 +255,7 @@ def main() -> None:
             three = ",".join(str(ranks // 2 + at) for at in range(3)) if ranks >= 3 else chosen
             duck = show("duckdb train_step of 3 ranks, glob", script(DUCKDB_RANK, files, three), rounds)
             frames = script(READ_FRAMES, str(run), three)
-            show("read_frames(events=[train_step], rank=[R,..])", frames, rounds, duck)
+            show("read_frames(train_step, rank=[R,R+1,R+2])", frames, rounds, duck)
             plot = speedtronic("plot", str(run), "--rank", three, "-o", str(root / "p.png"))
             show("speedtronic plot --rank R,R+1,R+2", plot, rounds, duck)
             shutil.rmtree(run)
