@@ -280,9 +280,8 @@ def _collect(
     smooth: float = 0.0,
 ) -> tuple[list[Series], Skipped, int]:
     """The run's series, one per key and event (per key, event and rank with ``rank="all"`` or a list
-    of ranks, up to
-    ``MAX_RANK_SERIES`` ranks), read in one pass; what the read skipped, and how many more ranks had
-    points but are not drawn."""
+    of ranks, up to ``MAX_RANK_SERIES`` ranks), read in one pass; what the read skipped, and how many
+    more ranks had points but are not drawn."""
     per_rank: dict[int, dict[str, list[Series]]] = {}
     by_rank = rank == "all" or not isinstance(rank, int | str)  # every rank, or a list: a series each
     not_drawn: set[int] = set()
