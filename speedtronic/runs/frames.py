@@ -23,7 +23,8 @@ Which path reads what. A file's lines are grouped by event name as bytes (each l
 begins ``{"event":"<name>"``; Python parses only the file's first record, for its rank, and lines
 that are no record), and pyarrow's JSON reader parses each event's lines, 8 MiB at a time, inferring
 that event's own types; the note's ``non_finite`` pointers put NaN and infinities back, the rank is
-chosen and ``timestamp`` converted, all vectorised. The line reader (``parse_record``, one line at a
+chosen and ``timestamp`` converted (in each batch, when every time there is the writer's exact text),
+all vectorised. The line reader (``parse_record``, one line at a
 time, as ``read_records`` reads) takes over where the engine can't be exact:
 
 - one event's batch of lines: fewer than 256 of them (cheaper than starting the engine); a key with
@@ -257,7 +258,7 @@ class _Split:
         del self._size[event]
         table = self._engine.read(lines, rows) if rows >= _FEW else None
         if table is not None:
-            part = self._engine.of_rank(table, self.chosen, self.left_out)
+            part = self._engine.stamped(self._engine.of_rank(table, self.chosen, self.left_out))
         else:
             part = _line_table(event, lines, self.source, self.chosen, self.left_out)
         if len(part):
@@ -329,6 +330,10 @@ _NOT_PAYLOAD = frozenset({_EVENT, _TIMESTAMP, NOTE_KEY})
 _RFC3339 = r"^\d{4}-\d\d-\d\dT([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{6})?Z$"
 """The writer's timestamps (``iso_timestamp``), which pyarrow converts as ``_utc`` does; others
 are converted by ``_utc``."""
+_WRITTEN = r"^\d{4}-\d\d-\d\dT([01]\d|2[0-3]):[0-5]\d:[0-5]\d\.\d{6}Z$"
+"""Exactly the writer's form, microseconds included: a time converted in a part (``stamped``) is
+written back as the same text (``_texts``) where another part's times keep the event's as text."""
+_WRITTEN_BACK = "%Y-%m-%dT%H:%M:%SZ"  # pyarrow's %S writes a microsecond time's seconds as 05.123456
 
 
 class _Engine:
@@ -503,7 +508,22 @@ class _Engine:
                 return values
             arrays[name] = pa.nulls(len(column)) if kind == "object" else self._array(kind, column)
         arrays[_TIMESTAMP] = pa.array(values.stamps, pa.string())
-        return pa.table(arrays)
+        return self.stamped(pa.table(arrays))
+
+    def stamped(self, table: Any) -> Any:
+        """The table with its ``timestamp`` as UTC times when every one is in the writer's exact form
+        (``_WRITTEN``), so a part held until the frames are built costs 8 bytes a time, not its text."""
+        pa, pc = self.pa, self.pc
+        stamps = table.column(_TIMESTAMP)
+        if not _is_text(pa, stamps.type):
+            return table
+        if pc.all(pc.match_substring_regex(stamps, _WRITTEN)).as_py() is False:  # None: all missing
+            return table
+        try:
+            times = stamps.cast(pa.timestamp("us", "UTC"))
+        except pa.ArrowInvalid:
+            return table  # a date that doesn't exist, say: typed with the others when the frame is built
+        return table.set_column(table.column_names.index(_TIMESTAMP), _TIMESTAMP, times)
 
     def _table_columns(self, table: Any) -> list[_Column]:
         pa, pc = self.pa, self.pc
@@ -515,6 +535,9 @@ class _Engine:
             kind = _arrow_kind(pa, field.type)
             out.append((field.name, kind, column.to_pylist() if kind == "object" else column))
         stamps = table.column(_TIMESTAMP)
+        if pa.types.is_timestamp(stamps.type):  # every part's converted (``stamped``)
+            out.append((_TIMESTAMP, "datetime", stamps))
+            return out
         written = pc.all(pc.match_substring_regex(stamps, _RFC3339)) if _is_text(pa, stamps.type) else None
         if written is not None and written.as_py() is not False:  # every one the writer's (nulls aside)
             try:
@@ -529,6 +552,8 @@ class _Engine:
     def _texts(self, table: Any) -> list[Any]:
         """The ``timestamp`` of each row as ``Record.timestamp`` has it: its text, or ``None``."""
         stamps = table.column(_TIMESTAMP)
+        if self.pa.types.is_timestamp(stamps.type):  # converted from the writer's exact text: the same
+            return self.pc.strftime(stamps, format=_WRITTEN_BACK).to_pylist()  # type: ignore[no-any-return]
         return stamps.to_pylist() if _is_text(self.pa, stamps.type) else [None] * table.num_rows
 
     def _array(self, kind: _Kind, values: list[Any]) -> Any:
