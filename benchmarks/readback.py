@@ -15,8 +15,8 @@ a temporary directory (``--dir`` to choose one with room; ``df`` is checked firs
 2. Peak RSS of ``summarize``, ``plot``, ``replay`` and ``read_frames`` on hostile inputs: one line of
    200 MiB between records, 200 MiB without a newline, and 1,000,000 records.
 3. Runs of R ranks x N records (one file per rank): ``summarize --rank all``, ``read_frames`` of one
-   event of a chosen rank and ``plot --rank`` of it, against DuckDB reading the same files with a glob;
-   several sizes, so the growth of time and memory shows.
+   event of a chosen rank and ``plot --rank`` of it, then the same for three chosen ranks, against
+   DuckDB reading the same files with a glob; several sizes, so the growth of time and memory shows.
 """
 
 from __future__ import annotations
@@ -115,7 +115,8 @@ import duckdb
 con = duckdb.connect()
 con.execute("PRAGMA disable_progress_bar")
 table = con.sql(
-    f"select * from read_json_auto('{sys.argv[1]}') where event = 'train_step' and \\"rank\\" = {sys.argv[2]}"
+    f"select * from read_json_auto('{sys.argv[1]}')"
+    f" where event = 'train_step' and \\"rank\\" in ({sys.argv[2]})"
 ).arrow()
 table = table.read_all() if hasattr(table, "read_all") else table  # a reader since DuckDB 1.4
 print(table.num_rows)
@@ -124,7 +125,7 @@ print(table.num_rows)
 READ_FRAMES = """
 import sys
 from speedtronic.runs.frames import read_frames
-rank = sys.argv[2] if sys.argv[2] in ("first", "all") else int(sys.argv[2])
+rank = sys.argv[2] if sys.argv[2] in ("first", "all") else [int(r) for r in sys.argv[2].split(",")]
 print(len(read_frames(sys.argv[1], library="polars", events=["train_step"], rank=rank)["train_step"]))
 """
 
@@ -254,6 +255,12 @@ def main() -> None:
             show("read_frames(events=[train_step], rank=R)", frames, rounds, duck)
             plot = speedtronic("plot", str(run), "--rank", chosen, "-o", str(root / "p.png"))
             show("speedtronic plot --rank R", plot, rounds, duck)
+            three = ",".join(str(ranks // 2 + at) for at in range(3)) if ranks >= 3 else chosen
+            duck = show("duckdb train_step of 3 ranks, glob", script(DUCKDB_RANK, files, three), rounds)
+            frames = script(READ_FRAMES, str(run), three)
+            show("read_frames(train_step, rank=[R,R+1,R+2])", frames, rounds, duck)
+            plot = speedtronic("plot", str(run), "--rank", three, "-o", str(root / "p.png"))
+            show("speedtronic plot --rank R,R+1,R+2", plot, rounds, duck)
             shutil.rmtree(run)
 
 

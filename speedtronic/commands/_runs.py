@@ -15,25 +15,29 @@ from speedtronic.runs.reader import RankChoice, Skipped
 __all__ = ["add_rank_argument", "rank_choice", "report_skipped", "runs_in"]
 
 
-def add_rank_argument(parser: argparse.ArgumentParser) -> None:
+def add_rank_argument(parser: argparse.ArgumentParser, *, several: bool = False) -> None:
+    """``--rank N|all``; with ``several``, ``--rank N,M,...`` too (a comma-separated list, as ``--keys``)."""
     parser.add_argument(
         "--rank",
         default="first",
-        metavar="N|all",
-        help="read the records of rank N, or of every rank (default: the rank of the first record; "
-        "records without a rank are rank 0)",
+        metavar="N[,N...]|all" if several else "N|all",
+        help=f"read the records of rank N{', of the ranks listed' if several else ''}, or of every rank "
+        "(default: the rank of the first record; records without a rank are rank 0)",
     )
 
 
-def rank_choice(text: str) -> RankChoice:
+def rank_choice(text: str, *, several: bool = False) -> RankChoice:
+    """``--rank``'s value: ``first``, ``all``, a rank, or (with ``several``) ranks separated by commas."""
     if text == "first":
         return "first"
     if text == "all":
         return "all"
-    try:
-        return int(text)
-    except ValueError:
-        raise CommandError(f"--rank: expected an integer or 'all', got {text!r}") from None
+    parts = [part.strip() for part in text.split(",")] if several else [text.strip()]
+    if all(part.isdecimal() for part in parts):
+        ranks = [int(part) for part in parts]
+        return ranks if len(ranks) > 1 else ranks[0]
+    expected = "a rank (an integer >= 0)" + (", ranks separated by commas" if several else "")
+    raise CommandError(f"--rank: expected {expected} or 'all', got {text!r}")
 
 
 def report_skipped(run: str, skipped: Skipped, stream: IO[str] | None = None) -> None:

@@ -42,7 +42,7 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("--log-y", action="store_true", help="logarithmic y axes")
     parser.add_argument("--title", help="the figure's title (default: the runs and the event)")
-    add_rank_argument(parser)
+    add_rank_argument(parser, several=True)
     parser.set_defaults(func=run)
 
 
@@ -55,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = plot_runs(
             args.runs, args.output, keys=keys, x=args.x, event=args.event, smooth=args.smooth,
-            log_y=args.log_y, title=args.title, rank=rank_choice(args.rank), with_eval=not args.no_eval,
+            log_y=args.log_y, title=args.title, rank=rank_choice(args.rank, several=True),
+            with_eval=not args.no_eval,
         )
     except (RunError, NothingToPlot, ModuleNotFoundError, ValueError) as error:
         raise CommandError(str(error)) from None

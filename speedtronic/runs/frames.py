@@ -21,9 +21,10 @@ records it yields, and ``skipped`` counts what it would.
 
 Which path reads what. A file's lines are grouped by event name as bytes (each line the writer writes
 begins ``{"event":"<name>"``; Python parses only the file's first record, for its rank, and lines
-that are no record), and pyarrow's JSON reader parses each event's lines, 32 MB at a time, inferring
+that are no record), and pyarrow's JSON reader parses each event's lines, 8 MiB at a time, inferring
 that event's own types; the note's ``non_finite`` pointers put NaN and infinities back, the rank is
-chosen and ``timestamp`` converted, all vectorised. The line reader (``parse_record``, one line at a
+chosen and ``timestamp`` converted (in each batch, when every time there is the writer's exact text),
+all vectorised. The line reader (``parse_record``, one line at a
 time, as ``read_records`` reads) takes over where the engine can't be exact:
 
 - one event's batch of lines: fewer than 256 of them (cheaper than starting the engine); a key with
@@ -86,7 +87,9 @@ def read_frames(
     """One DataFrame per event of the run at ``path`` (a run directory or a JSONL file).
 
     Every event the run holds, in the order each first appears; or, with ``events``, exactly those,
-    an empty DataFrame for one the run lacks. ``rank`` and ``skipped`` are ``read_records``'s.
+    an empty DataFrame for one the run lacks. ``rank`` (one rank, a list of ranks, ``"first"`` or
+    ``"all"``) and ``skipped`` are ``read_records``'s; a bad ``rank`` is a ``ValueError`` before
+    anything is read.
     Raises ``ModuleNotFoundError`` naming the extra to install when ``library`` (or pyarrow) isn't
     installed, and ``RunError`` for a run that can't be read.
     """
@@ -103,7 +106,9 @@ def read_frames(
         for event, part in _file_parts(source, ranks, skipped, engine):
             if wanted is None or event in parts:
                 parts.setdefault(event, []).append(part)
-    return {event: build(engine.columns(found)) for event, found in parts.items()}
+    # Each event's parts are let go once its columns are made, and each column once its series is
+    # built: a library that allocates with malloc (numpy, so pandas) reuses that memory for the next.
+    return {event: build(engine.columns(parts.pop(event))) for event in list(parts)}
 
 
 def read_frame(
@@ -124,10 +129,11 @@ _Part = Any
 """Some of one event's records from one file: a pyarrow Table (the engine's), or a ``_Table``."""
 
 _PREFIX = RECORD_PREFIX
-_CHUNK = 8 * 1024 * 1024  # below MAX_LINE_BYTES: only a line begun in an earlier chunk can be longer
-_BATCH = 32 * 1024 * 1024
+_CHUNK = 2 * 1024 * 1024  # below MAX_LINE_BYTES: only a line begun in an earlier chunk can be longer
+_BATCH = 8 * 1024 * 1024
 """How many bytes of one event's lines the engine parses at a time: memory stays bounded by it, not by
-the file (a part per batch, joined when the frames are built)."""
+the file (a part per batch, joined when the frames are built). Larger batches are no faster, and
+their buffers cost as much again above the tables returned."""
 _FEW = 256
 """Fewer lines than this are parsed by ``parse_record``: cheaper than starting the engine (a run of
 10,000 ranks holds 10,000 small files)."""
@@ -169,7 +175,7 @@ class _Split:
         self.parts: dict[str, list[_Part]] = {}
         self.bad: list[tuple[int, str]] = []
         self.left_out: Counter[int] = Counter()
-        self.chosen: int | None = None
+        self.chosen: frozenset[int] | None = None
         self._ranks: RankFilter | None = ranks  # None once the file's first record has been seen
         self._engine = engine
         self._lines: dict[str, list[bytes]] = {}  # per event, chunks of whole lines not parsed yet
@@ -252,7 +258,7 @@ class _Split:
         del self._size[event]
         table = self._engine.read(lines, rows) if rows >= _FEW else None
         if table is not None:
-            part = self._engine.of_rank(table, self.chosen, self.left_out)
+            part = self._engine.stamped(self._engine.of_rank(table, self.chosen, self.left_out))
         else:
             part = _line_table(event, lines, self.source, self.chosen, self.left_out)
         if len(part):
@@ -260,9 +266,9 @@ class _Split:
 
 
 def _line_table(
-    event: str, lines: list[bytes], source: Path, chosen: int | None, left_out: Counter[int]
+    event: str, lines: list[bytes], source: Path, chosen: frozenset[int] | None, left_out: Counter[int]
 ) -> _Table:
-    """An event's lines parsed one by one, as ``read_records`` parses them: its rows of rank
+    """An event's lines parsed one by one, as ``read_records`` parses them: its rows of the ranks
     ``chosen`` (every rank for ``None``), the others counted in ``left_out``."""
     table = _Table()
     for chunk in lines:
@@ -270,7 +276,7 @@ def _line_table(
             record = parse_record(line, True, source, 0)
             if isinstance(record, str) or record.event != event:
                 raise _Fallback  # the line reader counts it with its line number
-            if chosen is None or record.rank == chosen:
+            if chosen is None or record.rank in chosen:
                 table.add(record.payload, record.timestamp)
             else:
                 left_out[record.rank] += 1
@@ -324,17 +330,24 @@ _NOT_PAYLOAD = frozenset({_EVENT, _TIMESTAMP, NOTE_KEY})
 _RFC3339 = r"^\d{4}-\d\d-\d\dT([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{6})?Z$"
 """The writer's timestamps (``iso_timestamp``), which pyarrow converts as ``_utc`` does; others
 are converted by ``_utc``."""
+_WRITTEN = r"^\d{4}-\d\d-\d\dT([01]\d|2[0-3]):[0-5]\d:[0-5]\d\.\d{6}Z$"
+"""Exactly the writer's form, microseconds included: a time converted in a part (``stamped``) is
+written back as the same text (``_texts``) where another part's times keep the event's as text."""
+_WRITTEN_BACK = "%Y-%m-%dT%H:%M:%SZ"  # pyarrow's %S writes a microsecond time's seconds as 05.123456
 
 
 class _Engine:
     """pyarrow, imported once per read: its JSON reader, and the columns built from its tables."""
 
-    __slots__ = ("json", "pa", "pc")
+    __slots__ = ("_pool", "json", "pa", "pc")
 
     def __init__(self) -> None:
         self.pa = _import("pyarrow")
         self.json = _import("pyarrow.json")
         self.pc = _import("pyarrow.compute")
+        # The parser's buffers come from malloc, which hands a freed batch's back (pyarrow's default
+        # pool, mimalloc or jemalloc, keeps them, and the process's peak grows with every batch).
+        self._pool = self.pa.system_memory_pool()
 
     def read(self, lines: list[bytes], rows: int) -> Any | None:
         """One event's lines as a table of its payload and ``timestamp``, non-finite values restored;
@@ -343,7 +356,9 @@ class _Engine:
         schema = pa.schema([(_EVENT, pa.string()), (_TIMESTAMP, pa.string())])
         try:
             table = self.json.read_json(
-                _Joined(lines), parse_options=self.json.ParseOptions(explicit_schema=schema)
+                _Joined(lines),
+                parse_options=self.json.ParseOptions(explicit_schema=schema),
+                memory_pool=self._pool,
             )
             table.validate(full=True)  # strings are UTF-8, as orjson requires
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
@@ -435,8 +450,8 @@ class _Engine:
             table = table.set_column(table.column_names.index(key), key, restored)
         return table
 
-    def of_rank(self, table: Any, chosen: int | None, left_out: Counter[int]) -> Any:
-        """The table's rows of rank ``chosen`` (every row for ``None``), the others counted in
+    def of_rank(self, table: Any, chosen: frozenset[int] | None, left_out: Counter[int]) -> Any:
+        """The table's rows of the ranks ``chosen`` (every row for ``None``), the others counted in
         ``left_out``; a row without an integer ``rank`` is rank 0, as in ``Record.rank``."""
         if chosen is None:
             return table
@@ -445,7 +460,7 @@ class _Engine:
             ranks = table.column(_RANK).fill_null(0)
         else:
             ranks = pa.repeat(0, table.num_rows)
-        kept = pc.equal(ranks, chosen)
+        kept = pc.is_in(ranks, value_set=pa.array(sorted(chosen), pa.int64()))
         if pc.all(kept).as_py() is not False:
             return table
         for other in pc.value_counts(pc.filter(ranks, pc.invert(kept))).to_pylist():
@@ -493,7 +508,22 @@ class _Engine:
                 return values
             arrays[name] = pa.nulls(len(column)) if kind == "object" else self._array(kind, column)
         arrays[_TIMESTAMP] = pa.array(values.stamps, pa.string())
-        return pa.table(arrays)
+        return self.stamped(pa.table(arrays))
+
+    def stamped(self, table: Any) -> Any:
+        """The table with its ``timestamp`` as UTC times when every one is in the writer's exact form
+        (``_WRITTEN``), so a part held until the frames are built costs 8 bytes a time, not its text."""
+        pa, pc = self.pa, self.pc
+        stamps = table.column(_TIMESTAMP)
+        if not _is_text(pa, stamps.type):
+            return table
+        if pc.all(pc.match_substring_regex(stamps, _WRITTEN)).as_py() is False:  # None: all missing
+            return table
+        try:
+            times = stamps.cast(pa.timestamp("us", "UTC"))
+        except pa.ArrowInvalid:
+            return table  # a date that doesn't exist, say: typed with the others when the frame is built
+        return table.set_column(table.column_names.index(_TIMESTAMP), _TIMESTAMP, times)
 
     def _table_columns(self, table: Any) -> list[_Column]:
         pa, pc = self.pa, self.pc
@@ -505,6 +535,9 @@ class _Engine:
             kind = _arrow_kind(pa, field.type)
             out.append((field.name, kind, column.to_pylist() if kind == "object" else column))
         stamps = table.column(_TIMESTAMP)
+        if pa.types.is_timestamp(stamps.type):  # every part's converted (``stamped``)
+            out.append((_TIMESTAMP, "datetime", stamps))
+            return out
         written = pc.all(pc.match_substring_regex(stamps, _RFC3339)) if _is_text(pa, stamps.type) else None
         if written is not None and written.as_py() is not False:  # every one the writer's (nulls aside)
             try:
@@ -519,6 +552,8 @@ class _Engine:
     def _texts(self, table: Any) -> list[Any]:
         """The ``timestamp`` of each row as ``Record.timestamp`` has it: its text, or ``None``."""
         stamps = table.column(_TIMESTAMP)
+        if self.pa.types.is_timestamp(stamps.type):  # converted from the writer's exact text: the same
+            return self.pc.strftime(stamps, format=_WRITTEN_BACK).to_pylist()  # type: ignore[no-any-return]
         return stamps.to_pylist() if _is_text(self.pa, stamps.type) else [None] * table.num_rows
 
     def _array(self, kind: _Kind, values: list[Any]) -> Any:
@@ -646,6 +681,18 @@ def _utc(text: object) -> datetime | None:
 _Build = Callable[[list[_Column]], Any]
 
 
+def _each(columns: list[_Column], make: Callable[[str, _Kind, Any], Any]) -> list[tuple[str, Any]]:
+    """Each column's name and what ``make`` makes of it, ``columns`` emptied as it goes (a column's
+    values are let go once made)."""
+    made = []
+    columns.reverse()
+    while columns:
+        name, kind, values = columns.pop()
+        made.append((name, make(name, kind, values)))
+        del values
+    return made
+
+
 def _builder(library: str) -> _Build:
     if library == "pandas":
         return _pandas_frame(_import("pandas"))
@@ -671,7 +718,7 @@ def _pandas_frame(pd: Any) -> _Build:
         return values.to_pandas()
 
     def build(columns: list[_Column]) -> Any:
-        return pd.DataFrame({name: series(kind, values) for name, kind, values in columns})
+        return pd.DataFrame(dict(_each(columns, lambda name, kind, values: series(kind, values))))
 
     return build
 
@@ -683,6 +730,6 @@ def _polars_frame(pl: Any) -> _Build:
         return pl.Series(name, values)
 
     def build(columns: list[_Column]) -> Any:
-        return pl.DataFrame([series(name, kind, values) for name, kind, values in columns])
+        return pl.DataFrame([made for _, made in _each(columns, series)])
 
     return build

@@ -10,7 +10,10 @@ are drawn in the same panel, dashed, in the run's colour (``with_eval=False`` le
 
 matplotlib is imported only here, and only its object-oriented API is used (``Figure`` rendered by the
 Agg canvas): no display, no pyplot, and the caller's matplotlib backend is left alone. Records are
-streamed; only the points themselves are kept, as arrays of doubles (16 bytes a point).
+streamed, and each line keeps a bounded number of points (``Envelope``): every point up to
+``MAX_BUCKETS``, past that each bucket's first, last, lowest and highest point and its first gap, so
+memory stays constant however many records a run holds. With ``smooth`` the EMA runs over every point
+as it is read, and its line is bounded the same way.
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ from speedtronic.runs.reader import RankChoice, RunClock, Skipped, as_number, re
 __all__ = [
     "DEFAULT_KEYS",
     "FORMATS",
+    "MAX_BUCKETS",
     "MAX_RANK_SERIES",
+    "Envelope",
     "NothingToPlot",
     "PlotResult",
     "Series",
@@ -51,37 +56,189 @@ class NothingToPlot(ValueError):
     """No run has a single point for any of the keys: no PNG is written."""
 
 
+MAX_BUCKETS = 4096
+"""Points a series keeps as given; a longer one is kept as at most this many buckets of consecutive
+points (``Envelope``): a figure a few thousand pixels wide shows no more."""
+_OPEN_POINTS = 64
+"""Points the bucket being filled holds before it is cut down to the points standing for it."""
+
+
+class Envelope:
+    """One line's points in bounded memory, as drawn.
+
+    Up to ``MAX_BUCKETS`` points are kept as given. Past that, the points are grouped in buckets of
+    ``width`` consecutive points (in record order), each kept as its first, last, lowest and highest
+    point and its first NaN (a gap), in their order: the line's first and last points, its extremes,
+    spikes and gaps survive, and the picture is the same to the eye. When there are more than
+    ``MAX_BUCKETS`` buckets, neighbours merge pairwise and ``width`` doubles, so at most
+    ``5 * MAX_BUCKETS + 64`` points are held however long the line. ``gaps`` is how many NaN values
+    each kept point stands for; ``carried`` are columns kept beside each point (``Series`` keeps its
+    EMA's state there).
+    """
+
+    __slots__ = ("_filled", "_open", "_starts", "carried", "gaps", "width", "x", "y")
+
+    def __init__(self, carried: int = 0) -> None:
+        self.x = array("d")
+        self.y = array("d")
+        self.gaps = array("q")
+        self.carried = [array("d") for _ in range(carried)]
+        self.width = 1
+        """Points given per bucket: 1 until more than ``MAX_BUCKETS`` were given."""
+        self._starts = array("q")  # where each full bucket's points begin
+        self._open = 0  # where the bucket being filled begins
+        self._filled = 0  # points given to the bucket being filled
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def add(self, x: float, y: float, *carried: float) -> None:
+        self.x.append(x)
+        self.y.append(y)
+        self.gaps.append(y != y)  # NaN
+        if carried:
+            for column, value in zip(self.carried, carried, strict=True):
+                column.append(value)
+        self._filled += 1
+        if self._filled == self.width:
+            if self.width > 1:
+                self._cut(self._open)
+            self._starts.append(self._open)
+            self._open, self._filled = len(self.x), 0
+            if len(self._starts) > MAX_BUCKETS:
+                self._merge()
+        elif len(self.x) - self._open > _OPEN_POINTS:
+            self._cut(self._open)
+
+    def rewind(self, x: float) -> int:
+        """Drop the points at ``x`` and after (the line's ``x`` only grows); how many NaN values they
+        stood for. A bucket cut in two keeps its points before ``x`` and is filled again."""
+        keep = len(self.x)
+        while keep and self.x[keep - 1] >= x:
+            keep -= 1
+        if keep == len(self.x):
+            return 0
+        dropped = sum(self.gaps[keep:])
+        for column in self._columns():
+            del column[keep:]
+        while self._starts and self._starts[-1] >= keep:
+            self._starts.pop()
+        if self._open > keep:
+            self._open = self._starts.pop() if self._starts else 0
+        self._filled = len(self.x) - self._open
+        return dropped
+
+    def _columns(self) -> list[array[Any]]:
+        return [self.x, self.y, self.gaps, *self.carried]
+
+    def _chosen(self, start: int, end: int) -> tuple[list[int], int]:
+        """The points standing for ``start:end`` (its first, last, lowest, highest and first NaN), in
+        order, and which of them is that NaN (-1: none)."""
+        y = self.y
+        low = high = gap = -1
+        for at in range(start, end):
+            value = y[at]
+            if math.isnan(value):
+                if gap < 0:
+                    gap = at
+            else:
+                if low < 0 or value < y[low]:
+                    low = at
+                if high < 0 or value > y[high]:
+                    high = at
+        return sorted({start, end - 1, *(at for at in (low, high, gap) if at >= 0)}), gap
+
+    def _kept(self, start: int, end: int) -> tuple[list[int], list[int]]:
+        """The points standing for ``start:end`` and the NaN values each stands for."""
+        chosen, gap = self._chosen(start, end)
+        total = sum(self.gaps[start:end])
+        return chosen, [total if at == gap else 0 for at in chosen]
+
+    def _cut(self, start: int) -> None:
+        """Keep, of the points from ``start`` on, those standing for them."""
+        chosen, gaps = self._kept(start, len(self.x))
+        for column in self._columns():
+            kept = [column[at] for at in chosen]
+            del column[start:]
+            column.extend(kept)
+        self.gaps[start:] = array("q", gaps)
+
+    def _merge(self) -> None:
+        """Merge neighbouring full buckets pairwise; ``width`` doubles."""
+        ends = [*self._starts[1:], self._open]
+        chosen: list[int] = []
+        gaps: list[int] = []
+        starts = array("q")
+        for pair in range(0, len(self._starts), 2):
+            starts.append(len(chosen))
+            kept, counts = self._kept(self._starts[pair], ends[min(pair + 1, len(ends) - 1)])
+            chosen += kept
+            gaps += counts
+        tail = range(self._open, len(self.x))
+        self.gaps = array("q", gaps + [self.gaps[at] for at in tail])
+        self.x, self.y, *self.carried = (
+            array("d", [column[at] for at in (*chosen, *tail)])
+            for column in (self.x, self.y, *self.carried)
+        )
+        self._starts, self._open, self.width = starts, len(chosen), self.width * 2
+
+
 @dataclass
 class Series:
-    """One key of one run: its points in record order."""
+    """One key of one run: its points in record order, bounded (``Envelope``), and with ``smooth``
+    its EMA (``ema``) over every point, bounded the same way."""
 
     run: str
     key: str
     event: str = "train_step"
     """The records the points come from."""
-    x: array[float] = field(default_factory=lambda: array("d"))
-    y: array[float] = field(default_factory=lambda: array("d"))
     non_finite: int = 0
     """Points whose value was NaN or infinite: drawn as a gap."""
     rank: int | None = None
-    """The rank drawn, with ``rank="all"`` (the series' ``run`` then says ``<run> rank <r>``)."""
+    """The rank drawn, with ``rank="all"`` or a list of ranks (the series' ``run`` then says
+    ``<run> rank <r>``)."""
+    smooth: float = 0.0
+    """The EMA's weight; 0: none."""
+    points: Envelope = field(default_factory=Envelope)
+    smoothed: Envelope = field(default_factory=lambda: Envelope(carried=2))
+    """The EMA's points, each with the EMA's state after it (its sum and the values seen)."""
+
+    @property
+    def x(self) -> array[float]:
+        return self.points.x
+
+    @property
+    def y(self) -> array[float]:
+        return self.points.y
+
+    _last: float = field(default=0.0, init=False, repr=False)  # the EMA's state: its sum ...
+    _seen: float = field(default=0.0, init=False, repr=False)  # ... and the values it has seen
 
     def rewind(self, x: float) -> None:
         """Drop the points at ``x`` and after: a restarted run records them again."""
-        keep = len(self.x)
-        while keep and self.x[keep - 1] >= x:
-            keep -= 1
-        if keep < len(self.x):
-            self.non_finite -= sum(1 for y in self.y[keep:] if math.isnan(y))
-            del self.x[keep:]
-            del self.y[keep:]
+        xs = self.points.x
+        if not xs or xs[-1] < x:
+            return  # the usual case: a step after the last one
+        self.non_finite -= self.points.rewind(x)
+        if self.smooth:
+            self.smoothed.rewind(x)
+            state = self.smoothed.carried
+            self._last, self._seen = (state[0][-1], state[1][-1]) if len(self.smoothed) else (0.0, 0.0)
 
     def add(self, x: float, y: float) -> None:
         if not math.isfinite(y):
             self.non_finite += 1
             y = math.nan
-        self.x.append(x)
-        self.y.append(y)
+        self.points.add(x, y)
+        if not self.smooth:
+            return
+        if y == y:  # not NaN: NaN leaves the EMA as it was, a gap
+            weight = self.smooth
+            self._last = last = self._last * weight + (1 - weight) * y
+            self._seen += 1
+            self.smoothed.add(x, last / (1 - weight**self._seen), last, self._seen)
+        else:
+            self.smoothed.add(x, y, self._last, self._seen)
 
 
 @dataclass
@@ -120,11 +277,13 @@ def _collect(
     x: str,
     events: Sequence[str],
     rank: RankChoice,
+    smooth: float = 0.0,
 ) -> tuple[list[Series], Skipped, int]:
-    """The run's series, one per key and event (per key, event and rank with ``rank="all"``, up to
-    ``MAX_RANK_SERIES`` ranks), read in one pass; what the read skipped, and how many more ranks had
-    points but are not drawn."""
+    """The run's series, one per key and event (per key, event and rank with ``rank="all"`` or a list
+    of ranks, up to ``MAX_RANK_SERIES`` ranks), read in one pass; what the read skipped, and how many
+    more ranks had points but are not drawn."""
     per_rank: dict[int, dict[str, list[Series]]] = {}
+    by_rank = rank == "all" or not isinstance(rank, int | str)  # every rank, or a list: a series each
     not_drawn: set[int] = set()
     skipped = Skipped()
     clock = RunClock()
@@ -135,16 +294,19 @@ def _collect(
         xv = since_start if x == "elapsed_s" else as_number(record.payload.get(x))
         if xv is None or not math.isfinite(xv):
             continue
-        key = record.rank if rank == "all" else 0
+        key = record.rank if by_rank else 0
         by_event = per_rank.get(key)
         if by_event is None:
             if len(per_rank) >= MAX_RANK_SERIES:
                 if any(as_number(record.payload.get(k)) is not None for k in keys):
                     not_drawn.add(key)
                 continue
-            name = f"{label} rank {key}" if rank == "all" else label
-            shown = key if rank == "all" else None
-            by_event = per_rank[key] = {e: [Series(name, k, e, rank=shown) for k in keys] for e in events}
+            name = f"{label} rank {key}" if by_rank else label
+            shown = key if by_rank else None
+            by_event = per_rank[key] = {
+                e: [Series(name, k, e, rank=shown, smooth=smooth if e == events[0] else 0.0) for k in keys]
+                for e in events
+            }
         series = by_event[record.event]
         for one in series:
             if x == "step":
@@ -184,7 +346,8 @@ def plot_runs(
 
     ``smooth`` (0 <= smooth < 1) is TensorBoard's smoothing weight: the smoothed line is drawn over
     the raw one, which is kept faint. Keys are plotted even when some runs lack them; a key no run has
-    gets a panel saying so. With ``rank="all"`` each rank of a run is its own series (``<run> rank <r>``,
+    gets a panel saying so. With ``rank="all"`` or a list of ranks (whose files alone are opened) each
+    rank of a run is its own series (``<run> rank <r>``,
     in the legend), up to ``MAX_RANK_SERIES`` ranks per run; the rest are counted in
     ``PlotResult.ranks_not_drawn`` and named in a note on the figure. With ``event="train_step"`` and
     ``with_eval``, the ``eval`` records' values of the same keys are drawn dashed beside each run's
@@ -217,7 +380,7 @@ def plot_runs(
     not_drawn: dict[str, int] = {}
     events = [event, "eval"] if with_eval and event == "train_step" else [event]
     for run, name in zip(runs, names, strict=True):
-        run_series, skipped[name], more = _collect(run, name, keys, x, events, rank)
+        run_series, skipped[name], more = _collect(run, name, keys, x, events, rank, smooth)
         series += run_series
         if more:
             not_drawn[name] = more
@@ -264,7 +427,7 @@ def _panel(
             ax.plot(one.x, one.y, linewidth=1.5, linestyle="--", label=f"{one.run} (eval)", **style)
         elif smooth:
             ax.plot(one.x, one.y, alpha=0.25, linewidth=1, color=style["color"])
-            ax.plot(one.x, ema(one.y, smooth), linewidth=1.5, label=one.run, **style)
+            ax.plot(one.smoothed.x, one.smoothed.y, linewidth=1.5, label=one.run, **style)
         else:
             ax.plot(one.x, one.y, linewidth=1.5, label=one.run, **style)
     if log_y:

@@ -28,8 +28,8 @@ longer than ``MAX_LINE_BYTES`` (a file without newlines, a corrupt tail) is skip
 without ever being held whole.
 
 A run directory's per-rank files are picked by name: ``<stem>.rank<r>.jsonl`` holds rank ``r``'s
-records, and ``<stem>.jsonl`` rank 0's when such siblings exist. Reading one rank opens only its
-files (and any file whose name says no rank); the others are counted, not read.
+records, and ``<stem>.jsonl`` rank 0's when such siblings exist. Reading one rank, or a list of
+them, opens only their files (and any file whose name says no rank); the others are counted, not read.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import math
 import os
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
@@ -69,8 +69,9 @@ __all__ = [
 RATE_SUFFIX = "_per_s"
 """A numeric payload key ending in this is a throughput rate (``samples_per_s``, ``tokens_per_s``)."""
 
-RankChoice = int | Literal["first", "all"]
-"""Which rank's records to read: one rank, the rank of the first record (default), or every rank."""
+RankChoice = int | Sequence[int] | Literal["first", "all"]
+"""Which ranks' records to read: one rank, several (a list of ranks), the rank of the first record
+(default), or every rank. A rank is an integer >= 0."""
 
 MAX_LINE_BYTES = 16 * 1024 * 1024
 """Longest line read (16 MiB, newline excluded): a longer one is skipped and counted, never held whole.
@@ -315,10 +316,12 @@ def read_records(
     The path is resolved now (``RunError`` for one that can't be read); files are opened as the
     iterator reaches them, and an I/O error there is a ``RunError`` too. Lines that can't be used
     (longer than ``max_line_bytes`` included), and records of ranks other than ``rank``, go into
-    ``skipped``; a file whose name says it holds another rank (``file_rank``) is not opened.
+    ``skipped``; a file whose name says it holds another rank (``file_rank``) is not opened. A
+    ``rank`` that isn't a ``RankChoice`` is a ``ValueError`` now, before anything is read.
     """
     files = run_files(path)
-    return _records(files, skipped if skipped is not None else Skipped(), rank, max_line_bytes)
+    skipped = skipped if skipped is not None else Skipped()
+    return _records(files, skipped, RankFilter(files, rank, skipped), max_line_bytes)
 
 
 class RankFilter:
@@ -326,44 +329,60 @@ class RankFilter:
 
     ``opens`` says whether to read a file (one whose name says another rank is counted in ``skipped``
     instead); ``keeps`` whether to take a record of a rank, counting the others. Under ``"first"`` the
-    first record read chooses the rank (``choose``); ``chosen`` is ``None`` until then, and always
-    under ``"all"``.
+    first record read chooses the rank (``choose``); ``chosen`` (the ranks taken) is ``None`` until
+    then, and always under ``"all"``. Raises ``ValueError`` naming ``rank`` for a value that is none of
+    ``RankChoice``'s.
     """
 
     __slots__ = ("_named", "_skipped", "chosen", "every")
 
     def __init__(self, files: list[Path], rank: RankChoice, skipped: Skipped) -> None:
+        self.chosen: frozenset[int] | None = _ranks_named(rank)
         self.every = rank == "all"
-        self.chosen: int | None = rank if isinstance(rank, int) else None
         self._named = {source: file_rank(source, files) for source in files} if not self.every else {}
         self._skipped = skipped
 
     def opens(self, source: Path) -> bool:
         by_name = self._named.get(source)
-        if self.chosen is not None and by_name is not None and by_name != self.chosen:
+        if self.chosen is not None and by_name is not None and by_name not in self.chosen:
             self._skipped.other_rank_files[by_name] += 1
             return False
         return True
 
-    def choose(self, first: int) -> int | None:
-        """The rank taken (``None``: every rank); under ``"first"``, ``first`` when none is chosen yet."""
+    def choose(self, first: int) -> frozenset[int] | None:
+        """The ranks taken (``None``: every rank); under ``"first"``, ``first`` when none is chosen yet."""
         if self.chosen is None and not self.every:
-            self.chosen = first
+            self.chosen = frozenset((first,))
         return self.chosen
 
     def keeps(self, rank: int) -> bool:
         """Whether a record of ``rank`` is taken; one that is not is counted as left out."""
-        if rank == self.chosen or self.every:
+        if self.every or (self.chosen is not None and rank in self.chosen):
             return True
         if self.chosen is None:  # under "first", the first record read chooses
-            self.chosen = rank
+            self.chosen = frozenset((rank,))
             return True
         self._skipped.other_ranks[rank] += 1
         return False
 
 
-def _records(files: list[Path], skipped: Skipped, rank: RankChoice, limit: int) -> Iterator[Record]:
-    ranks = RankFilter(files, rank, skipped)
+def _ranks_named(rank: object) -> frozenset[int] | None:
+    """The ranks ``rank`` names (``None`` for ``"first"`` and ``"all"``); ``ValueError`` for a value
+    that isn't a ``RankChoice``."""
+    if rank == "first" or rank == "all":
+        return None
+    if type(rank) is int and rank >= 0:
+        return frozenset((rank,))
+    if isinstance(rank, Sequence | set | frozenset) and not isinstance(rank, str | bytes):
+        ranks = list(rank)
+        if ranks and all(type(one) is int and one >= 0 for one in ranks):
+            return frozenset(ranks)
+    raise ValueError(
+        f"rank: expected a rank (an integer >= 0), a non-empty list of ranks, 'first' or 'all'; got {rank!r}"
+    )
+
+
+def _records(files: list[Path], skipped: Skipped, ranks: RankFilter, limit: int) -> Iterator[Record]:
     for source in files:
         if ranks.opens(source):
             for record in file_records(source, skipped, limit):

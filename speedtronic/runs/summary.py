@@ -440,13 +440,13 @@ def available_workers() -> int:
 
 class _Piece(NamedTuple):
     """The lines of ``source`` from byte ``start`` (line ``first_line``) to ``stop`` (``None``: the end),
-    and the rank read there (``None``: every rank)."""
+    and the ranks read there (``None``: every rank)."""
 
     source: Path
     start: int
     stop: int | None
     first_line: int
-    rank: int | None
+    rank: frozenset[int] | None
 
 
 def _pieces(files: list[Path], rank: RankChoice, skipped: Skipped) -> Iterator[_Piece]:
@@ -493,7 +493,7 @@ def _summarize_piece(piece: _Piece) -> tuple[_Piece, RunSummary]:
     pieces before it (its records of any rank, its segments' times; ``_starts`` counts the
     ``train_start`` records of every rank, as the reader numbers segments)."""
     part = RunSummary(str(piece.source))
-    ranks = RankFilter([], "all" if piece.rank is None else piece.rank, part.skipped)
+    ranks = RankFilter([], "all" if piece.rank is None else sorted(piece.rank), part.skipped)
     keeps, add = ranks.keeps, part.add
     for record in file_records(piece.source, part.skipped, span=(piece.start, piece.stop, piece.first_line)):
         part._read += 1

@@ -119,6 +119,30 @@ class TestEngine:
         evals = read_frames(path, library="pandas")["eval"]
         assert str(evals["late"].dtype) == "Int64"
 
+    @pytest.mark.parametrize("other", ["yesterday", "2026-01-01T13:00:00+00:00"])
+    def test_times_converted_in_one_part_and_not_another(self, tmp_path: Path, other: str) -> None:
+        """A file whose times are the writer's (converted as it is read) beside one whose aren't: the
+        event's times are text, each as written, when one can't be read as a time; times otherwise."""
+        run = tmp_path / "run"
+        first = written(run / "a.jsonl", steps())
+        lines = first.read_text().splitlines(keepends=True)
+        (run / "b.jsonl").write_text(
+            "".join(line.replace('"timestamp":"', f'"timestamp":"{other}","was":"') for line in lines)
+        )
+        converted = [part.schema.field("timestamp").type for part in parts(first)["train_step"]]
+        assert converted == [pa.timestamp("us", "UTC")] * len(converted)  # the first file's, as read
+        texts = [record.timestamp for record in read_records(run) if record.event == "train_step"]
+        assert texts[-1] == other
+        for library in ("polars", "pandas"):
+            frame = read_frames(run, library=library)["train_step"]
+            got = list(frame["timestamp"])
+            if other == "yesterday":
+                assert got == texts
+            else:
+                assert [stamp.isoformat() for stamp in got] == [
+                    datetime.fromisoformat(text.replace("Z", "+00:00")).isoformat() for text in texts
+                ]
+
     def test_types_are_each_events_own(self, tmp_path: Path) -> None:
         """A key written as an integer in one event and as a whole float in another: int64 in the
         first, float64 in the second (a reader typing the whole file makes both float)."""
@@ -248,7 +272,7 @@ class TestRanks:
         write_run(run / "metrics.rank2.jsonl", steps(rank=2, extra=True))
         return run
 
-    @pytest.mark.parametrize("rank", ["first", 0, 1, 2, "all"])
+    @pytest.mark.parametrize("rank", ["first", 0, 1, 2, "all", [0, 2], (2, 1)])
     def test_rank_choice(self, run: Path, rank: RankChoice) -> None:
         """The rows and the records and files left out are read_records'."""
         assert_reads(run, "train_step", rank=rank)
