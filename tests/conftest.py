@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Give the children the Ctrl-C a terminal gives. A suite started in the background (``&`` in a
+    script, some CI runners) inherits SIGINT ignored, and so would every child it starts: the tests
+    that press Ctrl-C on a child would wait for it forever. A caught signal is reset to its default
+    on ``exec``, and Python then turns SIGINT into ``KeyboardInterrupt``, as in a terminal."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

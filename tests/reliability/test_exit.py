@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import signal
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from tests.reliability.conftest import popen, python, read_records
 
@@ -45,9 +48,22 @@ def interrupt(out: Path, signum: int, setup: str = "") -> tuple[int, int]:
     for _ in range(20):
         child.stdout.readline()
     child.send_signal(signum)
-    rest, _ = child.communicate(timeout=20)
+    rest = finish(child, signum)
     printed = rest.split()
     return child.returncode, int(printed[-1]) if printed else 19
+
+
+def finish(child: subprocess.Popen[str], signum: int) -> str:
+    """The child's stdout once it has ended; a child still running a minute after the signal is a
+    failure that says how far it got and what it printed on stderr."""
+    try:
+        return child.communicate(timeout=60)[0]
+    except subprocess.TimeoutExpired:
+        child.kill()
+        rest, errors = child.communicate()
+        pytest.fail(
+            f"still running 60 s after signal {signum}, at step {rest.split()[-1:]}; stderr: {errors[-3000:]}"
+        )
 
 
 def closed_count(out: Path) -> int | None:
@@ -109,7 +125,7 @@ class TestExit:
         assert child.stdout is not None
         child.stdout.readline()
         child.send_signal(signal.SIGTERM)
-        child.communicate(timeout=20)
+        finish(child, signal.SIGTERM)
         assert child.returncode == 3
         assert (tmp_path / "previous").read_text() == "True"  # it ran, and after the close
 
