@@ -184,17 +184,34 @@ class HookFailures:
                     HookFailureWarning,
                 )
         if self._strict:
-            raise HookError(f"hook {name!r} failed {_when(during)}: {text}") from error
+            self._raise(name, error, during, text)
+
+    def _raise(self, name: str, error: Exception, during: str | None, text: str) -> None:
+        """Raise ``HookError`` for a strict logger, from ``error`` only when nothing in its printed
+        traceback needed hiding: a chained exception prints its own message (and its causes') again,
+        unredacted. Otherwise its redacted traceback is the ``HookError``'s message's end."""
+        message = f"hook {name!r} failed {_when(during)}: {text}"
+        if self._redact is None:
+            raise HookError(message) from error
+        printed = _format_traceback(error)
+        shown = self._hidden(printed)
+        if shown == printed:
+            raise HookError(message) from error
+        raise HookError(f"{message}\n{shown}") from None  # the chained error would print the secret
 
     def _hidden(self, text: str) -> str:
-        """``text`` redacted, and cut to what a warning or a record keeps first: its start and end,
-        each with ``_MARGIN`` more characters redacted with it, so a secret that crosses the cut is
-        still seen whole (one shorter than the margin: every credential ``redact_text`` knows). So a
-        10 MB message costs what a 40 kB one does."""
-        if len(text) > MAX_WARNING_BYTES + 2 * _MARGIN:
-            head, tail = text[: MAX_WARNING_BYTES + _MARGIN], text[-(_MARGIN + 200) :]
-            text = f"{head} <truncated: {len(text) - len(head) - len(tail):,} chars> {tail}"
-        return self._redact(text) if self._redact is not None else text
+        """``text`` redacted, and cut to what a warning or a record keeps first: its start and end.
+        A long text is redacted in two windows, each ``_MARGIN`` characters wider than what is kept
+        of it, and the margin is dropped after redaction: a secret crossing a window's edge (one
+        shorter than the margin: every credential ``redact_text`` knows) is redacted whole or not
+        kept at all. So a 10 MB message costs what a 40 kB one does."""
+        if len(text) <= MAX_WARNING_BYTES + _TAIL + 2 * _MARGIN:
+            return self._redact(text) if self._redact is not None else text
+        head, tail = text[: MAX_WARNING_BYTES + _MARGIN], text[-(_TAIL + _MARGIN) :]
+        if self._redact is not None:
+            head, tail = self._redact(head), self._redact(tail)
+        head, tail = head[:-_MARGIN], tail[_MARGIN:]
+        return f"{head} <truncated: {len(text) - MAX_WARNING_BYTES - _TAIL:,} chars> {tail}"
 
     def _name_of(self, hook: object) -> str:
         known = self._names.get(id(hook))
@@ -209,7 +226,8 @@ class HookFailures:
         return name
 
 
-_MARGIN = 4096  # characters redacted past each cut of a long failure text
+_MARGIN = 4096  # characters redacted past each cut of a long failure text, then dropped
+_TAIL = 200  # characters kept from a long failure text's end
 
 
 def _when(during: str | None) -> str:
