@@ -201,16 +201,18 @@ class HookFailures:
 
     def _hidden(self, text: str) -> str:
         """``text`` redacted, and cut to what a warning or a record keeps first: its start and end.
-        A long text is redacted in two windows, each ``_MARGIN`` characters wider than what is kept
-        of it, and the margin is dropped after redaction: a secret crossing a window's edge (one
-        shorter than the margin: every credential ``redact_text`` knows) is redacted whole or not
-        kept at all. So a 10 MB message costs what a 40 kB one does."""
-        if len(text) <= MAX_WARNING_BYTES + _TAIL + 2 * _MARGIN:
+        A long text is redacted in two windows, each ``2 * _MARGIN`` characters wider than what is
+        kept of it; of each, at least the ``_MARGIN`` characters at its cut edge are dropped after
+        redaction, so a secret crossing that edge (one shorter than the margin: every credential
+        ``redact_text`` knows) is redacted whole or not kept at all. So a 10 MB message costs what
+        a 50 kB one does."""
+        if len(text) <= MAX_WARNING_BYTES + _TAIL + 4 * _MARGIN:
             return self._redact(text) if self._redact is not None else text
-        head, tail = text[: MAX_WARNING_BYTES + _MARGIN], text[-(_TAIL + _MARGIN) :]
+        head, tail = text[: MAX_WARNING_BYTES + 2 * _MARGIN], text[-(_TAIL + 2 * _MARGIN) :]
         if self._redact is not None:
             head, tail = self._redact(head), self._redact(tail)
-        head, tail = head[:-_MARGIN], tail[_MARGIN:]
+        head = head[: min(MAX_WARNING_BYTES, len(head) - _MARGIN)]
+        tail = tail[max(len(tail) - _TAIL, _MARGIN) :]
         return f"{head} <truncated: {len(text) - MAX_WARNING_BYTES - _TAIL:,} chars> {tail}"
 
     def _name_of(self, hook: object) -> str:
