@@ -3,6 +3,7 @@
 A chain is structlog processors, in this order (``docs/processors.md`` describes each)::
 
     cadence     CadenceFilter                    drops a train_step off the cadence
+    reserved    RenameReserved                   a payload's reserved keys renamed (payload_<key>)
     enrichment  ConvertValues, [Redact],         plain values, secrets hidden, elapsed_s,
                 AddElapsed, AddMemory,           memory_bytes, rank/world_size (several
                 [AddRank], AddTimestamp          processes), the record's one timestamp
@@ -10,11 +11,13 @@ A chain is structlog processors, in this order (``docs/processors.md`` describes
     outputs     WriteLines(text), WriteLines(jsonl)  the text line, the JSONL record
     dispatch    DispatchHooks                    the hooks; raises DropEvent (final stage)
 
-``Chain.processors`` is that list, for any stock structlog chain
-(``structlog.wrap_logger(structlog.ReturnLogger(), processors=chain.processors)``). ``MetricLogger``
-holds its ``Chain`` and reaches each part by name. It asks ``chain.cadence`` before it builds an event
-dict, then ``chain.run`` runs the rest, as structlog runs a chain: each stage called with
-``(logger, method_name, event_dict)`` in turn, until the last or a ``structlog.DropEvent``.
+``build_chain`` is the one way to build it, and ``build_processors`` its list of stages
+(``Chain.processors``) for any stock structlog chain
+(``structlog.wrap_logger(structlog.ReturnLogger(), processors=build_processors(text=print))``).
+``MetricLogger`` holds its ``Chain`` and reaches each part by name. It asks ``chain.cadence``
+before it builds an event dict (``event_fields``, as ``chain.reserved`` would), then ``chain.run``
+runs the rest, as structlog runs a chain: each stage called with ``(logger, method_name,
+event_dict)`` in turn, until the last or a ``structlog.DropEvent``.
 ``chain.run_own`` runs a record of the logger's own (``hook_error``, ``logging_error``, a gap note)
 through the same stages to the outputs it names, and to no hook.
 
@@ -49,15 +52,17 @@ from speedtronic.processors import (
     WriteLines,
 )
 from speedtronic.processors.text import DEFAULT_FLOAT_DIGITS
+from speedtronic.record import RenameReserved
 
-__all__ = ["Chain", "Stages", "build_chain", "build_processors", "prepare"]
+__all__ = ["Chain", "build_chain", "build_processors"]
 
 _T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
 class Chain:
-    """A ``MetricLogger``'s stages by name; ``processors`` lists them in order."""
+    """A ``MetricLogger``'s stages by name, as ``build_chain`` assembles them; ``processors`` lists
+    them in order."""
 
     cadence: CadenceFilter
     enrichment: tuple[Processor, ...]
@@ -67,6 +72,9 @@ class Chain:
     text: WriteLines | None
     json: WriteLines | None
     dispatch: DispatchHooks
+    reserved: RenameReserved = field(default_factory=RenameReserved)
+    """The payload's reserved keys renamed: in ``processors`` only (``emit`` builds its event dict
+    with ``event_fields``, which does the same)."""
     _to_outputs: tuple[Processor, ...] = field(init=False, repr=False, compare=False)
     _logger: Any = field(init=False, repr=False, compare=False)
 
@@ -83,35 +91,39 @@ class Chain:
     @property
     def processors(self) -> list[Processor]:
         """Every stage, in order: a list for any structlog chain."""
-        return [self.cadence, *self._to_outputs, self.dispatch]
+        return [self.cadence, self.reserved, *self._to_outputs, self.dispatch]
 
     def run(self, method_name: str, event_dict: EventDict) -> None:
-        """Run an event that passed the cadence through every later stage, to the outputs and hooks."""
-        logger = self._logger
-        try:
-            for stage in self._to_outputs:
-                event_dict = stage(logger, method_name, event_dict)  # type: ignore[assignment]  # dicts
-        except structlog.DropEvent:  # a stage of the user's dropped it
-            return
-        self.dispatch.deliver(method_name, event_dict)  # the last stage, without its DropEvent
+        """Run an event that passed the cadence, its fields from ``event_fields``, through every
+        later stage, to the outputs and hooks."""
+        passed = self._through(self._to_outputs, method_name, event_dict)
+        if passed is not None:
+            self.dispatch.deliver(method_name, passed)  # the last stage, without its DropEvent
 
     def run_own(self, method_name: str, event_dict: EventDict, outputs: Sequence[WriteLines]) -> bool:
         """Run a record of the logger's own through the stages to ``outputs`` only (never to a hook);
         whether it reached them (``False``: a stage before them dropped it)."""
+        stages: tuple[Processor, ...] = (*self.enrichment, *self.extra, *outputs)
+        return self._through(stages, method_name, event_dict) is not None
+
+    def _through(
+        self, stages: tuple[Processor, ...], method_name: str, event_dict: EventDict
+    ) -> EventDict | None:
+        """``event_dict`` after ``stages``, called in turn as structlog calls them; ``None`` when one
+        dropped it (``structlog.DropEvent``: a stage of the user's)."""
         logger = self._logger
         try:
-            stages: tuple[Processor, ...] = (*self.enrichment, *self.extra, *outputs)
             for stage in stages:
-                event_dict = stage(logger, method_name, event_dict)  # type: ignore[assignment]  # dicts until the last
+                event_dict = stage(logger, method_name, event_dict)  # type: ignore[assignment]  # dicts
         except structlog.DropEvent:
-            return False
-        return True
+            return None
+        return event_dict
 
 
 @dataclass(frozen=True)
-class Stages:
+class _Stages:
     """A chain's stages that write nothing, built and checked before any file is opened
-    (``prepare``); ``chain`` assembles them with the outputs' writers and the hooks."""
+    (``_prepare``); ``chain`` assembles them with the outputs' writers and the hooks."""
 
     cadence: CadenceFilter
     enrichment: tuple[Processor, ...]
@@ -140,7 +152,7 @@ class Stages:
         )
 
 
-def prepare(
+def _prepare(
     *,
     every_steps: int = 1,
     redact: bool | Iterable[str] = True,
@@ -153,10 +165,11 @@ def prepare(
     float_digits: int | None = DEFAULT_FLOAT_DIGITS,
     local_time: bool = False,
     caller: str = "build_chain",
-) -> Stages:
+) -> _Stages:
     """The stages for these options, each option checked by the stage it configures; an error names
     ``caller`` and says what was expected. ``rank`` adds ``rank``/``world_size`` when the job has more
-    than one process."""
+    than one process. ``MetricLogger`` calls it before it opens a file, and assembles the chain once
+    they are open."""
     cadence = _checked(caller, lambda: CadenceFilter(every_steps))
     enrichment: list[Processor] = [ConvertValues()]
     if redact is not False:
@@ -181,7 +194,7 @@ def prepare(
     json_renderer = _checked(
         caller, lambda: JSONLRenderer(clock, as_bytes=True, max_line_bytes=max_line_bytes)
     )
-    return Stages(cadence, tuple(enrichment), extra, text_renderer, json_renderer, text_level)
+    return _Stages(cadence, tuple(enrichment), extra, text_renderer, json_renderer, text_level)
 
 
 def build_chain(
@@ -192,12 +205,13 @@ def build_chain(
     on_hook_error: Callable[[object, Exception, str | None], None] | None = None,
     **options: Any,
 ) -> Chain:
-    """A ``MetricLogger``'s chain: ``prepare(**options).chain(text=, json=, hooks=, on_hook_error=)``.
+    """A ``MetricLogger``'s chain, for these options (``MetricLogger``'s, from ``every_steps`` to
+    ``local_time``, and ``text_level``), each checked by the stage it configures.
 
     ``text`` and ``json`` receive each rendered line (a ``str`` at or above ``text_level``, and
     ``bytes``); either may be left out. ``hooks`` (a list read at each event) get every kept event.
     """
-    return prepare(**options).chain(text=text, json=json, hooks=hooks, on_hook_error=on_hook_error)
+    return _prepare(**options).chain(text=text, json=json, hooks=hooks, on_hook_error=on_hook_error)
 
 
 def build_processors(**options: Any) -> list[Processor]:

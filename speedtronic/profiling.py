@@ -28,7 +28,7 @@ from typing import IO, Any
 from structlog.typing import Processor
 
 from speedtronic import _exit_and_fork
-from speedtronic.chain import Chain, build_processors, prepare
+from speedtronic.chain import Chain, _prepare, build_processors
 from speedtronic.distributed import RankInfo, detect_rank, is_lead
 from speedtronic.errors import (
     EventPayloadError,
@@ -140,7 +140,7 @@ class MetricLogger:
         self.rank = rank if rank is not None else detect_rank()
         self.is_lead = is_lead(self.rank, lead_rank)
         """Whether this process writes the text log and calls the hooks."""
-        stages = prepare(
+        stages = _prepare(
             every_steps=every_steps,
             redact=redact,
             device=device,

@@ -31,6 +31,8 @@ from collections.abc import Container, Mapping
 from pathlib import Path
 from typing import Any
 
+from structlog.typing import EventDict, WrappedLogger
+
 __all__ = [
     "NON_FINITE_KINDS",
     "NOTE_KEY",
@@ -39,6 +41,7 @@ __all__ = [
     "ORIGIN_USER",
     "RECORD_PREFIX",
     "RESERVED_KEYS",
+    "RenameReserved",
     "empty_note",
     "event_fields",
     "free_name",
@@ -235,6 +238,24 @@ def event_fields(payload: Mapping[Any, Any], key_text: Any = str) -> dict[str, A
     if converted:
         out[NOTE_KEY] = {"converted": converted}
     return out
+
+
+class RenameReserved:
+    """A structlog processor: an event dict's keys as a record's fields (``event_fields``), its
+    ``event`` kept first. A chain's first stage after the cadence, so that in any stock structlog
+    chain (``speedtronic.chain.build_processors``) a payload can't set the record's time, its note or
+    whose record it is: ``log.info("x", _speedtronic={"origin": "speedtronic"})`` keeps its key as
+    ``payload__speedtronic`` and still reaches the hooks. ``MetricLogger.emit`` builds its event dict
+    with ``event_fields`` itself, so its chain runs this stage only in a stock chain."""
+
+    __slots__ = ()
+
+    def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+        if "event" not in event_dict:
+            return event_fields(event_dict)
+        fields = dict(event_dict)
+        event = fields.pop("event")
+        return {"event": event, **event_fields(fields)}
 
 
 # -- files ----------------------------------------------------------------------------------------

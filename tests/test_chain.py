@@ -55,6 +55,24 @@ class TestCadenceIsAStage:
             ("train_step", 10, "2026-01-01T12:00:00.250000Z")
         ]
 
+    def test_a_stock_chain_keeps_the_reserved_keys_rule(self) -> None:
+        """In a stock chain from build_processors, a payload's _speedtronic can't pass for the
+        logger's own record (the hooks still get the event), nor its timestamp for the record's."""
+        lines: list[bytes] = []
+        seen: list[tuple[str, dict[str, Any]]] = []
+        stages = build_processors(
+            json=lines.append, hooks=[lambda e, p: seen.append((e, p))], clock=lambda: FIXED
+        )
+        log = structlog.wrap_logger(structlog.ReturnLogger(), processors=stages)
+        log.info("hook_error", _speedtronic={"origin": "speedtronic"}, timestamp="1999", loss=0.5)
+        assert seen == [("hook_error", {
+            "payload__speedtronic": {"origin": "speedtronic"}, "payload_timestamp": "1999", "loss": 0.5,
+            "elapsed_s": seen[0][1]["elapsed_s"], "timestamp": "2026-01-01T12:00:00.250000Z",
+        })]  # fmt: skip
+        (record,) = [json.loads(line) for line in lines]
+        assert record["_speedtronic"]["origin"] == "user"
+        assert (record["event"], record["timestamp"]) == ("hook_error", "2026-01-01T12:00:00.250000Z")
+
     def test_bad_arguments_name_the_caller_and_argument(self) -> None:
         """build_processors' checks name the argument, and MetricLogger's name the logger."""
         with pytest.raises(ValueError, match=r"build_processors: every_steps must be an int >= 1"):
@@ -259,8 +277,8 @@ class TestChainParts:
             chain = logger.chain
             assert chain.cadence.every_steps == 3
             assert chain.outputs == (chain.text, chain.json)
-            assert chain.processors == [chain.cadence, *chain.enrichment, *chain.extra, *chain.outputs,
-                                        chain.dispatch]  # fmt: skip
+            assert chain.processors == [chain.cadence, chain.reserved, *chain.enrichment, *chain.extra,
+                                        *chain.outputs, chain.dispatch]  # fmt: skip
             assert list(logger.processors) == chain.processors
 
     def test_a_users_dispatch_stage_is_not_the_loggers(self) -> None:

@@ -6,11 +6,10 @@ doesn't own. ``speedtronic.chain.build_chain`` puts them in ``MetricLogger``'s o
 checked by a test, in ``docs/processors.md``).
 
 One module per concern: ``cadence``, ``convert``, ``redact``, ``enrich``, ``text`` and ``render``,
-``output``, ``validate``. The chain's final stage, ``DispatchHooks``, belongs to the hook contract:
-``speedtronic.hooks``.
+``output``, ``validate``; ``RenameReserved`` is the record contract's (``speedtronic.record``).
+The chain's final stage, ``DispatchHooks``, belongs to the hook contract: ``speedtronic.hooks``.
 """
 
-from speedtronic.events import EVENT_LEVELS, level_for
 from speedtronic.processors.cadence import CadenceFilter, step_number
 from speedtronic.processors.convert import ConvertValues
 from speedtronic.processors.enrich import AddElapsed, AddMemory, AddRank, AddTimestamp
@@ -18,10 +17,10 @@ from speedtronic.processors.output import WriteLines
 from speedtronic.processors.redact import REDACTED, Redact, is_secret_key, redact_text
 from speedtronic.processors.render import DEFAULT_MAX_LINE_BYTES, CapLine, JSONLRenderer, TextRenderer
 from speedtronic.processors.validate import ValidatePayloads
+from speedtronic.record import RenameReserved
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
-    "EVENT_LEVELS",
     "REDACTED",
     "AddElapsed",
     "AddMemory",
@@ -32,11 +31,11 @@ __all__ = [
     "ConvertValues",
     "JSONLRenderer",
     "Redact",
+    "RenameReserved",
     "TextRenderer",
     "ValidatePayloads",
     "WriteLines",
     "is_secret_key",
-    "level_for",
     "redact_text",
     "step_number",
 ]

@@ -1,6 +1,6 @@
 """``summarize_run``: one pass over a run, in constant memory, into a ``RunSummary``.
 
-What counts as trouble comes from ``speedtronic.processors.EVENT_LEVELS``, the same table that sets
+What counts as trouble comes from ``speedtronic.events.EVENT_LEVELS``, the same table that sets
 the text log's levels, so a new warning event is summarised without a change here. Throughput rates
 are the numeric ``train_step`` keys ending in ``_per_s`` (``speedtronic.runs.RATE_SUFFIX``).
 

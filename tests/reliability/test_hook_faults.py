@@ -197,7 +197,7 @@ class TestHugeMessages:
         records cut it is still seen whole: the report says [REDACTED], and no character of the key
         reaches a warning or the JSONL."""
         key = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6"
-        where = MAX_WARNING_BYTES - 40  # after "ValueError: ", the key starts before the cut and ends after it
+        where = MAX_WARNING_BYTES - 40  # after "ValueError: ", the key crosses the cut
 
         def leaks(event: str, payload: dict[str, Any]) -> None:
             raise ValueError("x" * where + " " + key + " " + "y" * 1_000_000)

@@ -10,7 +10,7 @@ import yaml
 
 from speedtronic import runtime
 from speedtronic.events import PAYLOADS, Event
-from speedtronic.processors import level_for
+from speedtronic.events import level_for
 from speedtronic.training.config import default_values, markdown_table
 
 ROOT = Path(__file__).resolve().parents[2]
