@@ -9,8 +9,7 @@ from typing import Any
 import yaml
 
 from speedtronic import runtime
-from speedtronic.events import PAYLOADS, Event
-from speedtronic.events import level_for
+from speedtronic.events import PAYLOADS, Event, level_for
 from speedtronic.training.config import default_values, markdown_table
 
 ROOT = Path(__file__).resolve().parents[2]
