@@ -138,6 +138,7 @@ class MetricLogger:
         if file is not None and stream is not None:
             raise ValueError("MetricLogger: pass either file= or stream= for the text log, not both")
         self.rank = rank if rank is not None else detect_rank()
+        _check_ranks(self.rank, lead_rank)
         self.is_lead = is_lead(self.rank, lead_rank)
         """Whether this process writes the text log and calls the hooks."""
         stages = _prepare(
@@ -520,6 +521,24 @@ class _Acquired:
     def __exit__(self, *exc: object) -> None:
         if self._acquired:
             self._lock.release()
+
+
+def _check_ranks(rank: Any, lead_rank: Any) -> None:
+    """``TypeError``/``ValueError`` naming the argument unless ``rank`` is a ``RankInfo`` of ints
+    (``0 <= rank < world_size``) and ``lead_rank`` an int >= 0 or ``None``: a rank read from the
+    environment (``"0"``) would match no process and silently turn off the text log and the hooks."""
+    if not isinstance(rank, RankInfo):
+        raise TypeError(f"MetricLogger(rank=...): expected a speedtronic.distributed.RankInfo, got {rank!r}")
+    numbers = (rank.rank, rank.world_size)
+    if any(type(n) is not int for n in numbers) or not 0 <= rank.rank < rank.world_size:
+        raise ValueError(
+            f"MetricLogger(rank={rank!r}): rank and world_size must be ints, 0 <= rank < world_size"
+        )
+    if lead_rank is not None and (type(lead_rank) is not int or lead_rank < 0):
+        raise ValueError(
+            f"MetricLogger(lead_rank={lead_rank!r}): expected an int >= 0 or None "
+            "(a rank read from the environment is a string: pass int(...))"
+        )
 
 
 def _unique(hooks: Iterable[Any]) -> list[Any]:

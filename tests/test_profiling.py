@@ -519,6 +519,33 @@ class TestBadArguments:
             assert list(logger.hooks) == []
 
 
+    def test_a_hook_name_points_to_build_hook(self) -> None:
+        """hooks=["wandb"] says how to build a hook from its name, at construction and at append."""
+        build_hook = r"'wandb' is a name.*speedtronic\.hooks\.build_hook\('wandb', \.\.\.\)"
+        with pytest.raises(TypeError, match=build_hook):
+            MetricLogger(stream=io.StringIO(), hooks=["wandb"])
+        with MetricLogger(stream=io.StringIO()) as logger, pytest.raises(TypeError, match="build_hook"):
+            logger.hooks.append("tensorboard")
+
+    @pytest.mark.parametrize("lead_rank", ["0", -1, True, 0.0])
+    def test_a_lead_rank_that_is_no_rank_is_refused(self, lead_rank: Any, tmp_path: Path) -> None:
+        """lead_rank="0" (read from the environment) would silently turn off the text log and the
+        hooks: it is refused in one line naming the argument, before any file is opened."""
+        with pytest.raises(ValueError, match=r"^MetricLogger\(lead_rank=.*\): expected an int >= 0 or None"):
+            MetricLogger(file=tmp_path / "t.log", lead_rank=lead_rank)
+        assert list(tmp_path.iterdir()) == []
+
+    def test_a_rank_that_is_no_rank_info_is_refused(self) -> None:
+        """rank= takes a RankInfo of ints with 0 <= rank < world_size."""
+        from speedtronic.distributed import RankInfo
+
+        with pytest.raises(TypeError, match=r"MetricLogger\(rank=\.\.\.\): expected a speedtronic"):
+            MetricLogger(stream=io.StringIO(), rank=0)  # type: ignore[arg-type]  # the mistake tested
+        for bad in (RankInfo("1", 2), RankInfo(2, 2), RankInfo(-1, 2)):  # type: ignore[arg-type]  # ditto
+            with pytest.raises(ValueError, match=r"0 <= rank < world_size"):
+                MetricLogger(stream=io.StringIO(), rank=bad)
+
+
 class TestArgumentsCheckedBeforeFilesOpen:
     def test_a_device_torch_refuses_fails_at_construction(self, tmp_path: Path) -> None:
         """device="gpu" is a ValueError naming the argument, not an event lost at every emit."""

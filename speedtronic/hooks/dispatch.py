@@ -64,6 +64,11 @@ def as_callback(hook: object) -> Callback:
     ``speedtronic.hooks.on_event(f)`` is checked as the wrapper, not as the function it wraps.
     """
     target = target_of(hook)
+    if isinstance(hook, str):
+        raise TypeError(
+            f"hook {hook!r} is a name, not a hook: build it with "
+            f"speedtronic.hooks.build_hook({hook!r}, ...), or pass a hook object"
+        )
     if not callable(target):
         raise TypeError(
             f"hook {hook_name(hook)!r} is neither a TrainingHook (an object with "

@@ -271,6 +271,9 @@ def validate(layer: Any, section: Section, source: str, prefix: str = "") -> Non
 
 def _validate_item(item: Any, required: Mapping[str, Value], source: str, name: str) -> None:
     """A list item: a mapping holding every key of ``required`` (checked); other keys pass through."""
+    if isinstance(item, str) and "type" in required:  # logging.hooks: [tensorboard]
+        problem = f"expected a mapping with type, got {_shown(item)}: write {{type: {item}}}"
+        raise ConfigError(source, name, problem)
     if not isinstance(item, Mapping):
         raise ConfigError(source, name, f"expected a mapping with {', '.join(required)}, got {_shown(item)}")
     for key, spec in required.items():

@@ -110,7 +110,7 @@ class TestCallbackList:
 
     def test_validates_on_append(self) -> None:
         with pytest.raises(TypeError, match="neither a TrainingHook"):
-            CallbackList().append("not a hook")
+            CallbackList().append(42)
 
     def test_each_callback_gets_its_own_payload(self) -> None:
         seen: list[dict[str, Any]] = []

@@ -201,7 +201,7 @@ class TestConfigErrors:
             ),
             (
                 "logging:\n  hooks:\n    - wandb\n",
-                "logging.hooks[0]: expected a mapping with type, got 'wandb'",
+                "logging.hooks[0]: expected a mapping with type, got 'wandb' (str): write {type: wandb}",
             ),
         ],
     )
