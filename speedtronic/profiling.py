@@ -6,7 +6,8 @@ and closes. Its ``chain`` holds each stage by name: ``emit`` asks ``chain.cadenc
 step costs one call, then builds the event dict (``speedtronic.record.event_fields``) and has
 ``chain.run`` take it through the rest.
 
-The logger's own records (``hook_error``, ``logging_error``, the note where a file lost lines) go
+What a failure does (a hook's, a file's) is ``speedtronic.reporting.Reports``' to decide: the
+logger's own records (``hook_error``, ``logging_error``, the note where a file lost lines) go
 through the same stages (``chain.run_own``), to the outputs each names, marked
 ``"_speedtronic": {"origin": "speedtronic"}``; no hook gets them. One lock serialises the chain, so
 ``emit`` is safe from several threads: lines never interleave, and hooks are never called concurrently
@@ -17,12 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from types import MappingProxyType, TracebackType
+from types import TracebackType
 from typing import IO, Any
 
 from structlog.typing import Processor
@@ -36,11 +36,8 @@ from speedtronic.errors import (
     LoggerClosedError,
     LoggingFailureWarning,
     SpeedtronicWarning,
-    capped,
-    reported,
     warn_at_caller,
 )
-from speedtronic.events import level_for
 from speedtronic.hooks import HookList
 from speedtronic.hooks.background import (
     DEFAULT_CLOSE_TIMEOUT_S,
@@ -51,12 +48,13 @@ from speedtronic.hooks.background import (
 )
 from speedtronic.hooks.dispatch import HookFailures, close_hook
 from speedtronic.levels import method_for, threshold
-from speedtronic.processors import DEFAULT_MAX_LINE_BYTES, WriteLines
-from speedtronic.processors.convert import key_text, safe_str
+from speedtronic.processors import DEFAULT_MAX_LINE_BYTES
+from speedtronic.processors.convert import key_text
 from speedtronic.processors.memory import memory_usage_bytes
 from speedtronic.processors.redact import redact_text
 from speedtronic.processors.text import DEFAULT_FLOAT_DIGITS
-from speedtronic.record import NOTE_KEY, event_fields, own_note, rank_path
+from speedtronic.record import event_fields, rank_path
+from speedtronic.reporting import Reports
 from speedtronic.sinks import LineFile, TextStream, open_text_sink
 
 __all__ = ["MetricLogger", "build_processors", "memory_usage_bytes"]
@@ -71,8 +69,9 @@ class MetricLogger:
         file: append the text log here instead of writing it to ``stream``.
         json_file: append one JSON object per event here (parent directories are created).
         every_steps: log a ``train_step`` only when its ``step`` is a multiple of this.
-        stream: text stream for the text log when ``file`` is not given (default ``sys.stdout``,
-            silent while a hook such as ``StructlogHook`` writes the console: see ``DefaultConsole``).
+        stream: text stream for the text log when ``file`` is not given. By default, whatever
+            ``sys.stdout`` is at each line (as for ``print()``: rich's and tqdm's redirects take the
+            lines too), and nothing while a hook such as ``StructlogHook`` writes the console.
         hooks: hooks to call for every logged event (more can be appended to ``.hooks``).
         processors: your own structlog processors, run after speedtronic's have enriched the event
             and before it is rendered: they can add or drop fields for every sink and hook.
@@ -157,7 +156,7 @@ class MetricLogger:
         self._hooks = HookList(hooks or ())
         self._redact_text: Callable[[str], str] | None = redact_text if redact is not False else None
         self._failures = HookFailures(
-            _weak(self._report_hook_error), strict=strict_hooks, redact=self._redact_text
+            _reporter(self, "hook_failed"), strict=strict_hooks, redact=self._redact_text
         )
         self._background: BackgroundHooks | None = None
         if self.is_lead and background_hooks and not strict_hooks:
@@ -171,31 +170,34 @@ class MetricLogger:
             )
         called: Sequence[Any] = self._hooks if self._background is None else [self._background]
 
-        self.write_errors = 0
-        """Records that could not be written or rendered, over every sink; each is also reported."""
-        self._lost: dict[str, int] = {}
         self._lock = threading.RLock()
         self._closed = False
-        self._released = False  # the files are closed: nothing is written any more
         self._depth = 0  # emits in progress on the thread holding the lock (a hook may emit)
         self._close_requested = False
         self._owner = 0  # the thread inside emit, while _depth > 0
         self._stuck = False  # close() could not get the logger from a thread stuck inside emit
-        self._telling = False  # writing a logging_error record: a failure now is not reported again
         self._close_timeout_s = close_timeout_s
         self._text, self._json = self._open_sinks(file, stream, json_file)
+        text: Callable[[str], object] | None = None
+        if self._text is not None:  # the default console: silent while a hook writes the console
+            text = _console(self._text, self._hooks) if file is None and stream is None else self._text.write
         self.chain: Chain = stages.chain(
-            text=self._text.write if self._text is not None else None,
+            text=text,
             json=self._json.write if self._json is not None else None,
             hooks=called if self.is_lead else [],
             on_hook_error=self._failures,
         )
         """The chain's stages by name (``speedtronic.chain.Chain``); ``chain.processors`` lists them."""
-        self._written: tuple[tuple[LineFile | TextStream, WriteLines], ...] = tuple(
-            (sink, output)
-            for sink, output in ((self._text, self.chain.text), (self._json, self.chain.json))
-            if sink is not None and output is not None
-        )  # each sink with the output writing to it
+        self._reports = Reports(
+            self.chain,
+            [
+                (sink, output)
+                for sink, output in ((self._text, self.chain.text), (self._json, self.chain.json))
+                if sink is not None and output is not None
+            ],  # each sink with the output writing to it
+            self._lock,
+            self._redact_text,
+        )
         self._cadence = self.chain.cadence
         _exit_and_fork.remember(self)
         _exit_and_fork.guard_across_fork(self)
@@ -211,10 +213,10 @@ class MetricLogger:
         stream: IO[str] | None,
         json_file: str | os.PathLike[str] | None,
     ) -> tuple[LineFile | TextStream | None, LineFile | None]:
-        on_error, on_gap = _weak(self._sink_failed), _weak(self._sink_gap)
+        on_error, on_gap = _reporter(self, "sink_failed"), _reporter(self, "sink_gap")
         text: LineFile | TextStream | None = None
         try:
-            text = open_text_sink(file, stream, on_error, on_gap, self._hooks) if self.is_lead else None
+            text = open_text_sink(file, stream, on_error, on_gap) if self.is_lead else None
             if json_file is None:
                 return text, None
             json_file = rank_path(json_file, self.rank.rank)
@@ -242,9 +244,14 @@ class MetricLogger:
         return self._failures.counts
 
     @property
+    def write_errors(self) -> int:
+        """Records that could not be written or rendered, over every sink; each is also reported."""
+        return self._reports.write_errors
+
+    @property
     def lost_records(self) -> Mapping[str, int]:
         """Records that could not be written, per sink (its path, or the stream's name)."""
-        return MappingProxyType(self._lost)
+        return self._reports.lost
 
     @property
     def processors(self) -> tuple[Processor, ...]:
@@ -287,7 +294,7 @@ class MetricLogger:
             except (HookError, SpeedtronicWarning, EventPayloadError):
                 raise
             except Exception as error:
-                self._record_failed(error, f"rendering {event!r}")
+                self._reports.record_failed(error, f"rendering {event!r}")
             finally:
                 self._depth -= 1
                 close_now = self._close_requested and not self._depth
@@ -360,8 +367,7 @@ class MetricLogger:
             except BaseException as error:
                 errors.append(error)
         self._finalizer.detach()
-        with self._lock_unless_stuck():
-            self._released = True
+        self._reports.release(stuck=self._stuck)
         _release(self._text, self._json)
         _exit_and_fork.forget(self)
         if errors:
@@ -380,8 +386,9 @@ class MetricLogger:
         return f"<MetricLogger {state} every_steps={self.every_steps} hooks={len(self._hooks)}>"
 
     def _forked(self) -> None:
-        """In a forked child: no thread of the parent is inside ``emit`` here."""
+        """In a forked child: no thread of the parent is inside ``emit`` here, and the lock is new."""
         self._depth, self._owner, self._close_requested = 0, 0, False
+        self._reports.forked(self._lock)
 
     # -- closing --------------------------------------------------------------------------------
 
@@ -389,7 +396,7 @@ class MetricLogger:
         if self._background is not None:
             undelivered = self._background.close(self._close_timeout_s)
             if undelivered:
-                self._report(
+                self._reports.record(
                     "hook_error",
                     {
                         "hook": "*",
@@ -419,108 +426,7 @@ class MetricLogger:
 
     def _report_totals(self) -> None:
         for name, failures in self._failures.counts.items():
-            self._report("hook_error", {"hook": name, "phase": "total", "failures": failures})
-
-    # -- the logger's own records ---------------------------------------------------------------
-
-    def _lock_unless_stuck(self) -> contextlib.AbstractContextManager[bool]:
-        """The logger's lock, or, once ``close()`` found another thread stuck inside ``emit``, no
-        waiting for it (each file keeps its lines whole by its own lock)."""
-        return _Acquired(self._lock, blocking=not self._stuck)
-
-    def _report(self, event: str, fields: dict[str, Any], to: Sequence[WriteLines] | None = None) -> bool:
-        """Run a record of the logger's own through the chain to the outputs ``to`` (default: every
-        output), marked as its own; whether it reached them. Nothing is written once ``close()`` has
-        released the files: a report arriving later (a background hook failing after the close timed
-        out) is only counted."""
-        with self._lock_unless_stuck():
-            if self._released:
-                return False
-            outputs = self.chain.outputs if to is None else to
-            try:
-                record = {**fields, "event": event, NOTE_KEY: own_note()}
-                return self.chain.run_own(level_for(event), record, outputs)
-            except (HookError, SpeedtronicWarning):
-                raise
-            except Exception as error:
-                self._record_failed(error, f"rendering {event!r}")
-                return False
-
-    def _report_hook_error(self, fields: dict[str, Any]) -> None:
-        self._report("hook_error", fields)
-
-    def _sink_failed(self, error: BaseException, where: str, lost: bool = True) -> None:
-        """A sink could not write a line (``lost``: none of it; else only part, finished later):
-        count a lost one for that sink (not a ``logging_error`` of our own), and make it seen."""
-        if self._telling:
-            return
-        if lost:
-            self._lost[where] = self._lost.get(where, 0) + 1
-        self._record_failed(error, where)
-
-    def _sink_gap(self, lost: int, error: str, where: str) -> None:
-        """A file lost ``lost`` lines and is written again: a ``logging_error`` record says so, through
-        the chain, to that file only, where the lines are missing (the others were told of the
-        failure when it happened)."""
-        fields = {"sink": where, "error": error, "lost_records": lost}
-        to = [output for sink, output in self._written if str(sink.path) == where]
-        self._report("logging_error", fields, to=to)
-
-    def _record_failed(self, error: BaseException, where: str) -> None:
-        """Count a failed write or render and report the 1st, 2nd, 4th, 8th...: a ``logging_error``
-        record in every other sink that works, else one line on stderr (as
-        ``logging.Handler.handleError`` does: warning filters can't silence it), and a
-        ``LoggingFailureWarning`` at the user's call. The stderr line is the last resort also when
-        the report itself was lost in the chain (a processor that fails on every record)."""
-        self.write_errors += 1
-        if self._telling or not reported(self.write_errors):
-            return
-        text = f"{type(error).__name__}: {safe_str(error)}"
-        text = self._redact_text(text) if self._redact_text is not None else text
-        others = [(sink, output) for sink, output in self._written if str(sink.path) != where]
-        before = [sink.lost for sink, _ in others]
-        self._telling = True
-        try:
-            reached = self._report(
-                "logging_error",
-                {"sink": where, "error": text, "lost_records": self.write_errors},
-                to=[output for _, output in others],
-            )
-        finally:
-            self._telling = False
-        told = reached and any(sink.lost == lost for (sink, _), lost in zip(others, before, strict=True))
-        if not told:
-            with contextlib.suppress(Exception):
-                sys.stderr.write(
-                    capped(
-                        f"speedtronic: could not write a record to {where} ({text}); "
-                        f"{self.write_errors} record(s) lost so far"
-                    )
-                    + "\n"
-                )
-        warn_at_caller(
-            f"speedtronic could not write a record ({where}): {text}; "
-            f"{self.write_errors} record(s) lost so far",
-            LoggingFailureWarning,
-        )
-
-
-class _Acquired:
-    """``with _Acquired(lock, blocking)``: holds ``lock`` if it could be taken (at once, when not
-    ``blocking``)."""
-
-    __slots__ = ("_acquired", "_blocking", "_lock")
-
-    def __init__(self, lock: threading.RLock, *, blocking: bool) -> None:
-        self._lock, self._blocking, self._acquired = lock, blocking, False
-
-    def __enter__(self) -> bool:
-        self._acquired = self._lock.acquire(blocking=self._blocking)
-        return self._acquired
-
-    def __exit__(self, *exc: object) -> None:
-        if self._acquired:
-            self._lock.release()
+            self._reports.record("hook_error", {"hook": name, "phase": "total", "failures": failures})
 
 
 def _check_ranks(rank: Any, lead_rank: Any) -> None:
@@ -549,17 +455,31 @@ def _unique(hooks: Iterable[Any]) -> list[Any]:
     return list(unique.values())
 
 
-def _weak(method: Callable[..., None]) -> Callable[..., None]:
-    """``method`` called through a weak reference to its object: the sinks and a hook's worker thread
-    hold the logger's reporters, and must not keep a logger nobody closed alive."""
-    ref = weakref.WeakMethod(method)
+def _reporter(logger: MetricLogger, name: str) -> Callable[..., None]:
+    """The logger's ``Reports.<name>``, called through a weak reference to the logger: the sinks and
+    the hooks' failure counter hold it, and must not keep a logger nobody closed alive; they are made
+    before the chain, and ``Reports`` after it."""
+    ref = weakref.ref(logger)
 
     def call(*args: Any) -> None:
         target = ref()
         if target is not None:
-            target(*args)
+            getattr(target._reports, name)(*args)
 
     return call
+
+
+def _console(sink: LineFile | TextStream, hooks: Sequence[Any]) -> Callable[[str], None]:
+    """The default console's writer: each line to ``sink``, unless one of ``hooks`` writes the console
+    (``writes_console``: ``StructlogHook`` prints each event through the app's own logger and its
+    level filter; a line here would print the event twice). The hooks are read at each line, so a
+    hook appended later counts from the next event."""
+
+    def write(line: str) -> None:
+        if not any(getattr(hook, "writes_console", False) for hook in hooks):
+            sink.write(line)
+
+    return write
 
 
 def _release(text: LineFile | TextStream | None, json: LineFile | None, hooks: Iterable[Any] = ()) -> None:

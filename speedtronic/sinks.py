@@ -16,14 +16,14 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from speedtronic import _exit_and_fork
 from speedtronic.errors import LoggingFailureWarning, warn_at_caller
 
-__all__ = ["TORN_SETTLE_S", "DefaultConsole", "LineFile", "TextStream", "open_text_sink"]
+__all__ = ["TORN_SETTLE_S", "LineFile", "TextStream", "open_text_sink"]
 
 OnWriteError = Callable[[BaseException, str, bool], None]
 """``(error, path, lost)``: told of every failed write: a line lost (``lost``), or written only in part
@@ -340,20 +340,23 @@ def _ends_torn(path: Path, size: int) -> bool:
 
 
 class TextStream:
-    """The text log on a text stream (default stdout): one ``write`` and a ``flush`` per line.
+    """The text log on a text stream: one ``write`` and a ``flush`` per line.
 
-    A line the stream's encoding can't hold (``PYTHONIOENCODING=ascii``) is written with
-    backslash escapes instead of being lost. A failing stream (closed, a broken pipe) is reported to
-    ``on_error`` and counted in ``lost``, never raised. Once its pipe's reader is gone, every later
-    line is lost too, and counted and reported as such without being written. The stream is the
-    caller's: ``close`` flushes it and leaves it open.
+    ``stream=None`` writes each line to whatever ``sys.stdout`` is at that moment, as ``print()`` does,
+    so a redirect in force (rich's ``Progress``, ``contextlib.redirect_stdout`` with tqdm's
+    ``DummyTqdmFile``) takes the lines too; a stream passed explicitly keeps receiving them. A line
+    the stream's encoding can't hold (``PYTHONIOENCODING=ascii``) is written with backslash escapes
+    instead of being lost. A failing stream (closed, a broken pipe) is reported to ``on_error`` and
+    counted in ``lost``, never raised. Once its pipe's reader is gone, every later line is lost too,
+    and counted and reported as such without being written. The stream is the caller's: ``close``
+    flushes it and leaves it open.
     """
 
-    def __init__(self, stream: IO[str], on_error: OnWriteError) -> None:
+    def __init__(self, stream: IO[str] | None, on_error: OnWriteError) -> None:
         self._stream = stream
         self._on_error = on_error
         self._lock = threading.RLock()
-        self.path = str(getattr(stream, "name", "<stream>"))
+        self.path = str(getattr(stream, "name", "<stream>")) if stream is not None else "<stdout>"
         self.lost = 0
         self._broken: BrokenPipeError | None = None  # the reader left: nothing written can be read
         _exit_and_fork.guard_across_fork(self)
@@ -365,55 +368,38 @@ class TextStream:
             self._on_error(self._broken, self.path, True)
             return
         text = line.decode("utf-8", "backslashreplace") if isinstance(line, bytes) else line
+        stream = self._stream if self._stream is not None else sys.stdout
         try:
             with self._lock:
                 try:
-                    self._stream.write(text + "\n")
+                    stream.write(text + "\n")
                 except UnicodeEncodeError:
-                    encoding = getattr(self._stream, "encoding", None) or "ascii"
-                    self._stream.write(text.encode(encoding, "backslashreplace").decode(encoding) + "\n")
-                self._stream.flush()
+                    encoding = getattr(stream, "encoding", None) or "ascii"
+                    stream.write(text.encode(encoding, "backslashreplace").decode(encoding) + "\n")
+                stream.flush()
         except Exception as error:
             self.lost += 1
             if isinstance(error, BrokenPipeError):
                 self._broken = error
-                self._drop_unreadable()
+                self._drop_unreadable(stream)
             self._on_error(error, self.path, True)
 
-    def _drop_unreadable(self) -> None:
+    def _drop_unreadable(self, stream: IO[str]) -> None:
         """The pipe's reader is gone (``stdout`` into ``head``): point the stream's descriptor at
         ``/dev/null``, as Python's docs advise for SIGPIPE, so the line left in its buffer can't fail
         again at exit (exit code 120). Later lines are counted lost, not written there."""
         with contextlib.suppress(Exception):
             devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, self._stream.fileno())
+            os.dup2(devnull, stream.fileno())
             os.close(devnull)
 
     def flush(self) -> None:
         """Flush the stream; a failure here loses nothing (``write`` flushed every line)."""
         with contextlib.suppress(Exception):
-            self._stream.flush()
+            (self._stream if self._stream is not None else sys.stdout).flush()
 
     def close(self) -> None:
         self.flush()
-
-
-class DefaultConsole(TextStream):
-    """The text log on stdout, chosen by default: silent while one of ``hooks`` writes the console.
-
-    A hook whose ``writes_console`` is true (``StructlogHook``: the app's own logger prints each
-    event, through the app's level filter) makes stdout the app's: a line here would print the event
-    a second time, and print what the app's filter dropped. The hooks are read at each line, so a hook
-    appended later counts from the next event. A stream passed explicitly is always written.
-    """
-
-    def __init__(self, on_error: OnWriteError, hooks: Iterable[Any]) -> None:
-        super().__init__(sys.stdout, on_error)
-        self._hooks = hooks
-
-    def write(self, line: str | bytes) -> None:
-        if not any(getattr(hook, "writes_console", False) for hook in self._hooks):
-            super().write(line)
 
 
 def open_text_sink(
@@ -421,13 +407,10 @@ def open_text_sink(
     stream: IO[str] | None,
     on_error: OnWriteError,
     on_gap: OnGap | None = None,
-    hooks: Iterable[Any] = (),
 ) -> LineFile | TextStream:
-    """Where the text log goes: ``file`` (appended, UTF-8, parent directories created) or ``stream``,
-    else stdout unless one of ``hooks`` writes the console (``DefaultConsole``). No stdlib logger is
+    """Where the text log goes: ``file`` (appended, UTF-8, parent directories created), else
+    ``stream``, else whatever ``sys.stdout`` is at each line (``TextStream``). No stdlib logger is
     involved: the lines never reach logging's handlers."""
     if file is not None:
         return LineFile(file, on_error, on_gap)
-    if stream is None:
-        return DefaultConsole(on_error, hooks)
     return TextStream(stream, on_error)

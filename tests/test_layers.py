@@ -10,11 +10,12 @@ PACKAGE = Path(__file__).resolve().parents[1] / "speedtronic"
 
 LAYERS = [
     # catalog and contracts: what an event, a record, a level, an error, a rank is
-    ["errors", "extras", "record", "events", "levels", "distributed", "_exit_and_fork", "_version"],
+    ["errors", "extras", "strings", "record", "events", "levels", "distributed", "_exit_and_fork",
+     "_version"],
     ["processors"],  # the stages
     ["sinks", "lifecycle"],  # where lines go, and the process's signals and exit
     ["hooks"],  # the hook contract, dispatch, background hooks, hooks from config
-    ["chain", "profiling", "testing", "pytest_plugin"],  # the logger
+    ["chain", "reporting", "profiling", "testing", "pytest_plugin"],  # the logger
     ["integrations"],  # W&B, TensorBoard, structlog, MLflow, OpenTelemetry, the framework adapters
     ["training", "runtime"],  # the reference trainer and its runtime
     ["runs"],  # reading runs back

@@ -154,6 +154,50 @@ class TestEmit:
         assert "train_start target_step=10" in captured.out
         assert captured.err == ""
 
+    def test_the_default_console_follows_a_rich_progress_redirect(
+        self, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Without stream=, a line logged while rich's Progress is shown goes through rich's console
+        (printed above the bar), as print() would; the stdout of the logger's creation gets none."""
+        from rich.console import Console
+        from rich.progress import Progress
+
+        shown = io.StringIO()
+        with MetricLogger() as logger:
+            with Progress(console=Console(file=shown, force_terminal=True), auto_refresh=False) as bar:
+                bar.add_task("train", total=2)
+                logger.emit("train_step", {"step": 1, "loss": 0.5})
+            logger.emit("train_end", {"step": 2})
+        assert "train_step step=1 loss=0.5" in shown.getvalue()
+        out = capsys.readouterr().out
+        assert "train_step" not in out
+        assert "train_end step=2" in out  # the bar gone, stdout is stdout again
+
+    def test_the_default_console_follows_a_tqdm_redirect(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """Without stream=, tqdm's documented redirect (redirect_stdout to a DummyTqdmFile, so lines
+        print above the bars) takes the text log's lines."""
+        import contextlib
+
+        from tqdm import tqdm
+        from tqdm.contrib import DummyTqdmFile
+
+        shown = io.StringIO()
+        redirect = contextlib.redirect_stdout(DummyTqdmFile(shown))  # type: ignore[type-var]  # a text file
+        with MetricLogger() as logger, tqdm(total=2, file=io.StringIO()), redirect:
+            logger.emit("train_step", {"step": 1, "loss": 0.5})
+        assert "train_step step=1 loss=0.5" in shown.getvalue()
+        assert "train_step" not in capsys.readouterr().out
+
+    def test_an_explicit_stream_keeps_its_lines(self) -> None:
+        """stream= keeps receiving the text log while stdout is redirected elsewhere."""
+        import contextlib
+
+        stream = io.StringIO()
+        with MetricLogger(stream=stream) as logger, contextlib.redirect_stdout(io.StringIO()) as other:
+            logger.emit("train_step", {"step": 1})
+        assert [body(line).split(" elapsed_s=")[0] for line in text_lines(stream)] == ["train_step step=1"]
+        assert other.getvalue() == ""
+
     def test_payload_must_be_a_mapping(self) -> None:
         """A payload that is no mapping is a TypeError naming the event."""
         with MetricLogger(stream=io.StringIO()) as logger, pytest.raises(TypeError, match=r"'x'.*mapping"):

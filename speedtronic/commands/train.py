@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from speedtronic.commands.cli import CommandError
+from speedtronic.extras import missing
 
 if TYPE_CHECKING:
     from speedtronic.runtime import RunInfo
@@ -146,9 +147,9 @@ def run(args: argparse.Namespace) -> int:
         except ModuleNotFoundError as error:
             if error.name not in ("torch", "yaml"):
                 raise
-            raise CommandError(
-                f"speedtronic train requires {error.name}: pip install 'speedtronic[torch]'"
-            ) from None
+            package = "PyYAML" if error.name == "yaml" else None
+            hint = missing(error, error.name, "torch", needed_by="speedtronic train", package=package)
+            raise CommandError(str(hint)) from None
         except OSError as error:  # a file the run writes, made impossible by the user's file system
             where = error.filename if error.filename is not None else args.run_dir
             raise CommandError(f"{where}: {error.strerror or error}") from None

@@ -4,7 +4,7 @@ A hook is an object with ``on_event(event, payload)`` or a callable with that si
 checked when it is registered (``as_callback``), not at step 10,000. A hook that also declares a
 keyword parameter ``level`` (``on_event(self, event, payload, *, level="info")``) is called with the
 record's level as a structlog method name (``"debug"``, ``"info"``, ``"warning"``, ``"error"``,
-``"critical"``): decided once per hook (``as_call``). A hook's ``Exception`` is a value:
+``"critical"``): decided once per hook (``takes_level``). A hook's ``Exception`` is a value:
 ``HookFailures`` counts it per hook, reports it (the first with its traceback, then the 2nd, 4th,
 8th... with a count) and the other hooks still run; ``BaseException`` (``KeyboardInterrupt``,
 ``SystemExit``) propagates.
@@ -24,15 +24,13 @@ import structlog
 from structlog.typing import EventDict, WrappedLogger
 
 from speedtronic.errors import MAX_WARNING_BYTES, HookError, HookFailureWarning, reported, warn_at_caller
-from speedtronic.processors.convert import safe_str
 from speedtronic.record import NOTE_KEY, is_own_record
+from speedtronic.strings import safe_str
 
 __all__ = [
-    "Call",
     "Callback",
     "DispatchHooks",
     "HookFailures",
-    "as_call",
     "as_callback",
     "close_hook",
     "hook_name",
@@ -41,8 +39,6 @@ __all__ = [
 ]
 
 Callback = Callable[[str, dict[str, Any]], None]
-Call = Callable[[str, dict[str, Any], str], None]
-"""A hook as dispatch calls it: ``(event, payload, level)``, whatever the hook's own signature."""
 
 
 def hook_name(hook: object) -> str:
@@ -87,24 +83,6 @@ def as_callback(hook: object) -> Callback:
             "wrap a function with another signature in speedtronic.hooks.on_event(...)"
         ) from None
     return cast(Callback, target)
-
-
-def as_call(hook: object) -> Call:
-    """``hook`` as ``(event, payload, level)``: ``level`` is passed as a keyword to a hook whose
-    callable declares a parameter named ``level`` that can be passed by keyword, and left out otherwise.
-    Checked like ``as_callback``."""
-    target = as_callback(hook)
-    if takes_level(target):
-
-        def with_level(event: str, payload: dict[str, Any], level: str) -> None:
-            target(event, payload, level=level)  # type: ignore[call-arg]  # it declares level
-
-        return with_level
-
-    def without_level(event: str, payload: dict[str, Any], level: str) -> None:
-        target(event, payload)
-
-    return without_level
 
 
 def takes_level(target: Callable[..., Any]) -> bool:
@@ -255,8 +233,9 @@ class DispatchHooks:
     hook's mutation can't reach another hook or a later stage; a hook that declares ``level`` also gets
     the record's level. ``hooks`` may be any sequence; a list the caller keeps changing
     (``MetricLogger.hooks``) is read at each event, so a hook added later gets the events after it.
-    How to call each hook is decided once per hook (``as_call``). The logger's own records
-    (``is_own_record``) are not delivered: a hook failing on its own failure report would report itself.
+    How to call each hook is decided once per hook (``as_callback``, ``takes_level``). The logger's
+    own records (``is_own_record``) are not delivered: a hook failing on its own failure report would
+    report itself.
 
     A hook's ``Exception`` goes to ``on_error(hook, error, event)`` (default: a ``HookFailures`` of this
     stage's own, whose counts are ``errors``) and the remaining hooks still run. ``BaseException``

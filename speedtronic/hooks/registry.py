@@ -26,8 +26,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from speedtronic.hooks.dispatch import as_callback, close_hook
-from speedtronic.processors.convert import safe_str
 from speedtronic.processors.redact import redact_text
+from speedtronic.strings import safe_str
 
 __all__ = [
     "ENTRY_POINT_GROUP",

@@ -11,8 +11,9 @@ import structlog
 
 from speedtronic.events import level_for
 from speedtronic.levels import LEVEL_NAMES
-from speedtronic.processors.convert import json_safe_record, safe_str, to_python, unique_key
+from speedtronic.processors.convert import json_safe_record, to_python, unique_key
 from speedtronic.record import NOTE_KEY
+from speedtronic.strings import safe_str
 
 __all__ = ["StructlogHook"]
 
@@ -109,8 +110,8 @@ class StructlogHook:
     __slots__ = ("_log", "_logger", "_reserved", "_strict_json")
 
     writes_console: ClassVar[bool] = True
-    """The app's logger prints the events: the logger's default stdout text log stays silent
-    (``speedtronic.sinks.DefaultConsole``)."""
+    """The app's logger prints the events: ``MetricLogger``'s default stdout text log stays silent
+    while this hook is among its hooks."""
 
     RESERVED_KEYS: ClassVar[frozenset[str]] = _RESERVED_KEYS
     """Payload keys passed as ``payload_<key>``, so the app's logger and processors (and stdlib

@@ -37,6 +37,7 @@ from speedtronic.record import (
     non_finite_kind,
     non_finite_text,
 )
+from speedtronic.strings import int_text, safe_repr, safe_str, value_text
 
 __all__ = [
     "CYCLE",
@@ -46,16 +47,12 @@ __all__ = [
     "ConvertValues",
     "Converted",
     "Truncated",
-    "int_text",
     "is_plain",
     "json_safe_record",
     "key_text",
-    "safe_repr",
-    "safe_str",
     "to_python",
     "truncate",
     "unique_key",
-    "value_text",
 ]
 
 MAX_DEPTH = 32
@@ -74,24 +71,6 @@ _PLAIN: frozenset[type] = frozenset({str, int, float, bool, type(None)})
 _INT64_MIN = -(2**63)
 _UINT64_MAX = 2**64 - 1
 _SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def safe_str(value: object) -> str:
-    """``str(value)``, or a placeholder naming the type when ``__str__`` itself fails."""
-    try:
-        return str(value)
-    except Exception:
-        return f"<unprintable {type(value).__qualname__}>"
-
-
-def value_text(value: object) -> str:
-    """The text a value JSON can't hold is written as: an exception as ``ZeroDivisionError: division by
-    zero`` (the last line of its traceback: its type is part of what it says), anything else its
-    ``str()`` (``safe_str``)."""
-    if isinstance(value, BaseException):
-        text = safe_str(value)
-        return f"{type(value).__name__}: {text}" if text else type(value).__name__
-    return safe_str(value)
 
 
 class Converted(str):
@@ -138,14 +117,6 @@ def _length(value: Any) -> str:
         return f"{len(value):,}"
     except Exception:
         return "?"
-
-
-def safe_repr(value: object) -> str:
-    """``repr(value)``, or a placeholder naming the type when ``__repr__`` itself fails."""
-    try:
-        return repr(value)
-    except Exception:
-        return f"<unprintable {type(value).__qualname__}>"
 
 
 class _Head:
@@ -200,14 +171,6 @@ class _Head:
         except Exception:
             self.put(f"<unreadable {type(value).__qualname__}>")
         self.put(ends[1])
-
-
-def int_text(value: int) -> str:
-    """Decimal text of an int, also beyond Python's int-to-str digit limit."""
-    try:
-        return str(value)
-    except ValueError:
-        return f"<int of {value.bit_length()} bits>"
 
 
 # -- walking containers once -------------------------------------------------------------------

@@ -51,11 +51,10 @@ from speedtronic.processors.convert import (
     Converted,
     Truncated,
     _Seen,
-    safe_repr,
-    safe_str,
     to_python,
 )
 from speedtronic.record import free_name
+from speedtronic.strings import safe_repr, safe_str
 
 __all__ = ["REDACTED", "Redact", "is_secret_key", "redact_text"]
 

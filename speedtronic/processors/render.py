@@ -17,10 +17,11 @@ import orjson
 from structlog.typing import EventDict, WrappedLogger
 
 from speedtronic.levels import LEVEL_NAMES
-from speedtronic.processors.convert import Truncated, is_plain, json_safe_record, safe_str, truncate
+from speedtronic.processors.convert import Truncated, is_plain, json_safe_record, truncate
 from speedtronic.processors.enrich import iso_timestamp
 from speedtronic.processors.text import DEFAULT_FLOAT_DIGITS, ValueFormat, quote
 from speedtronic.record import NOTE_KEY, empty_note
+from speedtronic.strings import safe_str
 
 __all__ = ["DEFAULT_MAX_LINE_BYTES", "CapLine", "JSONLRenderer", "TextRenderer"]
 

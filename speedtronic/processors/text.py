@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Container, Mapping
 from typing import Any
 
-from speedtronic.processors.convert import int_text, safe_str, value_text
+from speedtronic.strings import int_text, safe_str, value_text
 
 __all__ = [
     "DEFAULT_FLOAT_DIGITS",
@@ -64,12 +64,11 @@ class ValueFormat:
     ``" key="`` prefix (each key is quoted once, then remembered) and one of its value's type.
     """
 
-    __slots__ = ("_by_type", "_digits", "_prefixes")
+    __slots__ = ("_by_type", "_prefixes")
 
     def __init__(self, digits: int | None = DEFAULT_FLOAT_DIGITS) -> None:
         if digits is not None and (isinstance(digits, bool) or not isinstance(digits, int) or digits < 1):
             raise ValueError(f"float_digits must be an int >= 1 or None, got {digits!r}")
-        self._digits = digits
         self._prefixes: dict[str, str] = {}  # " key=" of each str key met (the same come back every event)
         float_text = _rounding(digits) if digits is not None else _float_repr
         self._by_type: dict[type, Callable[[Any], str]] = {  # the formatter of each plain type

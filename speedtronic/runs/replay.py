@@ -27,7 +27,6 @@ from speedtronic.hooks import CallbackList, DispatchHooks, build_hook, hook_type
 from speedtronic.runs.reader import RankChoice, Skipped, read_records
 
 __all__ = [
-    "LOGGER_RECORDS",
     "ReplayRefused",
     "ReplayResult",
     "replay_hook",
@@ -36,11 +35,6 @@ __all__ = [
     "tensorboard_hook",
     "wandb_hook",
 ]
-
-LOGGER_RECORDS = frozenset({"hook_error", "logging_error"})
-"""Events ``MetricLogger`` writes about itself to the text log and JSONL only, never to hooks (a record
-is the logger's own when its note says so, ``Record.own``: a user event of these names is replayed)."""
-
 
 class ReplayRefused(Exception):
     """A replay target that would mix the replay into existing data: ``"<path>: <reason>"``."""

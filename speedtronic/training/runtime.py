@@ -64,7 +64,6 @@ __all__ = [
     "hook_argument_problem",
     "hook_types",
     "load_config",
-    "resolve_hook_type",
     "train_from_config",
     "warmup_cosine",
 ]
@@ -101,7 +100,7 @@ def default_hooks() -> list[dict[str, Any]]:
     if importlib.util.find_spec("tensorboard") is None:
         return []
     try:
-        resolve_hook_type("tensorboard")
+        hook_type("tensorboard")
     except LookupError:
         return []
     return [{"type": "tensorboard", **HOOK_DEFAULTS["tensorboard"]}]
@@ -147,7 +146,7 @@ def load_config(
         config["train"]["schedule_steps"] = max(1, config["train"]["steps"])
     for index, spec in enumerate(config["logging"]["hooks"]):
         try:
-            resolve_hook_type(spec["type"])
+            hook_type(spec["type"])
         except LookupError as error:
             raise ConfigError(name, f"logging.hooks[{index}].type", str(error)) from None
         config["logging"]["hooks"][index] = {**HOOK_DEFAULTS.get(spec["type"], {}), **spec}
@@ -228,12 +227,6 @@ def _resolve_run_dir(config: dict[str, Any], placeholder: str = _RUN_DIR) -> dic
 
 
 # -- hooks ---------------------------------------------------------------------------------------
-
-
-def resolve_hook_type(name: str) -> Callable[..., Any]:
-    """The factory for a config's hook ``type``: ``speedtronic.hooks.hook_type`` (a registered name, or
-    ``"package.module:factory"``; ``LookupError`` otherwise)."""
-    return hook_type(name)
 
 
 def build_logger(config: Mapping[str, Any], *, device: Any = None) -> MetricLogger:

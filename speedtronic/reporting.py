@@ -1,0 +1,171 @@
+"""``Reports``: what a ``MetricLogger`` does when something fails, in one place.
+
+A failure is counted, then told where it can be read: a record of the logger's own (``hook_error``,
+``logging_error``), run through the chain (``Chain.run_own``) to the outputs that can carry it, else
+one line on stderr; and a warning at the user's call. ``Reports`` owns the map from each sink to the
+output that writes it, so a report about one file goes to the others, and the note of a gap goes to
+the file with the gap only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
+
+from speedtronic.chain import Chain
+from speedtronic.errors import (
+    HookError,
+    LoggingFailureWarning,
+    SpeedtronicWarning,
+    capped,
+    reported,
+    warn_at_caller,
+)
+from speedtronic.events import level_for
+from speedtronic.processors import WriteLines
+from speedtronic.record import NOTE_KEY, own_note
+from speedtronic.sinks import LineFile, TextStream
+from speedtronic.strings import safe_str
+
+__all__ = ["Reports"]
+
+
+class Reports:
+    """A logger's failure reports: its records of its own, its lost-record counts, their warnings.
+
+    ``written`` pairs each open sink with the chain's output writing to it. ``lock`` is the logger's:
+    a report is written under it, as an event is, unless ``release(stuck=True)`` said another thread
+    holds it for good (a hook stalled inside ``emit``). After ``release`` nothing is written; a report
+    arriving later (a background hook failing after the close timed out) is only counted.
+    """
+
+    def __init__(
+        self,
+        chain: Chain,
+        written: Sequence[tuple[LineFile | TextStream, WriteLines]],
+        lock: threading.RLock,
+        redact: Callable[[str], str] | None,
+    ) -> None:
+        self._chain = chain
+        self._written = tuple(written)
+        self._lock = lock
+        self._redact = redact
+        self._blocking = True  # False once release found the lock held for good
+        self._released = False
+        self._telling = False  # writing a logging_error record: a failure now is not reported again
+        self._lost: dict[str, int] = {}
+        self.write_errors = 0
+        """Records that could not be written or rendered, over every sink; each is also reported."""
+
+    @property
+    def lost(self) -> Mapping[str, int]:
+        """Records that could not be written, per sink (its path, or the stream's name)."""
+        return MappingProxyType(self._lost)
+
+    def release(self, *, stuck: bool) -> None:
+        """Write nothing from now on: the logger is closing its files. ``stuck``: another thread
+        holds the logger's lock inside ``emit``, so reports stop waiting for it."""
+        self._blocking = not stuck
+        with _Acquired(self._lock, blocking=self._blocking):
+            self._released = True
+
+    def forked(self, lock: threading.RLock) -> None:
+        """In a forked child: the logger's lock is a new one (``_exit_and_fork``)."""
+        self._lock = lock
+
+    def record(self, event: str, fields: dict[str, Any], to: Sequence[WriteLines] | None = None) -> bool:
+        """Run a record of the logger's own through the chain to the outputs ``to`` (default: every
+        output), marked as its own; whether it reached them."""
+        with _Acquired(self._lock, blocking=self._blocking):
+            if self._released:
+                return False
+            outputs = self._chain.outputs if to is None else to
+            try:
+                record = {**fields, "event": event, NOTE_KEY: own_note()}
+                return self._chain.run_own(level_for(event), record, outputs)
+            except (HookError, SpeedtronicWarning):
+                raise
+            except Exception as error:
+                self.record_failed(error, f"rendering {event!r}")
+                return False
+
+    def hook_failed(self, fields: dict[str, Any]) -> None:
+        """A ``hook_error`` record (``HookFailures`` decides when), to every output."""
+        self.record("hook_error", fields)
+
+    def sink_failed(self, error: BaseException, where: str, lost: bool = True) -> None:
+        """A sink could not write a line (``lost``: none of it; else only part, finished later):
+        count a lost one for that sink (not a ``logging_error`` of our own), and make it seen."""
+        if self._telling:
+            return
+        if lost:
+            self._lost[where] = self._lost.get(where, 0) + 1
+        self.record_failed(error, where)
+
+    def sink_gap(self, lost: int, error: str, where: str) -> None:
+        """A file lost ``lost`` lines and is written again: a ``logging_error`` record says so, through
+        the chain, to that file only, where the lines are missing (the others were told of the
+        failure when it happened)."""
+        fields = {"sink": where, "error": error, "lost_records": lost}
+        to = [output for sink, output in self._written if str(sink.path) == where]
+        self.record("logging_error", fields, to=to)
+
+    def record_failed(self, error: BaseException, where: str) -> None:
+        """Count a failed write or render and report the 1st, 2nd, 4th, 8th...: a ``logging_error``
+        record in every other sink that works, else one line on stderr (as
+        ``logging.Handler.handleError`` does: warning filters can't silence it), and a
+        ``LoggingFailureWarning`` at the user's call. The stderr line is the last resort also when
+        the report itself was lost in the chain (a processor that fails on every record)."""
+        self.write_errors += 1
+        if self._telling or not reported(self.write_errors):
+            return
+        text = f"{type(error).__name__}: {safe_str(error)}"
+        text = self._redact(text) if self._redact is not None else text
+        others = [(sink, output) for sink, output in self._written if str(sink.path) != where]
+        before = [sink.lost for sink, _ in others]
+        self._telling = True
+        try:
+            reached = self.record(
+                "logging_error",
+                {"sink": where, "error": text, "lost_records": self.write_errors},
+                to=[output for _, output in others],
+            )
+        finally:
+            self._telling = False
+        told = reached and any(sink.lost == lost for (sink, _), lost in zip(others, before, strict=True))
+        if not told:
+            with contextlib.suppress(Exception):
+                sys.stderr.write(
+                    capped(
+                        f"speedtronic: could not write a record to {where} ({text}); "
+                        f"{self.write_errors} record(s) lost so far"
+                    )
+                    + "\n"
+                )
+        warn_at_caller(
+            f"speedtronic could not write a record ({where}): {text}; "
+            f"{self.write_errors} record(s) lost so far",
+            LoggingFailureWarning,
+        )
+
+
+class _Acquired:
+    """``with _Acquired(lock, blocking)``: holds ``lock`` if it could be taken (at once, when not
+    ``blocking``)."""
+
+    __slots__ = ("_acquired", "_blocking", "_lock")
+
+    def __init__(self, lock: threading.RLock, *, blocking: bool) -> None:
+        self._lock, self._blocking, self._acquired = lock, blocking, False
+
+    def __enter__(self) -> bool:
+        self._acquired = self._lock.acquire(blocking=self._blocking)
+        return self._acquired
+
+    def __exit__(self, *exc: object) -> None:
+        if self._acquired:
+            self._lock.release()
