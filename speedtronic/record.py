@@ -15,6 +15,9 @@ A record is one strict-JSON object per line::
   ``"speedtronic"`` on the logger's own records: ``is_own_record``), and the keys whose values were
   ``converted`` to text or ``truncated``, and the JSON Pointers of the non-finite numbers written as
   ``null`` (``restore_non_finite`` puts them back).
+- ``timestamp`` is ``iso_timestamp``'s text (``2026-01-01T12:00:00.123456Z``: ``TIMESTAMP_WRITTEN``
+  matches exactly that form, ``TIMESTAMP_RFC3339`` any RFC 3339 UTC time a reader converts alike);
+  ``timestamp_ns`` reads one back.
 - In a job of several processes, rank ``r > 0`` writes ``<stem>.rank<r><suffix>`` beside rank 0's
   file (``rank_path``); readers find those files by ``rank_of_name``, whatever the suffix.
 
@@ -27,13 +30,17 @@ from __future__ import annotations
 import math
 import os
 import re
+import time
 from collections.abc import Container, Mapping
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 from structlog.typing import EventDict, WrappedLogger
 
 __all__ = [
+    "FLOAT_OF_KIND",
+    "FLOAT_OF_TEXT",
     "NON_FINITE_KINDS",
     "NOTE_KEY",
     "NOTE_VERSION",
@@ -41,11 +48,16 @@ __all__ = [
     "ORIGIN_USER",
     "RECORD_PREFIX",
     "RESERVED_KEYS",
+    "TIMESTAMP_RFC3339",
+    "TIMESTAMP_SECONDS",
+    "TIMESTAMP_WRITTEN",
     "RenameReserved",
     "empty_note",
     "event_fields",
     "free_name",
+    "is_own_note",
     "is_own_record",
+    "iso_timestamp",
     "non_finite_kind",
     "non_finite_text",
     "note_contract",
@@ -54,6 +66,9 @@ __all__ = [
     "rank_of_name",
     "rank_path",
     "restore_non_finite",
+    "second_text",
+    "split_time",
+    "timestamp_ns",
 ]
 
 NOTE_KEY = "_speedtronic"
@@ -81,7 +96,23 @@ RECORD_PREFIX = b'{"event":"'
 NON_FINITE_KINDS = ("nan", "inf", "neg_inf")
 """The note's ``non_finite`` lists, by kind of number."""
 
-_FLOAT_OF_KIND = {"nan": math.nan, "inf": math.inf, "neg_inf": -math.inf}
+FLOAT_OF_KIND: Mapping[str, float] = {"nan": math.nan, "inf": math.inf, "neg_inf": -math.inf}
+"""The number each of the note's ``non_finite`` lists stands for."""
+
+FLOAT_OF_TEXT: Mapping[str, float] = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+"""The number each of strict JSON's neighbours' names stands for (``non_finite_text``): what records
+without a note (older writers, other writers) hold instead of ``null``."""
+
+TIMESTAMP_SECONDS = "%Y-%m-%dT%H:%M:%S"
+"""The ``strftime`` form of a record's ``timestamp`` up to its seconds (``iso_timestamp`` adds the
+microseconds and ``Z``)."""
+
+TIMESTAMP_WRITTEN = r"^\d{4}-\d\d-\d\dT([01]\d|2[0-3]):[0-5]\d:[0-5]\d\.\d{6}Z$"
+"""A regular expression matching exactly the writer's ``timestamp`` (``iso_timestamp``)."""
+
+TIMESTAMP_RFC3339 = r"^\d{4}-\d\d-\d\dT([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{6})?Z$"
+"""A regular expression matching the writer's ``timestamp`` and the same without microseconds."""
+
 _NON_FINITE_TEXT = {math.inf: "Infinity", -math.inf: "-Infinity"}
 _KIND_OF_TEXT = {"NaN": "nan", "Infinity": "inf", "-Infinity": "neg_inf"}
 _STR = {str}
@@ -111,7 +142,11 @@ def is_own_record(event_dict: Mapping[str, Any]) -> bool:
     """Whether a record (an event dict, or a record read back) is one the logger wrote about itself:
     its note says ``"origin": "speedtronic"``. A payload can't forge it: ``event_fields`` renames a
     payload's ``_speedtronic`` key."""
-    note = event_dict.get(NOTE_KEY)
+    return is_own_note(event_dict.get(NOTE_KEY))
+
+
+def is_own_note(note: Any) -> bool:
+    """Whether a record's note (its ``NOTE_KEY`` value) names it as the logger's own record."""
     return isinstance(note, dict) and note.get("origin") == ORIGIN_OWN
 
 
@@ -160,11 +195,11 @@ def restore_non_finite(record: dict[str, Any]) -> dict[str, Any]:
         for kind in NON_FINITE_KINDS:
             pointers = listed.get(kind)
             for pointer in pointers if type(pointers) is list else ():
-                _put_back(record, pointer, _FLOAT_OF_KIND[kind])
+                _put_back(record, pointer, FLOAT_OF_KIND[kind])
     else:
         for pointer, text in listed.items():
             kind = non_finite_kind(text) if type(text) is str else "nan"
-            _put_back(record, pointer, _FLOAT_OF_KIND[kind])
+            _put_back(record, pointer, FLOAT_OF_KIND[kind])
     return record
 
 
@@ -181,6 +216,49 @@ def _put_back(record: dict[str, Any], pointer: object, number: float) -> None:
             container[last] = number
     except (KeyError, IndexError, ValueError, TypeError):
         return
+
+
+# -- time -----------------------------------------------------------------------------------------
+
+
+def iso_timestamp(seconds: float) -> str:
+    """``seconds`` since the epoch as RFC 3339 UTC with microseconds: ``2026-01-01T12:00:00.123456Z``
+    (what structlog's ``TimeStamper(fmt="iso", utc=True)`` writes): a record's ``timestamp``."""
+    whole, micros = split_time(seconds)
+    return f"{second_text(whole)}.{micros:06d}Z"
+
+
+def second_text(whole: int) -> str:
+    """A timestamp's text up to its seconds (``TIMESTAMP_SECONDS``), for whole seconds since the epoch:
+    ``AddTimestamp`` keeps the last one and adds the microseconds."""
+    return time.strftime(TIMESTAMP_SECONDS, time.gmtime(whole))
+
+
+def split_time(seconds: float) -> tuple[int, int]:
+    """Whole seconds and microseconds, rounded as ``datetime.fromtimestamp`` rounds them."""
+    whole = math.floor(seconds)
+    micros = round((seconds - whole) * 1_000_000)
+    return (whole + 1, 0) if micros == 1_000_000 else (whole, micros)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def timestamp_ns(stamp: object) -> int | None:
+    """A record's ``timestamp`` read back as nanoseconds since the epoch: an RFC 3339 string
+    (``iso_timestamp``'s, exact to the microsecond; one without an offset is UTC) or a finite number of
+    seconds (structlog's ``TimeStamper(fmt=None)``); ``None`` for anything else."""
+    if isinstance(stamp, int | float) and not isinstance(stamp, bool):
+        return int(stamp * 1_000_000_000) if math.isfinite(stamp) else None
+    if not isinstance(stamp, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(stamp[:-1] + "+00:00" if stamp.endswith(("Z", "z")) else stamp)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return (moment - _EPOCH) // timedelta(microseconds=1) * 1000
 
 
 # -- keys -----------------------------------------------------------------------------------------

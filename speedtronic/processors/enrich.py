@@ -3,58 +3,21 @@ record's one ``timestamp``."""
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 import warnings
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from structlog.typing import EventDict, WrappedLogger
 
 from speedtronic.errors import LoggingFailureWarning, capped, warn_at_caller
 from speedtronic.processors.memory import MemoryProbe, no_reading, resolve_probe
+from speedtronic.record import iso_timestamp, second_text, split_time, timestamp_ns
 
 __all__ = ["AddElapsed", "AddMemory", "AddRank", "AddTimestamp", "iso_timestamp", "timestamp_ns"]
-
-
-def iso_timestamp(seconds: float) -> str:
-    """``seconds`` since the epoch as RFC 3339 UTC with microseconds: ``2026-01-01T12:00:00.123456Z``
-    (what structlog's ``TimeStamper(fmt="iso", utc=True)`` writes)."""
-    whole, micros = _split(seconds)
-    return f"{_second_text(whole)}.{micros:06d}Z"
-
-
-def _split(seconds: float) -> tuple[int, int]:
-    """Whole seconds and microseconds, rounded as ``datetime.fromtimestamp`` rounds them."""
-    whole = math.floor(seconds)
-    micros = round((seconds - whole) * 1_000_000)
-    return (whole + 1, 0) if micros == 1_000_000 else (whole, micros)
-
-
-def _second_text(whole: int) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole))
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-
-
-def timestamp_ns(stamp: object) -> int | None:
-    """A record's ``timestamp`` read back as nanoseconds since the epoch: an RFC 3339 string
-    (``iso_timestamp``'s, exact to the microsecond; one without an offset is UTC) or a finite number of
-    seconds (structlog's ``TimeStamper(fmt=None)``); ``None`` for anything else."""
-    if isinstance(stamp, int | float) and not isinstance(stamp, bool):
-        return int(stamp * 1_000_000_000) if math.isfinite(stamp) else None
-    if not isinstance(stamp, str):
-        return None
-    try:
-        moment = datetime.fromisoformat(stamp[:-1] + "+00:00" if stamp.endswith(("Z", "z")) else stamp)
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return (moment - _EPOCH) // timedelta(microseconds=1) * 1000
+# iso_timestamp and timestamp_ns are the record contract's (speedtronic.record), named here too for
+# the stage that writes the one and the hooks that read the other.
 
 
 class AddTimestamp:
@@ -71,14 +34,14 @@ class AddTimestamp:
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
-        self._second: tuple[int, str] = (0, _second_text(0))  # the last second formatted, and its text
+        self._second: tuple[int, str] = (0, second_text(0))  # the last second formatted, and its text
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
         if "timestamp" not in event_dict:
-            whole, micros = _split(self._clock())
+            whole, micros = split_time(self._clock())
             second = self._second  # one read: another thread may replace it, never half of it
             if second[0] != whole:
-                second = self._second = (whole, _second_text(whole))
+                second = self._second = (whole, second_text(whole))
             event_dict["timestamp"] = f"{second[1]}.{micros:06d}Z"
         return event_dict
 

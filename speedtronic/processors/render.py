@@ -102,7 +102,7 @@ class JSONLRenderer:
     ``timestamp`` (UTC, RFC 3339, microseconds: ``iso_timestamp``) is the record's own (``AddTimestamp``
     or structlog's ``TimeStamper`` earlier in the chain), or read from ``clock`` when the event dict
     has none. Every record carries the ``"_speedtronic"`` note in its one fixed shape
-    (``speedtronic.processors.convert.empty_note``): it says the record's contract. A record of plain
+    (``speedtronic.record.empty_note``): it says the record's contract. A record of plain
     finite scalars is written as it is plus that note; any other goes through ``json_safe_record``
     first: NaN and infinities become ``null`` (listed by JSON Pointer under the note's ``non_finite``),
     values JSON can't hold become their ``str()``, keys become unique strings, and what was converted

@@ -44,7 +44,6 @@ float one make a float column), else typed again from their Python values, as th
 from __future__ import annotations
 
 import io
-import math
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -54,7 +53,15 @@ from types import ModuleType
 from typing import Any, Literal
 
 from speedtronic.extras import require
-from speedtronic.record import NOTE_KEY, RECORD_PREFIX
+from speedtronic.record import (
+    FLOAT_OF_KIND,
+    NOTE_KEY,
+    NOTE_VERSION,
+    RECORD_PREFIX,
+    TIMESTAMP_RFC3339,
+    TIMESTAMP_SECONDS,
+    TIMESTAMP_WRITTEN,
+)
 from speedtronic.runs.reader import (
     MAX_LINE_BYTES,
     RankChoice,
@@ -325,15 +332,14 @@ _Kind = Literal["int", "float", "bool", "str", "datetime", "object"]
 _Column = tuple[str, _Kind, Any]
 """A column to build: its name, its kind, and its values (a pyarrow array; a list for ``object``)."""
 
-_NON_FINITE = (("nan", math.nan), ("inf", math.inf), ("neg_inf", -math.inf))
 _NOT_PAYLOAD = frozenset({_EVENT, _TIMESTAMP, NOTE_KEY})
-_RFC3339 = r"^\d{4}-\d\d-\d\dT([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{6})?Z$"
+_RFC3339 = TIMESTAMP_RFC3339
 """The writer's timestamps (``iso_timestamp``), which pyarrow converts as ``_utc`` does; others
 are converted by ``_utc``."""
-_WRITTEN = r"^\d{4}-\d\d-\d\dT([01]\d|2[0-3]):[0-5]\d:[0-5]\d\.\d{6}Z$"
+_WRITTEN = TIMESTAMP_WRITTEN
 """Exactly the writer's form, microseconds included: a time converted in a part (``stamped``) is
 written back as the same text (``_texts``) where another part's times keep the event's as text."""
-_WRITTEN_BACK = "%Y-%m-%dT%H:%M:%SZ"  # pyarrow's %S writes a microsecond time's seconds as 05.123456
+_WRITTEN_BACK = f"{TIMESTAMP_SECONDS}Z"  # pyarrow's %S writes a microsecond time's seconds as 05.123456
 
 
 class _Engine:
@@ -379,7 +385,7 @@ class _Engine:
         version = pc.struct_field(note, "v")
         if not pa.types.is_int64(version.type) or version.null_count:
             return False
-        return bool(pc.min(version).as_py() >= 2)
+        return bool(pc.min(version).as_py() >= NOTE_VERSION)
 
     def _typed(self, table: Any) -> bool:
         """Whether every column has a type whose values are the JSON values as read."""
@@ -413,7 +419,7 @@ class _Engine:
             return table
         listed = pc.struct_field(note, "non_finite")
         found: dict[str, dict[int, float]] = {}
-        for kind, number in _NON_FINITE:
+        for kind, number in FLOAT_OF_KIND.items():
             if not pa.types.is_struct(listed.type) or listed.type.get_field_index(kind) < 0:
                 continue
             pointers = pc.struct_field(listed, kind)

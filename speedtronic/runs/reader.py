@@ -14,7 +14,7 @@ file), and ``RunClock`` turns each segment's ``elapsed_s`` (its logger's clock, 
 the time since the run first started.
 
 The writer's conventions are undone here, once, by the record's contract (its ``"_speedtronic"``
-note, ``speedtronic.processors.convert.note_contract``): in a record whose note says it (every record
+note, ``speedtronic.record.note_contract``): in a record whose note says it (every record
 of today's writer, and the pointer-keyed notes of the writer before), the ``null`` its note lists
 become NaN or infinities again and every string stays a string; in a record with no such note (older
 files, another writer's JSONL) ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` become floats again:
@@ -44,7 +44,15 @@ from typing import Any, Literal, NamedTuple
 
 import orjson
 
-from speedtronic.record import NOTE_KEY, ORIGIN_OWN, note_contract, rank_of_name, restore_non_finite
+from speedtronic.record import (
+    FLOAT_OF_TEXT,
+    NON_FINITE_KINDS,
+    NOTE_KEY,
+    is_own_note,
+    note_contract,
+    rank_of_name,
+    restore_non_finite,
+)
 
 __all__ = [
     "CHUNK_BYTES",
@@ -80,7 +88,6 @@ The writer's own lines are capped far below this (``DEFAULT_MAX_LINE_BYTES``, 32
 CHUNK_BYTES = 256 * 1024
 """How much of a file is read at a time."""
 
-_NON_FINITE: dict[str, float] = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _NON_FINITE_HINTS = (b'"NaN"', b'Infinity"')
 _EXAMPLES = 5
 
@@ -514,7 +521,7 @@ def parse_record(
         number,
         notes,
         segment,
-        notes is not None and notes.get("origin") == ORIGIN_OWN,
+        is_own_note(notes),
     )
 
 
@@ -524,12 +531,12 @@ def _lists_non_finite(note: Any) -> bool:
         return False
     if "v" not in note:
         return bool(listed)
-    return bool(listed.get("nan") or listed.get("inf") or listed.get("neg_inf"))
+    return any(listed.get(kind) for kind in NON_FINITE_KINDS)
 
 
 def _restore_non_finite(value: Any) -> Any:
     if type(value) is str:
-        return _NON_FINITE.get(value, value)
+        return FLOAT_OF_TEXT.get(value, value)
     if type(value) is dict:
         return {key: _restore_non_finite(item) for key, item in value.items()}
     if type(value) is list:
