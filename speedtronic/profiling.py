@@ -359,6 +359,8 @@ class MetricLogger:
         finally:
             if acquired:
                 self._lock.release()
+        if self._stuck:
+            self._reports.stuck()  # the reports below must not wait for the lock either
         self.chain.dispatch.stop()  # an inline hook running in a stuck emit: no hook after it is called
         errors: list[BaseException] = []
         for step in (self._close_hooks, self._report_totals):
@@ -367,7 +369,7 @@ class MetricLogger:
             except BaseException as error:
                 errors.append(error)
         self._finalizer.detach()
-        self._reports.release(stuck=self._stuck)
+        self._reports.release()
         _release(self._text, self._json)
         _exit_and_fork.forget(self)
         if errors:

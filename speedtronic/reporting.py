@@ -38,8 +38,8 @@ class Reports:
     """A logger's failure reports: its records of its own, its lost-record counts, their warnings.
 
     ``written`` pairs each open sink with the chain's output writing to it. ``lock`` is the logger's:
-    a report is written under it, as an event is, unless ``release(stuck=True)`` said another thread
-    holds it for good (a hook stalled inside ``emit``). After ``release`` nothing is written; a report
+    a report is written under it, as an event is, unless ``stuck()`` said another thread holds it for
+    good (a hook stalled inside ``emit``). After ``release`` nothing is written; a report
     arriving later (a background hook failing after the close timed out) is only counted.
     """
 
@@ -54,7 +54,7 @@ class Reports:
         self._written = tuple(written)
         self._lock = lock
         self._redact = redact
-        self._blocking = True  # False once release found the lock held for good
+        self._blocking = True  # False once the lock is held for good by a thread stuck inside emit
         self._released = False
         self._telling = False  # writing a logging_error record: a failure now is not reported again
         self._lost: dict[str, int] = {}
@@ -66,10 +66,14 @@ class Reports:
         """Records that could not be written, per sink (its path, or the stream's name)."""
         return MappingProxyType(self._lost)
 
-    def release(self, *, stuck: bool) -> None:
-        """Write nothing from now on: the logger is closing its files. ``stuck``: another thread
-        holds the logger's lock inside ``emit``, so reports stop waiting for it."""
-        self._blocking = not stuck
+    def stuck(self) -> None:
+        """Another thread holds the logger's lock for good (a hook stalled inside ``emit``, found by
+        ``close()``): reports stop waiting for it, and each file keeps its lines whole by its own
+        lock."""
+        self._blocking = False
+
+    def release(self) -> None:
+        """Write nothing from now on: the logger is closing its files."""
         with _Acquired(self._lock, blocking=self._blocking):
             self._released = True
 
