@@ -4,8 +4,8 @@
 ``TypedDict`` per event describes its payload (required keys first, then the optional ones). Payloads
 are open: a producer may add keys, and the logger adds ``elapsed_s`` and ``memory_bytes``. A value
 typed ``Real`` may be a 0-d tensor or numpy scalar: the logger converts it after the cadence, so a
-skipped step never syncs the device. ``payload_problems`` checks a payload against its ``TypedDict``
-(the ``speedtronic.processors.ValidatePayloads`` stage asks it).
+skipped step never syncs the device. ``speedtronic.processors.validate.payload_problems`` checks a
+payload against its ``TypedDict``, beside the ``ValidatePayloads`` stage that asks it.
 
 Nothing else lives here: what a record is (reserved keys, the note) is ``speedtronic.record``'s, the
 level names are ``speedtronic.levels``', the exceptions ``speedtronic.errors``'.
@@ -14,10 +14,9 @@ level names are ``speedtronic.levels``', the exceptions ``speedtronic.errors``'.
 from __future__ import annotations
 
 import sys
-import types
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from enum import Enum
-from typing import Any, Literal, Protocol, TypeAlias, TypedDict, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, Protocol, TypeAlias, TypedDict
 
 __all__ = [
     "EVENT_LEVELS",
@@ -43,7 +42,6 @@ __all__ = [
     "TrainStartPayload",
     "TrainStepPayload",
     "level_for",
-    "payload_problems",
 ]
 
 EVENT_LEVELS: Mapping[str, str] = {
@@ -371,86 +369,3 @@ PAYLOADS: Mapping[Event, type[Mapping[str, Any]]] = {
     Event.HYPERPARAMS: HyperparamsPayload,
 }
 """Each event's payload ``TypedDict``."""
-
-
-# -- validation ----------------------------------------------------------------------------------
-
-
-Check = Callable[[Any], bool]
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_float(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _is_device_scalar(value: Any) -> bool:
-    return callable(getattr(value, "item", None)) and getattr(value, "ndim", None) == 0
-
-
-def _check_for(annotation: Any) -> Check:
-    """A predicate for one annotation, decided once; shapes it can't check cheaply always pass."""
-    origin = get_origin(annotation)
-    if origin is Union or origin is types.UnionType:
-        parts = [_check_for(arg) for arg in get_args(annotation)]
-        return lambda value: any(part(value) for part in parts)
-    if origin is list:
-        item = _check_for(get_args(annotation)[0])
-        return lambda value: isinstance(value, list) and all(item(element) for element in value)
-    if origin is Literal:
-        allowed = get_args(annotation)
-        return lambda value: value in allowed
-    simple: dict[Any, Check] = {
-        int: _is_int,
-        float: _is_float,
-        bool: lambda value: isinstance(value, bool),
-        str: lambda value: isinstance(value, str),
-        type(None): lambda value: value is None,
-        DeviceScalar: _is_device_scalar,
-    }
-    if annotation in simple:
-        return simple[annotation]
-    if isinstance(annotation, type):
-        return lambda value: isinstance(value, annotation)
-    return lambda value: True
-
-
-def _describe(annotation: Any) -> str:
-    if annotation is DeviceScalar:
-        return "a 0-d tensor"
-    if get_origin(annotation) is Union or get_origin(annotation) is types.UnionType:
-        return " or ".join(_describe(arg) for arg in get_args(annotation))
-    if annotation is type(None):
-        return "None"
-    return annotation.__name__ if isinstance(annotation, type) else str(annotation)
-
-
-class _Schema:
-    __slots__ = ("checks", "required")
-
-    def __init__(self, payload_type: type[Mapping[str, Any]]) -> None:
-        hints = get_type_hints(payload_type)
-        self.required: frozenset[str] = payload_type.__required_keys__  # type: ignore[attr-defined]  # TypedDict
-        self.checks = {key: (_check_for(hint), _describe(hint)) for key, hint in hints.items()}
-
-
-_SCHEMAS = {str(event): _Schema(payload_type) for event, payload_type in PAYLOADS.items()}
-
-
-def payload_problems(event: str, payload: Mapping[Any, Any]) -> list[str]:
-    """What is wrong with ``payload`` for ``event``: missing required keys, values of the wrong type.
-
-    An empty list when it matches; also for events outside the catalog, which are never checked.
-    """
-    schema = _SCHEMAS.get(str(event))
-    if schema is None:
-        return []
-    problems = [f"missing required key {key!r}" for key in sorted(schema.required - payload.keys())]
-    for key, value in payload.items():
-        checked = schema.checks.get(key)
-        if checked is not None and not checked[0](value):
-            problems.append(f"{key}: expected {checked[1]}, got {type(value).__name__} {value!r}")
-    return problems

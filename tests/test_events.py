@@ -7,8 +7,9 @@ import structlog
 import torch
 
 from speedtronic.errors import EventPayloadError, EventPayloadWarning
-from speedtronic.events import PAYLOADS, Event, payload_problems
+from speedtronic.events import PAYLOADS, Event
 from speedtronic.processors import ConvertValues, ValidatePayloads
+from speedtronic.processors.validate import payload_problems
 
 CATALOG = [
     "train_start",

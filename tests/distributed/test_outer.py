@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from speedtronic.distributed import RankInfo, is_lead
-from speedtronic.events import payload_problems
 from speedtronic.processors import ValidatePayloads
+from speedtronic.processors.validate import payload_problems
 from speedtronic.profiling import MetricLogger
 from tests.training.recording import RecordingHook
 

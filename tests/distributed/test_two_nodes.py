@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from speedtronic.events import payload_problems
+from speedtronic.processors.validate import payload_problems
 from tests.conftest import read_jsonl
 
 pytest.importorskip("torch")

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import torch
 
-from speedtronic.events import payload_problems
 from speedtronic.processors import ValidatePayloads
+from speedtronic.processors.validate import payload_problems
 from speedtronic.profiling import MetricLogger
 from speedtronic.training.task import SuccessorTask, successor_model
 from speedtronic.training.trainer import FitResult, Trainer, latest_checkpoint

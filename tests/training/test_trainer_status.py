@@ -10,8 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from speedtronic.events import payload_problems  # noqa: E402  # after the torch skip
 from speedtronic.processors import ValidatePayloads  # noqa: E402  # after the torch skip
+from speedtronic.processors.validate import payload_problems  # noqa: E402  # after the torch skip
 from speedtronic.profiling import MetricLogger  # noqa: E402
 from speedtronic.training.task import SuccessorTask, successor_model  # noqa: E402
 from speedtronic.training.trainer import Trainer  # noqa: E402
