@@ -20,8 +20,6 @@ __all__ = [
     "LoggingFailureWarning",
     "SpeedtronicWarning",
     "capped",
-    "check_count",
-    "check_seconds",
     "reported",
     "warn_at_caller",
 ]
@@ -109,15 +107,3 @@ def reported(count: int) -> bool:
     throttling rule for hook failures and lost records: a failure every step stays visible without
     flooding the log)."""
     return count & (count - 1) == 0
-
-
-def check_count(name: str, value: object) -> None:
-    """``ValueError`` naming ``name`` unless ``value`` is an int >= 1 (a queue size, a cadence)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-
-
-def check_seconds(name: str, value: object) -> None:
-    """``ValueError`` naming ``name`` unless ``value`` is a finite number of seconds > 0 (a timeout)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e9:
-        raise ValueError(f"{name} must be a number of seconds > 0 and finite, got {value!r}")

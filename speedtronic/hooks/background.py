@@ -32,7 +32,7 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from speedtronic.errors import check_count, check_seconds
+from speedtronic.checks import check_count, check_seconds
 from speedtronic.hooks.dispatch import DispatchHooks, HookFailures, close_hook
 
 __all__ = [

@@ -13,7 +13,8 @@ import warnings
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from speedtronic.errors import SpeedtronicWarning, capped, check_count, check_seconds
+from speedtronic.checks import check_count, check_seconds
+from speedtronic.errors import SpeedtronicWarning, capped
 from speedtronic.extras import require
 from speedtronic.integrations._names import CONFIG_EVENTS, StepAxis, flat_items, step_of
 from speedtronic.processors.convert import to_python

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from speedtronic._version import __version__
-from speedtronic.errors import check_seconds
+from speedtronic.checks import check_seconds
 from speedtronic.extras import require
 from speedtronic.integrations._structlog import exception_text
 from speedtronic.levels import LEVEL_NAMES

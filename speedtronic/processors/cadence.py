@@ -9,7 +9,7 @@ from typing import Any
 import structlog
 from structlog.typing import EventDict, WrappedLogger
 
-from speedtronic.errors import check_count
+from speedtronic.checks import check_count
 
 __all__ = ["CadenceFilter", "step_number"]
 

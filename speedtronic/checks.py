@@ -1,0 +1,21 @@
+"""Checks of an option's value where it enters, each a ``ValueError`` naming the option.
+
+A queue size, a cadence, a timeout: the stages, the background hooks and the integrations check their
+numbers with these, so one rule says what a count or a number of seconds may be.
+"""
+
+from __future__ import annotations
+
+__all__ = ["check_count", "check_seconds"]
+
+
+def check_count(name: str, value: object) -> None:
+    """``ValueError`` naming ``name`` unless ``value`` is an int >= 1 (a queue size, a cadence)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+
+
+def check_seconds(name: str, value: object) -> None:
+    """``ValueError`` naming ``name`` unless ``value`` is a finite number of seconds > 0 (a timeout)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e9:
+        raise ValueError(f"{name} must be a number of seconds > 0 and finite, got {value!r}")
