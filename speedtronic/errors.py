@@ -49,7 +49,9 @@ class LoggerClosedError(RuntimeError):
 
 
 class HookError(RuntimeError):
-    """A hook failed while the logger runs with ``strict_hooks=True``; ``__cause__`` is the original."""
+    """A hook failed while the logger runs with ``strict_hooks=True``. ``__cause__`` is the hook's
+    exception when its printed traceback has nothing to redact; otherwise the chain is dropped (it
+    would print the secret) and the message ends with the hook's redacted traceback."""
 
 
 class EventPayloadWarning(SpeedtronicWarning):
