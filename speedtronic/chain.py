@@ -50,6 +50,7 @@ from speedtronic.processors import (
     Redact,
     TextRenderer,
     WriteLines,
+    redact_text,
 )
 from speedtronic.processors.text import DEFAULT_FLOAT_DIGITS
 from speedtronic.record import RenameReserved
@@ -131,6 +132,8 @@ class _Stages:
     text_renderer: TextRenderer
     json_renderer: JSONLRenderer
     text_level: int
+    redact_text: Callable[[str], str] | None
+    """What hides secrets in a failure's text (``redact_text``), when the chain redacts."""
 
     def chain(
         self,
@@ -194,7 +197,8 @@ def _prepare(
     json_renderer = _checked(
         caller, lambda: JSONLRenderer(clock, as_bytes=True, max_line_bytes=max_line_bytes)
     )
-    return _Stages(cadence, tuple(enrichment), extra, text_renderer, json_renderer, text_level)
+    hide = redact_text if redact is not False else None
+    return _Stages(cadence, tuple(enrichment), extra, text_renderer, json_renderer, text_level, hide)
 
 
 def build_chain(

@@ -51,7 +51,6 @@ from speedtronic.levels import method_for, threshold
 from speedtronic.processors import DEFAULT_MAX_LINE_BYTES
 from speedtronic.processors.convert import key_text
 from speedtronic.processors.memory import memory_usage_bytes
-from speedtronic.processors.redact import redact_text
 from speedtronic.processors.text import DEFAULT_FLOAT_DIGITS
 from speedtronic.record import event_fields, rank_path
 from speedtronic.reporting import Reports
@@ -154,9 +153,8 @@ class MetricLogger:
             caller="MetricLogger",
         )
         self._hooks = HookList(hooks or ())
-        self._redact_text: Callable[[str], str] | None = redact_text if redact is not False else None
         self._failures = HookFailures(
-            _reporter(self, "hook_failed"), strict=strict_hooks, redact=self._redact_text
+            _reporter(self, "hook_failed"), strict=strict_hooks, redact=stages.redact_text
         )
         self._background: BackgroundHooks | None = None
         if self.is_lead and background_hooks and not strict_hooks:
@@ -196,7 +194,7 @@ class MetricLogger:
                 if sink is not None and output is not None
             ],  # each sink with the output writing to it
             self._lock,
-            self._redact_text,
+            stages.redact_text,
         )
         self._cadence = self.chain.cadence
         _exit_and_fork.remember(self)
