@@ -16,6 +16,7 @@ from structlog.contextvars import bind_contextvars, clear_contextvars, merge_con
 from structlog.typing import Processor
 
 from speedtronic import HookFailureWarning
+from speedtronic.events import level_for
 from speedtronic.hooks import DispatchHooks, HookFailures
 from speedtronic.processors import (
     AddElapsed,
@@ -27,7 +28,6 @@ from speedtronic.processors import (
     JSONLRenderer,
     TextRenderer,
     WriteLines,
-    level_for,
     step_number,
 )
 from speedtronic.record import ORIGIN_OWN, empty_note
