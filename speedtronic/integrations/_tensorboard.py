@@ -15,7 +15,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from speedtronic.errors import SpeedtronicWarning, capped, check_count, check_seconds
 from speedtronic.extras import require
-from speedtronic.integrations._names import CONFIG_EVENTS, StepAxis, flat_items, step_of
+from speedtronic.integrations._names import (
+    CONFIG_EVENTS,
+    ONE_OFF_EVENTS,
+    SKIPPED_KEYS,
+    StepAxis,
+    flat_items,
+    metric_name,
+    step_of,
+)
 from speedtronic.processors.convert import to_python
 
 if TYPE_CHECKING:
@@ -23,7 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["TensorboardHook", "TensorboardWarning"]
 
-_SKIPPED_KEYS: frozenset[str] = frozenset({"step"})
+_SKIPPED_KEYS: frozenset[str] = frozenset({"step", *SKIPPED_KEYS})
 
 _SEND_EVERY_S = 0.2
 """How often the writer thread hands the points gathered so far to the writer."""
@@ -192,6 +200,13 @@ class TensorboardHook:
             chosen = flat_items(payload, self._skip | {"config"} if config is not None else self._skip)
         else:
             chosen = flat_items({key: payload[key] for key in keys if key in payload and key != "config"})
+        if event in ONE_OFF_EVENTS:  # one point is no chart: the Text dashboard shows the values
+            values_text = {key: to_python(value) for key, value in chosen if key != "timestamp"}
+            if values_text:
+                self._gather_text(metric_name(event, "values"), x, values_text, {})
+            if self._failure is not None:
+                self._raise_failure()
+            return
         names: list[str] = []
         values: list[float] = []
         for key, value in chosen:
@@ -222,8 +237,14 @@ class TensorboardHook:
         hparams: dict[str, bool | int | float | str] = {}
         for key, value in flat_items(plain):
             hparams[key] = value if type(value) in (bool, int, float, str) else json.dumps(value, default=str)
+        self._gather_text(metric_name(event, "config"), x, plain, hparams)
+
+    def _gather_text(
+        self, tag: str, x: int, plain: Any, hparams: dict[str, bool | int | float | str]
+    ) -> None:
+        """``plain`` as indented JSON under the Text dashboard's ``tag``, with ``hparams`` (if any)."""
         text = json.dumps(plain, indent=2, default=str, sort_keys=True)
-        self._gather((event, time.time(), x, "\n".join(f"    {line}" for line in text.splitlines()), hparams))
+        self._gather((tag, time.time(), x, "\n".join(f"    {line}" for line in text.splitlines()), hparams))
 
     def flush(self, timeout_s: float | None = None) -> None:
         """Block until every point handed over so far is in the file; ``TimeoutError`` after ``timeout_s``."""
