@@ -61,13 +61,13 @@ class TensorboardHook:
 
     **What is written.** By default every int and float of every event (0-d tensors and numpy scalars
     included, converted), a nested mapping's under ``<key>/<inner key>`` (``eval/metrics/f1``), except
-    the keys in ``skip`` (default ``SKIPPED_KEYS``: ``step``, the x-axis). Other values (strings, bools,
-    lists, tensors of several elements) are no scalars and are skipped, not errors (W&B keeps them in
-    its table, and charts none of them either). Or choose: ``events`` maps an event name to the keys to
-    write (``None``: every number but ``skip``; ``()``: nothing), and its entry ``"*"`` applies to the
-    events not named, e.g. ``events={"train_step": ["loss"], "*": ()}``. All of one event's scalars go
-    into one ``Event`` record, as TensorBoard's float32 ``simple_value`` (what
-    ``SummaryWriter.add_scalar`` writes).
+    the keys in ``skip`` (default ``SKIPPED_KEYS``: ``step``, the x-axis, and ``elapsed_s``). Other
+    values (strings, bools, lists, tensors of several elements) are no scalars and are skipped, not
+    errors (W&B keeps them in its table, and charts none of them either). Or choose: ``events`` maps
+    an event name to the keys to write (``None``: every number but ``skip``; ``()``: nothing), and its
+    entry ``"*"`` applies to the events not named, e.g. ``events={"train_step": ["loss"], "*": ()}``.
+    All of one event's scalars go into one ``Event`` record, as TensorBoard's float32
+    ``simple_value`` (what ``SummaryWriter.add_scalar`` writes).
 
     **The x is W&B's**: the payload's whole-number ``step`` (``5``, ``5.0``, a 0-d tensor), else the
     last step seen (0 before the first), so an ``outer_step`` is drawn at the training step it
@@ -77,6 +77,10 @@ class TensorboardHook:
     chooses it: by default) goes to the HParams dashboard (nested keys joined with ``/``; values other
     than numbers, strings and bools as JSON text) and, as indented JSON, to the Text dashboard under
     ``<event>/config``; never as scalars.
+
+    **One-off events are no charts**: the chosen values of ``ONE_OFF_EVENTS`` (``train_start``,
+    ``train_end``...; text and numbers) go, as indented JSON, to the Text dashboard under
+    ``<event>/values``, never as single-point scalars.
 
     **Tags can't collide.** A tag is the event name, a ``/``, the key as it is; in the event name
     ``/`` and ``%`` are written ``%2F`` and ``%25``, so the first ``/`` of a tag always ends the event:
@@ -119,7 +123,7 @@ class TensorboardHook:
     """
 
     SKIPPED_KEYS: ClassVar[frozenset[str]] = _SKIPPED_KEYS
-    """Keys not written by default: ``step`` is the x-axis."""
+    """Keys not written by default: ``step`` is the x-axis, ``elapsed_s`` the logger's clock."""
 
     def __init__(
         self,

@@ -61,6 +61,17 @@ class WandbHook:
     ``reinit="create_new"`` for a run of the hook's own that nobody else joins (W&B then leaves
     ``wandb.run`` unset).
 
+    **One-off events are no charts**: the values of ``ONE_OFF_EVENTS`` (``train_start``,
+    ``train_end``, ``hyperparams``...) go to the run's summary (``run.summary["train_end/final_loss"]``),
+    not to a row. ``skip`` (default ``elapsed_s``, the logger's clock) names payload keys not logged;
+    ``skip=()`` logs them.
+
+    **Beside Hugging Face's or Lightning's W&B logger in one run** their names (``train/loss``,
+    ``train_loss``) and the hook's (``train_step/loss``, ``train_step/train_loss``) never meet, and
+    each keeps its x-axis. With Lightning, hand the hook the ``WandbLogger``'s run
+    (``run=wandb_logger.experiment``): Lightning defines its ``trainer/global_step`` axis only for a
+    run it starts.
+
     **The run's config** is ``train_start``'s or ``hyperparams``' ``config`` (``speedtronic train``
     emits the run's resolved config as ``hyperparams``): ``run.config.update(config)``, not a history
     column. Values go as
@@ -74,6 +85,7 @@ class WandbHook:
             ``project`` or ``init_kwargs``.
         finish: whether ``close()`` finishes the run; default: only a run the hook created. A run
             you pass in, or one the hook joined, stays its owner's to finish, unless ``finish=True``.
+        skip: payload keys not logged (default ``elapsed_s``).
     """
 
     def __init__(

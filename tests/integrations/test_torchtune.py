@@ -77,10 +77,11 @@ class TestSpeedtronicMetricLogger:
         steps = [r for r in records if r["event"] == "train_step"]
         assert [r["step"] for r in steps] == [2, 4, 6, 6]
         assert steps[0]["loss"] == 1.0
-        assert steps[0]["tokens_per_s"] == 200.0  # the catalog's name for tokens_per_second_per_gpu
+        assert steps[0]["tokens_per_second_per_gpu"] == 200.0  # the name torchtune logs
+        assert "tokens_per_s" not in steps[0]
         assert steps[-1]["peak_memory_gb"] == 1.5
         (evaluation,) = [r for r in records if r["event"] == "eval"]
-        assert (evaluation["step"], evaluation["split"], evaluation["loss"]) == (6, "val", 0.75)
+        assert (evaluation["step"], evaluation["split"], evaluation["val_loss"]) == (6, "val", 0.75)
 
     def test_a_given_logger_is_flushed_not_closed(self, tmp_path: Path) -> None:
         """With logger=, close() leaves the MetricLogger open for its owner."""
@@ -174,7 +175,7 @@ class TestLoggersDeclaredInYaml:
         assert read_jsonl(run)[0]["event"] == "hyperparams"
         assert tensorboard.log_dir == str(tmp_path / "logs" / "tensorboard")
         assert tensorboard_scalars(tmp_path / "logs" / "tensorboard")["train_step/loss"][0] == (2, 1.0)
-        assert set(tensorboard_scalars(tmp_path / "tb2")) >= {"train_step/loss", "eval/loss"}
+        assert set(tensorboard_scalars(tmp_path / "tb2")) >= {"train_step/loss", "eval/val_loss"}
         assert "train_step/elapsed_s" not in tensorboard_scalars(tmp_path / "tb2")
         recorded = read_wandb_run(Path(wandb_hook.run.dir).parent)
         assert Path(wandb_hook.run.dir).is_relative_to(tmp_path / "logs")
