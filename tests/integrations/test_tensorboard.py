@@ -557,3 +557,55 @@ class TestAFailedWriter:
         assert logger.hook_errors["TensorboardHook"] >= 1
         assert hook.dropped >= 1
         assert tensorboard_scalars(log_dir)["train_step/loss"] == [(1, 1.0)]
+
+
+class TestMetricLoggerFlush:
+    @pytest.mark.parametrize("wrap", [False, True], ids=["inline", "background"])
+    def test_flush_leaves_every_point_in_the_event_file(self, log_dir: Path, wrap: bool) -> None:
+        """MetricLogger.flush() calls the hook's flush (also inside background(...)): right after it,
+        with the logger still open, the event file holds every point."""
+        from speedtronic.hooks import background
+
+        hook = TensorboardHook(log_dir, flush_secs=3600)  # only a flush writes the file
+        logger = MetricLogger(stream=io.StringIO(), hooks=[background(hook) if wrap else hook])
+        for step in (1, 2, 3):
+            logger.emit("train_step", {"step": step, "loss": 1.0 / step})
+        assert logger.flush(timeout=60) is True
+        assert [step for step, _ in tensorboard_scalars(log_dir)["train_step/loss"]] == [1, 2, 3]
+        logger.close()
+
+    def test_a_hook_whose_flush_fails_is_reported_not_raised(self, tmp_path: Path) -> None:
+        """A hook's flush that raises: flush() returns, the failure is a hook_error naming the hook."""
+
+        class Broken:
+            def on_event(self, event: str, payload: dict[str, Any]) -> None:
+                pass
+
+            def flush(self, timeout: float | None) -> None:
+                raise OSError("disk gone")
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            logger = MetricLogger(json_file=tmp_path / "m.jsonl", stream=io.StringIO(), hooks=[Broken()])
+            logger.emit("train_step", {"step": 1, "loss": 1.0})
+            logger.flush(timeout=5)
+            logger.close()
+        assert logger.hook_errors["Broken"] == 1
+        [error] = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()
+                   if '"hook_error"' in line]
+        assert (error["hook"], error["during"]) == ("Broken", "flush")
+        assert "disk gone" in error["error"]
+
+    def test_a_flush_past_its_timeout_returns_false(self, log_dir: Path) -> None:
+        """A hook's flush that runs past the timeout (TimeoutError) makes flush() return False."""
+
+        class Slow:
+            def on_event(self, event: str, payload: dict[str, Any]) -> None:
+                pass
+
+            def flush(self, timeout: float | None) -> None:
+                raise TimeoutError(f"not done in {timeout} s")
+
+        logger = MetricLogger(stream=io.StringIO(), hooks=[Slow()])
+        assert logger.flush(timeout=0.5) is False
+        logger.close()

@@ -95,6 +95,23 @@ class TestSpeedtronicMetricLogger:
         assert [r["event"] for r in read_jsonl(tmp_path / "m.jsonl")] == [
             "train_start", "train_step", "train_end", "after"]
 
+    def test_close_leaves_a_given_loggers_tensorboard_file_complete(self, tmp_path: Path) -> None:
+        """With logger=, close() (the recipe's cleanup) flushes: the TensorboardHook's file holds every
+        point while the logger stays open."""
+        from speedtronic.integrations import TensorboardHook
+        from tests.conftest import tensorboard_scalars
+
+        hook = TensorboardHook(tmp_path / "tb", flush_secs=3600)  # only a flush writes the file
+        logger = MetricLogger(stream=io.StringIO(), hooks=[hook])
+        metric_logger = tt.SpeedtronicMetricLogger(logger)
+        metric_logger.log_dict({"loss": 1.0, "tokens_per_second_per_gpu": 10.0}, step=1)
+        metric_logger.log_dict({"val_loss": 0.5}, step=1)
+        metric_logger.close()
+        scalars = tensorboard_scalars(tmp_path / "tb")
+        assert scalars["train_step/tokens_per_second_per_gpu"] == [(1, 10.0)]
+        assert scalars["eval/val_loss"] == [(1, 0.5)]
+        logger.close()
+
     def test_an_owned_logger_is_closed_and_close_is_idempotent(self, tmp_path: Path) -> None:
         """Built from arguments, close() closes it; a second close() is harmless."""
         metric_logger = tt.SpeedtronicMetricLogger(json_file=tmp_path / "m.jsonl", stream=io.StringIO())

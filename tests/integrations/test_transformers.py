@@ -213,6 +213,21 @@ class TestSpeedtronicCallback:
         assert [row["step"] for row in ours if "train_step/loss" in row] == [2, 4, 6]
         assert recorded.exit_code == 0
 
+    def test_train_and_evaluate_leave_the_tensorboard_file_complete(self, tmp_path: Path) -> None:
+        """Right after trainer.train() and trainer.evaluate() return (the logger still open), the
+        TensorboardHook's event file holds every point: the callback flushes the hooks."""
+        from speedtronic.integrations import TensorboardHook
+        from tests.conftest import tensorboard_scalars
+
+        hook = TensorboardHook(tmp_path / "tb", flush_secs=3600)  # only a flush writes the file
+        logger = MetricLogger(stream=io.StringIO(), hooks=[hook])
+        trainer = train(tmp_path, logger)
+        assert [step for step, _ in tensorboard_scalars(tmp_path / "tb")["train_step/loss"]] == [2, 4, 6]
+        trainer.evaluate(metric_key_prefix="test")
+        assert [step for step, _ in tensorboard_scalars(tmp_path / "tb")["eval/test_loss"]] == [6]
+        assert len(tensorboard_scalars(tmp_path / "tb")["eval/eval_loss"]) == 2  # its own series
+        logger.close()
+
     def test_the_cadence_is_logging_steps_with_every_steps_1(self, tmp_path: Path) -> None:
         """A logger left at every_steps=20 drops HF's logs at steps 2, 4, 6: the docs' reason for 1."""
         logger = MetricLogger(json_file=tmp_path / "metrics.jsonl", stream=io.StringIO(), every_steps=20)
