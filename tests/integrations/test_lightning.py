@@ -156,20 +156,20 @@ class TestSpeedtronicLogger:
         speedtronic_logger.experiment.close()
         assert [r["config"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [{"lr": 0.1}, {"lr": 0.2}]
 
-    def test_summarize_and_plot_read_a_lightning_run(self, tmp_path: Path) -> None:
-        """summarize shows the training loss and "completed"; plot draws the train loss, not only eval."""
-        from speedtronic.runs.plot import plot_runs
+    def test_summarize_reads_a_lightning_run(self, tmp_path: Path) -> None:
+        """summarize finds the training loss (train_loss, as logged) and the validation loss by their
+        role, and says "completed"."""
+        pytest.importorskip("speedtronic.runs.roles", reason="the role table of the read-back tools")
         from speedtronic.runs.summary import summarize_run
 
         speedtronic_logger = SpeedtronicLogger(json_file=tmp_path / "metrics.jsonl", stream=io.StringIO())
         fit(tmp_path, speedtronic_logger)
         speedtronic_logger.experiment.close()
+        records = read_jsonl(tmp_path / "metrics.jsonl")
         summary = summarize_run(tmp_path / "metrics.jsonl")
         assert (summary.finished, summary.status, summary.segments) == (True, "completed", 1)
-        assert summary.loss_last is not None
-        assert summary.eval_loss_last is not None
-        drawn = plot_runs([tmp_path / "metrics.jsonl"], tmp_path / "plot.png", keys=["loss"])
-        assert [(s.event, len(s.y)) for s in drawn.series] == [("train_step", 4), ("eval", 2)]
+        assert summary.loss_last == [r["train_loss"] for r in records if "train_loss" in r][-1]
+        assert summary.eval_loss_last == [r["val_loss"] for r in records if "val_loss" in r][-1]
 
     def test_a_failed_fit_ends_with_status_failed(self, tmp_path: Path) -> None:
         """An exception in training_step: train_end says failed, with the last loss logged."""

@@ -160,18 +160,18 @@ class TestSpeedtronicCallback:
         assert "hyperparams" not in text.getvalue()
         assert "train_start" in text.getvalue()
 
-    def test_summarize_and_plot_read_a_hugging_face_run(self, tmp_path: Path, logger: MetricLogger) -> None:
-        """summarize: loss, completed; plot's default panels (loss, lr) both have points."""
-        from speedtronic.runs.plot import plot_runs
+    def test_summarize_reads_a_hugging_face_run(self, tmp_path: Path, logger: MetricLogger) -> None:
+        """summarize finds HF's loss and eval_loss by their role, and says "completed"."""
+        pytest.importorskip("speedtronic.runs.roles", reason="the role table of the read-back tools")
         from speedtronic.runs.summary import summarize_run
 
         train(tmp_path, logger)
         logger.close()
+        records = read_jsonl(tmp_path / "metrics.jsonl")
         summary = summarize_run(tmp_path / "metrics.jsonl")
-        assert (summary.finished, summary.status, summary.loss_last is not None) == (True, "completed", True)
-        drawn = plot_runs([tmp_path / "metrics.jsonl"], tmp_path / "plot.png")
-        assert {(s.key, s.event): len(s.y) for s in drawn.series} == {
-            ("loss", "train_step"): 3, ("lr", "train_step"): 3, ("loss", "eval"): 2}
+        assert (summary.finished, summary.status) == (True, "completed")
+        assert summary.loss_last == [r["loss"] for r in records if r["event"] == "train_step"][-1]
+        assert summary.eval_loss_last == [r["eval_loss"] for r in records if r["event"] == "eval"][-1]
 
     def test_report_to_wandb_beside_a_wandb_hook(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
