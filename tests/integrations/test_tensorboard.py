@@ -609,3 +609,25 @@ class TestMetricLoggerFlush:
         logger = MetricLogger(stream=io.StringIO(), hooks=[Slow()])
         assert logger.flush(timeout=0.5) is False
         logger.close()
+
+
+def test_a_default_speedtronic_train_run_charts_no_one_off_values(tmp_path: Path) -> None:
+    """`speedtronic train` with its default TensorBoard hook: scalars only of the events a run has many
+    of (train_step, eval, checkpoint), no elapsed_s; train_start, hyperparams, shape_profile,
+    ooo_backprop and train_end are text."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    done = subprocess.run(
+        [sys.executable, "-m", "speedtronic", "train", "--run-dir", str(tmp_path / "run"), "--steps", "20",
+         "--no-progress"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert done.returncode == 0, done.stderr
+    accumulator = EventAccumulator(str(tmp_path / "run" / "tensorboard"))
+    accumulator.Reload()
+    scalars = accumulator.Tags()["scalars"]
+    assert {tag.split("/")[0] for tag in scalars} == {"train_step", "eval", "checkpoint"}
+    assert "train_step/loss" in scalars
+    assert not [tag for tag in scalars if tag.endswith("/elapsed_s")]
+    one_offs = ("train_start", "shape_profile", "ooo_backprop", "train_end")
+    assert {f"{event}/values" for event in one_offs} <= set(accumulator.Tags()["tensors"])
