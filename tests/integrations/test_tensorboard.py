@@ -559,6 +559,26 @@ class TestAFailedWriter:
         assert tensorboard_scalars(log_dir)["train_step/loss"] == [(1, 1.0)]
 
 
+class Broken:
+    """A hook whose flush fails."""
+
+    def on_event(self, event: str, payload: dict[str, Any]) -> None:
+        pass
+
+    def flush(self, timeout: float | None) -> None:
+        raise OSError("disk gone")
+
+
+class Slow:
+    """A hook whose flush runs past its timeout."""
+
+    def on_event(self, event: str, payload: dict[str, Any]) -> None:
+        pass
+
+    def flush(self, timeout: float | None) -> None:
+        raise TimeoutError(f"not done in {timeout} s")
+
+
 class TestMetricLoggerFlush:
     @pytest.mark.parametrize("wrap", [False, True], ids=["inline", "background"])
     def test_flush_leaves_every_point_in_the_event_file(self, log_dir: Path, wrap: bool) -> None:
@@ -576,14 +596,6 @@ class TestMetricLoggerFlush:
 
     def test_a_hook_whose_flush_fails_is_reported_not_raised(self, tmp_path: Path) -> None:
         """A hook's flush that raises: flush() returns, the failure is a hook_error naming the hook."""
-
-        class Broken:
-            def on_event(self, event: str, payload: dict[str, Any]) -> None:
-                pass
-
-            def flush(self, timeout: float | None) -> None:
-                raise OSError("disk gone")
-
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             logger = MetricLogger(json_file=tmp_path / "m.jsonl", stream=io.StringIO(), hooks=[Broken()])
@@ -591,21 +603,13 @@ class TestMetricLoggerFlush:
             logger.flush(timeout=5)
             logger.close()
         assert logger.hook_errors["Broken"] == 1
-        [error] = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()
-                   if '"hook_error"' in line]
+        records = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
+        [error] = [r for r in records if r["event"] == "hook_error" and "during" in r]  # and close's total
         assert (error["hook"], error["during"]) == ("Broken", "flush")
         assert "disk gone" in error["error"]
 
     def test_a_flush_past_its_timeout_returns_false(self, log_dir: Path) -> None:
         """A hook's flush that runs past the timeout (TimeoutError) makes flush() return False."""
-
-        class Slow:
-            def on_event(self, event: str, payload: dict[str, Any]) -> None:
-                pass
-
-            def flush(self, timeout: float | None) -> None:
-                raise TimeoutError(f"not done in {timeout} s")
-
         logger = MetricLogger(stream=io.StringIO(), hooks=[Slow()])
         assert logger.flush(timeout=0.5) is False
         logger.close()
