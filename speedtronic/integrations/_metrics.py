@@ -26,10 +26,22 @@ from typing import Any
 from speedtronic.events import Event
 from speedtronic.profiling import MetricLogger
 
-__all__ = ["EVAL_SPLITS", "LOSS_NAMES", "TrainSpan", "emit_metrics", "is_eval", "split_metrics"]
+__all__ = [
+    "EVAL_SPLITS",
+    "FLUSH_TIMEOUT_S",
+    "LOSS_NAMES",
+    "TrainSpan",
+    "emit_metrics",
+    "is_eval",
+    "split_metrics",
+]
 
 EVAL_SPLITS = ("eval", "val", "valid", "validation", "test")
 """Prefixes that mark a metric as measured on held-out data."""
+
+FLUSH_TIMEOUT_S = 30.0
+"""The longest the end of a framework's stage (``fit()``, ``test()``, ``train()``, ``evaluate()``, a
+recipe's ``cleanup()``) waits in ``MetricLogger.flush`` for the hooks' output to be on disk."""
 
 LOSS_NAMES = ("loss", "train_loss", "train_loss_step", "train/loss")
 """The names a framework logs its training loss under (Hugging Face and torchtune: ``loss``;

@@ -63,7 +63,7 @@ except ModuleNotFoundError as error:
     raise missing(error, "lightning.pytorch", "lightning", needed_by=needed_by, package="Lightning") from None
 
 from speedtronic.events import Event
-from speedtronic.integrations._metrics import TrainSpan, emit_metrics, is_eval
+from speedtronic.integrations._metrics import FLUSH_TIMEOUT_S, TrainSpan, emit_metrics, is_eval
 from speedtronic.profiling import MetricLogger
 
 __all__ = ["SpeedtronicLogger"]
@@ -162,7 +162,7 @@ class SpeedtronicLogger(Logger):
         if self._logger is None or self._logger.closed:
             return
         self._span.end(self._logger, _STATUS.get(status, status))
-        self._logger.flush()
+        self._logger.flush(FLUSH_TIMEOUT_S)
 
 
 def _next_version(root: str) -> int:

@@ -45,7 +45,7 @@ from typing import Any
 from speedtronic.events import Event
 from speedtronic.hooks import close_hook
 from speedtronic.hooks.registry import HookConfigError, build_hook
-from speedtronic.integrations._metrics import TrainSpan, emit_metrics
+from speedtronic.integrations._metrics import FLUSH_TIMEOUT_S, TrainSpan, emit_metrics
 from speedtronic.profiling import MetricLogger
 
 __all__ = ["SpeedtronicMetricLogger"]
@@ -120,7 +120,7 @@ class SpeedtronicMetricLogger:
         if self._owns_logger:
             self.logger.close()
         elif not self.logger.closed:
-            self.logger.flush()
+            self.logger.flush(FLUSH_TIMEOUT_S)
 
 
 def _build_hook(index: int, entry: Any, log_dir: str | os.PathLike[str] | None) -> Any:

@@ -43,13 +43,11 @@ except ModuleNotFoundError as error:
     raise missing(error, "transformers", "transformers", needed_by=needed_by) from None
 
 from speedtronic.events import Event
-from speedtronic.integrations._metrics import emit_metrics
+from speedtronic.integrations._metrics import FLUSH_TIMEOUT_S, emit_metrics
 from speedtronic.profiling import MetricLogger
 
 __all__ = ["SpeedtronicCallback"]
 
-_FLUSH_TIMEOUT_S = 30.0
-"""The longest the end of training or of an evaluation waits for the hooks' output to be on disk."""
 
 class SpeedtronicCallback(TrainerCallback):
     """Sends a ``transformers.Trainer``'s logs, saves and start/end to ``logger`` (see the module)."""
@@ -122,10 +120,10 @@ class SpeedtronicCallback(TrainerCallback):
         }
         end.update((key, value) for key, value in self._summary.items() if key not in end)
         self.logger.emit(Event.TRAIN_END, end)
-        self.logger.flush(_FLUSH_TIMEOUT_S)
+        self.logger.flush(FLUSH_TIMEOUT_S)
 
     def on_evaluate(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
         if state.is_world_process_zero:  # the evaluation's metrics were logged just before
-            self.logger.flush(_FLUSH_TIMEOUT_S)
+            self.logger.flush(FLUSH_TIMEOUT_S)
