@@ -65,6 +65,6 @@ def test_wandb_offline_example_finishes_its_run(tmp_path: Path) -> None:
         *[("train_step", step) for step in (30, 40, 50)],
         ("outer_step", 50),
     ]
-    assert {"train_start/target_step", "train_end/final_loss"} <= run.summary.keys()
+    assert run.summary["train_start/target_step"] == 50  # train_end carries only its step, the x
     assert run.exit_code == 0
     assert len((tmp_path / "wb" / "metrics.jsonl").read_text().splitlines()) == len(run.history) + 2
