@@ -1,4 +1,4 @@
-"""A record written only in part (a file-size limit): finished once across a fork, and counted when given up."""
+"""A record written only in part (a file-size limit): finished once across a fork, counted when given up."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def notes(records: list[dict[str, Any]]) -> list[int]:
 
 class TestFork:
     def test_a_line_written_in_part_is_finished_once(self, tmp_path: Path) -> None:
-        """A record cut by the size limit, then a fork: parent and child each log on, the cut record is finished once."""
+        """A record cut by the size limit, then a fork: both log on, and the cut record is finished once."""
         path = tmp_path / "m.jsonl"
         told = run_limited(path, "cut", "fork")
         records = read_records(path)  # every line whole, strict JSON
@@ -83,7 +83,7 @@ class TestFork:
 
 class TestRotation:
     def test_a_line_given_up_at_a_rotation_is_counted(self, tmp_path: Path) -> None:
-        """A record cut by the size limit, then rotated away: lost_records counts it, as the new file's note does."""
+        """A cut record rotated away: lost_records counts it, as the new file's note does."""
         path = tmp_path / "m.jsonl"
         (told,) = run_limited(path, "cut", "rotate")
         records = read_records(path)
@@ -91,4 +91,5 @@ class TestRotation:
         assert [r["step"] for r in records if r["event"] == "train_step"] == [2]
         assert told["lost"] == {str(path): 1}
         rotated = (tmp_path / "m.jsonl.1").read_bytes().split(b"\n")
-        assert json.loads(rotated[0])["step"] == 0 and not rotated[1].endswith(b"}")  # the cut record stays cut
+        assert json.loads(rotated[0])["step"] == 0
+        assert not rotated[1].endswith(b"}")  # the cut record stays cut where it was
