@@ -582,26 +582,28 @@ class Trainer:
         mismatch = self._mismatch(state)
         if mismatch is not None:
             return f"does not fit this model: {mismatch}"
+        return next((problem for problem in self._part_problems(state) if problem is not None), None)
+
+    def _part_problems(self, state: dict[str, Any]) -> Iterator[str | None]:
+        """Each part's problem (or ``None``), one at a time, in the order ``_restore`` restores them."""
+        optimizer = state["optimizer"]
         for index, (group, saved) in enumerate(
-            zip(self.optimizer.param_groups, state["optimizer"]["param_groups"], strict=True)
+            zip(self.optimizer.param_groups, optimizer["param_groups"], strict=True)
         ):
-            settings = {key: value for key, value in group.items() if key != "params"}
-            problem = _unlike(settings, saved, f"'optimizer' group {index}")
-            if problem is not None:
-                return problem
-        problem = self._optimizer_state_problem(state["optimizer"]["state"])
-        parts: tuple[tuple[str, Any, Any], ...] = (
-            ("scheduler", self.scheduler, state["scheduler"]),
-            ("data", self.data if callable(getattr(self.data, "load_state_dict", None)) else None,
-             state.get("data")),
-            ("outer", self.outer, state.get("outer")),
-        )
-        for name, part, saved in parts:
-            if problem is not None:
-                return problem
-            if part is not None and saved is not None and callable(getattr(part, "state_dict", None)):
-                problem = _unlike(part.state_dict(), saved, repr(name))
-        return problem
+            # Flags (True/False/None: `foreach`, `fused`...) a checkpoint of an older torch lacks are
+            # filled in by the optimizer's own load_state_dict; a missing number (`lr`, `betas`) is not.
+            settings = {key: value for key, value in group.items() if key != "params" and not _flag(value)}
+            yield _unlike(settings, saved, f"'optimizer' group {index}")
+        yield self._optimizer_state_problem(optimizer["state"])
+        if self.scheduler is not None and state["scheduler"] is not None:
+            # torch's schedulers take each attribute the checkpoint holds, and keep the rest as they are
+            live, saved = self.scheduler.state_dict(), state["scheduler"]
+            yield _unlike({key: live[key] for key in saved if key in live}, saved, "'scheduler'")
+        data_state = getattr(self.data, "state_dict", None)
+        if state.get("data") is not None and callable(data_state) and hasattr(self.data, "load_state_dict"):
+            yield _unlike(data_state(), state["data"], "'data'")
+        if self.outer is not None and state.get("outer") is not None:
+            yield _unlike(self.outer.state_dict(), state["outer"], "'outer'")
 
     def _optimizer_state_problem(self, saved: dict[Any, Any]) -> str | None:
         """Whether each parameter's saved optimizer state is a dict whose elementwise buffers
@@ -885,6 +887,10 @@ def _rng_problem(rng: Any) -> str | None:
     except Exception as error:  # any malformed entry: the checkpoint is damaged, not the run
         return f"damaged: 'rng' can't be restored: {_one_line(error)}"
     return None
+
+
+def _flag(value: Any) -> bool:
+    return value is None or isinstance(value, bool)
 
 
 _ELEMENTWISE = frozenset(

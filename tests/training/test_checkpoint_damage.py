@@ -98,7 +98,9 @@ DAMAGE: dict[str, Callable[[Path], None]] = {
     "a generator state of the wrong shape": rewrite(
         lambda state: state["data"].update(generator=torch.zeros(3, dtype=torch.uint8))
     ),
-    "no betas in an optimizer group": rewrite(lambda state: drop(state["optimizer"]["param_groups"][0], "betas")),
+    "no betas in an optimizer group": rewrite(
+        lambda state: drop(state["optimizer"]["param_groups"][0], "betas")
+    ),
     "an optimizer lr of the wrong type": rewrite(
         lambda state: state["optimizer"]["param_groups"][0].update(lr="fast")
     ),
@@ -108,7 +110,7 @@ DAMAGE: dict[str, Callable[[Path], None]] = {
     "a model weight of the wrong shape": rewrite(
         lambda state: state["model"].update({next(iter(state["model"])): torch.zeros(2)})
     ),
-    "no base_lrs in the scheduler": rewrite(lambda state: drop(state, "scheduler", "base_lrs")),
+    "a scheduler count of the wrong type": rewrite(lambda state: state["scheduler"].update(last_epoch="8")),
     "an rng of the wrong type": rewrite(lambda state: state["rng"].update(torch=[1, 2, 3])),
 }
 
@@ -133,7 +135,9 @@ class TestDamagedNewestCheckpoint:
         model = trainer.module.state_dict()
         assert all(torch.equal(model[key], value) for key, value in from_step_4.items())
 
-    def test_load_checkpoint_refuses_it_before_restoring_anything(self, trained: Path, tmp_path: Path) -> None:
+    def test_load_checkpoint_refuses_it_before_restoring_anything(
+        self, trained: Path, tmp_path: Path
+    ) -> None:
         """Trainer.load_checkpoint of a checkpoint whose data lacks its generator: ConfigError naming
         the file and the entry, and the trainer's model, optimizer and step untouched."""
         path = tmp_path / STEP_8
@@ -155,5 +159,6 @@ class TestDamagedNewestCheckpoint:
         for name in (STEP_4, STEP_8):
             (checkpoints / name).write_bytes((trained / name).read_bytes())
             DAMAGE["a model weight of the wrong shape"](checkpoints / name)
-        with pytest.raises(ConfigError, match=r"step_00000008\.pt: does not fit this model: .*no older checkpoint"):
+        refused = r"step_00000008\.pt: does not fit this model: .*no older checkpoint"
+        with pytest.raises(ConfigError, match=refused):
             resumed(checkpoints)
