@@ -58,7 +58,10 @@ class LineFile:
     - A file whose last line is torn (a killed writer) gets a newline first.
     - A failed write (disk full) is reported to ``on_error``; a line of which nothing was written is
       counted in ``lost``. A line written only in part is completed first when writing works again
-      (also across ``reopen()`` of the same file), and is not lost; then ``on_gap`` is told how many
+      (also across ``reopen()`` of the same file), and is not lost, as long as the file still ends with
+      its part: after a fork, whichever process writes first finishes it, once. A line given up (the
+      file rotated away, closed, truncated or appended to by another writer first) is lost, counted
+      and reported to ``on_error`` like a failed write; then ``on_gap`` is told how many
       lines were lost, and the note it writes (through ``write``) lands where they are missing, so the
       file never holds a broken line in its middle. A note that can't be written is not a lost line:
       it is due again at the next write, and that write's line is lost.
