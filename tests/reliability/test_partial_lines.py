@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from speedtronic import LoggingFailureWarning
+from speedtronic.profiling import MetricLogger
 from tests.reliability.conftest import ROOT, child_env, read_records
+from tests.reliability.test_disk_full import small_tmpfs  # noqa: F401  # the fixture, used below
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_FSIZE and os.fork are POSIX only")
 
@@ -93,3 +99,50 @@ class TestRotation:
         rotated = (tmp_path / "m.jsonl.1").read_bytes().split(b"\n")
         assert json.loads(rotated[0])["step"] == 0
         assert not rotated[1].endswith(b"}")  # the cut record stays cut where it was
+
+
+def parsable(path: Path) -> list[dict[str, Any]]:
+    """The records of every line that parses (a record cut at a rotation stays as one that does not)."""
+    found = []
+    for line in path.read_bytes().split(b"\n"):
+        try:
+            found.append(json.loads(line))
+        except ValueError:
+            continue
+    return found
+
+
+class TestRealFilesystem:
+    def test_a_full_tmpfs_rotated_counts_every_record_missing(self, small_tmpfs: Path) -> None:  # noqa: F811
+        """A real 64 KiB tmpfs filled up, the file rotated while a record is in it in part, then space
+        returns: lost_records is exactly what is missing from the two files, and what their notes say."""
+        path, filler = small_tmpfs / "m.jsonl", small_tmpfs / "filler"
+        emitted = 0
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", LoggingFailureWarning)
+            logger = MetricLogger(stream=io.StringIO(), json_file=path)
+            logger.emit("train_step", {"step": emitted, "blob": "x" * 300})
+            with open(filler, "wb", buffering=0) as file:
+                try:
+                    while file.write(b"\0" * 4096):
+                        pass
+                except OSError:
+                    pass
+            while path.read_bytes().endswith(b"\n") and emitted < 1000:  # until one goes in part
+                emitted += 1
+                logger.emit("train_step", {"step": emitted, "blob": "x" * 300})
+            assert not path.read_bytes().endswith(b"\n"), "no record went in part"
+            os.rename(path, small_tmpfs / "m.jsonl.1")  # logrotate's `create`, the disk still full
+            for _ in range(3):
+                emitted += 1
+                logger.emit("train_step", {"step": emitted, "blob": "x" * 300})
+            filler.unlink()
+            for _ in range(3):
+                emitted += 1
+                logger.emit("train_step", {"step": emitted, "blob": "x" * 300})
+            logger.close()
+        records = parsable(small_tmpfs / "m.jsonl.1") + parsable(path)
+        written = {r["step"] for r in records if r["event"] == "train_step"}
+        lost = logger.lost_records.get(str(path), 0)
+        assert lost == (emitted + 1) - len(written)
+        assert lost == sum(r["lost_records"] for r in records if r["event"] == "logging_error")
