@@ -1,6 +1,6 @@
 """Ctrl-C and SIGTERM at each moment of the CLI's start: what the user sees (prints a table; asserts nothing).
 
-    .venv/bin/python benchmarks/startup_signals.py [--rounds 5] [--step 0.01] [--until 0.4]
+    .venv/bin/python benchmarks/startup_signals.py [--rounds 5] [--step 0.01] [--until 0.4] [--baseline DIR]
 
 For `speedtronic summarize <run>` and `speedtronic train --help`, each signal is sent at increasing
 delays after the process is spawned, several rounds each, and every outcome is classified:
@@ -9,6 +9,9 @@ delays after the process is spawned, several rounds each, and every outcome is c
 - died: ended by the signal itself with nothing on stderr (before Python ran speedtronic's code);
 - done: the command had finished when the signal came (exit 0);
 - traceback / crash / other: what must not happen (a `Traceback` on stderr, SIGSEGV or SIGABRT...).
+
+With ``--baseline DIR`` (another checkout, e.g. ``git archive main | tar -x -C DIR``), every delay is
+also sent to that checkout's CLI, interleaved with this one's, and both are tabled side by side.
 
 It also measures the uncovered window directly: the time from spawn until speedtronic's handler is in
 (SIGTERM's bit in `SigCgt` of /proc/<pid>/status, sampled in a busy loop; both handlers go in together).
@@ -48,11 +51,11 @@ def make_run(directory: Path) -> Path:
     return run
 
 
-def spawn(command: list[str]) -> subprocess.Popen[str]:
+def spawn(command: list[str], root: Path = ROOT) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "speedtronic", *command],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as from a terminal
     )
 
@@ -70,8 +73,8 @@ def classify(signum: int, code: int, stderr: str) -> str:
     return "crash" if code < 0 else "other"
 
 
-def outcome(command: list[str], signum: int, delay_s: float) -> str:
-    process = spawn(command)
+def outcome(command: list[str], signum: int, delay_s: float, root: Path) -> str:
+    process = spawn(command, root)
     time.sleep(delay_s)
     process.send_signal(signum)
     _, stderr = process.communicate(timeout=120)
@@ -105,8 +108,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--step", type=float, default=0.01)
     parser.add_argument("--until", type=float, default=0.4)
+    parser.add_argument("--baseline", type=Path, help="another checkout to compare with, interleaved")
     options = parser.parse_args()
     delays = [round(n * options.step, 4) for n in range(int(options.until / options.step) + 1)]
+    roots = {"this": ROOT, **({"baseline": options.baseline.resolve()} if options.baseline else {})}
+    bad_kinds = {"traceback", "crash", "other"}
     with tempfile.TemporaryDirectory() as tmp:
         run = make_run(Path(tmp))
         commands = {"summarize": ["summarize", str(run)], "train --help": ["train", "--help"]}
@@ -119,18 +125,22 @@ def main() -> None:
                     f"(median of {len(times)}; min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f})"
                 )
             for label, signum in SIGNALS.items():
-                counts: dict[float, Counter[str]] = {delay: Counter() for delay in delays}
-                for _ in range(options.rounds):  # interleaved: every delay once per round
+                counts = {tree: {delay: Counter[str]() for delay in delays} for tree in roots}
+                for _ in range(options.rounds):  # interleaved: every delay and checkout once per round
                     for delay in delays:
-                        counts[delay][outcome(command, signum, delay)] += 1
-                bad = [d for d in delays if {"traceback", "crash", "other"} & set(counts[d])]
-                print(f"  {label}: outcomes by delay (s)")
+                        for tree, root in roots.items():
+                            counts[tree][delay][outcome(command, signum, delay, root)] += 1
+                sides = "   [this | baseline]" if len(roots) > 1 else ""
+                print(f"  {label}: outcomes by delay (s){sides}")
                 for delay in delays:
-                    seen = ", ".join(f"{kind} {n}" for kind, n in sorted(counts[delay].items()))
-                    print(f"    {delay:5.2f}  {seen}")
-                window = f"{min(bad):.2f}-{max(bad):.2f} s" if bad else "none seen"
-                print(f"  {label}: delays with a traceback or crash: {window}")
-
+                    seen = [", ".join(f"{k} {n}" for k, n in sorted(counts[t][delay].items())) for t in roots]
+                    print(f"    {delay:5.2f}  " + " | ".join(seen))
+                for tree in roots:
+                    bad = [d for d in delays if bad_kinds & set(counts[tree][d])]
+                    total = sum(counts[tree][d][kind] for d in delays for kind in bad_kinds)
+                    window = f"{min(bad):.2f}-{max(bad):.2f} s" if bad else "none seen"
+                    print(f"  {label} ({tree}): a traceback or crash in {total} of "
+                          f"{len(delays) * options.rounds} sends, at delays {window}")
 
 if __name__ == "__main__":
     main()
