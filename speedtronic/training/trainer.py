@@ -707,8 +707,9 @@ class Trainer:
                     SpeedtronicWarning,
                     stacklevel=2,
                 )
-        if stop is not None:
-            raise ConfigError(str(stop[0]), "", f"{stop[1]}; no older checkpoint could be restored")
+        if not self._all_ranks(stop is None):  # every rank stops, or none does
+            where, problem = stop or (self.checkpoint_dir, "another rank's checkpoint can't be restored")
+            raise ConfigError(str(where), "", f"{problem}; no older checkpoint could be restored")
 
     def _all_ranks(self, ok: bool) -> bool:
         if self.world_size == 1:
