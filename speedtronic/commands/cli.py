@@ -115,7 +115,8 @@ def _run(argv: list[str], started: Callable[[], None]) -> int:
         return 143
 
 
-_STARTING = {int(signal.SIGINT): "interrupted", int(signal.SIGTERM): "terminated (SIGTERM)"}
+_STOPPED = {int(signal.SIGINT): "interrupted", int(signal.SIGTERM): "terminated (SIGTERM)"}
+"""What the CLI's line says for each signal it takes."""
 
 
 class _Signals:
@@ -132,15 +133,16 @@ class _Signals:
         self._found: dict[int, Any] = {}
         self._when = " while starting"
         if threading.current_thread() is threading.main_thread():
-            for signum in _STARTING:
+            for signum in _STOPPED:
                 previous = signal.getsignal(signum)
                 if previous not in (signal.SIG_IGN, None):
                     self._found[signum] = previous
                     signal.signal(signum, self.stop_now)
 
     def stop_now(self, signum: int, frame: FrameType | None) -> None:
-        line = f"speedtronic: {_STARTING[signum]}{self._when}"
-        os.write(2, (f"{line}; {self._nothing}\n" if self._when else f"{line}\n").encode())
+        line = f"speedtronic: {_STOPPED[signum]}{self._when}"
+        with contextlib.suppress(OSError):  # a closed stderr: the exit code still says it
+            os.write(2, (f"{line}; {self._nothing}\n" if self._when else f"{line}\n").encode())
         os._exit(128 + signum)
 
     def started(self) -> None:
