@@ -11,12 +11,14 @@ its owner (``on_gap``) to write the note, which the logger does through its chai
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import os
 import stat
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -56,7 +58,10 @@ class LineFile:
     - A file whose last line is torn (a killed writer) gets a newline first.
     - A failed write (disk full) is reported to ``on_error``; a line of which nothing was written is
       counted in ``lost``. A line written only in part is completed first when writing works again
-      (also across ``reopen()`` of the same file), and is not lost; then ``on_gap`` is told how many
+      (also across ``reopen()`` of the same file), and is not lost, as long as the file still ends with
+      its part: after a fork, whichever process writes first finishes it, once. A line given up (the
+      file rotated away, closed, truncated or appended to by another writer first) is lost, counted
+      and reported to ``on_error`` like a failed write; then ``on_gap`` is told how many
       lines were lost, and the note it writes (through ``write``) lands where they are missing, so the
       file never holds a broken line in its middle. A note that can't be written is not a lost line:
       it is due again at the next write, and that write's line is lost.
@@ -77,6 +82,8 @@ class LineFile:
         self._note_failure: OSError | None = None
         self._last_error = ""
         self._pending = b""  # the unwritten rest of a line written in part
+        self._pending_at = -1  # the file's size right after that part (-1: not a regular file)
+        self._unreported: list[OSError] = []  # lines lost outside a write's own report, to report
         self._fd: int | None = None
         self._busy = 0  # writes and reopens of this file in progress (on the thread holding the lock)
         self._reopen_due = False  # reopen() came during a write: reopen before the next one
@@ -141,6 +148,8 @@ class LineFile:
                 self._busy -= 1
         if failure is not None:
             self._on_error(failure, self._path, lost)
+        if self._unreported:
+            self._report_losses()
 
     def _write(self, data: bytes) -> tuple[OSError | None, bool]:
         """``write``'s work when a line is to be finished, a torn tail closed or a gap noted first
@@ -165,7 +174,7 @@ class LineFile:
         if failure is None:
             return None, False
         if written + more:  # part of the line is in the file: the rest is finished first next time
-            self._pending = data[written + more :]
+            self._keep_rest(data[written + more :])
             return failure, False
         self._lose(failure)
         return failure, True
@@ -188,6 +197,8 @@ class LineFile:
                 self._busy -= 1
         if failure is not None:
             self._on_error(failure, self._path, False)
+        if self._unreported:
+            self._report_losses()
 
     def _reopen(self) -> OSError | None:
         if self._fd is None:
@@ -203,7 +214,7 @@ class LineFile:
                 self._torn = False  # next write (mending it as torn would split the line)
             else:  # a new file: the rest belongs to the old one, where the line stays cut
                 self._pending = b""
-                self._lose_line()
+                self._lose_silently("a line written in part was cut by the file's rotation")
         return None
 
     def close(self) -> None:
@@ -211,15 +222,21 @@ class LineFile:
             fd, self._fd = self._fd, None
             if fd is not None:
                 if not self._finish_pending(fd):
-                    self._lose_line()  # the line stays cut: lost
+                    self._lose_silently("a line written in part was cut when the file closed")
                 os.close(fd)
+        if self._unreported:
+            self._report_losses()
 
     # -- internals -------------------------------------------------------------------------------
 
     def _forked(self) -> None:
         """In a forked child: the writes in progress were the parent's threads' (a fork that could
-        not wait for them), not this process's."""
+        not wait for them), not this process's, and the lines lost before the fork are the parent's to
+        note. A line written in part stays to finish on both sides: whichever writes first finishes
+        it, the other sees that it did (``_still_ours``)."""
         self._busy = 0
+        self._unnoted = 0
+        self._unreported.clear()
 
     def _follow_rotation(self) -> None:
         """Reopen the path when ``reopen()`` came during a write, or when the path names another file
@@ -257,12 +274,11 @@ class LineFile:
         """Finish a line written in part, close a torn tail, then have ``on_gap`` note lost lines; the
         error if any of it failed (what is not done stays to do at the next write)."""
         if self._pending:
-            written, failure = self._write_all(self._pending)
-            self._pending = self._pending[written:]
+            failure = self._finish_line()
             if failure is not None:
                 return failure
         if self._torn:
-            failure = self._begin(b"\n", lost=False)
+            failure = self._close_torn_tail()
             if failure is not None:
                 return failure
             self._torn = False
@@ -285,7 +301,7 @@ class LineFile:
         written, failure = self._write_all(data)
         if failure is not None:
             if written:
-                self._pending = data[written:]
+                self._keep_rest(data[written:])
             elif lost:
                 self._lose(failure)
         return failure
@@ -309,12 +325,122 @@ class LineFile:
         self.lost += 1
         self._unnoted += 1
 
+    def _lose_silently(self, why: str) -> None:
+        """A line lost outside a write (at a rotation, a close, another process's write): counted and
+        noted as any lost line, and reported to ``on_error`` once the lock is let go."""
+        self._last_error = why
+        self._lose_line()
+        self._unreported.append(OSError(errno.EIO, why))
+
+    def _report_losses(self) -> None:
+        with self._lock:
+            losses, self._unreported = self._unreported, []
+        for error in losses:
+            self._on_error(error, self._path, True)
+
+    def _keep_rest(self, rest: bytes, fd: int | None = None) -> None:
+        """Keep the unwritten ``rest`` of a line to finish first, and where the file ended after its part."""
+        fd = self._fd if fd is None else fd
+        self._pending = rest
+        self._pending_at = -1
+        if self._watch and rest and fd is not None:
+            with contextlib.suppress(OSError):
+                self._pending_at = os.fstat(fd).st_size
+
+    def _finish_line(self) -> OSError | None:
+        """Write the rest of the line written in part, if it is still ours to finish; the error if
+        it still can't be written (what is not written stays to do).
+
+        A process that forked while a line was written in part shares the file and the line with its
+        child: both hold the rest. A POSIX record lock on the file (one per process) lets one of them
+        look and write at a time, so the rest is written once, by whichever comes first."""
+        assert self._fd is not None
+        with _record_lock(self._fd, self._watch):
+            if not self._still_ours(self._fd):
+                return None
+            written, failure = self._write_all(self._pending)
+            self._keep_rest(self._pending[written:])
+        return failure
+
+    def _still_ours(self, fd: int) -> bool:
+        """Whether the file still ends with our part of the line (so the rest goes right after it).
+        When it doesn't, the line is given up: finished already (its rest follows the part: the
+        other side of a fork wrote it), or cut (the file truncated, or written after the part by
+        another writer): lost, and the next line starts on a line of its own."""
+        if self._pending_at < 0:
+            return True
+        try:
+            size = os.fstat(fd).st_size
+        except OSError:
+            return True
+        if size == self._pending_at:
+            return True
+        rest, at = self._pending, self._pending_at
+        self._pending, self._pending_at = b"", -1
+        if size < at + len(rest) or _read_at(self._path, self._identity, at, len(rest)) != rest:
+            self._lose_silently("a line written in part was cut by another write to the file")
+            self._torn = _ends_torn(self.path, size)
+        return False
+
+    def _close_torn_tail(self) -> OSError | None:
+        """End the torn last line with a newline, unless another process sharing the file (a fork's
+        other side) did already."""
+        assert self._fd is not None
+        with _record_lock(self._fd, self._watch):
+            try:
+                size = os.fstat(self._fd).st_size
+            except OSError:
+                size = -1
+            if size == 0 or (size > 0 and _read_at(self._path, self._identity, size - 1, 1) == b"\n"):
+                return None
+            return self._begin(b"\n", lost=False)
+
     def _finish_pending(self, fd: int) -> bool:
         """Try once to write the rest of a line written in part; whether none is left."""
         if self._pending:
-            with contextlib.suppress(OSError):
-                self._pending = self._pending[os.write(fd, self._pending) :]
+            with contextlib.suppress(OSError), _record_lock(fd, self._watch):
+                if self._still_ours(fd):
+                    self._keep_rest(self._pending[os.write(fd, self._pending) :], fd)
         return not self._pending
+
+
+@contextlib.contextmanager
+def _record_lock(fd: int, regular: bool) -> Iterator[None]:
+    """An exclusive POSIX record lock on the open file ``fd`` (a regular file; nothing otherwise),
+    held by this process: other processes writing the file through a copy of the descriptor (a
+    fork) wait for it; this process's threads are kept apart by the file's own lock. A file system
+    without record locks lets the work go on unlocked."""
+    locked = False
+    if regular:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX)
+            locked = True
+        except OSError:
+            pass
+    try:
+        yield
+    finally:
+        if locked:
+            with contextlib.suppress(OSError):
+                fcntl.lockf(fd, fcntl.LOCK_UN)
+
+
+def _read_at(path: str, identity: tuple[int, int] | None, offset: int, size: int) -> bytes | None:
+    """``size`` bytes at ``offset`` of the file at ``path`` if it is still the file ``identity``
+    names (the sink's own descriptor is write-only), else ``None``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if (info.st_dev, info.st_ino) != identity:
+            return None
+        return os.pread(fd, size, offset)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _ends_torn(path: Path, size: int) -> bool:

@@ -4,19 +4,31 @@ Each command module defines ``add_parser(subparsers)``, which registers its sub-
 ``func`` (``argparse.Namespace -> int``, the exit code) as a default. Modules are imported only when
 the CLI runs, so ``import speedtronic`` stays light, and ``speedtronic summarize ...`` imports only
 its own command's module: start-up is part of what a user waits for.
+
+Ctrl-C or SIGTERM at any moment ends the command with one line and exit code 130 or 143. ``main``
+takes both signals first thing, before any command's module is imported: while it starts (imports,
+argument parsing) a signal ends the process at once (``os._exit``: a ``KeyboardInterrupt`` inside a
+C extension's import can leave it half made, and crash later); once the command runs, SIGINT is
+a ``KeyboardInterrupt`` and SIGTERM a ``Terminated``, so the command's ``finally`` blocks run. Before
+``main`` (Python's own start-up, ``import site``) a signal is Python's: SIGTERM ends the process by the
+signal, SIGINT may print a ``KeyboardInterrupt`` traceback (docs/guarantees.md has the window).
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib
+import contextlib
 import os
-import re
+import signal
 import sys
-import textwrap
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["COMMANDS", "main"]
+if TYPE_CHECKING:
+    import argparse
+
+__all__ = ["COMMANDS", "Terminated", "main"]
 
 COMMANDS: tuple[str, ...] = ("train", "summarize", "plot", "replay")
 """Module names under ``speedtronic.commands``, in the order ``--help`` lists them."""
@@ -36,40 +48,27 @@ examples:
 'speedtronic COMMAND --help' lists a command's options."""
 
 
-_SHORT_PHRASE = re.compile(r"\([^()]{1,40}\)")
-_KEPT_SPACE = "\x00"
-
-
-class _KeepsPhrases(argparse.HelpFormatter):
-    """Wraps help text as argparse does, but never inside a short phrase in parentheses:
-    ``(default: the embedded one)`` moves to the next line whole."""
-
-    def _split_lines(self, text: str, width: int) -> list[str]:
-        def keep(match: re.Match[str]) -> str:
-            phrase = match.group()
-            return phrase.replace(" ", _KEPT_SPACE) if len(phrase) <= width else phrase
-
-        text = _SHORT_PHRASE.sub(keep, " ".join(text.split()))
-        return [line.replace(_KEPT_SPACE, " ") for line in textwrap.wrap(text, width, break_on_hyphens=False)]
-
-
-class _Formatter(_KeepsPhrases, argparse.RawDescriptionHelpFormatter):
-    """The top-level help: its description and epilog as written, its commands' help wrapped."""
-
-
 class CommandError(Exception):
     """A user-facing failure: printed as one line ``speedtronic: error: ...``, exit code 2."""
 
 
+class Terminated(BaseException):
+    """SIGTERM while a command runs: unwinds like ``KeyboardInterrupt``; ``main`` exits 143."""
+
+
 def build_parser(commands: Sequence[str] = COMMANDS) -> argparse.ArgumentParser:
     """The CLI's parser, with the sub-parsers of ``commands`` (all of them for ``--help``)."""
+    import argparse  # here, not above: ``main`` takes the signals before anything heavier is imported
+    import importlib
+
     from speedtronic._version import __version__
+    from speedtronic.commands._help import CommandsHelp, KeepsPhrases
 
     parser = argparse.ArgumentParser(
         prog="speedtronic",
         description=DESCRIPTION,
         epilog=EPILOG,
-        formatter_class=_Formatter,
+        formatter_class=CommandsHelp,
     )
     parser.add_argument("--version", action="version", version=f"speedtronic {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, title="commands")
@@ -77,17 +76,30 @@ def build_parser(commands: Sequence[str] = COMMANDS) -> argparse.ArgumentParser:
         importlib.import_module(f"speedtronic.commands.{name}").add_parser(subparsers)
     for command in subparsers.choices.values():
         if command.formatter_class is argparse.HelpFormatter:
-            command.formatter_class = _KeepsPhrases
+            command.formatter_class = KeepsPhrases
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    """The console entry point: runs the command in ``argv`` (default ``sys.argv[1:]``); the exit code."""
+    signals = _Signals(sys.argv[1:2] if argv is None else list(argv)[:1])  # first of all
+    try:
+        return _run(sys.argv[1:] if argv is None else list(argv), signals.started)
+    finally:
+        if argv is None:  # the process ends next: a signal now ends it at once, with one line
+            signals.ending()
+        else:  # called in-process (a test, a script): its handlers are put back
+            signals.restore()
+
+
+def _run(argv: list[str], started: Callable[[], None]) -> int:
+    """Parse ``argv`` and run its command; ``started()`` right before the command runs."""
     # The command named first is the only one whose module is needed; anything else (--help, --version,
     # a typo) gets every command, so the help and the "invalid choice" message list them all.
     parser = build_parser(argv[:1] if argv[:1] and argv[0] in COMMANDS else COMMANDS)
     args = parser.parse_args(argv)
     try:
+        started()
         return int(args.func(args))
     except CommandError as error:
         print(f"speedtronic: error: {error}", file=sys.stderr)
@@ -98,3 +110,61 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("speedtronic: interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print("speedtronic: terminated (SIGTERM)", file=sys.stderr)
+        return 143
+
+
+_STOPPED = {int(signal.SIGINT): "interrupted", int(signal.SIGTERM): "terminated (SIGTERM)"}
+"""What the CLI's line says for each signal it takes."""
+
+
+class _Signals:
+    """SIGINT and SIGTERM for the CLI's life, taken first thing in ``main``.
+
+    While the CLI starts, and after the command has returned: one line, then the process ends at once
+    with 128 + the signal (``stop_now``). ``started()`` hands them to the command: SIGINT raises
+    ``KeyboardInterrupt``, SIGTERM ``Terminated``. ``restore()`` puts back the handlers found (``main``
+    called in-process). An ignored signal (``nohup``, a background job) stays ignored; off the main
+    thread (where Python allows no handler) nothing changes."""
+
+    def __init__(self, command: Sequence[str]) -> None:
+        self._nothing = "nothing was trained" if list(command) == ["train"] else "nothing was done"
+        self._found: dict[int, Any] = {}
+        self._when = " while starting"
+        if threading.current_thread() is threading.main_thread():
+            for signum in _STOPPED:
+                previous = signal.getsignal(signum)
+                if previous not in (signal.SIG_IGN, None):
+                    self._found[signum] = previous
+                    signal.signal(signum, self.stop_now)
+
+    def stop_now(self, signum: int, frame: FrameType | None) -> None:
+        line = f"speedtronic: {_STOPPED[signum]}{self._when}"
+        with contextlib.suppress(OSError):  # a closed stderr: the exit code still says it
+            os.write(2, (f"{line}; {self._nothing}\n" if self._when else f"{line}\n").encode())
+        os._exit(128 + signum)
+
+    def started(self) -> None:
+        if self._found.get(signal.SIGINT) is not None:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        if self._found.get(signal.SIGTERM) is not None:
+            signal.signal(signal.SIGTERM, _terminated)
+
+    def ending(self) -> None:
+        """The command has returned and the process exits next: what it printed is flushed, and a
+        signal from now on ends the process at once (no ``KeyboardInterrupt`` inside exit handlers)."""
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):  # a closed or broken stream: nothing more to save
+                stream.flush()
+        self._when = ""
+        for signum in self._found:
+            signal.signal(signum, self.stop_now)
+
+    def restore(self) -> None:
+        for signum, previous in self._found.items():
+            signal.signal(signum, previous)
+
+
+def _terminated(signum: int, frame: FrameType | None) -> None:
+    raise Terminated

@@ -34,6 +34,7 @@ from speedtronic.extras import missing
 
 if TYPE_CHECKING:
     from speedtronic.runtime import RunInfo
+    from speedtronic.training.config import ConfigError
     from speedtronic.training.trainer import FitResult
 
 __all__ = ["add_parser", "paths", "run", "summary", "with_progress", "with_structlog_console"]
@@ -80,6 +81,14 @@ def with_structlog_console(config: dict[str, Any]) -> dict[str, Any]:
     return {**config, "logging": {**logging, "file": "{run_dir}/train.log"}}
 
 
+def _config_error() -> type[ConfigError]:
+    """``ConfigError``, imported when an error is matched against it (``run`` imports the runtime
+    only once its stop handling is in place, so a stop during that import is a stop like any other)."""
+    from speedtronic.training.config import ConfigError
+
+    return ConfigError
+
+
 def _progress_wanted(args: argparse.Namespace) -> bool:
     from speedtronic.integrations.progress import progress_wanted
 
@@ -91,8 +100,6 @@ def _progress_wanted(args: argparse.Namespace) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from speedtronic import runtime
-
     overrides: dict[str, Any] = {}
     if args.run_dir is not None:
         overrides["run_dir"] = args.run_dir
@@ -106,6 +113,8 @@ def run(args: argparse.Namespace) -> int:
     with _one_line_warnings():
         try:
             with _stops_as_exceptions() as stops:  # first: a stop while starting is a stop too
+                from speedtronic import runtime  # inside: a stop during the import is such a stop
+
                 config = runtime.load_config(args.config, overrides)
                 if config["train"]["resume"] and config["run_dir"] is None:
                     raise CommandError("--resume: name the run to continue with --run-dir")
@@ -140,9 +149,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"speedtronic: error: rank {os.environ.get('RANK', '?')}: {type(error).__name__}: "
                   f"{_first_line(error)}", file=sys.stderr)
             return 1
-        except runtime.ConfigError as error:
+        except _config_error() as error:
             if error.source == "config":  # found once the config ran: name the layer that set the key
-                error = runtime.ConfigError(_source_of(error.key, args), error.key, error.problem)
+                error = type(error)(_source_of(error.key, args), error.key, error.problem)
             raise CommandError(str(error)) from None
         except ModuleNotFoundError as error:
             if error.name not in ("torch", "yaml"):

@@ -7,11 +7,11 @@ import atexit
 import os
 import re
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 from speedtronic.extras import require
-from speedtronic.integrations._names import StepAxis, metric_name, tracked
+from speedtronic.integrations._names import SKIPPED_KEYS, StepAxis, metric_name, tracked
 from speedtronic.lifecycle import close_loggers_first_at_exit
 from speedtronic.processors.convert import to_python
 from speedtronic.processors.enrich import timestamp_ns
@@ -84,6 +84,7 @@ class MlflowHook:
         tags: tags to set on the run (values as their ``str()``).
         finish: whether ``close()`` ends the run; default: only a run the hook started (created, or
             resumed with ``run_id=``), never the active run it joined.
+        skip: payload keys not logged (default ``elapsed_s``, the logger's clock; ``()`` logs it).
     """
 
     def __init__(
@@ -95,6 +96,7 @@ class MlflowHook:
         run_name: str | None = None,
         tags: Mapping[str, Any] | None = None,
         finish: bool | None = None,
+        skip: Collection[str] = SKIPPED_KEYS,
     ) -> None:
         mlflow = require("mlflow", "mlflow", needed_by="speedtronic.integrations.MlflowHook")
         self._entities = require("mlflow.entities", "mlflow", needed_by="speedtronic.integrations.MlflowHook")
@@ -120,6 +122,7 @@ class MlflowHook:
         self._params: dict[str, str] = dict(run.data.params)
         self._finish = started if finish is None else finish
         self._axis = StepAxis()  # the x of each point: the rule W&B and TensorBoard follow too
+        self._skip = frozenset(skip)
         self._status = "FINISHED"
         self._closed = False
         self._pid = os.getpid()
@@ -147,7 +150,7 @@ class MlflowHook:
         """Log the event's numbers as metrics at its step, and its ``config`` (see the class) as params."""
         if self._closed:
             raise RuntimeError(f"MlflowHook.on_event({event!r}) after close(); run {self.run_id} is ended")
-        at, config, items = tracked(self._axis, event, payload)
+        at, config, items = tracked(self._axis, event, payload, self._skip)
         stamp = timestamp_ns(payload.get("timestamp"))
         millis = (time.time_ns() if stamp is None else stamp) // 1_000_000
         metrics: list[Any] = []

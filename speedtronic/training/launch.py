@@ -276,7 +276,7 @@ def write_ranks(run_dir: Path, start: Start, world_size: int) -> None:
     """Record which ranks (on which node) write into ``run_dir``: a later resume checks it."""
     record = {"launch": start.launch, "world_size": world_size, "ranks": list(start.directory_ranks)}
     try:
-        (run_dir / RANKS_NAME).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+        _rundir.write_text(run_dir / RANKS_NAME, json.dumps(record, indent=1) + "\n")
     except OSError as error:
         raise _rundir.RunDirError(run_dir / RANKS_NAME, f"can't write: {error.strerror or error}") from None
 

@@ -9,6 +9,10 @@ A start that fails before training calls ``OpenRun.undo``: what the start create
 there stays. ``claim`` makes a directory without the lock. ``record_config`` writes ``config.yaml``
 and, when a resumed run changes it, keeps the previous one as ``config.<n>.yaml``.
 Every file-system problem is a ``RunDirError`` naming the path and what was expected.
+
+A run never writes through a symbolic link planted in its directory: the lock and the config are
+opened with ``O_NOFOLLOW`` (a link there is refused, naming it), and ``refuse_links`` refuses a link
+in place of any other file the run writes there (its logs, ``checkpoints/``) before it is opened.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -43,13 +47,15 @@ __all__ = [
     "open_run",
     "rank_checkpoints",
     "record_config",
-    "refuse_linked_checkpoints",
+    "refuse_links",
+    "write_text",
 ]
 
 CONFIG_NAME = "config.yaml"
 CHECKPOINTS = "checkpoints"
 LOCK_NAME = ".speedtronic.lock"
 """The file a run holds an exclusive ``flock`` on (its pid inside), for as long as the run lives."""
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _MARKERS = (CONFIG_NAME, "metrics.jsonl", CHECKPOINTS)
 """What a run leaves in its directory: any of them means the directory holds a run."""
 
@@ -161,7 +167,7 @@ def open_run(run_dir: str | None, *, resume: bool, base: str = "runs") -> OpenRu
         )
     created = next((p for p in reversed([path, *path.parents]) if not p.exists()), None)
     _make(path, exist_ok=True)
-    lock_existed = (path / LOCK_NAME).exists()
+    lock_existed = os.path.lexists(path / LOCK_NAME)
     fd = _lock(path)
     before = None if created is not None else _contents(path)
     if before is not None and not lock_existed:
@@ -179,8 +185,10 @@ def _lock(path: Path) -> int:
     """An exclusive ``flock`` on ``path/LOCK_NAME`` (the holder's pid written in it), or ``RunDirError``."""
     lock_path = path / LOCK_NAME
     try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | _NOFOLLOW, 0o644)
     except OSError as error:
+        if lock_path.is_symlink():
+            raise _linked(lock_path) from None
         raise _error(path, error, "can't lock the run directory") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -303,14 +311,16 @@ def record_config(run_dir: Path, config: Mapping[str, Any]) -> int:
     revisions = sorted(run_dir.glob("config.*.yaml"))
     revision = len(revisions) + 1
     kept: Path | None = None
+    if path.is_symlink():
+        raise _linked(path)
     try:
         if path.exists():
             previous = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
             if config_changes(previous, config):
                 kept = run_dir / f"config.{revision}.yaml"
-                path.replace(kept)
+                path.replace(kept)  # a link named config.<n>.yaml is replaced, never followed
                 revision += 1
-        path.write_text(text, encoding="utf-8")
+        write_text(path, text)
     except OSError as error:
         if kept is not None:  # the previous config stays the run's config
             with contextlib.suppress(OSError):
@@ -320,16 +330,36 @@ def record_config(run_dir: Path, config: Mapping[str, Any]) -> int:
     return revision
 
 
-def refuse_linked_checkpoints(run_dir: Path) -> None:
-    """``RunDirError`` when ``run_dir/checkpoints`` is a symbolic link: a run writes and deletes
-    (``train.keep_checkpoints``) checkpoints only inside its own directory, never where a link
-    points."""
-    path = run_dir / CHECKPOINTS
-    if path.is_symlink():
-        raise RunDirError(
-            path, f"is a symbolic link (to {os.readlink(path)}); a run writes and deletes checkpoints "
-            "only inside its own directory: replace the link with a directory"
-        )
+def refuse_links(run_dir: Path, files: Iterable[str | os.PathLike[str] | None] = ()) -> None:
+    """``RunDirError`` naming the first of the run's files in ``run_dir`` that is a symbolic link:
+    its config, ``checkpoints/``, and each of ``files`` (its text log and JSONL) that lies inside
+    ``run_dir``. A run writes, truncates and deletes only inside its own directory, never where a
+    link someone planted there points (``../victim.txt`` would be appended to, or emptied)."""
+    inside = [Path(file) for file in files if file is not None and _inside(Path(file), run_dir)]
+    for path in [run_dir / CONFIG_NAME, run_dir / CHECKPOINTS, *inside]:
+        if path.is_symlink():
+            raise _linked(path)
+
+
+def _inside(path: Path, run_dir: Path) -> bool:
+    return os.path.abspath(path).startswith(os.path.join(os.path.abspath(run_dir), ""))
+
+
+def _linked(path: Path) -> RunDirError:
+    what = "checkpoints" if path.name == CHECKPOINTS else "its files"
+    fix = "a directory" if path.name == CHECKPOINTS else "the file itself, or remove it"
+    return RunDirError(
+        path, f"is a symbolic link (to {os.readlink(path)}); a run writes {what} only inside its own "
+        f"directory: replace the link with {fix}"
+    )
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path``, created or truncated, without following a symbolic link
+    in its place (``OSError`` ``ELOOP``): a run's own file in its own directory."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | _NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as file:
+        file.write(text)
 
 
 def checkpoint_name(step: int, rank: int) -> str:

@@ -364,7 +364,7 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
         rank = detect_rank()
         start, start_group, opened = _agree_on_start(config, rank)
         config, train = start.config, start.config["train"]
-        _rundir.refuse_linked_checkpoints(Path(config["run_dir"]))
+        _rundir.refuse_links(Path(config["run_dir"]), _own_files(config, rank))
         resumed = train["resume"] and rank.rank == 0  # the config's one writer says what changed
         previous = _read_recorded(Path(config["run_dir"])) if resumed else None
         changes = tuple(_rundir.config_changes(previous, config)) if previous is not None else ()
@@ -550,6 +550,13 @@ def warmup_cosine(warmup_steps: int, total_steps: int, floor: float = 0.1) -> Ca
         return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
     return factor
+
+
+def _own_files(config: Mapping[str, Any], rank: RankInfo) -> list[str | None]:
+    """The log files this process writes: its text log and its JSONL."""
+    logging = config["logging"]
+    json_file = logging["json_file"]
+    return [logging["file"], str(rank_path(json_file, rank.rank)) if json_file is not None else None]
 
 
 def _files(config: Mapping[str, Any], checkpoint_dir: Path, rank: RankInfo) -> dict[str, str]:

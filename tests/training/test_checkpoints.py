@@ -70,10 +70,23 @@ def rng_of_the_wrong_type(state: dict[str, Any]) -> None:
     state["rng"]["torch"] = [1, 2, 3]
 
 
+def no_generator(state: dict[str, Any]) -> None:
+    del state["data"]["generator"]
+
+
+def no_betas(state: dict[str, Any]) -> None:
+    del state["optimizer"]["param_groups"][0]["betas"]
+
+
 class TestDamagedCheckpoints:
     @pytest.mark.parametrize(
         ("change", "why"),
-        [(no_scheduler, "no 'scheduler' entry"), (rng_of_the_wrong_type, "'rng' can't be restored")],
+        [
+            (no_scheduler, "no 'scheduler' entry"),
+            (rng_of_the_wrong_type, "'rng' can't be restored"),
+            (no_generator, "'data' has no 'generator' entry"),
+            (no_betas, "'optimizer' group 0 has no 'betas' entry"),
+        ],
     )
     def test_a_damaged_newest_checkpoint_falls_back_before_restoring_anything(
         self, finished: Path, tmp_path: Path, change: Any, why: str

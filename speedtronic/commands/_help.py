@@ -1,0 +1,29 @@
+"""The CLI's help formatting: argparse's, wrapped so a short phrase in parentheses stays whole."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import textwrap
+
+__all__ = ["CommandsHelp", "KeepsPhrases"]
+
+_SHORT_PHRASE = re.compile(r"\([^()]{1,40}\)")
+_KEPT_SPACE = "\x00"
+
+
+class KeepsPhrases(argparse.HelpFormatter):
+    """Wraps help text as argparse does, but never inside a short phrase in parentheses:
+    ``(default: the embedded one)`` moves to the next line whole."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        def keep(match: re.Match[str]) -> str:
+            phrase = match.group()
+            return phrase.replace(" ", _KEPT_SPACE) if len(phrase) <= width else phrase
+
+        text = _SHORT_PHRASE.sub(keep, " ".join(text.split()))
+        return [line.replace(_KEPT_SPACE, " ") for line in textwrap.wrap(text, width, break_on_hyphens=False)]
+
+
+class CommandsHelp(KeepsPhrases, argparse.RawDescriptionHelpFormatter):
+    """The top-level help: its description and epilog as written, its commands' help wrapped."""
