@@ -121,10 +121,12 @@ class Envelope:
         dropped = sum(self.gaps[keep:])
         for column in self._columns():
             del column[keep:]
-        while self._starts and self._starts[-1] >= keep:
-            self._starts.pop()
-        if self._open > keep:
-            self._open = self._starts.pop() if self._starts else 0
+        if self._open >= keep:  # the bucket being filled goes whole, and the full ones from keep on
+            end = self._open  # where the last full bucket left standing ends
+            while self._starts and self._starts[-1] >= keep:
+                end = self._starts.pop()
+            # A full bucket ending at keep stays full; one the rewind cut in two is filled again.
+            self._open = keep if end == keep or not self._starts else self._starts.pop()
         self._filled = len(self.x) - self._open
         return dropped
 
