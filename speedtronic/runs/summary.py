@@ -106,7 +106,7 @@ class RunSummary:
     elapsed_s: float | None = None
     """Seconds over every segment of the run."""
     segments: int = 0
-    """``train_start`` records: 1 for a run never resumed."""
+    """The most ``train_start`` records of one rank: 1 for a run never resumed, however many ranks."""
     steps_recorded: int = 0
     """Distinct steps with a ``train_step`` record (a step recorded again after a restart counts once)."""
     checkpoints: int = 0
@@ -120,6 +120,7 @@ class RunSummary:
     warnings: Counter[str] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
     hook_failures: dict[str, int] = field(default_factory=dict)
+    """Failures per hook, added up over the run's segments and ranks (each logger counts its own)."""
     undelivered: int = 0
     """Events that never reached the hooks (background delivery timed out at close)."""
     skipped: Skipped = field(default_factory=Skipped)
@@ -129,6 +130,11 @@ class RunSummary:
     """``train_start`` records read so far in this piece, of any rank: its records' segment there."""
     _times: dict[int, list[list[Any]]] = field(default_factory=dict, repr=False)
     """Per rank, ``[segment in the piece, longest elapsed_s]`` of each segment with a positive time."""
+    _rank_starts: Counter[int] = field(default_factory=Counter, repr=False)
+    """``train_start`` records of each rank read in this piece (the rank's segments there)."""
+    _failures: dict[tuple[int, str], list[list[int]]] = field(default_factory=dict, repr=False)
+    """Per (rank, hook), ``[segment of the rank in the piece, largest failure count]`` of each
+    segment the hook failed in: a resumed logger counts its failures from 1 again."""
     _ended: bool = field(default=False, repr=False)
     """Whether a ``train_start`` or ``train_end`` set ``finished``, ``status`` and ``error``."""
     _seen: bytearray = field(default_factory=bytearray, repr=False)
@@ -190,7 +196,7 @@ class RunSummary:
                 rate.add(value)
 
     def _add_start(self, record: Record) -> None:
-        self.segments += 1
+        self._rank_starts[record.rank] += 1
         self.finished, self._ended = False, True
         self.status = self.error = None
         target = record.payload.get("target_step")
@@ -255,7 +261,12 @@ class RunSummary:
             return
         hook, failures = str(payload.get("hook", "?")), payload.get("failures")
         count = failures if type(failures) is int else 1
-        self.hook_failures[hook] = max(self.hook_failures.get(hook, 0), count)
+        segment = self._rank_starts[record.rank]
+        counts = self._failures.setdefault((record.rank, hook), [])
+        if not counts or counts[-1][0] != segment:
+            counts.append([segment, count])
+        elif count > counts[-1][1]:
+            counts[-1][1] = count
 
     def _add_other(self, record: Record) -> None:
         level = level_for(record.event)
@@ -268,8 +279,8 @@ class RunSummary:
         pass
 
     def update(self, later: RunSummary) -> None:
-        """Merge the summary of the piece read after this one's records (``_times`` and the bitmap
-        aside: ``_Merge`` puts them together)."""
+        """Merge the summary of the piece read after this one's records (``_times``, the bitmap,
+        segments and hook failures aside: ``_Merge`` puts them together)."""
         self.records += later.records
         self.events.update(later.events)
         if later.step_min is not None and (self.step_min is None or later.step_min < self.step_min):
@@ -297,7 +308,6 @@ class RunSummary:
             mine.total += rate.total
             mine.count += rate.count
             mine.last = rate.last if rate.count else mine.last
-        self.segments += later.segments
         self.steps_recorded += later.steps_recorded
         self.checkpoints += later.checkpoints
         if later.checkpoints:
@@ -308,8 +318,6 @@ class RunSummary:
             self.final_loss = later.final_loss
         self.warnings.update(later.warnings)
         self.errors.update(later.errors)
-        for hook, count in later.hook_failures.items():
-            self.hook_failures[hook] = max(self.hook_failures.get(hook, 0), count)
         self.undelivered += later.undelivered
         self.skipped.update(later.skipped)
 
@@ -508,11 +516,17 @@ def _summarize_piece(piece: _Piece) -> tuple[_Piece, RunSummary]:
 class _Merge:
     """The pieces' summaries put together in file order, into ``summary``."""
 
-    __slots__ = ("_clock", "_file", "_lines", "_read", "_seen", "_starts", "summary")
+    __slots__ = (
+        "_clock", "_failures", "_file", "_lines", "_rank_starts", "_read", "_seen", "_starts", "summary",
+    )  # fmt: skip
 
     def __init__(self, summary: RunSummary) -> None:
         self.summary = summary
         self._clock = RunClock()
+        self._rank_starts: Counter[int] = Counter()
+        """``train_start`` records of each rank in the pieces merged so far."""
+        self._failures: dict[tuple[int, str], list[int]] = {}
+        """Per (rank, hook): [failures in the segments done, the rank's segment now, its largest count]."""
         self._seen = bytearray()
         self._file: Path | None = None
         self._lines = self._read = self._starts = 0
@@ -531,6 +545,14 @@ class _Merge:
                 where = (piece.source, max(0, self._starts + segment - 1))
                 self._clock.add_time(rank, where, elapsed)
         self._starts += part._starts
+        for (rank, hook), counts in part._failures.items():
+            done = self._failures.setdefault((rank, hook), [0, -1, 0])
+            for segment, count in counts:
+                segment += self._rank_starts[rank]
+                if segment != done[1]:
+                    done[0], done[1], done[2] = done[0] + done[2], segment, 0
+                done[2] = max(done[2], count)
+        self._rank_starts.update(part._rank_starts)
         if part._seen:
             start, end = part._seen_at, part._seen_at + len(part._seen)
             if end > len(self._seen):
@@ -548,6 +570,10 @@ class _Merge:
         self._check()
         self.summary.elapsed_s = self._clock.total
         self.summary.steps_recorded += int.from_bytes(self._seen, "little").bit_count()
+        self.summary.segments = max(self._rank_starts.values(), default=0)
+        failures = self.summary.hook_failures
+        for (_, hook), (done, _, now) in self._failures.items():
+            failures[hook] = failures.get(hook, 0) + done + now
         return self.summary
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from speedtronic.runs.summary import format_summaries, summarize_run
-from tests.runs.conftest import CLI, append, assert_one_line_error
+from tests.runs.conftest import CLI, FailsOnCheckpoint, append, assert_one_line_error, log_run, write_run
 
 
 def table(text: str) -> dict[str, list[str]]:
@@ -218,3 +218,27 @@ def test_summarize_starts_without_dataframe_or_plotting_libraries(run_file: Path
         [sys.executable, "-c", probe, str(run_file)], capture_output=True, text=True, timeout=120, check=True
     )
     assert done.stdout.splitlines()[-1] == "0 []"
+
+
+class TestCountsAcrossSegments:
+    def test_hook_failures_add_up_over_a_resumed_run(self, tmp_path: Path) -> None:
+        """A hook failing 5 times, then 3 times after the resume: summarize counts 8, also in pieces."""
+        path = tmp_path / "m.jsonl"
+        for checkpoints in (5, 3):
+            log_run(path, [("train_start", {"start_step": 0})] + [
+                ("checkpoint", {"step": step, "path": f"c{step}.pt"}) for step in range(checkpoints)
+            ], hooks=[FailsOnCheckpoint()])  # fmt: skip
+        assert summarize_run(path).hook_failures == {"FailsOnCheckpoint": 8}
+        assert summarize_run(path, workers=2).hook_failures == {"FailsOnCheckpoint": 8}
+
+    def test_ranks_that_never_restarted_are_one_segment(self, tmp_path: Path, cli: CLI) -> None:
+        """--rank all over three ranks, each started once: one segment, no segments row."""
+        run = tmp_path / "run"
+        for rank in range(3):
+            name = "metrics.jsonl" if rank == 0 else f"metrics.rank{rank}.jsonl"
+            records = [("train_start", {"rank": rank}), ("train_step", {"step": 1, "rank": rank})]
+            write_run(run / name, records)
+        assert summarize_run(run, rank="all").segments == 1
+        result = cli("summarize", run, "--rank", "all")
+        assert result.returncode == 0, result.stderr
+        assert "segments" not in result.stdout
