@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from speedtronic.commands._runs import add_rank_argument, rank_choice, report_skipped
+from speedtronic.commands._runs import add_rank_argument, rank_choice, report_skipped, runs_in
 from speedtronic.commands.cli import CommandError
 from speedtronic.runs.plot import DEFAULT_KEYS, MAX_RANK_SERIES, NothingToPlot, plot_runs
 from speedtronic.runs.reader import RunError
@@ -19,9 +19,12 @@ def add_parser(subparsers: Any) -> None:
         "plot",
         help="plot keys of recorded runs to a PNG, PDF or SVG",
         description="Plot keys of one or more runs (JSONL files or run directories) to a PNG, PDF or "
-        "SVG (by the output's suffix), one panel per key, runs overlaid.",
+        "SVG (by the output's suffix), one panel per key, runs overlaid. A folder of runs (runs/, holding "
+        "run directories) stands for every run in it.",
     )
-    parser.add_argument("runs", nargs="+", metavar="RUN", help="a JSONL file or a run directory")
+    parser.add_argument(
+        "runs", nargs="+", metavar="RUN", help="a JSONL file, a run directory or a folder of runs"
+    )
     parser.add_argument(
         "-o", "--output", required=True, metavar="FILE", help="the file to write: .png, .pdf or .svg"
     )
@@ -54,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"--smooth: expected a weight in [0, 1), got {args.smooth}")
     try:
         result = plot_runs(
-            args.runs, args.output, keys=keys, x=args.x, event=args.event, smooth=args.smooth,
+            runs_in(args.runs), args.output, keys=keys, x=args.x, event=args.event, smooth=args.smooth,
             log_y=args.log_y, title=args.title, rank=rank_choice(args.rank, several=True),
             with_eval=not args.no_eval,
         )
