@@ -38,7 +38,7 @@ import re
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
@@ -564,90 +564,39 @@ class Trainer:
         }
 
     def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
-        """Restore everything ``state_dict`` holds from a checkpoint file; one that can't be read, is
-        damaged inside or does not fit this trainer raises ``ConfigError`` naming it, before anything
-        is restored."""
+        """Restore everything ``state_dict`` holds from a checkpoint file; one that can't be read or is
+        damaged inside raises ``ConfigError`` naming it, before anything is restored."""
         state, problem = _read_checkpoint(Path(path), self.device)
-        if state is not None and problem is None:
-            problem = self._fit_problem(state)
-        if problem is None and state is not None:
-            problem = self._restore(state, Path(path))
-        if problem is not None:
-            raise ConfigError(str(path), "", problem)
+        if problem is not None or state is None:
+            raise ConfigError(str(path), "", problem or "not a speedtronic checkpoint")
+        self._restore(state, Path(path))
 
-    def _fit_problem(self, state: dict[str, Any]) -> str | None:
-        """Why ``state`` (whole and well-formed: ``_read_checkpoint``) can't be restored into this
-        trainer, or ``None``: every part is checked against what this trainer's own part holds now
-        (``_unlike``), so nothing is restored from a checkpoint that would fail half-way."""
+    def _restore(self, state: dict[str, Any], path: Path) -> None:
+        """Restore ``state`` (read by ``_read_checkpoint``, so whole and well-formed); a checkpoint of
+        another model is refused before anything is restored."""
         mismatch = self._mismatch(state)
         if mismatch is not None:
-            return f"does not fit this model: {mismatch}"
-        for index, (group, saved) in enumerate(
-            zip(self.optimizer.param_groups, state["optimizer"]["param_groups"], strict=True)
-        ):
-            settings = {key: value for key, value in group.items() if key != "params"}
-            problem = _unlike(settings, saved, f"'optimizer' group {index}")
-            if problem is not None:
-                return problem
-        problem = self._optimizer_state_problem(state["optimizer"]["state"])
-        parts: tuple[tuple[str, Any, Any], ...] = (
-            ("scheduler", self.scheduler, state["scheduler"]),
-            ("data", self.data if callable(getattr(self.data, "load_state_dict", None)) else None,
-             state.get("data")),
-            ("outer", self.outer, state.get("outer")),
-        )
-        for name, part, saved in parts:
-            if problem is not None:
-                return problem
-            if part is not None and saved is not None and callable(getattr(part, "state_dict", None)):
-                problem = _unlike(part.state_dict(), saved, repr(name))
-        return problem
-
-    def _optimizer_state_problem(self, saved: dict[Any, Any]) -> str | None:
-        """Whether each parameter's saved optimizer state is a dict whose elementwise buffers
-        (``exp_avg``, ``momentum_buffer``...) have their parameter's shape."""
-        params = [param for group in self.optimizer.param_groups for param in group["params"]]
-        for key, entry in saved.items():
-            if not isinstance(entry, dict):
-                return f"damaged: 'optimizer' state {key!r} is {_kind(entry)}, expected a dict"
-            if not (isinstance(key, int) and 0 <= key < len(params)):
-                continue  # torch keeps state of no parameter of this optimizer as it is
-            for name in _ELEMENTWISE.intersection(entry):
-                buffer = entry[name]
-                if not isinstance(buffer, Tensor) or buffer.shape != params[key].shape:
-                    shape = tuple(buffer.shape) if isinstance(buffer, Tensor) else _kind(buffer)
-                    return (
-                        f"damaged: 'optimizer' state {key} {name!r} is {shape}, expected the "
-                        f"parameter's shape {tuple(params[key].shape)}"
-                    )
-        return None
-
-    def _restore(self, state: dict[str, Any], path: Path) -> str | None:
-        """Restore ``state``, checked whole by ``_read_checkpoint`` and ``_fit_problem``; why it
-        failed part-way, or ``None``. A failure here is one no check foresaw: the state is then
-        part restored, and the caller restores another checkpoint over it or stops."""
+            raise ConfigError(str(path), "", f"does not fit this model: {mismatch}")
         try:
             self.module.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
-            if self.scheduler is not None and state["scheduler"] is not None:
-                self.scheduler.load_state_dict(state["scheduler"])
-            if state.get("rng") is not None:
-                _set_rng_state(state["rng"])
-            load_data = getattr(self.data, "load_state_dict", None)
-            if state.get("data") is not None and callable(load_data):
-                load_data(state["data"])
-                self._skip = 0
-            else:
-                self._skip = state.get("batches", 0)
-            if self.outer is not None and state.get("outer") is not None:
-                self.outer.load_state_dict(state["outer"])
-        except Exception as error:  # a damage no check foresaw: reported as the checkpoint's problem
-            return f"can't be restored: {_one_line(error)}"
+        except (RuntimeError, ValueError) as error:
+            raise ConfigError(str(path), "", f"does not fit this model: {_first_line(error)}") from None
+        if self.scheduler is not None and state["scheduler"] is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
         self.step, self.samples, self.tokens = state["step"], state["samples"], state["tokens"]
+        if state.get("rng") is not None:
+            _set_rng_state(state["rng"])
         self._drawn = state.get("batches", 0)
+        load_data = getattr(self.data, "load_state_dict", None)
+        if state.get("data") is not None and callable(load_data):
+            load_data(state["data"])
+        else:
+            self._skip = self._drawn
+        if self.outer is not None and state.get("outer") is not None:
+            self.outer.load_state_dict(state["outer"])
         self.checkpoint = path.with_name(_checkpoint_name(self.step, 0))
         self.resumed_from = path
-        return None
 
     def _mismatch(self, state: dict[str, Any]) -> str | None:
         """How the checkpoint's model and optimizer differ from this trainer's, or ``None``."""
@@ -674,30 +623,16 @@ class Trainer:
         return _rundir.rank_checkpoints(self.checkpoint_dir, self.rank)
 
     def _resume(self) -> None:
-        """Restore the newest checkpoint every rank can read and restore; skip (and report) one that
-        can't be, for the next newest. A checkpoint is checked whole before any state is restored from
-        it; if a restore still fails part-way and no older checkpoint restores over it, or none fits
-        this model, ``ConfigError`` stops the run rather than train from a mixed state."""
+        """Restore the newest checkpoint every rank can read; skip (and report) one that can't be."""
         mine = self._own_checkpoints()
         steps = set(mine)
         if self.world_size > 1:  # every rank looks at the same point of the job, and at the same steps
             gathered: list[Any] = [None] * self.world_size
             dist.all_gather_object(gathered, steps, group=self.resume_group)
             steps = set.intersection(*gathered)
-        stop: tuple[Path, str] | None = None  # why training from scratch would be wrong
         for step in sorted(steps, reverse=True):
             path = mine[step]
             state, problem = _read_checkpoint(path, self.device)
-            if state is not None and problem is None:
-                problem = self._fit_problem(state)
-            if self._all_ranks(problem is None):
-                assert state is not None
-                problem = self._restore(state, path)
-                if self._all_ranks(problem is None):
-                    return
-                stop = stop or (path, problem or "another rank could not restore it")
-            elif problem is not None and problem.startswith("does not fit"):
-                stop = stop or (path, problem)
             if problem is not None:
                 self.emit(Event.CHECKPOINT_SKIPPED, {"step": step, "path": str(path), "error": problem})
                 warnings.warn(
@@ -705,8 +640,10 @@ class Trainer:
                     SpeedtronicWarning,
                     stacklevel=2,
                 )
-        if stop is not None:
-            raise ConfigError(str(stop[0]), "", f"{stop[1]}; no older checkpoint could be restored")
+            if self._all_ranks(problem is None):
+                assert state is not None
+                self._restore(state, path)
+                return
 
     def _all_ranks(self, ok: bool) -> bool:
         if self.world_size == 1:
@@ -771,7 +708,6 @@ def _check_precision(device: torch.device, precision: str) -> None:
 
 
 _checkpoint_name = _rundir.checkpoint_name
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 class CheckpointWriteError(OSError):
@@ -788,13 +724,11 @@ def _write_checkpoint(state: dict[str, Any], path: Path) -> None:
 
     Written through a Python file, so the OS's error (ENOSPC, EFBIG) is seen: torch's own writer
     reports one only as ``basic_ios::clear: iostream error``. A ``.partial`` left as a symbolic link is
-    removed first and the file is created anew (``O_EXCL``, never through a link); the rename replaces
-    a link named ``path`` rather than write where it points, so the write stays in the directory."""
+    removed first, so the write stays in the directory."""
     partial = path.with_name(path.name + ".partial")
     try:
         partial.unlink(missing_ok=True)
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | _NOFOLLOW, 0o644)
-        with open(fd, "wb") as file:
+        with open(partial, "wb") as file:
             torch.save(state, file)
             file.flush()
             os.fsync(file.fileno())
@@ -884,55 +818,6 @@ def _rng_problem(rng: Any) -> str | None:
             )
     except Exception as error:  # any malformed entry: the checkpoint is damaged, not the run
         return f"damaged: 'rng' can't be restored: {_one_line(error)}"
-    return None
-
-
-_ELEMENTWISE = frozenset(
-    {"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer", "square_avg", "sum", "acc_delta"}
-)
-"""Per-parameter optimizer buffers of torch's optimizers that have their parameter's shape."""
-
-
-def _unlike(live: Any, saved: Any, where: str) -> str | None:
-    """How ``saved`` differs from ``live`` (what a part of this trainer holds now) in a way that
-    would fail its ``load_state_dict`` or the next step, or ``None``: every key of a mapping there,
-    a tensor of the same shape and dtype for a tensor, a number for a number, a string for a
-    string, a tuple of the same length for a tuple (``betas``), a list for a list."""
-    problem: str | None = None
-    if live is None:
-        return None
-    if isinstance(live, Mapping):
-        if not isinstance(saved, Mapping):
-            return f"damaged: {where} is {_kind(saved)}, expected a dict"
-        missing = [key for key in live if key not in saved]
-        if missing:
-            return f"damaged: {where} has no {', '.join(map(repr, missing[:3]))} entry"
-        for key in live:
-            problem = problem or _unlike(live[key], saved[key], f"{where} {key!r}")
-        return problem
-    if isinstance(live, Tensor):
-        if not isinstance(saved, Tensor):
-            return f"damaged: {where} is {_kind(saved)}, expected a tensor"
-        if saved.shape != live.shape or saved.dtype != live.dtype:
-            return (
-                f"damaged: {where} is a {saved.dtype} tensor of shape {tuple(saved.shape)}, expected "
-                f"{live.dtype} {tuple(live.shape)}"
-            )
-        return None
-    if isinstance(live, (bool, int, float)):
-        ok = isinstance(saved, (bool, int, float)) or (isinstance(saved, Tensor) and saved.numel() == 1)
-        return None if ok else f"damaged: {where} is {_kind(saved)}, expected a number"
-    if isinstance(live, str):
-        return None if isinstance(saved, str) else f"damaged: {where} is {_kind(saved)}, expected a string"
-    if isinstance(live, tuple):
-        if not isinstance(saved, (tuple, list)) or len(saved) != len(live):
-            return f"damaged: {where} is {_kind(saved)}, expected {len(live)} values"
-        for index, (a, b) in enumerate(zip(live, saved, strict=True)):
-            problem = problem or _unlike(a, b, f"{where} [{index}]")
-        return problem
-    if isinstance(live, list):
-        listed = isinstance(saved, (list, tuple))
-        return None if listed else f"damaged: {where} is {_kind(saved)}, expected a list"
     return None
 
 
