@@ -20,7 +20,7 @@ from speedtronic.commands._runs import add_rank_argument, rank_choice, report_sk
 from speedtronic.commands.cli import CommandError
 from speedtronic.hooks import HookConfigError, close_hook, hook_type
 from speedtronic.hooks.registry import hook_argument_problem
-from speedtronic.runs.reader import RunError, run_files
+from speedtronic.runs.reader import RunError, read_records
 from speedtronic.runs.replay import ReplayRefused, replay_hook, replay_run
 
 __all__ = ["add_parser", "parse_hook", "run"]
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     rank = rank_choice(args.rank)
     for one, targets in plan:  # every run readable, every target valid, before any is created
         try:
-            run_files(one)
+            next(read_records(one, rank="all"), None)  # a file that is no run is refused up front
             for _, name, options in targets:
                 _check(name, options)
         except (RunError, LookupError, ModuleNotFoundError) as error:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from speedtronic.events import level_for
+from speedtronic.processors.text import quote
 from speedtronic.record import non_finite_text
 from speedtronic.runs.reader import (
     CHUNK_BYTES,
@@ -584,10 +585,10 @@ _MISSING = "-"
 
 def format_summaries(summaries: Sequence[RunSummary]) -> str:
     """A plain-text table: one row per fact, one column per run."""
-    rows: list[tuple[str, list[str]]] = [("run", [s.run for s in summaries])]
+    rows: list[tuple[str, list[str]]] = [("run", [_shown(s.run) for s in summaries])]
     rows.append(("records", [f"{s.records:,}" for s in summaries]))
     for event in _union(s.events for s in summaries):
-        rows.append((f"  {event}", [_count(s.events.get(event)) for s in summaries]))
+        rows.append((f"  {_shown(event)}", [_count(s.events.get(event)) for s in summaries]))
     rows.append(("steps", [_steps(s) for s in summaries]))
     for label, attr in (("loss first", "loss_first"), ("loss last", "loss_last")):
         rows.append((label, [_number(getattr(s, attr)) for s in summaries]))
@@ -598,8 +599,8 @@ def format_summaries(summaries: Sequence[RunSummary]) -> str:
         rows.append(("eval loss last", [_at(s.eval_loss_last, s.eval_loss_last_step) for s in summaries]))
         rows.append(("eval loss best", [_at(s.eval_loss_best, s.eval_loss_best_step) for s in summaries]))
     for key in _union(s.rates for s in summaries):
-        rows.append((f"{key} mean", [_number(_rate(s, key, "mean")) for s in summaries]))
-        rows.append((f"{key} last", [_number(_rate(s, key, "last")) for s in summaries]))
+        rows.append((f"{_shown(key)} mean", [_number(_rate(s, key, "mean")) for s in summaries]))
+        rows.append((f"{_shown(key)} last", [_number(_rate(s, key, "last")) for s in summaries]))
     rows.append(("elapsed", [_duration(s.elapsed_s) for s in summaries]))
     if any(s.segments > 1 for s in summaries):
         rows.append(("segments", [_segments(s) for s in summaries]))
@@ -620,6 +621,12 @@ def format_summaries(summaries: Sequence[RunSummary]) -> str:
     return "\n".join(lines)
 
 
+def _shown(text: str) -> str:
+    """``text`` as the table shows it: as it is when every character is printable, else as the text
+    log writes it (quoted, controls escaped), so a value can't drive the terminal or add a row."""
+    return text if text.isprintable() else quote(text)
+
+
 def _union(mappings: Iterable[Any]) -> list[str]:
     keys: dict[str, None] = {}
     for mapping in mappings:
@@ -636,7 +643,7 @@ def _number(value: float | None) -> str:
         return _MISSING
     if math.isnan(value):
         return "NaN"
-    if abs(value) >= 1e4 and math.isfinite(value):
+    if abs(value) >= 1000 and math.isfinite(value):  # as counts are written: 9,639 beside 11,199
         return f"{value:,.0f}"
     return f"{value:.4g}"
 
@@ -694,15 +701,15 @@ def _finished(summary: RunSummary) -> str:
     if not summary.finished:
         return "no train_end"
     if summary.status in ("failed", "interrupted"):
-        return f"{summary.status}: {summary.error}" if summary.error else summary.status
+        return f"{summary.status}: {_shown(summary.error)}" if summary.error else summary.status
     if summary.status is not None:
         loss = f", final loss {_number(summary.final_loss)}" if summary.final_loss is not None else ""
-        return f"{summary.status}{loss}"
+        return f"{_shown(summary.status)}{loss}"
     return f"yes, final loss {_number(summary.final_loss)}" if summary.final_loss is not None else "yes"
 
 
 def _counts(counts: dict[str, int]) -> str:
-    return ", ".join(f"{name} {count:,}" for name, count in counts.items()) or _MISSING
+    return ", ".join(f"{_shown(name)} {count:,}" for name, count in counts.items()) or _MISSING
 
 
 def _skipped(skipped: Skipped) -> str:

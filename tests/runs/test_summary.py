@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from speedtronic.runs import RunError, read_frame
 from speedtronic.runs.summary import format_summaries, summarize_run
 from tests.runs.conftest import CLI, FailsOnCheckpoint, append, assert_one_line_error, log_run, write_run
 
@@ -168,6 +169,23 @@ class TestSummarizeCommand:
         """A README or a checkpoint is no run: one line saying so, exit 2."""
         (tmp_path / name).write_bytes(b"# speedtronic\n\x80\x02}q\x00binary\n")
         assert_one_line_error(cli("summarize", name), f"{name}: not a speedtronic JSONL file")
+
+    def test_a_document_quoting_a_record_is_not_a_run(self, cli: CLI, tmp_path: Path) -> None:
+        """A README that shows one JSONL record among its prose is refused, not read as a run of 1 record."""
+        record = '{"event":"train_step","step":2,"loss":1.2}'
+        (tmp_path / "README.md").write_text(f"# speedtronic\n\nA record:\n\n{record}\n\nMore prose.\n")
+        assert_one_line_error(cli("summarize", "README.md"), "README.md: not a speedtronic JSONL file")
+        assert_one_line_error(cli("plot", "README.md", "-o", "p.png"), "README.md: not a speedtronic")
+        assert_one_line_error(cli("replay", "README.md", "--hook", "x"), "README.md: not a speedtronic")
+        with pytest.raises(RunError, match="line 1 is not a JSON object"):
+            read_frame(tmp_path / "README.md", "train_step")
+
+    def test_a_torn_first_line_is_still_a_run(self, tmp_path: Path) -> None:
+        """A run whose first line a killed writer tore, then resumed, is read: the tear is skipped."""
+        path = tmp_path / "m.jsonl"
+        path.write_text('{"event":"train_st\n{"event":"train_step","step":1,"loss":1.0}\n')
+        summary = summarize_run(path)
+        assert (summary.records, summary.skipped.total_lines) == (1, 1)
 
     @pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
     def test_unreadable_file(self, cli: CLI, run_file: Path) -> None:
