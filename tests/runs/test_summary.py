@@ -102,7 +102,8 @@ class TestSummarizeCommand:
         result = cli("summarize", "--json", run_file)
         assert result.returncode == 0, result.stderr
         (run,) = json.loads(result.stdout, parse_constant=pytest.fail)
-        assert run["loss"] == {"first": 2.0, "last": "NaN", "best": 0.75, "best_step": 4, "non_finite": 2}
+        loss = {"first": 2.0, "last": "NaN", "best": 0.75, "best_step": 4, "non_finite": 2, "key": "loss"}
+        assert run["loss"] == loss
         assert run["steps"] == {"min": 1, "max": 5, "target": 6, "recorded": 5}
         assert run["segments"] == 1
         assert run["rates"]["samples_per_s"] == {"mean": 200.0, "last": 200.0}
