@@ -6,7 +6,14 @@ import argparse
 import sys
 from typing import Any
 
-from speedtronic.commands._runs import add_rank_argument, rank_choice, report_skipped, runs_in
+from speedtronic.commands._runs import (
+    add_rank_argument,
+    add_role_arguments,
+    rank_choice,
+    report_skipped,
+    roles_chosen,
+    runs_in,
+)
 from speedtronic.commands.cli import CommandError
 from speedtronic.runs.plot import DEFAULT_KEYS, MAX_RANK_SERIES, NothingToPlot, plot_runs
 from speedtronic.runs.reader import RunError
@@ -31,7 +38,8 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--keys",
         default=",".join(DEFAULT_KEYS),
-        help=f"comma-separated payload keys, one panel each (default: {','.join(DEFAULT_KEYS)})",
+        help=f"comma-separated payload keys, one panel each; loss and lr are found by role, whatever the "
+        f"framework named them (default: {','.join(DEFAULT_KEYS)})",
     )
     parser.add_argument("--x", default="step", help="the x axis: step (default), elapsed_s or any key")
     parser.add_argument("--event", default="train_step", help="which records (default: train_step)")
@@ -46,6 +54,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--log-y", action="store_true", help="logarithmic y axes")
     parser.add_argument("--title", help="the figure's title (default: the runs and the event)")
     add_rank_argument(parser, several=True)
+    add_role_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -59,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         result = plot_runs(
             runs_in(args.runs), args.output, keys=keys, x=args.x, event=args.event, smooth=args.smooth,
             log_y=args.log_y, title=args.title, rank=rank_choice(args.rank, several=True),
-            with_eval=not args.no_eval,
+            with_eval=not args.no_eval, roles=roles_chosen(args),
         )
     except (RunError, NothingToPlot, ModuleNotFoundError, ValueError) as error:
         raise CommandError(str(error)) from None
