@@ -81,6 +81,12 @@ class RateStats:
             self.count += 1
             self.last = value
 
+    def merge(self, later: RateStats) -> None:
+        """Add the values of ``later``, read after this one's."""
+        self.total += later.total
+        self.count += later.count
+        self.last = later.last if later.count else self.last
+
     @property
     def mean(self) -> float:
         return self.total / self.count if self.count else math.nan
@@ -157,6 +163,11 @@ class RunSummary:
     """The last value of each learning rate (``lr``, ``learning_rate``, ``lr-SGD/pg1``, ...)."""
     evals: dict[str, SeriesStats] = field(default_factory=dict)
     """The held-out loss of each split (``eval``, ``val``, ``test``, ...), in the order first met."""
+    peaks: dict[str, float] = field(default_factory=dict)
+    """The largest value of each ``system`` record's ``*_bytes`` key (``rss_bytes``,
+    ``gpu0_memory_used_bytes``, ...): peak memory."""
+    utilisation: dict[str, RateStats] = field(default_factory=dict)
+    """The mean of each ``system`` record's ``*_percent`` key (``cpu_percent``, ``gpu0_util_percent``)."""
     end_rates: dict[str, float] = field(default_factory=dict)
     """Throughput rates only ``train_end`` gave (Hugging Face's ``train_samples_per_second``)."""
     eval_loss_last: float | None = None
@@ -303,6 +314,19 @@ class RunSummary:
             if (type(value) is float or type(value) is int) and self.roles.is_rate(key):
                 self.end_rates[key] = value
 
+    def _add_system(self, record: Record) -> None:
+        for key, value in record.payload.items():
+            if type(value) is not float and type(value) is not int:
+                continue
+            if key.endswith("_bytes"):
+                if value > self.peaks.get(key, -math.inf):
+                    self.peaks[key] = value
+            elif key.endswith("_percent"):
+                stats = self.utilisation.get(key)
+                if stats is None:
+                    stats = self.utilisation[key] = RateStats()
+                stats.add(value)
+
     def _add_checkpoint(self, record: Record) -> None:
         self.checkpoints += 1
         self.last_checkpoint = {"step": record.payload.get("step"), "path": record.payload.get("path")}
@@ -389,6 +413,10 @@ class RunSummary:
             else:
                 self.evals[split] = stats
         self.lrs.update(later.lrs)
+        for key, peak in later.peaks.items():
+            self.peaks[key] = max(self.peaks.get(key, peak), peak)
+        for key, usage in later.utilisation.items():
+            self.utilisation.setdefault(key, RateStats()).merge(usage)
         self.end_rates.update(later.end_rates)
         self.records += later.records
         self.events.update(later.events)
@@ -399,12 +427,7 @@ class RunSummary:
         if later.target_step is not None:
             self.target_step = later.target_step
         for key, rate in later.rates.items():
-            mine = self.rates.get(key)
-            if mine is None:
-                mine = self.rates[key] = RateStats()
-            mine.total += rate.total
-            mine.count += rate.count
-            mine.last = rate.last if rate.count else mine.last
+            self.rates.setdefault(key, RateStats()).merge(rate)
         self.steps_recorded += later.steps_recorded
         self.checkpoints += later.checkpoints
         if later.checkpoints:
@@ -470,6 +493,10 @@ class RunSummary:
                 for key, rate in self.rates.items()
             },
             "end_rates": {key: _json_float(value) for key, value in self.end_rates.items()},
+            "system": {
+                "peaks": {key: _json_float(value) for key, value in self.peaks.items()},
+                "means": {key: _json_float(stats.mean) for key, stats in self.utilisation.items()},
+            },
             "elapsed_s": self.elapsed_s,
             "checkpoints": {"count": self.checkpoints, "last": self.last_checkpoint},
             "finished": self.finished,
@@ -497,6 +524,7 @@ def _fold_for(event: str) -> _Fold:
         "checkpoint": RunSummary._add_checkpoint,
         "eval": RunSummary._add_eval,
         "hook_error": RunSummary._add_hook_error,
+        "system": RunSummary._add_system,
     }
     if event in folds:
         return folds[event]
@@ -734,6 +762,10 @@ def format_summaries(summaries: Sequence[RunSummary]) -> str:
     for key in _union(s.rates for s in summaries):
         rows.append((f"{_shown(key)} mean", [_number(_rate(s, key, "mean")) for s in summaries]))
         rows.append((f"{_shown(key)} last", [_number(_rate(s, key, "last")) for s in summaries]))
+    for key in _union(s.peaks for s in summaries):
+        rows.append((f"{_shown(key)} peak", [_bytes(s.peaks.get(key)) for s in summaries]))
+    for key in _union(s.utilisation for s in summaries):
+        rows.append((f"{_shown(key)} mean", [_percent(_rate_of(s.utilisation, key)) for s in summaries]))
     rows.append(("elapsed", [_duration(s.elapsed_s) for s in summaries]))
     if any(s.segments > 1 for s in summaries):
         rows.append(("segments", [_segments(s) for s in summaries]))
@@ -779,6 +811,24 @@ def _number(value: float | None) -> str:
     if abs(value) >= 1000 and math.isfinite(value):  # as counts are written: 9,639 beside 11,199
         return f"{value:,.0f}"
     return f"{value:.4g}"
+
+
+def _rate_of(stats: dict[str, RateStats], key: str) -> float | None:
+    one = stats.get(key)
+    return one.mean if one is not None and one.count else None
+
+
+def _bytes(value: float | None) -> str:
+    if value is None or not math.isfinite(value):
+        return _number(value)
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(value) >= size:
+            return f"{value / size:,.1f} {unit}"
+    return f"{value:,.0f} B"
+
+
+def _percent(value: float | None) -> str:
+    return f"{value:.1f}%" if value is not None and math.isfinite(value) else _number(value)
 
 
 def _rate(summary: RunSummary, key: str, which: str) -> float | None:

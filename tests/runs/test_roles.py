@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from speedtronic.runs import summary as summary_module
 from speedtronic.runs.plot import plot_runs
 from speedtronic.runs.roles import Roles, eval_split, is_lr, is_rate
 from speedtronic.runs.summary import format_summaries, summarize_run
@@ -153,3 +154,36 @@ class TestPlot:
         assert ("loss", "val_loss", "val", [0.75]) in lines
         assert ("loss", "test_loss", "test", [0.8]) in lines
         assert [source for key, source, _, _ in lines if key == "lr"] == ["lr-SGD", "lr-SGD/pg1"]
+
+
+class TestSystem:
+    def test_summarize_shows_peak_memory_and_mean_utilisation(self, tmp_path: Path) -> None:
+        """system records: the peak of each *_bytes key, the mean of each *_percent key; a key some
+        records lack is read where it is."""
+        path = write(tmp_path / "m.jsonl", [
+            {"event": "system", "cpu_percent": 50.0, "rss_bytes": 3 << 30, "gpu0_util_percent": 90.0,
+             "gpu0_memory_used_bytes": 10 << 30},
+            {"event": "system", "cpu_percent": 100.0, "rss_bytes": 2 << 30},
+            {"event": "system", "cpu_percent": "n/a", "host_memory_used_bytes": 512 << 20},
+        ])  # fmt: skip
+        summary = summarize_run(path)
+        assert summary.peaks == {"rss_bytes": 3 << 30, "gpu0_memory_used_bytes": 10 << 30,
+                                 "host_memory_used_bytes": 512 << 20}  # fmt: skip
+        rows = table(format_summaries([summary]))
+        assert rows["rss_bytes peak"] == ["3.0 GiB"]
+        assert rows["host_memory_used_bytes peak"] == ["512.0 MiB"]
+        assert rows["cpu_percent mean"] == ["75.0%"]
+        assert rows["gpu0_util_percent mean"] == ["90.0%"]
+        assert summary.as_dict()["system"]["means"] == {"cpu_percent": 75.0, "gpu0_util_percent": 90.0}
+
+    def test_pieces_give_the_one_pass_figures(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A framework run with system records, cut into one-line pieces: the same summary as one pass."""
+        path = lightning(tmp_path / "m.jsonl")
+        with path.open("a") as file:
+            for at in range(5):
+                record = {"event": "system", "cpu_percent": 10.0 * at, "rss_bytes": at % 3}
+                file.write(json.dumps(record) + "\n")
+        whole = summarize_run(path).as_dict()
+        monkeypatch.setattr(summary_module, "PIECE_BYTES", 1)
+        assert summarize_run(path).as_dict() == whole
+        assert whole["loss"]["key"] == "train_loss_step"
