@@ -298,7 +298,7 @@ def _collect(
     of ranks, up to ``MAX_RANK_SERIES`` ranks), read in one pass; what the read skipped, and how many
     more ranks had points but are not drawn. The keys ``loss`` and ``lr`` are roles
     (``speedtronic.runs.roles``): the run's loss, whatever its name, and each of its learning rates."""
-    finder = _KeyFinder(keys, roles if roles is not None else Roles())
+    finder = _KeyFinder(keys, roles if roles is not None else Roles(), held_out="eval" in events)
     per_rank: dict[int, dict[tuple[str, str | None], _Group]] = {}
     by_rank = rank == "all" or not isinstance(rank, int | str)  # every rank, or a list: a series each
     not_drawn: set[int] = set()
@@ -354,11 +354,12 @@ class _KeyFinder:
     """Which payload keys a plot reads, by panel: a key as named, or by role for ``loss`` (the run's
     loss key, chosen at the first record that has one) and ``lr`` (every learning-rate key)."""
 
-    __slots__ = ("_keys", "_loss", "_roles")
+    __slots__ = ("_held_out", "_keys", "_loss", "_roles")
 
-    def __init__(self, keys: Sequence[str], roles: Roles) -> None:
+    def __init__(self, keys: Sequence[str], roles: Roles, *, held_out: bool) -> None:
         self._keys = keys
         self._roles = roles
+        self._held_out = held_out  # whether a held-out loss logged in a training record is drawn
         self._loss: str | None = roles.loss
 
     def values(
@@ -379,7 +380,7 @@ class _KeyFinder:
                     if where is not None and (value := as_number(payload.get(key))) is not None
                 ]  # fmt: skip
                 continue
-            if panel == "loss":
+            if panel == "loss" and self._held_out:
                 for key in payload:  # a held-out loss logged beside the training loss: its own series
                     where = eval_split(key)
                     if where is not None and (value := as_number(payload[key])) is not None:

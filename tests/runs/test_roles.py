@@ -156,6 +156,20 @@ class TestPlot:
         assert [source for key, source, _, _ in lines if key == "lr"] == ["lr-SGD", "lr-SGD/pg1"]
 
 
+    def test_a_held_out_loss_in_a_training_record_is_its_own_line(self, tmp_path: Path) -> None:
+        """val_loss logged in a train_step record: a dashed val line, left out with with_eval=False."""
+        pytest.importorskip("matplotlib")
+        path = write(tmp_path / "m.jsonl", [
+            {"event": "train_step", "step": 1, "train_loss": 2.0},
+            {"event": "train_step", "step": 2, "train_loss": 1.0, "val_loss": 1.5},
+        ])  # fmt: skip
+        drawn = plot_runs([path], tmp_path / "p.png", keys=["loss"]).series
+        assert [(s.source, s.split, list(s.y)) for s in drawn] == [("train_loss", None, [2.0, 1.0]),
+                                                                   ("val_loss", "val", [1.5])]  # fmt: skip
+        alone = plot_runs([path], tmp_path / "q.png", keys=["loss"], with_eval=False).series
+        assert [s.source for s in alone] == ["train_loss"]
+
+
 class TestSystem:
     def test_summarize_shows_peak_memory_and_mean_utilisation(self, tmp_path: Path) -> None:
         """system records: the peak of each *_bytes key, the mean of each *_percent key; a key some
