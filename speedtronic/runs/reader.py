@@ -47,6 +47,7 @@ from typing import Any, Literal, NamedTuple
 import orjson
 
 from speedtronic.record import NOTE_KEY, ORIGIN_OWN, note_contract, rank_of_name, restore_non_finite
+from speedtronic.runs.roles import is_rate
 
 __all__ = [
     "CHUNK_BYTES",
@@ -69,7 +70,8 @@ __all__ = [
 ]
 
 RATE_SUFFIX = "_per_s"
-"""A numeric payload key ending in this is a throughput rate (``samples_per_s``, ``tokens_per_s``)."""
+"""The writer's suffix of a throughput rate (``samples_per_s``, ``tokens_per_s``); readers also take the
+frameworks' (``speedtronic.runs.roles.RATE_SUFFIXES``)."""
 
 RankChoice = int | Sequence[int] | Literal["first", "all"]
 """Which ranks' records to read: one rank, several (a list of ranks), the rank of the first record
@@ -255,10 +257,9 @@ def as_number(value: object) -> float | None:
 
 
 def rate_keys(payload: dict[str, Any]) -> list[str]:
-    """The payload's throughput rates: numeric keys ending in ``RATE_SUFFIX``."""
-    return [
-        key for key, value in payload.items() if key.endswith(RATE_SUFFIX) and as_number(value) is not None
-    ]
+    """The payload's throughput rates: numeric keys the role table calls rates (``_per_s``, and the
+    frameworks' ``_per_sec``, ``_per_second``...: ``speedtronic.runs.roles.is_rate``)."""
+    return [key for key, value in payload.items() if is_rate(key) and as_number(value) is not None]
 
 
 def run_files(path: str | os.PathLike[str]) -> list[Path]:
