@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,13 @@ class JournalHook:
     def close(self) -> None:
         self._file.write(json.dumps({"event": "close"}) + "\n")
         self._file.close()
+
+
+class ThreadJournalHook(JournalHook):
+    """A ``JournalHook`` that journals, with each event, the name of the thread that called it."""
+
+    def on_event(self, event: str, payload: dict[str, Any]) -> None:
+        self._file.write(json.dumps({"event": event, "thread": threading.current_thread().name}) + "\n")
 
 
 def journal(path: str | Path) -> list[dict[str, Any]]:

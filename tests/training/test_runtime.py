@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 from speedtronic import HookError
+from speedtronic.hooks import BackgroundHooks
 from speedtronic.runtime import (
     ConfigError,
     build_logger,
@@ -208,6 +210,27 @@ class TestBuildLogger:
         finally:
             logger.close()
         assert journal(run_dir / "j.jsonl") == [{"event": "close"}]
+
+    def test_background_true_runs_the_hook_off_the_training_thread(
+        self, config: dict[str, Any], run_dir: Path
+    ) -> None:
+        """A hooks entry with background: true is called on a worker thread and gets every event by close."""
+        entry = {"type": "tests.training.recording:ThreadJournalHook", "path": "{run_dir}/j", "background": True}
+        logger = build_logger(with_logging(config, hooks=[entry]))
+        (hook,) = logger.hooks
+        assert isinstance(hook, BackgroundHooks)
+        for step in range(3):
+            logger.emit("probe", {"step": step})
+        logger.close()
+        lines = journal(run_dir / "j")
+        assert [line["event"] for line in lines] == ["probe"] * 3 + ["close"]
+        assert threading.current_thread().name not in {line["thread"] for line in lines[:3]}
+
+    def test_background_must_be_a_bool(self, config: dict[str, Any]) -> None:
+        """background: "yes" is refused, naming the entry, before the hook is created."""
+        entry = {"type": JOURNAL, "path": "{run_dir}/j", "background": "yes"}
+        with pytest.raises(ConfigError, match=r"logging.hooks\[0\]: .*background must be true or false, got 'yes'"):
+            build_logger(with_logging(config, hooks=[entry]))
 
     def test_a_failing_hook_closes_the_ones_before_it(self, config: dict[str, Any], run_dir: Path) -> None:
         """The second hook's factory raises: the first is closed, the error names entry 1."""
