@@ -101,7 +101,9 @@ def build_hook(type_name: str, options: Mapping[str, Any] | None = None) -> Any:
 
     The option ``background`` is the entry's, not the factory's: ``background=True`` returns the hook
     wrapped in ``speedtronic.hooks.background(hook)``, called on a worker thread of its own, so a
-    tracker's network calls stay off the training thread. Raises ``LookupError`` for an unknown type (``hook_type``), ``ModuleNotFoundError`` naming the
+    tracker's network calls stay off the training thread.
+
+    Raises ``LookupError`` for an unknown type (``hook_type``), ``ModuleNotFoundError`` naming the
     extra for a type whose SDK is missing, and ``HookConfigError`` for options the factory doesn't
     take (checked before anything is created), a factory that fails, or a result that can't be called
     as ``(event, payload)`` (closed again).

@@ -215,7 +215,8 @@ class TestBuildLogger:
         self, config: dict[str, Any], run_dir: Path
     ) -> None:
         """A hooks entry with background: true is called on a worker thread and gets every event by close."""
-        entry = {"type": "tests.training.recording:ThreadJournalHook", "path": "{run_dir}/j", "background": True}
+        entry = {"type": "tests.training.recording:ThreadJournalHook", "path": "{run_dir}/j"}
+        entry["background"] = True
         logger = build_logger(with_logging(config, hooks=[entry]))
         (hook,) = logger.hooks
         assert isinstance(hook, BackgroundHooks)
@@ -229,7 +230,8 @@ class TestBuildLogger:
     def test_background_must_be_a_bool(self, config: dict[str, Any]) -> None:
         """background: "yes" is refused, naming the entry, before the hook is created."""
         entry = {"type": JOURNAL, "path": "{run_dir}/j", "background": "yes"}
-        with pytest.raises(ConfigError, match=r"logging.hooks\[0\]: .*background must be true or false, got 'yes'"):
+        problem = r"logging.hooks\[0\]: .*background must be true or false, got 'yes'"
+        with pytest.raises(ConfigError, match=problem):
             build_logger(with_logging(config, hooks=[entry]))
 
     def test_a_failing_hook_closes_the_ones_before_it(self, config: dict[str, Any], run_dir: Path) -> None:
