@@ -40,6 +40,7 @@ from speedtronic.hooks.registry import (
     hook_type,
     hook_types,
 )
+from speedtronic.integrations.system import SystemMonitor
 from speedtronic.processors.validate import ValidatePayloads
 from speedtronic.profiling import MetricLogger
 from speedtronic.record import rank_path
@@ -335,6 +336,9 @@ class RunInfo:
     run: _rundir.OpenRun | None = field(default=None, repr=False, compare=False)
     """The run directory as this process holds it (rank 0): ``run.release()`` lets another run use
     it; ``train_from_config`` does that last, and the OS does when the process ends."""
+    monitor: SystemMonitor | None = field(default=None, repr=False, compare=False)
+    """The sampler of ``system`` events (``logging.system_interval_s``), started when training starts;
+    ``train_from_config`` stops it before closing the logger."""
 
 
 def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[Trainer, RunInfo]:
@@ -365,6 +369,7 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
         raise ConfigError("config", "train.device", f"can't use {train['device']!r}: {error}") from None
     owns_group = _launch.init_process_group(rank, device, train["dist_timeout_s"])
     logger = None
+    monitor: SystemMonitor | None = None
     outer: OuterLoop | None = None
     opened: _rundir.OpenRun | None = None
     try:
@@ -416,6 +421,9 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
                 resume_group=start_group,
             )
             trainer.at_fit_start.insert(0, _train_at(train["lr"]))
+            monitor = _system_monitor(config["logging"]["system_interval_s"], logger, rank)
+            if monitor is not None:
+                trainer.at_fit_start.append(lambda _: monitor.start())
             trainer.start_notes["lr_schedule_steps"] = train["schedule_steps"]
             trainer.hyperparams = config  # the run's settings, for trackers (W&B's run config)
             if changes:
@@ -443,11 +451,13 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
             config_revision=revision,
             config_changes=changes,
             run=opened,
+            monitor=monitor,
         )
     except BaseException:
         _launch.shutdown(
             [step for step in (
                 outer.close if outer is not None else None,  # its thread joined before the group goes
+                monitor.close if monitor is not None else None,
                 logger.close if logger is not None else None,
                 _launch.destroy_process_group if owns_group else None,
                 opened.undo if opened is not None else None,  # files closed first: then removable
@@ -476,6 +486,21 @@ def _train_at(lr: float) -> Callable[[Trainer], None]:
             trainer.scheduler.base_lrs = [lr for _ in trainer.scheduler.base_lrs]
 
     return apply
+
+
+def _system_monitor(interval_s: float | None, logger: MetricLogger, rank: RankInfo) -> SystemMonitor | None:
+    """The ``system`` sampler ``logging.system_interval_s`` asks for (the GPUs sampled by each node's
+    local rank 0 only), or ``None``; without psutil, a warning saying what to install."""
+    if interval_s is None:
+        return None
+    try:
+        return SystemMonitor(logger, interval_s, gpus=rank.local_rank == 0)
+    except ModuleNotFoundError as error:
+        warnings.warn(
+            f"speedtronic: no system events: {error}; or set logging.system_interval_s: null",
+            SpeedtronicWarning, stacklevel=3,
+        )
+        return None
 
 
 def _check_cuda(device: str) -> None:
@@ -534,6 +559,7 @@ def fit_and_close(trainer: Trainer, info: RunInfo) -> tuple[FitResult, RunInfo]:
     counts the records lost."""
     steps = [step for step in (
         trainer.outer.close if trainer.outer is not None else None,
+        info.monitor.close if info.monitor is not None else None,
         trainer.logger.close,
         _launch.destroy_process_group if info.owns_process_group else None,
         info.run.release if info.run is not None else None,

@@ -256,6 +256,42 @@ class TestBuildLogger:
             build_logger(with_logging(config, hooks=[{"type": "tests.training.recording:not_a_hook"}]))
 
 
+class TestSystemEvents:
+    def test_a_run_samples_the_machine_while_it_trains(
+        self, config: dict[str, Any], run_dir: Path
+    ) -> None:
+        """logging.system_interval_s: system records in the JSONL after train_start; stopped by close."""
+        trainer, info = build_runtime(with_logging(config, system_interval_s=0.01))
+        seen = threading.Event()
+        trainer.logger.hooks.append(lambda event, payload: event == "system" and seen.set())
+        try:
+            trainer.fit()
+            assert seen.wait(60)  # the sampler's thread emits within its interval; 60 s only if it is stuck
+        finally:
+            fit_and_close_steps(trainer, info)
+        assert info.monitor is not None
+        assert not info.monitor._thread.is_alive()  # type: ignore[union-attr]
+        events = [r["event"] for r in records(run_dir / "metrics.jsonl")]
+        assert "system" in events
+        assert events.index("system") > events.index("train_start")
+        system = next(r for r in records(run_dir / "metrics.jsonl") if r["event"] == "system")
+        assert system["rss_bytes"] > 0
+        assert system["host_memory_total_bytes"] > 0
+
+    def test_null_runs_no_sampler(self, config: dict[str, Any]) -> None:
+        """system_interval_s: null: no monitor, no system records."""
+        _, info = train_from_config(with_train(with_logging(config, system_interval_s=None), steps=2))
+        assert info.monitor is None
+        assert "system" not in {r["event"] for r in records(info.run_dir / "metrics.jsonl")}
+
+
+def fit_and_close_steps(trainer: Any, info: Any) -> None:
+    """What fit_and_close does after fit(): the monitor, then the logger, then the run directory."""
+    info.monitor.close()
+    trainer.logger.close()
+    info.run.release()
+
+
 class TestTrainFromConfigCloses:
     @pytest.fixture(autouse=True)
     def _warm(self, config: dict[str, Any], tmp_path: Path) -> None:
