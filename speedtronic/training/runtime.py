@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import math
 import os
 import warnings
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from speedtronic.distributed import RankInfo, detect_rank, is_lead
 from speedtronic.errors import SpeedtronicWarning
 from speedtronic.extras import require
-from speedtronic.hooks import close_hook
+from speedtronic.hooks import BackgroundHooks, close_hook
 from speedtronic.hooks.registry import (
     ENTRY_POINT_GROUP,
     HookConfigError,
@@ -81,6 +82,10 @@ HOOK_ENTRY_POINT_GROUP = ENTRY_POINT_GROUP
 
 _RUN_DIR = "{run_dir}"
 RunDirError = _rundir.RunDirError
+
+TRACKERS_NAME = "trackers.json"
+"""The file in a run directory naming the W&B and MLflow runs its hooks log to, which ``--resume``
+continues."""
 
 
 def default_config() -> dict[str, Any]:
@@ -256,10 +261,17 @@ def build_logger(config: Mapping[str, Any], *, device: Any = None) -> MetricLogg
     if device is None and config["train"]["device"] != "auto":
         device = config["train"]["device"]
     _rundir.claim(config["run_dir"], resume=True)  # created first: hooks may write there
+    run_dir = Path(config["run_dir"])
+    recorded = _tracker_runs(run_dir) if config["train"]["resume"] else {}
     hooks: list[Any] = []
     try:
+        of_type: dict[str, int] = {}
         for index, spec in enumerate(specs):
-            hooks.append(_build_hook(index, spec))
+            nth = of_type[spec["type"]] = of_type.get(spec["type"], -1) + 1
+            ids = recorded.get(spec["type"], [])
+            hooks.append(_build_hook(index, _continuing(spec, ids[nth] if nth < len(ids) else None)))
+        if specs:
+            _record_tracker_runs(run_dir, specs, hooks, recorded)
         if logging["file"] is not None:
             try:
                 Path(logging["file"]).parent.mkdir(parents=True, exist_ok=True)
@@ -300,6 +312,72 @@ def _logging_file_error(logging: Mapping[str, Any], error: OSError) -> ConfigErr
             key = f"logging.{name}"
     where = f"can't open {error.filename}" if error.filename is not None else "can't open its files"
     return ConfigError("config", key, f"{where}: {_rundir.describe_os_error(error)}")
+
+
+# -- the trackers' runs, kept in the run directory so that a resume continues them ----------------
+
+
+def _tracker_runs(run_dir: Path) -> dict[str, list[str]]:
+    """The W&B and MLflow runs a run's hooks logged to (``trackers.json``: ``{"wandb": [run id, ...],
+    "mlflow": [run id, ...]}``, one per entry of the type, in order); ``{}`` when there is none."""
+    path = run_dir / TRACKERS_NAME
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as error:
+        raise ConfigError(str(path), "", f"can't read the trackers' run ids: {error}") from None
+    if not isinstance(recorded, dict) or not all(
+        isinstance(ids, list) and all(isinstance(i, str) for i in ids) for ids in recorded.values()
+    ):
+        raise ConfigError(str(path), "", 'expected {"wandb": [run id, ...], "mlflow": [run id, ...]}')
+    return recorded
+
+
+def _continuing(spec: Mapping[str, Any], run_id: str | None) -> Mapping[str, Any]:
+    """``spec`` continuing the tracker run ``run_id``: W&B's ``id`` with ``resume="allow"``, MLflow's
+    ``run_id`` (the run keeps its own experiment and name); as it is without one, or when the entry
+    names its run itself."""
+    if run_id is None:
+        return spec
+    if spec["type"] == "wandb" and not {"id", "run", "resume"} & spec.keys():
+        return {**spec, "id": run_id, "resume": "allow"}
+    if spec["type"] == "mlflow" and "run_id" not in spec:
+        return {key: value for key, value in spec.items() if key not in ("experiment", "run_name")} | {
+            "run_id": run_id
+        }
+    return spec
+
+
+def _record_tracker_runs(
+    run_dir: Path, specs: list[Mapping[str, Any]], hooks: list[Any], recorded: Mapping[str, list[str]]
+) -> None:
+    """Write ``trackers.json``: the run id of each ``wandb`` and ``mlflow`` hook, by type, in order
+    (a type the run no longer has keeps what ``recorded`` says)."""
+    found: dict[str, list[str]] = {}
+    for spec, hook in zip(specs, hooks, strict=True):
+        run_id = _tracker_run_id(spec["type"], hook)
+        if run_id is not None:
+            found.setdefault(spec["type"], []).append(run_id)
+    if not found:
+        return
+    found = {**recorded, **found}
+    path = run_dir / TRACKERS_NAME
+    partial = path.with_name(f".{TRACKERS_NAME}.{os.getpid()}")
+    partial.write_text(json.dumps(found, indent=2) + "\n", encoding="utf-8")
+    os.replace(partial, path)
+
+
+def _tracker_run_id(type_name: str, hook: Any) -> str | None:
+    if isinstance(hook, BackgroundHooks) and len(hook.hooks) == 1:  # a config's background: true
+        hook = hook.hooks[0]
+    if type_name == "wandb":
+        run_id = getattr(getattr(hook, "run", None), "id", None)
+    elif type_name == "mlflow":
+        run_id = getattr(hook, "run_id", None)
+    else:
+        return None
+    return run_id if isinstance(run_id, str) else None
 
 
 def _build_hook(index: int, spec: Mapping[str, Any]) -> Any:
