@@ -123,3 +123,23 @@ class TestMlflow:
         assert dict(logger.hook_errors) == {"MlflowHook": 1}
         assert [point.step for point in client.get_metric_history(hook.run_id, "train_step/loss")] == [5]
         assert client.get_run(hook.run_id).info.status == "FINISHED"
+
+
+class TestMlflowSystemMetrics:
+    def test_log_system_metrics_runs_mlflows_monitor_until_close(self, tmp_path: Path) -> None:
+        """log_system_metrics=True: MLflow's SystemMetricsMonitor thread runs while the hook is open."""
+        mlflow = pytest.importorskip("mlflow")
+        pytest.importorskip("psutil")
+        from speedtronic.integrations import MlflowHook
+
+        def monitors() -> list[threading.Thread]:
+            return [t for t in threading.enumerate() if t.name == "SystemMetricsMonitor"]
+
+        uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+        before = monitors()
+        hook = MlflowHook(tracking_uri=uri, log_system_metrics=True)
+        (running,) = [t for t in monitors() if t not in before]
+        hook.close()
+        running.join(60)  # finish() has asked it to stop; 60 s only if it is stuck
+        assert not running.is_alive()
+        assert mlflow.MlflowClient(uri).get_run(hook.run_id).info.status == "FINISHED"
