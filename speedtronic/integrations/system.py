@@ -19,12 +19,14 @@ import contextlib
 import importlib
 import os
 import threading
+import warnings
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from speedtronic.errors import LoggerClosedError, check_seconds
+from speedtronic.errors import LoggerClosedError, SpeedtronicWarning, check_seconds
 from speedtronic.events import Event
 from speedtronic.extras import require
+from speedtronic.integrations._structlog import exception_text
 
 __all__ = ["DEFAULT_INTERVAL_S", "SystemMonitor", "gpu_probes", "visible_gpus"]
 
@@ -106,8 +108,13 @@ class SystemMonitor:
                 self.logger.emit(Event.SYSTEM, self.sample(), level="debug")
             except LoggerClosedError:
                 return
-            except Exception:  # a failing probe or hook costs its sample, never training (the logger
-                self.failures += 1  # has reported a hook's failure already)
+            except Exception as error:  # a failing probe or hook costs its sample, never training
+                self.failures += 1
+                if self.failures == 1:  # said once; the count is in ``failures``
+                    warnings.warn(
+                        f"speedtronic: a system sample failed (later failures are counted in "
+                        f"SystemMonitor.failures): {exception_text(error)}", SpeedtronicWarning, stacklevel=1,
+                    )
 
     def __enter__(self) -> SystemMonitor:
         self.start()

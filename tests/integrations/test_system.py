@@ -134,3 +134,28 @@ class TestGpus:
         assert visible_gpus(Nvml) == ["uuid GPU-abc"]
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
         assert visible_gpus(Nvml) == [f"physical {index}" for index in range(4)]
+
+
+class FailingProbe(SystemMonitor):
+    """A monitor whose every sample fails, as one would with a GPU fallen off the bus."""
+
+    def sample(self) -> dict[str, float | int]:
+        self.tried.set()
+        raise OSError("NVML: GPU is lost")
+
+    tried = threading.Event()
+
+
+def test_a_failing_sample_warns_once_and_never_stops_the_logger(tmp_path: Path) -> None:
+    """Samples that raise: one SpeedtronicWarning naming the error, the rest counted; the logger goes on."""
+    from speedtronic.errors import SpeedtronicWarning
+
+    jsonl = tmp_path / "metrics.jsonl"
+    with pytest.warns(SpeedtronicWarning, match="a system sample failed .*OSError: NVML: GPU is lost"):
+        logger = MetricLogger(stream=io.StringIO(), json_file=jsonl)
+        monitor = FailingProbe(logger, 0.01, gpus=False)
+        with logger, monitor:
+            assert FailingProbe.tried.wait(WAIT_S)
+            logger.emit("probe", {"step": 1})
+    assert monitor.failures >= 1
+    assert [record["event"] for record in read_jsonl(jsonl)] == ["probe"]
