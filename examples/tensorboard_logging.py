@@ -1,7 +1,8 @@
 """A short run into TensorBoard event files: `tensorboard --logdir runs/tensorboard` shows it.
 
-The default ``TensorboardHook()`` writes every number of every event as the tag ``<event>/<key>``
-(``train_step/loss``, ``eval/val_loss``, ``train_start/target_step``...), at the event's ``step``;
+The default ``TensorboardHook()`` writes every number of every event a run has many of as the tag
+``<event>/<key>`` (``train_step/loss``, ``eval/val_loss``...), at the event's ``step``; a one-off
+event's values (``train_start``, ``train_end``) go to the Text dashboard (``train_end/values``);
 pass ``skip=`` to leave keys out, or ``events=`` to choose what is written.
 
 (Not named tensorboard.py: run as a script, that file would shadow the tensorboard package.)

@@ -337,7 +337,8 @@ class _EvalRequired(TypedDict):
 
 
 class EvalPayload(_EvalRequired, total=False):
-    """``eval``: metrics on held-out data; more keys are the metrics under their bare names."""
+    """``eval``: metrics on held-out data; more keys are the metrics under the names they were logged
+    with (a framework's ``val_loss``, ``eval_loss``)."""
 
     loss: Real
     """Mean loss over the held-out batches."""

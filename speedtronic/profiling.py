@@ -49,7 +49,7 @@ from speedtronic.hooks.background import (
     BackgroundHooks,
     check_options,
 )
-from speedtronic.hooks.dispatch import HookFailures, close_hook
+from speedtronic.hooks.dispatch import HookFailures, close_hook, flush_hook
 from speedtronic.levels import method_for, threshold
 from speedtronic.processors import DEFAULT_MAX_LINE_BYTES, WriteLines
 from speedtronic.processors.convert import key_text, safe_str
@@ -296,9 +296,11 @@ class MetricLogger:
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until background hooks (``background_hooks=True``, and each ``background(hook)`` among
-        the hooks) have received every event emitted so far; ``False`` if ``timeout`` (seconds, over
-        all of them) ran out first. Every record is already written when ``emit`` returns, and inline
-        hooks have been called, so there is nothing else to wait for."""
+        the hooks) have received every event emitted so far, then until every hook that has
+        ``flush(timeout)`` (``TensorboardHook``, ``OtelHook``) has its output on disk or sent;
+        ``False`` if ``timeout`` (seconds, over all of them) ran out first. Every record is already
+        written when ``emit`` returns. A hook's failing ``flush`` is reported as its failure
+        (``hook_error``, during ``flush``), never raised."""
         if self._closed:
             return True
         waiting = [hook for hook in self._hooks if isinstance(hook, BackgroundHooks)]
@@ -311,6 +313,13 @@ class MetricLogger:
         for hooks in waiting:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             done = hooks.flush(left) and done
+        for hook in self._hooks:
+            for inner in hook.hooks if isinstance(hook, BackgroundHooks) else (hook,):
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                try:
+                    done = flush_hook(inner, left) and done
+                except Exception as error:
+                    self._failures(inner, error, "flush")
         return done
 
     def reopen(self) -> None:

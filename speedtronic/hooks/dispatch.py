@@ -35,6 +35,7 @@ __all__ = [
     "as_call",
     "as_callback",
     "close_hook",
+    "flush_hook",
     "hook_name",
     "takes_level",
     "target_of",
@@ -120,6 +121,19 @@ def close_hook(hook: object) -> None:
     close = getattr(hook, "close", None)
     if callable(close):
         close()
+
+
+def flush_hook(hook: object, timeout: float | None = None) -> bool:
+    """Call ``hook.flush(timeout)`` when the hook has one, so what it took so far is on disk (or
+    sent); ``False`` when it ran past ``timeout`` (it raised ``TimeoutError``, or returned
+    ``False``). Other errors are the caller's to report."""
+    flush = getattr(hook, "flush", None)
+    if not callable(flush):
+        return True
+    try:
+        return flush(timeout) is not False
+    except TimeoutError:
+        return False
 
 
 Report = Callable[[dict[str, Any]], None]

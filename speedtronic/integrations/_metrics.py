@@ -1,17 +1,19 @@
-"""The rules the framework adapters share: which logged metrics are evaluation metrics, which names
-are the catalog's, and where a training run starts and ends.
+"""The rules the framework adapters share: which logged metrics are evaluation metrics, and where a
+training run starts and ends.
+
+**Every metric keeps the name it was logged with**, in the JSONL record and so in every tracker
+(Hugging Face's ``learning_rate``, Lightning's ``train_loss_step`` and ``lr-SGD``, torchtune's
+``tokens_per_second_per_gpu``): the name the user logged is the one they find in the framework's own
+loggers and in ours. ``speedtronic summarize`` and ``plot`` find loss, learning rate and throughput
+among these names by their role (``speedtronic.runs``).
 
 A metric named ``<split>_<name>`` or ``<split>/<name>``, where ``<split>`` is one of ``EVAL_SPLITS``
-(``eval_loss`` from Hugging Face, ``val_loss`` or ``val/acc`` from Lightning, ``val_loss`` from
-torchtune), is an evaluation metric. A call that logs any is an ``eval`` record per split, holding
-the metrics under their bare names (``loss``), ``split`` and the call's other keys (``epoch``); a call
-that logs none is a ``train_step``. Either way ``step`` is the framework's step.
-
-A training metric a framework names its own way is recorded under the catalog's name
-(``CATALOG_NAMES``: Hugging Face's ``learning_rate`` is ``lr``, Lightning's ``train_loss`` is
-``loss``, torchtune's ``tokens_per_second_per_gpu`` is ``tokens_per_s``), so ``speedtronic
-summarize`` and ``plot`` read framework runs as they read ``speedtronic train``'s. A call that logs
-both names keeps both as logged.
+(``eval_loss`` from Hugging Face, ``val_loss``, ``val/acc`` or ``test_loss`` from Lightning,
+``val_loss`` from torchtune), is an evaluation metric. A call that logs any is an ``eval`` record per
+split, holding that split's metrics as logged (``val_loss``), ``split`` (``val``) and the call's
+other keys (``epoch``); so each split is its own series everywhere (``eval/val_loss`` and
+``eval/test_loss`` in a tracker). A call that logs none is a ``train_step``. Either way ``step`` is
+the framework's step.
 """
 
 from __future__ import annotations
@@ -24,25 +26,38 @@ from typing import Any
 from speedtronic.events import Event
 from speedtronic.profiling import MetricLogger
 
-__all__ = ["CATALOG_NAMES", "EVAL_SPLITS", "TrainSpan", "emit_metrics", "split_metrics"]
+__all__ = [
+    "EVAL_SPLITS",
+    "FLUSH_TIMEOUT_S",
+    "LOSS_NAMES",
+    "TrainSpan",
+    "emit_metrics",
+    "is_eval",
+    "split_metrics",
+]
 
 EVAL_SPLITS = ("eval", "val", "valid", "validation", "test")
 """Prefixes that mark a metric as measured on held-out data."""
 
-CATALOG_NAMES = {
-    "learning_rate": "lr",  # Hugging Face
-    "train_loss": "loss",  # Lightning's custom (self.log("train_loss", ...))
-    "train/loss": "loss",
-    "tokens_per_second_per_gpu": "tokens_per_s",  # torchtune: this (rank-zero) process's rate
-}
-"""A framework's name for a ``train_step`` key → the catalog's (``speedtronic.events``)."""
+FLUSH_TIMEOUT_S = 30.0
+"""The longest the end of a framework's stage (``fit()``, ``test()``, ``train()``, ``evaluate()``, a
+recipe's ``cleanup()``) waits in ``MetricLogger.flush`` for the hooks' output to be on disk."""
 
-_EVAL_NAME = re.compile(rf"({'|'.join(EVAL_SPLITS)})[_/](.+)")
+LOSS_NAMES = ("loss", "train_loss", "train_loss_step", "train/loss")
+"""The names a framework logs its training loss under (Hugging Face and torchtune: ``loss``;
+Lightning: what the module logged), in the order ``train_end``'s ``final_loss`` looks for them."""
+
+_EVAL_NAME = re.compile(rf"({'|'.join(EVAL_SPLITS)})[_/].+")
+
+
+def is_eval(metrics: Mapping[str, Any]) -> bool:
+    """Whether a logging call holds evaluation metrics (it becomes ``eval`` records)."""
+    return any(_EVAL_NAME.fullmatch(key) for key in metrics)
 
 
 def split_metrics(metrics: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """``(other, by_split)``: the metrics without a split prefix, and the others per split under their
-    bare names (a bare name that the call also logs unprefixed keeps its prefix)."""
+    """``(other, by_split)``: the metrics without a split prefix, and the others per split, each
+    under the name it was logged with."""
     other: dict[str, Any] = {}
     by_split: dict[str, dict[str, Any]] = {}
     for key, value in metrics.items():
@@ -50,10 +65,7 @@ def split_metrics(metrics: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str,
         if match is None:
             other[key] = value
         else:
-            by_split.setdefault(match.group(1), {})[match.group(2)] = value
-    for split, values in by_split.items():
-        for bare in [bare for bare in values if bare in other]:
-            values[f"{split}_{bare}"] = values.pop(bare)
+            by_split.setdefault(match.group(1), {})[key] = value
     return other, by_split
 
 
@@ -61,11 +73,11 @@ def emit_metrics(
     logger: MetricLogger, step: int, metrics: Mapping[str, Any], span: TrainSpan | None = None
 ) -> None:
     """Emit one framework logging call: an ``eval`` per split when it holds evaluation metrics, else a
-    ``train_step`` (its keys under the catalog's names; ``span`` opened first, when given). ``step``
-    comes first, and wins over a metric named ``step``."""
+    ``train_step`` (``span`` opened first, when given); every metric under the name it was logged
+    with. ``step`` comes first, and wins over a metric named ``step``."""
     other, by_split = split_metrics(metrics)
     if not by_split:
-        payload = _with_step(step, _catalog_names(other))
+        payload = _with_step(step, other)
         if span is not None:
             span.step(logger, payload)
         logger.emit(Event.TRAIN_STEP, payload)
@@ -81,6 +93,11 @@ class TrainSpan:
 
     __slots__ = ("_last", "_loss", "_started")
 
+    @property
+    def open(self) -> bool:
+        """Whether training is under way: ``train_start`` emitted, ``train_end`` not yet."""
+        return self._started is not None
+
     def __init__(self) -> None:
         self._started: float | None = None  # perf_counter at train_start; None while not training
         self._last = 0
@@ -93,7 +110,7 @@ class TrainSpan:
             self._started, self._loss = time.perf_counter(), None
             logger.emit(Event.TRAIN_START, {})
         self._last = payload["step"]
-        self._loss = payload.get("loss", self._loss)
+        self._loss = next((payload[name] for name in LOSS_NAMES if name in payload), self._loss)
 
     def end(self, logger: MetricLogger, status: str) -> None:
         """Emit ``train_end`` with ``status`` (``completed``, ``failed``, ``interrupted``) if training
@@ -108,15 +125,6 @@ class TrainSpan:
             "status": status,
         })
         self._started = None
-
-
-def _catalog_names(metrics: Mapping[str, Any]) -> dict[str, Any]:
-    """The metrics with ``CATALOG_NAMES`` applied, except where the catalog's name is logged too."""
-    renamed: dict[str, Any] = {}
-    for key, value in metrics.items():
-        name = CATALOG_NAMES.get(key, key)
-        renamed[key if name != key and name in metrics else name] = value
-    return renamed
 
 
 def _with_step(step: int, metrics: Mapping[str, Any]) -> dict[str, Any]:

@@ -6,20 +6,44 @@ TensorBoard, so a point lands at the same place in both.
 - **x**: ``StepAxis``. The payload's ``step`` when it is a whole number (``5``, ``5.0``, a 0-d
   tensor holding either); otherwise (no ``step``, like ``outer_step``; ``5.5``; text) the last step
   seen, 0 before the first: an event without a step is drawn at the training step it happened at.
+- **What is charted**: a series per metric of the events a run has many of. ``ONE_OFF_EVENTS``
+  (``train_start``, ``train_end``...) would be one point each: their values go to W&B's run summary
+  and TensorBoard's Text dashboard instead. ``SKIPPED_KEYS`` (``elapsed_s``) are left out unless a
+  hook is asked for them (``skip=()``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 from speedtronic.processors.convert import to_python, unique_key
 
-__all__ = ["CONFIG_EVENTS", "StepAxis", "flat_items", "metric_name", "section", "step_of", "tracked"]
+__all__ = [
+    "CONFIG_EVENTS",
+    "ONE_OFF_EVENTS",
+    "SKIPPED_KEYS",
+    "StepAxis",
+    "flat_items",
+    "metric_name",
+    "section",
+    "step_of",
+    "tracked",
+]
 
 CONFIG_EVENTS = frozenset({"train_start", "hyperparams"})
 """Events whose ``config`` mapping is the run's hyperparameters (W&B's run config, TensorBoard's
 HParams and text), not metrics."""
+
+ONE_OFF_EVENTS = frozenset(
+    {"train_start", "train_end", "hyperparams", "compile", "shape_profile", "ooo_backprop"}
+)
+"""Events a run has once (once per ``fit()``): a chart of one point says nothing, so the trackers keep
+their values as the run's summary (W&B) or text (TensorBoard)."""
+
+SKIPPED_KEYS = frozenset({"elapsed_s"})
+"""Keys no tracker charts unless asked (a hook's ``skip=``): ``elapsed_s``, the logger's own clock on
+every event, is no metric of the event (the JSONL record keeps it)."""
 
 
 def section(event: str) -> str:
@@ -84,13 +108,14 @@ def flat_items(payload: Mapping[Any, Any], skip: frozenset[str] = frozenset()) -
 
 
 def tracked(
-    axis: StepAxis, event: str, payload: Mapping[Any, Any]
+    axis: StepAxis, event: str, payload: Mapping[Any, Any], skip: Collection[str] = SKIPPED_KEYS
 ) -> tuple[int, Mapping[Any, Any] | None, Iterator[tuple[str, Any]]]:
     """An event as a run tracker (W&B, MLflow) records it: its x (``axis``), the run's config when
     the event carries one (``CONFIG_EVENTS``), and its other values flattened (``flat_items``),
-    without ``timestamp`` (the trackers keep their own), the step that is the x, or the config."""
+    without ``timestamp`` (the trackers keep their own), the step that is the x, the config, or the
+    keys in ``skip``."""
     step = step_of(payload["step"]) if "step" in payload else None
-    skip = {"timestamp"} if step is None else {"timestamp", "step"}
+    skip = {"timestamp", *skip} if step is None else {"timestamp", "step", *skip}
     config = payload.get("config") if event in CONFIG_EVENTS else None
     if isinstance(config, Mapping):
         skip.add("config")

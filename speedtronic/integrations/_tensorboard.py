@@ -15,7 +15,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from speedtronic.errors import SpeedtronicWarning, capped, check_count, check_seconds
 from speedtronic.extras import require
-from speedtronic.integrations._names import CONFIG_EVENTS, StepAxis, flat_items, step_of
+from speedtronic.integrations._names import (
+    CONFIG_EVENTS,
+    ONE_OFF_EVENTS,
+    SKIPPED_KEYS,
+    StepAxis,
+    flat_items,
+    metric_name,
+    step_of,
+)
 from speedtronic.processors.convert import to_python
 
 if TYPE_CHECKING:
@@ -23,7 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["TensorboardHook", "TensorboardWarning"]
 
-_SKIPPED_KEYS: frozenset[str] = frozenset({"step"})
+_SKIPPED_KEYS: frozenset[str] = frozenset({"step", *SKIPPED_KEYS})
 
 _SEND_EVERY_S = 0.2
 """How often the writer thread hands the points gathered so far to the writer."""
@@ -53,13 +61,13 @@ class TensorboardHook:
 
     **What is written.** By default every int and float of every event (0-d tensors and numpy scalars
     included, converted), a nested mapping's under ``<key>/<inner key>`` (``eval/metrics/f1``), except
-    the keys in ``skip`` (default ``SKIPPED_KEYS``: ``step``, the x-axis). Other values (strings, bools,
-    lists, tensors of several elements) are no scalars and are skipped, not errors (W&B keeps them in
-    its table, and charts none of them either). Or choose: ``events`` maps an event name to the keys to
-    write (``None``: every number but ``skip``; ``()``: nothing), and its entry ``"*"`` applies to the
-    events not named, e.g. ``events={"train_step": ["loss"], "*": ()}``. All of one event's scalars go
-    into one ``Event`` record, as TensorBoard's float32 ``simple_value`` (what
-    ``SummaryWriter.add_scalar`` writes).
+    the keys in ``skip`` (default ``SKIPPED_KEYS``: ``step``, the x-axis, and ``elapsed_s``). Other
+    values (strings, bools, lists, tensors of several elements) are no scalars and are skipped, not
+    errors (W&B keeps them in its table, and charts none of them either). Or choose: ``events`` maps
+    an event name to the keys to write (``None``: every number but ``skip``; ``()``: nothing), and its
+    entry ``"*"`` applies to the events not named, e.g. ``events={"train_step": ["loss"], "*": ()}``.
+    All of one event's scalars go into one ``Event`` record, as TensorBoard's float32
+    ``simple_value`` (what ``SummaryWriter.add_scalar`` writes).
 
     **The x is W&B's**: the payload's whole-number ``step`` (``5``, ``5.0``, a 0-d tensor), else the
     last step seen (0 before the first), so an ``outer_step`` is drawn at the training step it
@@ -69,6 +77,10 @@ class TensorboardHook:
     chooses it: by default) goes to the HParams dashboard (nested keys joined with ``/``; values other
     than numbers, strings and bools as JSON text) and, as indented JSON, to the Text dashboard under
     ``<event>/config``; never as scalars.
+
+    **One-off events are no charts**: the chosen values of ``ONE_OFF_EVENTS`` (``train_start``,
+    ``train_end``...; text and numbers) go, as indented JSON, to the Text dashboard under
+    ``<event>/values``, never as single-point scalars.
 
     **Tags can't collide.** A tag is the event name, a ``/``, the key as it is; in the event name
     ``/`` and ``%`` are written ``%2F`` and ``%25``, so the first ``/`` of a tag always ends the event:
@@ -111,7 +123,7 @@ class TensorboardHook:
     """
 
     SKIPPED_KEYS: ClassVar[frozenset[str]] = _SKIPPED_KEYS
-    """Keys not written by default: ``step`` is the x-axis."""
+    """Keys not written by default: ``step`` is the x-axis, ``elapsed_s`` the logger's clock."""
 
     def __init__(
         self,
@@ -192,6 +204,13 @@ class TensorboardHook:
             chosen = flat_items(payload, self._skip | {"config"} if config is not None else self._skip)
         else:
             chosen = flat_items({key: payload[key] for key in keys if key in payload and key != "config"})
+        if event in ONE_OFF_EVENTS:  # one point is no chart: the Text dashboard shows the values
+            values_text = {key: to_python(value) for key, value in chosen if key != "timestamp"}
+            if values_text:
+                self._gather_text(metric_name(event, "values"), x, values_text, {})
+            if self._failure is not None:
+                self._raise_failure()
+            return
         names: list[str] = []
         values: list[float] = []
         for key, value in chosen:
@@ -222,8 +241,14 @@ class TensorboardHook:
         hparams: dict[str, bool | int | float | str] = {}
         for key, value in flat_items(plain):
             hparams[key] = value if type(value) in (bool, int, float, str) else json.dumps(value, default=str)
+        self._gather_text(metric_name(event, "config"), x, plain, hparams)
+
+    def _gather_text(
+        self, tag: str, x: int, plain: Any, hparams: dict[str, bool | int | float | str]
+    ) -> None:
+        """``plain`` as indented JSON under the Text dashboard's ``tag``, with ``hparams`` (if any)."""
         text = json.dumps(plain, indent=2, default=str, sort_keys=True)
-        self._gather((event, time.time(), x, "\n".join(f"    {line}" for line in text.splitlines()), hparams))
+        self._gather((tag, time.time(), x, "\n".join(f"    {line}" for line in text.splitlines()), hparams))
 
     def flush(self, timeout_s: float | None = None) -> None:
         """Block until every point handed over so far is in the file; ``TimeoutError`` after ``timeout_s``."""

@@ -39,8 +39,9 @@ Point = tuple[str, float, int, Sequence[str], Sequence[float]]
 """One event's scalars: ``(event, wall_time, step, keys, values)``; each key is written as the tag
 ``<event>/<key>`` (``speedtronic.integrations._names.metric_name``)."""
 ConfigPoint = tuple[str, float, int, str, Mapping[str, "bool | int | float | str"]]
-"""One event's config: ``(event, wall_time, step, text, hparams)``: ``text`` (Markdown) for the Text
-dashboard's tag ``<event>/config``, ``hparams`` (flat) for the HParams dashboard."""
+"""One text: ``(tag, wall_time, step, text, hparams)``: ``text`` (Markdown) for the Text dashboard's
+``tag`` (``<event>/config``, ``<event>/values``), ``hparams`` (flat; none: no HParams session) for the
+HParams dashboard."""
 
 _POINTS, _FLUSH, _CLOSE = b"S", b"F", b"C"
 _HEADER = struct.Struct(">I")
@@ -66,10 +67,11 @@ def write_batch(writer: Any, batch: Sequence[Point | ConfigPoint]) -> None:
             from tensorboard.plugins.text.summary_v2 import text_pb
 
             assert isinstance(values, Mapping)
-            text = text_pb(metric_name(event, "config"), keys)
+            text = text_pb(event, keys)  # event: the text's tag
             writer.add_event(Event(wall_time=wall_time, step=step, summary=text))
-            hparams = hparams_pb(dict(values), start_time_secs=wall_time)
-            writer.add_event(Event(wall_time=wall_time, step=step, summary=hparams))
+            if values:
+                hparams = hparams_pb(dict(values), start_time_secs=wall_time)
+                writer.add_event(Event(wall_time=wall_time, step=step, summary=hparams))
             continue
         assert not isinstance(values, Mapping)
         summary = Summary(value=[

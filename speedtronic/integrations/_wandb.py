@@ -5,11 +5,11 @@ from __future__ import annotations
 import atexit
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, Protocol
 
 from speedtronic.extras import require
-from speedtronic.integrations._names import StepAxis, metric_name, tracked
+from speedtronic.integrations._names import ONE_OFF_EVENTS, SKIPPED_KEYS, StepAxis, metric_name, tracked
 from speedtronic.integrations._uploads import Uploads
 from speedtronic.lifecycle import close_loggers_first_at_exit
 from speedtronic.processors.convert import to_python
@@ -26,6 +26,7 @@ class _Run(Protocol):
     @property
     def config(self) -> Any: ...
     @property
+    def summary(self) -> Any: ...
     def id(self) -> str: ...
     def log_artifact(self, artifact: Any, aliases: list[str] | None = None) -> Any: ...
     def log(self, data: dict[str, Any]) -> None: ...
@@ -64,6 +65,17 @@ class WandbHook:
     ``reinit="create_new"`` for a run of the hook's own that nobody else joins (W&B then leaves
     ``wandb.run`` unset).
 
+    **One-off events are no charts**: the values of ``ONE_OFF_EVENTS`` (``train_start``,
+    ``train_end``, ``hyperparams``...) go to the run's summary (``run.summary["train_end/final_loss"]``),
+    not to a row. ``skip`` (default ``elapsed_s``, the logger's clock) names payload keys not logged;
+    ``skip=()`` logs them.
+
+    **Beside Hugging Face's or Lightning's W&B logger in one run** their names (``train/loss``,
+    ``train_loss``) and the hook's (``train_step/loss``, ``train_step/train_loss``) never meet, and
+    each keeps its x-axis. With Lightning, hand the hook the ``WandbLogger``'s run
+    (``run=wandb_logger.experiment``): Lightning defines its ``trainer/global_step`` axis only for a
+    run it starts.
+
     **The run's config** is ``train_start``'s or ``hyperparams``' ``config`` (``speedtronic train``
     emits the run's resolved config as ``hyperparams``): ``run.config.update(config)``, not a history
     column. Values go as
@@ -77,6 +89,7 @@ class WandbHook:
             ``project`` or ``init_kwargs``.
         finish: whether ``close()`` finishes the run; default: only a run the hook created. A run
             you pass in, or one the hook joined, stays its owner's to finish, unless ``finish=True``.
+        skip: payload keys not logged (default ``elapsed_s``).
         log_checkpoints: upload each ``checkpoint`` event's file as a version of the ``model``
             artifact ``checkpoints-<run id>`` (aliases ``step_<step>`` and W&B's ``latest``; metadata
             ``step``), with the run's config as ``config.json`` beside it, on a worker thread of the
@@ -91,6 +104,7 @@ class WandbHook:
         *,
         run: _Run | None = None,
         finish: bool | None = None,
+        skip: Collection[str] = SKIPPED_KEYS,
         log_checkpoints: bool = False,
         **init_kwargs: Any,
     ) -> None:
@@ -111,6 +125,7 @@ class WandbHook:
         self.run.define_metric(STEP)
         self._defined = {STEP}  # metrics whose x-axis is defined
         self._axis = StepAxis()
+        self._skip = frozenset(skip)
         self._training = False
         self._closed = False
         self._pid = os.getpid()
@@ -126,20 +141,24 @@ class WandbHook:
         """Log one row: ``step`` and the payload's values as ``<event>/<key>`` (tensors as numbers)."""
         if self._closed:
             raise RuntimeError(f"WandbHook.on_event({event!r}) after close(); the run is finished")
-        x, config, items = tracked(self._axis, event, payload)  # W&B keeps its own _timestamp
+        x, config, items = tracked(self._axis, event, payload, self._skip)  # W&B keeps its own _timestamp
         if config is not None:
             self._config = to_python(config)
             self.run.config.update(self._config, allow_val_change=True)
         row = {metric_name(event, key): to_python(value) for key, value in items}
-        row[STEP] = x
-        for name in row.keys() - self._defined:
-            self.run.define_metric(name, step_metric=STEP)
-            self._defined.add(name)
         if event == "train_start":
             self._training = True
         elif event == "train_end":  # a run that stopped (status failed/interrupted) still exits 1
             self._training = payload.get("status") in ("failed", "interrupted")
-        self.run.log(row)
+        if event in ONE_OFF_EVENTS:  # one point is no chart: the run's summary keeps the values
+            if row:
+                self.run.summary.update(row)
+        else:
+            row[STEP] = x
+            for name in row.keys() - self._defined:
+                self.run.define_metric(name, step_metric=STEP)
+                self._defined.add(name)
+            self.run.log(row)
         if self._uploads is not None:
             if event == "checkpoint" and "path" in payload:
                 self._uploads.submit(self._upload_checkpoint, str(payload["path"]), x, self._config)

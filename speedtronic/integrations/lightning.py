@@ -7,32 +7,45 @@ loggers); importing ``speedtronic.integrations`` does not.
 
 What Lightning hands a logger and the records it becomes:
 
-- ``log_metrics(metrics, step)``: a ``train_step`` with ``step`` as Lightning passes it (the step its
-  TensorBoard and CSV loggers write: batches stepped before the one that logged, so 0-based) and the
-  metrics as logged, ``train_loss`` as the catalog's ``loss`` (``epoch`` as it is; see
+- ``log_metrics(metrics, step)``: a ``train_step`` with the metrics as logged (``train_loss``,
+  ``train_loss_step``, ``train_loss_epoch``, ``lr-SGD``, ``epoch``...; see
   ``speedtronic.integrations._metrics``); the first of a ``fit()`` is preceded by ``train_start``.
-  Or, when the call holds validation or test metrics (``val_loss``,
-  ``val/acc``, ``test_loss``: a name starting ``eval``, ``val``, ``valid``, ``validation`` or
-  ``test``, then ``_`` or ``/``), an ``eval`` record per prefix with the bare names (``loss``),
-  ``split`` and the call's other keys (``epoch``).
-- ``log_hyperparams(params)``: ``hyperparams`` (``config``: the params as a dict), when they differ
-  from the last ones recorded (Lightning hands them again at each ``validate()`` and ``test()``).
+  Or, when the call holds validation or test metrics (``val_loss``, ``val/acc``, ``test_loss``: a
+  name starting ``eval``, ``val``, ``valid``, ``validation`` or ``test``, then ``_`` or ``/``), an
+  ``eval`` record per prefix with the metrics as logged, ``split`` and the call's other keys
+  (``epoch``).
+- ``log_hyperparams(params)``: ``hyperparams`` at DEBUG (``config``: the params as a dict), when
+  they differ from the last ones recorded (Lightning hands them again at each ``validate()`` and
+  ``test()``).
 - ``after_save_checkpoint``: ``checkpoint`` (``step``: ``trainer.global_step``, as in the file's name;
   ``path`` of the file ``ModelCheckpoint`` wrote).
 - ``finalize(status)``: after a ``fit()``, ``train_end`` (``status``: Lightning's ``success`` is
   ``completed``, ``failed`` is ``failed``, ``finished``, a signal, is ``interrupted``; ``final_loss``:
-  the last ``loss``); then the ``MetricLogger`` is flushed, not closed, so its hooks (TensorBoard,
-  W&B) get a later ``trainer.validate()`` or ``test()`` too, as Lightning's own loggers do.
+  the last training loss); then the ``MetricLogger`` is flushed (its hooks' output on disk), not
+  closed, so its hooks (TensorBoard, W&B) get a later ``trainer.validate()`` or ``test()`` too, as
+  Lightning's own loggers do.
+
+**One step for every record: the optimizer steps done** (``trainer.global_step``). During a
+``fit()`` Lightning hands its loggers the steps done *before* the batch that logs (its TensorBoard
+and CSV loggers write 1, 3, 5, 7 for ``log_every_n_steps=2``); the adapter adds that batch, so a
+``train_step``, the ``checkpoint`` saved after it and ``train_end`` agree (2, 4, 6, 8; ``train_end``
+at 8 after 8 optimizer steps). Outside a ``fit()`` (``validate()``, ``test()``) Lightning's step is
+already ``global_step``.
+
+**A directory per run**, as Lightning's loggers: ``log_dir`` is ``<save_dir>/<name>/version_<N>``
+(``version=None``: the next free number there; a string: that directory name), where Lightning puts
+``ModelCheckpoint``'s files (``<log_dir>/checkpoints``) and, unless ``json_file=`` says otherwise,
+the JSONL (``<log_dir>/metrics.jsonl``).
 
 Pass an existing ``MetricLogger`` (``logger=``; you close it), or ``MetricLogger``'s arguments
 (``json_file=``, ``file=``...; built on rank zero on first use, closed at interpreter exit, or by
-``speedtronic_logger.experiment.close()``). Every method
-that writes runs on rank zero only, as Lightning's loggers do; ``experiment`` is the ``MetricLogger``
-there and a dummy elsewhere.
+``speedtronic_logger.experiment.close()``). Every method that writes runs on rank zero only, as
+Lightning's loggers do; ``experiment`` is the ``MetricLogger`` there and a dummy elsewhere.
 """
 
 from __future__ import annotations
 
+import os
 from argparse import Namespace
 from collections.abc import Mapping
 from typing import Any
@@ -50,7 +63,7 @@ except ModuleNotFoundError as error:
     raise missing(error, "lightning.pytorch", "lightning", needed_by=needed_by, package="Lightning") from None
 
 from speedtronic.events import Event
-from speedtronic.integrations._metrics import TrainSpan, emit_metrics
+from speedtronic.integrations._metrics import FLUSH_TIMEOUT_S, TrainSpan, emit_metrics, is_eval
 from speedtronic.profiling import MetricLogger
 
 __all__ = ["SpeedtronicLogger"]
@@ -66,8 +79,9 @@ class SpeedtronicLogger(Logger):
         self,
         logger: MetricLogger | None = None,
         *,
+        save_dir: str | os.PathLike[str] = ".",
         name: str = "speedtronic",
-        version: int | str = 0,
+        version: int | str | None = None,
         **logger_kwargs: Any,
     ) -> None:
         super().__init__()
@@ -81,9 +95,14 @@ class SpeedtronicLogger(Logger):
         self._logger = logger
         self._owns_logger = logger is None
         self._logger_kwargs = logger_kwargs
-        self._name, self._version = name, version
+        self._save_dir, self._name, self._version = os.fspath(save_dir), name, version
         self._span = TrainSpan()
         self._hyperparams: dict[str, Any] | None = None  # the last ones recorded
+
+    @property
+    def save_dir(self) -> str:
+        """The directory that holds ``<name>/version_<N>``."""
+        return self._save_dir
 
     @property
     def name(self) -> str:
@@ -91,26 +110,43 @@ class SpeedtronicLogger(Logger):
 
     @property
     def version(self) -> int | str:
+        """The run's version: as given, else the next free ``version_<N>`` number (fixed on first use)."""
+        if self._version is None:
+            self._version = _next_version(os.path.join(self._save_dir, self._name))
         return self._version
+
+    @property
+    def log_dir(self) -> str:
+        """``<save_dir>/<name>/version_<N>`` (or ``<save_dir>/<name>/<version>`` for a string)."""
+        version = self.version
+        folder = version if isinstance(version, str) else f"version_{version}"
+        return os.path.join(self._save_dir, self._name, folder)
 
     @property
     @rank_zero_experiment
     def experiment(self) -> MetricLogger:
         """The ``MetricLogger`` (built here from the arguments on first use when none was passed)."""
         if self._logger is None or (self._owns_logger and self._logger.closed):
-            self._logger = MetricLogger(**self._logger_kwargs)
+            kwargs = dict(self._logger_kwargs)
+            if "json_file" not in kwargs:
+                os.makedirs(self.log_dir, exist_ok=True)
+                kwargs["json_file"] = os.path.join(self.log_dir, "metrics.jsonl")
+            self._logger = MetricLogger(**kwargs)
         return self._logger
 
     @rank_zero_only
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
-        emit_metrics(self.experiment, 0 if step is None else step, metrics, self._span)
+        step = 0 if step is None else step
+        if self._span.open or not is_eval(metrics):  # in a fit(): Lightning's step is one behind
+            step += 1
+        emit_metrics(self.experiment, step, metrics, self._span)
 
     @rank_zero_only
     def log_hyperparams(self, params: Mapping[str, Any] | Namespace, *args: Any, **kwargs: Any) -> None:
         config = vars(params) if isinstance(params, Namespace) else dict(params)
         if not _same(config, self._hyperparams):
             self._hyperparams = config
-            self.experiment.emit(Event.HYPERPARAMS, {"config": config})
+            self.experiment.emit(Event.HYPERPARAMS, {"config": config}, level="debug")
 
     @rank_zero_only
     def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
@@ -126,7 +162,19 @@ class SpeedtronicLogger(Logger):
         if self._logger is None or self._logger.closed:
             return
         self._span.end(self._logger, _STATUS.get(status, status))
-        self._logger.flush()
+        self._logger.flush(FLUSH_TIMEOUT_S)
+
+
+def _next_version(root: str) -> int:
+    """One past the highest ``version_<N>`` directory in ``root`` (0 when there is none), as
+    Lightning's ``CSVLogger`` and ``TensorBoardLogger`` number their runs."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return 0
+    taken = [int(n[8:]) for n in names if n.startswith("version_") and n[8:].isdigit()
+             and os.path.isdir(os.path.join(root, n))]
+    return max(taken, default=-1) + 1
 
 
 def _same(config: dict[str, Any], last: dict[str, Any] | None) -> bool:

@@ -7,11 +7,11 @@ import atexit
 import os
 import re
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 from speedtronic.extras import require
-from speedtronic.integrations._names import StepAxis, metric_name, tracked
+from speedtronic.integrations._names import SKIPPED_KEYS, StepAxis, metric_name, tracked
 from speedtronic.integrations._uploads import Uploads
 from speedtronic.lifecycle import close_loggers_first_at_exit
 from speedtronic.processors.convert import to_python
@@ -85,6 +85,7 @@ class MlflowHook:
         tags: tags to set on the run (values as their ``str()``).
         finish: whether ``close()`` ends the run; default: only a run the hook started (created, or
             resumed with ``run_id=``), never the active run it joined.
+        skip: payload keys not logged (default ``elapsed_s``, the logger's clock; ``()`` logs it).
         log_checkpoints: upload each ``checkpoint`` event's file into the run's artifacts, under
             ``checkpoints/step_<step>/``, with the run's config as ``config.json`` beside it, on a
             worker thread of the hook's own: a failed upload is a hook failure, raised by the next
@@ -105,6 +106,7 @@ class MlflowHook:
         run_name: str | None = None,
         tags: Mapping[str, Any] | None = None,
         finish: bool | None = None,
+        skip: Collection[str] = SKIPPED_KEYS,
         log_checkpoints: bool = False,
         log_system_metrics: bool = False,
     ) -> None:
@@ -132,6 +134,7 @@ class MlflowHook:
         self._params: dict[str, str] = dict(run.data.params)
         self._finish = started if finish is None else finish
         self._axis = StepAxis()  # the x of each point: the rule W&B and TensorBoard follow too
+        self._skip = frozenset(skip)
         self._status = "FINISHED"
         self._closed = False
         self._pid = os.getpid()
@@ -171,7 +174,7 @@ class MlflowHook:
         """Log the event's numbers as metrics at its step, and its ``config`` (see the class) as params."""
         if self._closed:
             raise RuntimeError(f"MlflowHook.on_event({event!r}) after close(); run {self.run_id} is ended")
-        at, config, items = tracked(self._axis, event, payload)
+        at, config, items = tracked(self._axis, event, payload, self._skip)
         stamp = timestamp_ns(payload.get("timestamp"))
         millis = (time.time_ns() if stamp is None else stamp) // 1_000_000
         metrics: list[Any] = []
@@ -185,14 +188,14 @@ class MlflowHook:
                 metric_key = mlflow_name(metric_name(event, key))
                 metrics.append(self._entities.Metric(metric_key, value, millis, at))
         changed = self._log(metrics, params)
-        if self._uploads is not None:
-            if event == "checkpoint" and "path" in payload:
-                self._uploads.submit(self._upload_checkpoint, str(payload["path"]), at, self._config)
-            self._uploads.raise_failures()
         if event == "train_start":
             self._status = "FAILED"  # until its train_end: training that never ends failed
         elif event == "train_end":
             self._status = _END_STATUS.get(str(payload.get("status")), "FINISHED")
+        if self._uploads is not None:
+            if event == "checkpoint" and "path" in payload:
+                self._uploads.submit(self._upload_checkpoint, str(payload["path"]), at, self._config)
+            self._uploads.raise_failures()
         if changed:
             raise ValueError(
                 f"MlflowHook: run {self.run_id} already has the params {changed} with other values; "

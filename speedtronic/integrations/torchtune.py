@@ -14,14 +14,15 @@ In a recipe's config (a torchtune user configures loggers only there)::
 What a recipe calls and the records it becomes:
 
 - ``log_dict(payload, step)`` / ``log(name, data, step)``: a ``train_step`` with ``step`` and the
-  metrics as logged (``loss``, ``lr``), ``tokens_per_second_per_gpu`` as the catalog's
-  ``tokens_per_s`` (the rank-zero process's rate; see ``speedtronic.integrations._metrics``); the
-  first is preceded by ``train_start``. A call holding validation metrics (``val_loss``) is an
-  ``eval`` record with the bare names (``loss``) and ``split="val"``.
-- ``log_config(config)``: ``hyperparams`` (``config``: an OmegaConf ``DictConfig`` resolved to plain
-  data, or any mapping).
+  metrics as logged (``loss``, ``lr``, ``tokens_per_second_per_gpu``: the rank-zero process's rate;
+  see ``speedtronic.integrations._metrics``); the first is preceded by ``train_start``. A call
+  holding validation metrics (``val_loss``) is an ``eval`` record with the names as logged and
+  ``split="val"``.
+- ``log_config(config)``: ``hyperparams`` at DEBUG (``config``: an OmegaConf ``DictConfig`` resolved
+  to plain data, or any mapping).
 - ``close()`` (a recipe's ``cleanup()``, after training): ``train_end`` (``status: completed``), then
-  closes the ``MetricLogger`` if this object built it, else waits for its hooks.
+  closes the ``MetricLogger`` if this object built it, else flushes it (``MetricLogger.flush``: its
+  hooks' output on disk).
 
 Pass an existing ``MetricLogger`` (``logger=``; you close it), or its arguments and torchtune's
 loggers' own: ``log_dir`` and ``filename`` (DiskLogger's) mean ``json_file=<log_dir>/<filename>``
@@ -44,7 +45,7 @@ from typing import Any
 from speedtronic.events import Event
 from speedtronic.hooks import close_hook
 from speedtronic.hooks.registry import HookConfigError, build_hook
-from speedtronic.integrations._metrics import TrainSpan, emit_metrics
+from speedtronic.integrations._metrics import FLUSH_TIMEOUT_S, TrainSpan, emit_metrics
 from speedtronic.profiling import MetricLogger
 
 __all__ = ["SpeedtronicMetricLogger"]
@@ -105,7 +106,7 @@ class SpeedtronicMetricLogger:
 
     def log_config(self, config: Any) -> None:
         """Log the recipe's config (a ``DictConfig``, resolved, or a mapping) as ``hyperparams``."""
-        self.logger.emit(Event.HYPERPARAMS, {"config": _plain_config(config)})
+        self.logger.emit(Event.HYPERPARAMS, {"config": _plain_config(config)}, level="debug")
 
     def log_dict(self, payload: Mapping[str, Any], step: int) -> None:
         """Log several scalars at ``step``: one record (per split, for validation metrics)."""
@@ -119,7 +120,7 @@ class SpeedtronicMetricLogger:
         if self._owns_logger:
             self.logger.close()
         elif not self.logger.closed:
-            self.logger.flush()
+            self.logger.flush(FLUSH_TIMEOUT_S)
 
 
 def _build_hook(index: int, entry: Any, log_dir: str | os.PathLike[str] | None) -> Any:

@@ -6,17 +6,21 @@ Importing this module imports transformers (``pip install 'speedtronic[transform
 
 What the ``Trainer`` does and the records it becomes:
 
-- ``on_train_begin``: ``hyperparams`` (``config``: the ``TrainingArguments`` as a dict), then
-  ``train_start`` (the catalog's keys, from the trainer's state and arguments).
+- ``on_train_begin``: ``hyperparams`` at DEBUG (``config``: the ``TrainingArguments`` as a dict:
+  in the JSONL and the hooks, not as a long first line of the text log), then ``train_start``
+  (the catalog's keys, from the trainer's state and arguments).
 - ``on_log``: each logging call, every ``logging_steps`` steps: a ``train_step`` with ``step`` =
-  ``state.global_step`` and the keys as Hugging Face logs them (``loss``, ``grad_norm``, ``epoch``),
-  ``learning_rate`` as the catalog's ``lr``; an evaluation's ``eval_*`` metrics become an ``eval``
-  record with the prefix stripped and ``split="eval"`` (see ``speedtronic.integrations._metrics``
-  for both rules). The summary the
-  trainer logs once training is over (``train_runtime``, ``train_loss``...) goes into ``train_end``.
+  ``state.global_step`` and the keys as Hugging Face logs them (``loss``, ``grad_norm``,
+  ``learning_rate``, ``epoch``); an evaluation's ``eval_*`` metrics (``test_*`` for
+  ``evaluate(metric_key_prefix="test")``) become an ``eval`` record with the names as logged and
+  ``split="eval"`` (see ``speedtronic.integrations._metrics``). The summary the trainer logs once
+  training is over (``train_runtime``, ``train_samples_per_second``, ``train_loss``...) goes into
+  ``train_end``, under its own names.
 - ``on_save``: ``checkpoint`` (``step``, ``path`` of the ``checkpoint-<step>`` directory).
 - ``on_train_end``: ``train_end`` (``status``: ``completed``; a ``Trainer.train()`` that raises calls
   no callback, and its run reads "no train_end").
+- ``on_train_end`` and ``on_evaluate`` end with ``MetricLogger.flush()``: when ``train()`` or
+  ``evaluate()`` returns, every hook that can flush (TensorBoard) has its output on disk.
 
 ``logging_steps`` already sets the cadence, so the logger should keep ``every_steps=1`` (its
 default). Only the main process (``state.is_world_process_zero``) emits: one record per event in a
@@ -39,14 +43,10 @@ except ModuleNotFoundError as error:
     raise missing(error, "transformers", "transformers", needed_by=needed_by) from None
 
 from speedtronic.events import Event
-from speedtronic.integrations._metrics import emit_metrics
+from speedtronic.integrations._metrics import FLUSH_TIMEOUT_S, emit_metrics
 from speedtronic.profiling import MetricLogger
 
 __all__ = ["SpeedtronicCallback"]
-
-_SUMMARY_KEYS = {"train_samples_per_second": "samples_per_s"}
-"""Keys of the end-of-training summary that ``train_end`` names its own way (``train_runtime`` is
-``duration_s``)."""
 
 
 class SpeedtronicCallback(TrainerCallback):
@@ -69,7 +69,7 @@ class SpeedtronicCallback(TrainerCallback):
         if not state.is_world_process_zero:
             return
         config = args.to_dict()  # type: ignore[no-untyped-call]  # transformers leaves it unannotated
-        self.logger.emit(Event.HYPERPARAMS, {"config": config})
+        self.logger.emit(Event.HYPERPARAMS, {"config": config}, level="debug")
         model = kwargs.get("model")
         start: dict[str, Any] = {
             "start_step": state.global_step,
@@ -111,14 +111,19 @@ class SpeedtronicCallback(TrainerCallback):
     ) -> None:
         if not state.is_world_process_zero:
             return
-        summary = dict(self._summary)
         end: dict[str, Any] = {
             "step": state.global_step,
             "steps_run": state.global_step - self._start_step,
-            "duration_s": summary.pop("train_runtime", round(time.perf_counter() - self._started, 6)),
+            "duration_s": round(time.perf_counter() - self._started, 6),
             "final_loss": self._last_loss,
             "status": "completed",
         }
-        for key, value in summary.items():
-            end[_SUMMARY_KEYS.get(key, key)] = value
+        end.update((key, value) for key, value in self._summary.items() if key not in end)
         self.logger.emit(Event.TRAIN_END, end)
+        self.logger.flush(FLUSH_TIMEOUT_S)
+
+    def on_evaluate(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        if state.is_world_process_zero:  # the evaluation's metrics were logged just before
+            self.logger.flush(FLUSH_TIMEOUT_S)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import math
 import os
 import signal
@@ -44,7 +45,7 @@ TRAIN_STEP = {
 class TestTagSet:
     def test_the_default_writes_every_number_of_every_event(self, log_dir: Path) -> None:
         """Every int and float of every event (keys the hook never heard of too), step as the x-axis;
-        strings and bools skipped."""
+        strings and bools skipped; elapsed_s and the one-off train_start charted not at all."""
         with MetricLogger(stream=io.StringIO()) as logger:
             logger.hooks.append(TensorboardHook(log_dir))
             logger.emit("train_start", {"start_step": 0, "target_step": 4, "device": "cpu",
@@ -56,16 +57,12 @@ class TestTagSet:
 
         points = tensorboard_scalars(log_dir)
         assert set(points) == {
-            *(f"train_start/{key}" for key in ("start_step", "target_step", "grad_accum", "parameters",
-                                               "elapsed_s")),
             *(f"train_step/{key}" for key in TRAIN_STEP if key != "step"),
-            "train_step/epoch", "train_step/learning_rate", "train_step/elapsed_s",
-            "checkpoint/save_s", "checkpoint/elapsed_s", "eval/val_loss", "eval/elapsed_s",
+            "train_step/epoch", "train_step/learning_rate", "checkpoint/save_s", "eval/val_loss",
         }
         assert points["train_step/loss"] == [(2, 0.5)]
         assert points["train_step/epoch"] == [(2, 1.0)]
         assert points["train_step/learning_rate"] == [(2, pytest.approx(0.001))]
-        assert points["train_start/parameters"] == [(0, 1000.0)]  # no step: the event's counter
         assert points["eval/val_loss"] == [(2, 0.75)]
         assert len(event_files(log_dir)) == 1
 
@@ -102,9 +99,7 @@ class TestTagSet:
         hook.on_event("eval", {"step": 2, "val_loss": 0.75, "accuracy": 0.5, "elapsed_s": 3.0})
         hook.on_event("my_event", {"step": 2, "value": 1.0})
         hook.close()
-        assert set(tensorboard_scalars(log_dir)) == {
-            "train_step/loss", "eval/val_loss", "eval/accuracy", "eval/elapsed_s"
-        }
+        assert set(tensorboard_scalars(log_dir)) == {"train_step/loss", "eval/val_loss", "eval/accuracy"}
 
 
 class TestTensorboardHook:
@@ -201,6 +196,27 @@ class TestTensorboardHook:
         values = {key: getattr(value, value.WhichOneof("kind")) for key, value in start.hparams.items()}
         assert values == {"lr": 0.1, "model/hidden": 8.0, "model/act": "gelu", "bf16": True,
                           "layers": "[1, 2]"}
+
+    @pytest.mark.parametrize("process", [False, True], ids=["in-process", "writer-process"])
+    def test_one_off_events_are_text_not_single_point_charts(self, log_dir: Path, process: bool) -> None:
+        """train_start's and train_end's values (numbers and text) are JSON in the Text dashboard under
+        <event>/values at their step, never a scalar; elapsed_s is left out unless asked."""
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        hook = TensorboardHook(log_dir, process=process)
+        hook.on_event("train_start", {"target_step": 4, "device": "cpu", "elapsed_s": 0.5})
+        hook.on_event("train_step", {"step": 4, "loss": 0.5, "elapsed_s": 1.0})
+        hook.on_event("train_end", {"step": 4, "final_loss": 0.5, "status": "completed", "elapsed_s": 2.0})
+        hook.close()
+
+        accumulator = EventAccumulator(str(log_dir), size_guidance={"tensors": 0})
+        accumulator.Reload()
+        assert accumulator.Tags()["scalars"] == ["train_step/loss"]
+        [start] = accumulator.Tensors("train_start/values")
+        [end] = accumulator.Tensors("train_end/values")
+        assert json.loads(start.tensor_proto.string_val[0]) == {"target_step": 4, "device": "cpu"}
+        assert (json.loads(end.tensor_proto.string_val[0]), end.step) == (
+            {"final_loss": 0.5, "status": "completed"}, 4)
 
     def test_events_that_leave_the_config_out_write_no_hyperparameters(self, log_dir: Path) -> None:
         """events={"train_step": ["loss"], "*": ()}: nothing of train_start, its config included."""
@@ -541,3 +557,81 @@ class TestAFailedWriter:
         assert logger.hook_errors["TensorboardHook"] >= 1
         assert hook.dropped >= 1
         assert tensorboard_scalars(log_dir)["train_step/loss"] == [(1, 1.0)]
+
+
+class Broken:
+    """A hook whose flush fails."""
+
+    def on_event(self, event: str, payload: dict[str, Any]) -> None:
+        pass
+
+    def flush(self, timeout: float | None) -> None:
+        raise OSError("disk gone")
+
+
+class Slow:
+    """A hook whose flush runs past its timeout."""
+
+    def on_event(self, event: str, payload: dict[str, Any]) -> None:
+        pass
+
+    def flush(self, timeout: float | None) -> None:
+        raise TimeoutError(f"not done in {timeout} s")
+
+
+class TestMetricLoggerFlush:
+    @pytest.mark.parametrize("wrap", [False, True], ids=["inline", "background"])
+    def test_flush_leaves_every_point_in_the_event_file(self, log_dir: Path, wrap: bool) -> None:
+        """MetricLogger.flush() calls the hook's flush (also inside background(...)): right after it,
+        with the logger still open, the event file holds every point."""
+        from speedtronic.hooks import background
+
+        hook = TensorboardHook(log_dir, flush_secs=3600)  # only a flush writes the file
+        logger = MetricLogger(stream=io.StringIO(), hooks=[background(hook) if wrap else hook])
+        for step in (1, 2, 3):
+            logger.emit("train_step", {"step": step, "loss": 1.0 / step})
+        assert logger.flush(timeout=60) is True
+        assert [step for step, _ in tensorboard_scalars(log_dir)["train_step/loss"]] == [1, 2, 3]
+        logger.close()
+
+    def test_a_hook_whose_flush_fails_is_reported_not_raised(self, tmp_path: Path) -> None:
+        """A hook's flush that raises: flush() returns, the failure is a hook_error naming the hook."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            logger = MetricLogger(json_file=tmp_path / "m.jsonl", stream=io.StringIO(), hooks=[Broken()])
+            logger.emit("train_step", {"step": 1, "loss": 1.0})
+            logger.flush(timeout=5)
+            logger.close()
+        assert logger.hook_errors["Broken"] == 1
+        records = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
+        [error] = [r for r in records if r["event"] == "hook_error" and "during" in r]  # and close's total
+        assert (error["hook"], error["during"]) == ("Broken", "flush")
+        assert "disk gone" in error["error"]
+
+    def test_a_flush_past_its_timeout_returns_false(self, log_dir: Path) -> None:
+        """A hook's flush that runs past the timeout (TimeoutError) makes flush() return False."""
+        logger = MetricLogger(stream=io.StringIO(), hooks=[Slow()])
+        assert logger.flush(timeout=0.5) is False
+        logger.close()
+
+
+def test_a_default_speedtronic_train_run_charts_no_one_off_values(tmp_path: Path) -> None:
+    """`speedtronic train` with its default TensorBoard hook: scalars only of the events a run has many
+    of (train_step, eval, checkpoint), no elapsed_s; train_start, hyperparams, shape_profile,
+    ooo_backprop and train_end are text."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    done = subprocess.run(
+        [sys.executable, "-m", "speedtronic", "train", "--run-dir", str(tmp_path / "run"), "--steps", "20",
+         "--no-progress"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert done.returncode == 0, done.stderr
+    accumulator = EventAccumulator(str(tmp_path / "run" / "tensorboard"))
+    accumulator.Reload()
+    scalars = accumulator.Tags()["scalars"]
+    assert {tag.split("/")[0] for tag in scalars} == {"train_step", "eval", "checkpoint"}
+    assert "train_step/loss" in scalars
+    assert not [tag for tag in scalars if tag.endswith("/elapsed_s")]
+    one_offs = ("train_start", "shape_profile", "ooo_backprop", "train_end")
+    assert {f"{event}/values" for event in one_offs} <= set(accumulator.Tags()["tensors"])

@@ -16,7 +16,7 @@ import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
 import pytest
 import torch
@@ -88,11 +88,12 @@ def logged(wandb_dir: Path) -> Logged:
 
 class TestLoggedRun:
     def test_every_delivered_event_is_one_row_in_order(self, logged: Logged) -> None:
-        """Nothing is dropped: one row per delivered event (cadence applied), W&B's _step 0, 1, 2..."""
+        """Nothing is dropped: one row per delivered event (cadence applied), W&B's _step 0, 1, 2...;
+        the one-off train_start and train_end are in the run's summary, not rows."""
         _, run = logged
         events = events_of(run)
-        assert events == ["train_start", "train_step", "eval", "eval/val", "outer_step", "train_step",
-                          "train_step", "checkpoint", "odd_keys", "note", "train_end"]
+        assert events == ["train_step", "eval", "eval/val", "outer_step", "train_step",
+                          "train_step", "checkpoint", "odd_keys", "note"]
         assert [row["_step"] for row in run.history] == list(range(len(events)))
 
     def test_metrics_are_named_event_slash_key(self, logged: Logged) -> None:
@@ -104,10 +105,9 @@ class TestLoggedRun:
         assert (evaluation["eval/loss"], evaluation["eval/val/loss"]) == (0.75, 0.8)
         [sub] = [row for row in run.history if "eval%2Fval/loss" in row]
         assert (sub["eval%2Fval/loss"], "eval/val/loss" in sub) == (0.7, False)
-        assert run.history[-1]["train_end/final_loss"] == 0.25
-        assert run.history[-2]["note/text"] == LONG_TEXT
-        assert all(isinstance(row[f"{quote(event, safe='')}/elapsed_s"], float)
-                   for event, row in zip(events_of(run), run.history, strict=True))
+        assert run.summary["train_end/final_loss"] == 0.25
+        assert run.history[-1]["note/text"] == LONG_TEXT
+        assert not any("/elapsed_s" in key for row in run.history for key in row)  # unless asked
         assert "event" not in {key for row in run.history for key in row}
 
     def test_the_summary_holds_each_metrics_own_last_value(self, logged: Logged) -> None:
@@ -132,24 +132,25 @@ class TestLoggedRun:
         assert metrics.pop("step") == ""
         assert set(metrics.values()) == {"step"}  # every metric by name, no "*"
         assert set(metrics) == {key for row in run.history for key in row if "/" in key}
-        assert [row["step"] for row in run.history] == [0, 2, 2, 2, 2, 4, 6, 6, 6, 6, 6]
+        assert [row["step"] for row in run.history] == [2, 2, 2, 2, 4, 6, 6, 6, 6]
         [outer] = [row for row in run.history if "outer_step/outer_step" in row]
         assert (outer["outer_step/outer_step"], outer["outer_step/deltas_included"]) == (1, 3)
         assert not any("train_step/step" in row for row in run.history)  # the axis, not a metric
 
     def test_the_runs_config_is_train_starts_config(self, logged: Logged) -> None:
-        """train_start's config becomes run.config, not a history column."""
+        """train_start's config becomes run.config, its other values the run's summary; no history
+        column (a one-point chart) and no config in the summary."""
         _, run = logged
         assert {key: run.config[key] for key in CONFIG} == CONFIG
-        [start] = [row for row in run.history if "train_start/target_step" in row]
-        assert start["train_start/target_step"] == 4
-        assert not any(key.startswith("train_start/config") for key in start)
+        assert run.summary["train_start/target_step"] == 4
+        assert not any(key.startswith("train_start/") for row in run.history for key in row)
+        assert not any(key.startswith("train_start/config") for key in run.summary)
 
     def test_w_and_bs_own_keys_are_untouched(self, logged: Logged) -> None:
         """A payload _step is odd_keys/_step (not payload_step); W&B's _step still counts rows."""
         _, run = logged
         [row] = [row for row in run.history if "odd_keys/_step" in row]
-        assert (row["odd_keys/_step"], row["odd_keys/_runtime"], row["_step"]) == (99, 1, 8)
+        assert (row["odd_keys/_step"], row["odd_keys/_runtime"], row["_step"]) == (99, 1, 7)
         assert (row["odd_keys/1"], row["odd_keys/nested/a"]) == ("one", 1)
         assert not any(key.startswith("payload") for key in row)
 
@@ -182,8 +183,8 @@ class TestLifecycle:
 
         assert run_dir(crashed.run) != run_dir(explicit.run)
         first, second = read_wandb_run(run_dir(crashed.run)), read_wandb_run(run_dir(explicit.run))
-        assert events_of(first) == ["train_start", "train_step"]
-        assert events_of(second) == ["train_start", "train_end"]
+        assert events_of(first) == ["train_step"]
+        assert (second.history, second.summary["train_end/final_loss"]) == ([], 0.5)
         assert (first.exit_code, second.exit_code) == (1, 3)
 
     def test_a_train_end_that_failed_exits_1(self, wandb_dir: Path) -> None:
@@ -237,7 +238,7 @@ class TestLifecycle:
         assert "HookFailureWarning" not in result.stderr.decode()  # finished cleanly, before W&B's teardown
 
         recorded = read_wandb_run(Path(record.read_text()).parent)
-        assert events_of(recorded) == ["train_start", "train_step"]
+        assert events_of(recorded) == ["train_step"]
         assert recorded.exit_code == 1
 
 
@@ -339,5 +340,6 @@ class TestUnderTheCLI:
         assert recorded.config["logging"]["every_steps"] == 2
         steps = [(row["step"], row["train_step/lr"]) for row in recorded.history if "train_step/loss" in row]
         assert [step for step, _ in steps] == [2, 4]
-        assert "train_start/config" not in recorded.history[0]
+        one_offs = ("train_start/", "hyperparams/")  # in the summary: no single-point charts
+        assert not any(key.startswith(one_offs) for row in recorded.history for key in row)
         assert recorded.exit_code == 0
