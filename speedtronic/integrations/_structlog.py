@@ -63,6 +63,11 @@ _PACKAGE = os.path.dirname(os.path.dirname(__file__)) + os.sep
 """speedtronic's directory, as its modules' code names their files (the same ``sys.path`` entry)."""
 
 
+_LEVEL_OFFSET = 0 if sys.version_info >= (3, 11) else 1
+"""Python 3.10's ``findCaller`` counts ``stacklevel`` from ``Logger.log``'s own frame (bpo-45171,
+fixed in 3.11): one more level reaches the same caller there."""
+
+
 def _caller_level() -> int:
     """The ``stacklevel`` that makes a record's call site (``%(filename)s:%(lineno)d``, ``funcName``)
     the first frame outside speedtronic above the caller's: the line that called ``emit`` (or
@@ -72,7 +77,7 @@ def _caller_level() -> int:
     while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
         frame = frame.f_back
         level += 1
-    return level if frame is not None else 1
+    return level + _LEVEL_OFFSET if frame is not None else 1
 
 
 class StructlogHook:
