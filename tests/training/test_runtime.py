@@ -256,6 +256,15 @@ class TestBuildLogger:
             build_logger(with_logging(config, hooks=[{"type": "tests.training.recording:not_a_hook"}]))
 
 
+class TestTrackerRuns:
+    def test_a_damaged_trackers_file_is_named_on_resume(self, config: dict[str, Any], run_dir: Path) -> None:
+        """A trackers.json that is no {type: [run id]} mapping stops a resume with a ConfigError naming it."""
+        run_dir.mkdir(parents=True)
+        (run_dir / "trackers.json").write_text('{"wandb": "abc"}')
+        with pytest.raises(ConfigError, match=r"trackers.json: expected \{\"wandb\": \[run id, \.\.\.\]"):
+            build_logger(with_train(config, resume=True))
+
+
 class TestSystemEvents:
     def test_a_run_samples_the_machine_while_it_trains(
         self, config: dict[str, Any], run_dir: Path
