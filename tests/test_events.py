@@ -28,6 +28,7 @@ CATALOG = [
     "checkpoint_skipped",
     "eval",
     "hyperparams",
+    "system",
 ]
 
 
