@@ -38,6 +38,7 @@ __all__ = [
     "Real",
     "ShapeProfilePayload",
     "ShapeWarningPayload",
+    "SystemPayload",
     "TrainEndPayload",
     "TrainStartPayload",
     "TrainStepPayload",
@@ -93,6 +94,7 @@ class Event(StrEnum):
     CHECKPOINT_SKIPPED = "checkpoint_skipped"
     EVAL = "eval"
     HYPERPARAMS = "hyperparams"
+    SYSTEM = "system"
 
 
 class DeviceScalar(Protocol):
@@ -350,6 +352,26 @@ class HyperparamsPayload(TypedDict):
     config: dict[str, Any]
 
 
+# -- the machine (speedtronic.integrations.system.SystemMonitor) ----------------------------------------
+
+
+class SystemPayload(TypedDict):
+    """``system``: one sample of the process and the machine, taken off the training thread.
+
+    Each visible GPU (CUDA's numbering: ``gpu0`` is ``cuda:0``) adds ``gpu<i>_util_percent``,
+    ``gpu<i>_memory_used_bytes``, ``gpu<i>_memory_total_bytes``, ``gpu<i>_power_watts`` and
+    ``gpu<i>_temperature_c``, each one the GPU reports (NVML)."""
+
+    cpu_percent: float
+    """This process's CPU use since the last sample, in percent of one core (over 100 on several)."""
+    rss_bytes: int
+    """This process's resident memory."""
+    host_memory_used_bytes: int
+    """The machine's memory in use (total less available)."""
+    host_memory_total_bytes: int
+    """The machine's physical memory."""
+
+
 PAYLOADS: Mapping[Event, type[Mapping[str, Any]]] = {
     Event.TRAIN_START: TrainStartPayload,
     Event.TRAIN_STEP: TrainStepPayload,
@@ -368,5 +390,6 @@ PAYLOADS: Mapping[Event, type[Mapping[str, Any]]] = {
     Event.CHECKPOINT_SKIPPED: CheckpointSkippedPayload,
     Event.EVAL: EvalPayload,
     Event.HYPERPARAMS: HyperparamsPayload,
+    Event.SYSTEM: SystemPayload,
 }
 """Each event's payload ``TypedDict``."""

@@ -29,6 +29,7 @@ CATALOG = [
     "checkpoint_skipped",
     "eval",
     "hyperparams",
+    "system",
 ]
 
 

@@ -34,6 +34,9 @@ class WandbOfflineRun:
     """The run's config (``run.config``), its updates applied in order."""
     summary: dict[str, Any] = field(default_factory=dict)
     """The run's summary: each key's last value (nested keys joined with ``/``), W&B's own included."""
+    artifacts: list[dict[str, Any]] = field(default_factory=list)
+    """Each logged artifact: ``name``, ``type``, ``aliases``, ``metadata`` and its ``files``
+    (``{path in the artifact: the local file W&B staged}``)."""
 
 
 _WANDB_HEADER = struct.Struct("<4sHB")  # b":W&B", magic 0xBEE1, version 0
@@ -89,6 +92,13 @@ def _read_wandb_run(location: Path) -> WandbOfflineRun:
                                 for item in record.summary.update})
         elif kind == "metric":
             run.step_metrics[record.metric.name or record.metric.glob_name] = record.metric.step_metric
+        elif kind == "artifact":
+            artifact = record.artifact
+            run.artifacts.append({
+                "name": artifact.name, "type": artifact.type, "aliases": list(artifact.aliases),
+                "metadata": json.loads(artifact.metadata or "{}"),
+                "files": {entry.path: entry.local_path for entry in artifact.manifest.contents},
+            })
         elif kind == "exit":
             run.exit_code = record.exit.exit_code
     return run

@@ -1,5 +1,5 @@
-"""What the run-reading commands share: the ``--rank`` argument, folders of runs, and the report of
-what was skipped."""
+"""What the run-reading commands share: the ``--rank`` argument, the role overrides (``--loss``,
+``--lr``, ``--rates``), folders of runs, and the report of what was skipped."""
 
 from __future__ import annotations
 
@@ -11,8 +11,16 @@ from typing import IO
 
 from speedtronic.commands.cli import CommandError
 from speedtronic.runs.reader import RankChoice, Skipped
+from speedtronic.runs.roles import Roles
 
-__all__ = ["add_rank_argument", "rank_choice", "report_skipped", "runs_in"]
+__all__ = [
+    "add_rank_argument",
+    "add_role_arguments",
+    "rank_choice",
+    "report_skipped",
+    "roles_chosen",
+    "runs_in",
+]
 
 
 def add_rank_argument(parser: argparse.ArgumentParser, *, several: bool = False) -> None:
@@ -24,6 +32,34 @@ def add_rank_argument(parser: argparse.ArgumentParser, *, several: bool = False)
         help=f"read the records of rank N{', of the ranks listed' if several else ''}, or of every rank "
         "(default: the rank of the first record; records without a rank are rank 0)",
     )
+
+
+def add_role_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--loss KEY``, ``--lr KEY[,KEY...]``, ``--rates KEY[,KEY...]``: which keys play those roles
+    (default: ``speedtronic.runs.roles``' table: HF, Lightning and torchtune names included)."""
+    parser.add_argument("--loss", metavar="KEY", help="the key to read as the loss (default: by role)")
+    parser.add_argument(
+        "--lr", metavar="KEY[,KEY...]", help="the keys to read as learning rates (default: by role)"
+    )
+    parser.add_argument(
+        "--rates", metavar="KEY[,KEY...]", help="the keys to read as throughput rates (default: by role)"
+    )
+
+
+def roles_chosen(args: argparse.Namespace) -> Roles:
+    """The ``Roles`` the role arguments name; a ``CommandError`` for one that names no key."""
+    if args.loss is not None and not args.loss.strip():
+        raise CommandError("--loss: name a key")
+    return Roles(loss=args.loss, lr=_keys(args.lr, "--lr"), rates=_keys(args.rates, "--rates"))
+
+
+def _keys(text: str | None, option: str) -> list[str] | None:
+    if text is None:
+        return None
+    keys = [key.strip() for key in text.split(",") if key.strip()]
+    if not keys:
+        raise CommandError(f"{option}: name at least one key")
+    return keys
 
 
 def rank_choice(text: str, *, several: bool = False) -> RankChoice:

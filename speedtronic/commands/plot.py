@@ -6,7 +6,14 @@ import argparse
 import sys
 from typing import Any
 
-from speedtronic.commands._runs import add_rank_argument, rank_choice, report_skipped
+from speedtronic.commands._runs import (
+    add_rank_argument,
+    add_role_arguments,
+    rank_choice,
+    report_skipped,
+    roles_chosen,
+    runs_in,
+)
 from speedtronic.commands.cli import CommandError
 from speedtronic.runs.plot import DEFAULT_KEYS, MAX_RANK_SERIES, NothingToPlot, plot_runs
 from speedtronic.runs.reader import RunError
@@ -19,16 +26,20 @@ def add_parser(subparsers: Any) -> None:
         "plot",
         help="plot keys of recorded runs to a PNG, PDF or SVG",
         description="Plot keys of one or more runs (JSONL files or run directories) to a PNG, PDF or "
-        "SVG (by the output's suffix), one panel per key, runs overlaid.",
+        "SVG (by the output's suffix), one panel per key, runs overlaid. A folder of runs (runs/, holding "
+        "run directories) stands for every run in it.",
     )
-    parser.add_argument("runs", nargs="+", metavar="RUN", help="a JSONL file or a run directory")
+    parser.add_argument(
+        "runs", nargs="+", metavar="RUN", help="a JSONL file, a run directory or a folder of runs"
+    )
     parser.add_argument(
         "-o", "--output", required=True, metavar="FILE", help="the file to write: .png, .pdf or .svg"
     )
     parser.add_argument(
         "--keys",
         default=",".join(DEFAULT_KEYS),
-        help=f"comma-separated payload keys, one panel each (default: {','.join(DEFAULT_KEYS)})",
+        help=f"comma-separated payload keys, one panel each; loss and lr are found by role, whatever the "
+        f"framework named them (default: {','.join(DEFAULT_KEYS)})",
     )
     parser.add_argument("--x", default="step", help="the x axis: step (default), elapsed_s or any key")
     parser.add_argument("--event", default="train_step", help="which records (default: train_step)")
@@ -43,6 +54,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--log-y", action="store_true", help="logarithmic y axes")
     parser.add_argument("--title", help="the figure's title (default: the runs and the event)")
     add_rank_argument(parser, several=True)
+    add_role_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -54,9 +66,9 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"--smooth: expected a weight in [0, 1), got {args.smooth}")
     try:
         result = plot_runs(
-            args.runs, args.output, keys=keys, x=args.x, event=args.event, smooth=args.smooth,
+            runs_in(args.runs), args.output, keys=keys, x=args.x, event=args.event, smooth=args.smooth,
             log_y=args.log_y, title=args.title, rank=rank_choice(args.rank, several=True),
-            with_eval=not args.no_eval,
+            with_eval=not args.no_eval, roles=roles_chosen(args),
         )
     except (RunError, NothingToPlot, ModuleNotFoundError, ValueError) as error:
         raise CommandError(str(error)) from None

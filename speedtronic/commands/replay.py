@@ -16,11 +16,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from speedtronic.commands._runs import add_rank_argument, rank_choice, report_skipped
+from speedtronic.commands._runs import add_rank_argument, rank_choice, report_skipped, runs_in
 from speedtronic.commands.cli import CommandError
 from speedtronic.hooks import HookConfigError, close_hook, hook_type
 from speedtronic.hooks.registry import hook_argument_problem
-from speedtronic.runs.reader import RunError, run_files
+from speedtronic.runs.reader import RunError, read_records
 from speedtronic.runs.replay import ReplayRefused, replay_hook, replay_run
 
 __all__ = ["add_parser", "parse_hook", "run"]
@@ -34,9 +34,10 @@ def add_parser(subparsers: Any) -> None:
         help="push a recorded run into TensorBoard, W&B or any registered hook, as the live hooks would",
         description="Replay a recorded run (a JSONL file or run directory) through hooks: any registered "
         "hook type (--hook), or speedtronic's TensorBoard and W&B hooks (--tensorboard, --wandb). Same "
-        "tags, steps and values as a live run.",
+        "tags, steps and values as a live run. A folder of runs (runs/, holding run directories) replays "
+        "each run into its own targets: DIR/<run> for a log_dir, a W&B run named after it.",
     )
-    parser.add_argument("run", metavar="RUN", help="a JSONL file or a run directory")
+    parser.add_argument("run", metavar="RUN", help="a JSONL file, a run directory or a folder of runs")
     parser.add_argument(
         "--hook", metavar="NAME[:KEY=VALUE,...]", action="append", default=[],
         help="a registered hook type and its keyword arguments (a VALUE that parses as JSON is read as "
@@ -88,11 +89,32 @@ def _value(text: str) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    targets: list[tuple[str, str, dict[str, Any]]] = []  # (description, type, options)
+    runs = runs_in([args.run])
+    folder = runs != [args.run]  # a folder of runs: each run gets targets of its own
+    plan = [(one, _targets(args, Path(one).name if folder else None)) for one in runs]
+    rank = rank_choice(args.rank)
+    for one, targets in plan:  # every run readable, every target valid, before any is created
+        try:
+            next(read_records(one, rank="all"), None)  # a file that is no run is refused up front
+            for _, name, options in targets:
+                _check(name, options)
+        except (RunError, LookupError, ModuleNotFoundError) as error:
+            raise CommandError(str(error)) from None
+    for one, targets in plan:
+        _replay(one, targets, rank, append=args.append)
+    return 0
+
+
+def _targets(args: argparse.Namespace, run_name: str | None) -> list[tuple[str, str, dict[str, Any]]]:
+    """``(description, type, options)`` of each target the options name; for ``run_name`` (a run of a
+    folder), a ``log_dir`` is ``<log_dir>/<run_name>`` and a W&B run is named ``run_name`` unless
+    ``--name`` says otherwise."""
+    targets: list[tuple[str, str, dict[str, Any]]] = []
     if args.tensorboard is not None:
         targets.append((f"TensorBoard {args.tensorboard}", "tensorboard", {"log_dir": args.tensorboard}))
     if args.wandb is not None:
-        init = {"mode": args.wandb_mode, "dir": args.wandb_dir, "name": args.name}
+        name = args.name if args.name is not None or run_name is None else run_name
+        init = {"mode": args.wandb_mode, "dir": args.wandb_dir, "name": name}
         options = {"project": args.wandb, **{k: v for k, v in init.items() if v is not None}}
         targets.append((f"W&B project {args.wandb}", "wandb", options))
     try:
@@ -104,34 +126,39 @@ def run(args: argparse.Namespace) -> int:
     if not targets:
         raise CommandError("replay: name a target, --hook NAME[:KEY=VALUE,...], --tensorboard DIR and/or "
                            "--wandb PROJECT")
-    rank = rank_choice(args.rank)
+    if run_name is not None:
+        for at, (description, name, options) in enumerate(targets):
+            if "log_dir" in options:
+                options["log_dir"] = str(Path(str(options["log_dir"])) / run_name)
+                targets[at] = (f"{description}/{run_name}", name, options)
+    return targets
+
+
+def _replay(path: str, targets: list[tuple[str, str, dict[str, Any]]], rank: Any, *, append: bool) -> None:
+    """Create ``targets``, replay the run at ``path`` into them and close them; say what was done."""
     hooks: list[Any] = []
-    new_dirs = [path for path in _target_dirs(targets) if not path.exists()]
+    new_dirs = [one for one in _target_dirs(targets) if not one.exists()]
     try:
-        run_files(args.run)  # a run that can't be read creates no target
-        for _, name, options in targets:  # an unknown type or option creates no target either
-            _check(name, options)
         for _, name, options in targets:
-            hooks.append(_create(name, options, append=args.append))
-    except (RunError, ReplayRefused, LookupError, ModuleNotFoundError, CommandError) as error:
+            hooks.append(_create(name, options, append=append))
+    except (ReplayRefused, LookupError, ModuleNotFoundError, CommandError) as error:
         for hook in hooks:  # a target created before the failure is closed, not left half-open
             with contextlib.suppress(Exception):  # the failure above is the one to report
                 close_hook(hook)
-        for path in new_dirs:  # and a directory it made is gone again
-            shutil.rmtree(path, ignore_errors=True)
+        for one in new_dirs:  # and a directory it made is gone again
+            shutil.rmtree(one, ignore_errors=True)
         raise CommandError(str(error)) from None
     try:
-        result = replay_run(args.run, hooks, rank=rank)  # closes the hooks, whatever happens
+        result = replay_run(path, hooks, rank=rank)  # closes the hooks, whatever happens
     except RunError as error:
         raise CommandError(str(error)) from None
-    report_skipped(args.run, result.skipped)
+    report_skipped(path, result.skipped)
     if result.not_replayed:
         counts = ", ".join(f"{event} {n:,}" for event, n in result.not_replayed.items())
         print(f"speedtronic: not replayed (the logger's own records, never sent to hooks): {counts}",
               file=sys.stderr)
     described = " and ".join(description for description, _, _ in targets)
-    print(f"replayed {result.replayed.total():,} records of {args.run} to {described}", file=sys.stderr)
-    return 0
+    print(f"replayed {result.replayed.total():,} records of {path} to {described}", file=sys.stderr)
 
 
 def _check(name: str, options: dict[str, Any]) -> None:

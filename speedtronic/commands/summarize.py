@@ -8,7 +8,14 @@ from typing import Any
 
 import orjson
 
-from speedtronic.commands._runs import add_rank_argument, rank_choice, report_skipped, runs_in
+from speedtronic.commands._runs import (
+    add_rank_argument,
+    add_role_arguments,
+    rank_choice,
+    report_skipped,
+    roles_chosen,
+    runs_in,
+)
 from speedtronic.commands.cli import CommandError
 from speedtronic.runs.reader import RunError
 from speedtronic.runs.summary import available_workers, format_summaries, summarize_run
@@ -28,6 +35,7 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print a JSON array, one object per run")
     add_rank_argument(parser)
+    add_role_arguments(parser)
     parser.add_argument(
         "--workers",
         type=int,
@@ -42,13 +50,14 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Summarise every run that can be read; list the others. Fails only if none can be read."""
     rank = rank_choice(args.rank)
+    roles = roles_chosen(args)
     if args.workers is not None and args.workers < 1:
         raise CommandError(f"--workers: expected a positive integer, got {args.workers}")
     workers = args.workers if args.workers is not None else available_workers()
     summaries, unreadable = [], []
     for path in runs_in(args.runs):
         try:
-            summaries.append(summarize_run(path, rank=rank, workers=workers))
+            summaries.append(summarize_run(path, rank=rank, workers=workers, roles=roles))
         except RunError as error:
             unreadable.append(str(error))
     if not summaries:

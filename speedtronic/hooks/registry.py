@@ -14,7 +14,8 @@ a type is asked for (``hook_type``): listing the types imports no SDK.
 ``build_hook`` is the one way a hook is made from configuration (a config's ``logging.hooks`` entry,
 ``speedtronic replay --hook``, a torchtune YAML): the type looked up, its options checked against the
 factory's signature before anything is created, the hook created and checked as ``MetricLogger.hooks``
-checks one. Each caller adds where the entry came from to the ``HookConfigError``.
+checks one. An entry's ``background: true`` (any type) puts the hook on a worker thread of its own
+(``speedtronic.hooks.background``). Each caller adds where the entry came from to the ``HookConfigError``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from speedtronic.hooks.background import background
 from speedtronic.hooks.dispatch import as_callback, close_hook
 from speedtronic.processors.redact import redact_text
 from speedtronic.strings import safe_str
@@ -97,6 +99,10 @@ class HookConfigError(ValueError):
 def build_hook(type_name: str, options: Mapping[str, Any] | None = None) -> Any:
     """A hook of the registered type ``type_name`` made with ``options`` as keyword arguments.
 
+    The option ``background`` is the entry's, not the factory's: ``background=True`` returns the hook
+    wrapped in ``speedtronic.hooks.background(hook)``, called on a worker thread of its own, so a
+    tracker's network calls stay off the training thread.
+
     Raises ``LookupError`` for an unknown type (``hook_type``), ``ModuleNotFoundError`` naming the
     extra for a type whose SDK is missing, and ``HookConfigError`` for options the factory doesn't
     take (checked before anything is created), a factory that fails, or a result that can't be called
@@ -104,6 +110,9 @@ def build_hook(type_name: str, options: Mapping[str, Any] | None = None) -> Any:
     """
     factory = hook_type(type_name)
     options = dict(options or {})
+    on_worker = options.pop("background", False)
+    if type(on_worker) is not bool:
+        raise HookConfigError(f"{type_name} hook: background must be true or false, got {on_worker!r}")
     problem = hook_argument_problem(factory, options)
     if problem is not None:
         raise HookConfigError(f"{type_name} hook: {problem}")
@@ -122,7 +131,7 @@ def build_hook(type_name: str, options: Mapping[str, Any] | None = None) -> Any:
     except TypeError as error:
         close_hook(hook)
         raise HookConfigError(str(error)) from None
-    return hook
+    return background(hook) if on_worker else hook
 
 
 def hook_argument_problem(factory: Callable[..., Any], kwargs: Mapping[str, Any]) -> str | None:

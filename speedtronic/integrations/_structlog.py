@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import traceback
 from collections.abc import Iterable, Mapping
+from types import FrameType
 from typing import Any, ClassVar
 
 import structlog
@@ -12,6 +15,7 @@ import structlog
 from speedtronic.events import level_for
 from speedtronic.levels import LEVEL_NAMES
 from speedtronic.processors.convert import json_safe_record, to_python, unique_key
+from speedtronic.processors.text import format_fields
 from speedtronic.record import NOTE_KEY
 from speedtronic.strings import safe_str
 
@@ -53,6 +57,30 @@ def exception_text(error: BaseException) -> str:
         return f"{type(error).__qualname__}: {safe_str(error)}"
 
 
+_NOT_IN_MESSAGE = frozenset({"timestamp", NOTE_KEY})
+"""Keys a stdlib record's message leaves out: its own ``created`` time, and the note about values."""
+
+_PACKAGE = os.path.dirname(os.path.dirname(__file__)) + os.sep
+"""speedtronic's directory, as its modules' code names their files (the same ``sys.path`` entry)."""
+
+
+_LEVEL_OFFSET = 0 if sys.version_info >= (3, 11) else 1
+"""Python 3.10's ``findCaller`` counts ``stacklevel`` from ``Logger.log``'s own frame (bpo-45171,
+fixed in 3.11): one more level reaches the same caller there."""
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` that makes a record's call site (``%(filename)s:%(lineno)d``, ``funcName``)
+    the first frame outside speedtronic above the caller's: the line that called ``emit`` (or
+    ``trainer.fit()``, or the framework's logging call), not the hook's."""
+    frame: FrameType | None = sys._getframe(2)  # what called the function asking: stacklevel 2 for it
+    level = 2
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame = frame.f_back
+        level += 1
+    return level + _LEVEL_OFFSET if frame is not None else 1
+
+
 class StructlogHook:
     """Logs each event through a structlog logger, at the record's level, its payload as key-values.
 
@@ -60,8 +88,15 @@ class StructlogHook:
     configuration at each call, so the application's ``structlog.configure(...)``, its contextvars
     (``merge_contextvars``) and ``structlog.testing.capture_logs()`` all apply, whenever they are set
     up. Or pass the app's own logger (``structlog.wrap_logger(...)``, ``structlog.stdlib`` ones
-    included), or a plain stdlib ``logging.Logger``: the event is the record's message and the payload
-    its ``extra`` (``logger.log(level, event, extra=..., exc_info=...)``).
+    included), or a plain stdlib ``logging.Logger``: the record's message is the event and its values
+    as the text log writes them (``train_step step=5 loss=0.5 elapsed_s=0.01``), so any formatter
+    shows them (``basicConfig``'s ``%(message)s``, loguru's ``InterceptHandler``), and the payload is
+    also its ``extra`` (``logger.log(level, message, extra=..., exc_info=...)``), for a JSON formatter.
+
+    **The call site is the user's.** A stdlib record's ``pathname``, ``lineno`` and ``funcName`` are
+    the line that called ``emit`` (the first frame outside speedtronic: ``stacklevel``), not the
+    hook's. structlog finds its own call site (``CallsiteParameterAdder``) by leaving out frames of the
+    modules it is told to: ``CallsiteParameterAdder(..., additional_ignores=["speedtronic"])``.
 
     **The console is the app's.** The hook ``writes_console``: a ``MetricLogger`` whose text log
     goes to stdout by default (no ``stream=`` or ``file=``) leaves stdout to the app's logger, so
@@ -155,7 +190,10 @@ class StructlogHook:
     def _to_stdlib(self, level: str, event: str, fields: dict[str, Any], raised: BaseException | None,
                    ) -> None:
         levelno = logging.getLevelName(LEVEL_NAMES.get(level, level.upper()))
-        self._logger.log(levelno, event, exc_info=raised, extra=fields)
+        if not self._logger.isEnabledFor(levelno):
+            return
+        message = event + format_fields(fields, skip=_NOT_IN_MESSAGE)
+        self._logger.log(levelno, "%s", message, exc_info=raised, extra=fields, stacklevel=_caller_level())
 
     def __repr__(self) -> str:
         return f"<StructlogHook logger={self._logger!r}>"

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import atexit
+import json
 import os
 from collections.abc import Collection, Mapping
 from typing import Any, Protocol
 
 from speedtronic.extras import require
 from speedtronic.integrations._names import ONE_OFF_EVENTS, SKIPPED_KEYS, StepAxis, metric_name, tracked
+from speedtronic.integrations._uploads import Uploads
 from speedtronic.lifecycle import close_loggers_first_at_exit
 from speedtronic.processors.convert import to_python
 
@@ -25,6 +27,8 @@ class _Run(Protocol):
     def config(self) -> Any: ...
     @property
     def summary(self) -> Any: ...
+    def id(self) -> str: ...
+    def log_artifact(self, artifact: Any, aliases: list[str] | None = None) -> Any: ...
     def log(self, data: dict[str, Any]) -> None: ...
     def define_metric(self, name: str, step_metric: str | None = None) -> Any: ...
     def finish(self, exit_code: int | None = None) -> None: ...
@@ -86,6 +90,12 @@ class WandbHook:
         finish: whether ``close()`` finishes the run; default: only a run the hook created. A run
             you pass in, or one the hook joined, stays its owner's to finish, unless ``finish=True``.
         skip: payload keys not logged (default ``elapsed_s``).
+        log_checkpoints: upload each ``checkpoint`` event's file as a version of the ``model``
+            artifact ``checkpoints-<run id>`` (aliases ``step_<step>`` and W&B's ``latest``; metadata
+            ``step``), with the run's config as ``config.json`` beside it, on a worker thread of the
+            hook's own (see ``speedtronic.integrations._uploads``): a failed upload is a hook
+            failure, raised by the next ``on_event`` or ``close()``, never a stop to training.
+            ``close()`` waits for the uploads before finishing the run.
     """
 
     def __init__(
@@ -95,6 +105,7 @@ class WandbHook:
         run: _Run | None = None,
         finish: bool | None = None,
         skip: Collection[str] = SKIPPED_KEYS,
+        log_checkpoints: bool = False,
         **init_kwargs: Any,
     ) -> None:
         if run is not None and (project is not None or init_kwargs):
@@ -118,6 +129,11 @@ class WandbHook:
         self._training = False
         self._closed = False
         self._pid = os.getpid()
+        self._uploads: Uploads | None = None
+        if log_checkpoints:
+            self._artifact = require("wandb", "wandb", needed_by="WandbHook(log_checkpoints=True)").Artifact
+            self._uploads = Uploads("WandbHook")
+        self._config: Any = None  # the run's config, uploaded beside each checkpoint
         atexit.register(self._close_at_exit)
         close_loggers_first_at_exit()  # a logger still holding events for this hook closes first
 
@@ -127,7 +143,8 @@ class WandbHook:
             raise RuntimeError(f"WandbHook.on_event({event!r}) after close(); the run is finished")
         x, config, items = tracked(self._axis, event, payload, self._skip)  # W&B keeps its own _timestamp
         if config is not None:
-            self.run.config.update(to_python(config), allow_val_change=True)
+            self._config = to_python(config)
+            self.run.config.update(self._config, allow_val_change=True)
         row = {metric_name(event, key): to_python(value) for key, value in items}
         if event == "train_start":
             self._training = True
@@ -136,12 +153,25 @@ class WandbHook:
         if event in ONE_OFF_EVENTS:  # one point is no chart: the run's summary keeps the values
             if row:
                 self.run.summary.update(row)
-            return
-        row[STEP] = x
-        for name in row.keys() - self._defined:
-            self.run.define_metric(name, step_metric=STEP)
-            self._defined.add(name)
-        self.run.log(row)
+        else:
+            row[STEP] = x
+            for name in row.keys() - self._defined:
+                self.run.define_metric(name, step_metric=STEP)
+                self._defined.add(name)
+            self.run.log(row)
+        if self._uploads is not None:
+            if event == "checkpoint" and "path" in payload:
+                self._uploads.submit(self._upload_checkpoint, str(payload["path"]), x, self._config)
+            self._uploads.raise_failures()
+
+    def _upload_checkpoint(self, path: str, step: int, config: Any) -> None:
+        """On the uploads' thread: one version of the run's checkpoint artifact."""
+        artifact = self._artifact(f"checkpoints-{self.run.id}", type="model", metadata={"step": step})
+        artifact.add_file(path)
+        if config is not None:
+            with artifact.new_file("config.json") as file:
+                json.dump(config, file, default=str)
+        self.run.log_artifact(artifact, aliases=[f"step_{step}"])
 
     def close(self, exit_code: int | None = None) -> None:
         """Finish the run (when the hook owns it); idempotent.
@@ -157,8 +187,12 @@ class WandbHook:
         atexit.unregister(self._close_at_exit)
         if exit_code is None and self._training:
             exit_code = 1
-        if self._finish:
-            self.run.finish(exit_code=exit_code)
+        try:
+            if self._uploads is not None:
+                self._uploads.close()  # every checkpoint uploaded before the run is finished
+        finally:
+            if self._finish:
+                self.run.finish(exit_code=exit_code)
 
     def _close_at_exit(self) -> None:
         # Registered after wandb's own teardown, so it runs before it (atexit is LIFO) and the run

@@ -12,6 +12,7 @@ from typing import Any
 
 from speedtronic.extras import require
 from speedtronic.integrations._names import SKIPPED_KEYS, StepAxis, metric_name, tracked
+from speedtronic.integrations._uploads import Uploads
 from speedtronic.lifecycle import close_loggers_first_at_exit
 from speedtronic.processors.convert import to_python
 from speedtronic.processors.enrich import timestamp_ns
@@ -85,6 +86,15 @@ class MlflowHook:
         finish: whether ``close()`` ends the run; default: only a run the hook started (created, or
             resumed with ``run_id=``), never the active run it joined.
         skip: payload keys not logged (default ``elapsed_s``, the logger's clock; ``()`` logs it).
+        log_checkpoints: upload each ``checkpoint`` event's file into the run's artifacts, under
+            ``checkpoints/step_<step>/``, with the run's config as ``config.json`` beside it, on a
+            worker thread of the hook's own: a failed upload is a hook failure, raised by the next
+            ``on_event`` or ``close()``, never a stop to training. ``close()`` waits for the uploads
+            before ending the run.
+        log_system_metrics: also start MLflow's own system-metrics monitor on the run (its
+            ``system/...`` metrics in MLflow's System Metrics tab; needs psutil, and nvidia-ml-py for
+            GPUs). Off by default: ``speedtronic train``'s ``system`` events already reach the run as
+            ``system/cpu_percent``... metrics, from speedtronic's own sampler.
     """
 
     def __init__(
@@ -97,6 +107,8 @@ class MlflowHook:
         tags: Mapping[str, Any] | None = None,
         finish: bool | None = None,
         skip: Collection[str] = SKIPPED_KEYS,
+        log_checkpoints: bool = False,
+        log_system_metrics: bool = False,
     ) -> None:
         mlflow = require("mlflow", "mlflow", needed_by="speedtronic.integrations.MlflowHook")
         self._entities = require("mlflow.entities", "mlflow", needed_by="speedtronic.integrations.MlflowHook")
@@ -130,6 +142,18 @@ class MlflowHook:
             tag = self._entities.RunTag
             for chunk in _chunks([tag(str(key), str(value)) for key, value in tags.items()]):
                 self.client.log_batch(self.run_id, tags=chunk)
+        self._uploads = Uploads("MlflowHook") if log_checkpoints else None
+        self._config: Any = None  # the run's config, uploaded beside each checkpoint
+        self._monitor: Any = None
+        if log_system_metrics:
+            monitors = require(
+                "mlflow.system_metrics.system_metrics_monitor", "mlflow",
+                needed_by="MlflowHook(log_system_metrics=True)",
+            )
+            self._monitor = monitors.SystemMetricsMonitor(  # its own thread, its own client
+                self.run_id, resume_logging=run_id is not None, tracking_uri=tracking_uri
+            )
+            self._monitor.start()
         atexit.register(self._close_at_exit)
         close_loggers_first_at_exit()  # a logger still holding events for this hook closes first
 
@@ -156,7 +180,8 @@ class MlflowHook:
         metrics: list[Any] = []
         params: dict[str, str] = {}
         if config is not None:
-            params.update(_params(to_python(config)))
+            self._config = to_python(config)
+            params.update(_params(self._config))
         for key, value in items:
             value = to_python(value)
             if type(value) is float or type(value) is int:
@@ -167,11 +192,22 @@ class MlflowHook:
             self._status = "FAILED"  # until its train_end: training that never ends failed
         elif event == "train_end":
             self._status = _END_STATUS.get(str(payload.get("status")), "FINISHED")
+        if self._uploads is not None:
+            if event == "checkpoint" and "path" in payload:
+                self._uploads.submit(self._upload_checkpoint, str(payload["path"]), at, self._config)
+            self._uploads.raise_failures()
         if changed:
             raise ValueError(
                 f"MlflowHook: run {self.run_id} already has the params {changed} with other values; "
                 "MLflow params can't change, so the run's are kept"
             )
+
+    def _upload_checkpoint(self, path: str, step: int, config: Any) -> None:
+        """On the uploads' thread: the checkpoint and the config into ``checkpoints/step_<step>/``."""
+        where = f"checkpoints/step_{step}"
+        self.client.log_artifact(self.run_id, path, artifact_path=where)
+        if config is not None:
+            self.client.log_dict(self.run_id, config, f"{where}/config.json")
 
     def _log(self, metrics: list[Any], params: dict[str, str]) -> list[str]:
         """Log ``metrics`` and the params the run lacks; return the params it has with other values."""
@@ -198,8 +234,14 @@ class MlflowHook:
             return
         self._closed = True
         atexit.unregister(self._close_at_exit)
-        if self._finish:
-            self.client.set_terminated(self.run_id, status or self._status)
+        try:
+            if self._monitor is not None:
+                self._monitor.finish()
+            if self._uploads is not None:
+                self._uploads.close()  # every checkpoint uploaded before the run ends
+        finally:
+            if self._finish:
+                self.client.set_terminated(self.run_id, status or self._status)
 
     def _close_at_exit(self) -> None:
         # A forked child (a DataLoader worker) inherits the handler; the run is the parent's to end.

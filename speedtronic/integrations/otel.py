@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,7 +22,7 @@ from speedtronic.processors.convert import to_python, unique_key
 from speedtronic.processors.enrich import timestamp_ns
 from speedtronic.strings import safe_str
 
-__all__ = ["SEVERITY_NUMBERS", "OtelHook", "attributes"]
+__all__ = ["SEVERITY_NUMBERS", "OtelHook", "attributes", "exception_attributes"]
 
 SEVERITY_NUMBERS: Mapping[str, int] = {"DEBUG": 5, "INFO": 9, "WARNING": 13, "ERROR": 17, "CRITICAL": 21}
 """Each level's OpenTelemetry ``SeverityNumber`` (``DEBUG``, ``INFO``, ``WARN``, ``ERROR``, ``FATAL``)."""
@@ -34,13 +36,28 @@ _OTLP_HTTP = "opentelemetry-exporter-otlp-proto-http"
 def attributes(payload: Mapping[Any, Any]) -> dict[str, Any]:
     """A payload as OpenTelemetry attributes: ``timestamp`` left out (it is the record's own), tensors
     as numbers, nested mappings flattened with ``.`` (``config.lr``), lists of one scalar type as
-    they are, ``None`` left out, an exception as ``"ZeroDivisionError: division by zero"``, anything
-    else as its ``str()``."""
+    they are, ``None`` left out, an exception as ``"ZeroDivisionError: division by zero"`` (and the
+    first one also as ``exception_attributes``), anything else as its ``str()``."""
     out: dict[str, Any] = {}
     for key, value in payload.items():
         if key != "timestamp":
             _put(out, unique_key(out, key), to_python(value))
     return out
+
+
+def exception_attributes(error: BaseException) -> dict[str, str]:
+    """OpenTelemetry's semantic-convention attributes of ``error``, as the OpenTelemetry SDK's own
+    ``LoggingHandler`` sends them for ``logger.exception(...)``: ``exception.type`` (the class name),
+    ``exception.message`` and ``exception.stacktrace`` (the whole traceback, as Python prints it)."""
+    try:
+        stacktrace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    except Exception:  # an exception whose str() raises: its one line says what can be said
+        stacktrace = exception_text(error)
+    return {
+        "exception.type": type(error).__name__,
+        "exception.message": safe_str(error),
+        "exception.stacktrace": stacktrace,
+    }
 
 
 def _put(out: dict[str, Any], name: str, value: Any) -> None:
@@ -58,8 +75,19 @@ def _put(out: dict[str, Any], name: str, value: Any) -> None:
         out[name] = tuple(value)
     elif isinstance(value, BaseException):
         out[name] = exception_text(value)
+        if "exception.type" not in out:
+            out.update(exception_attributes(value))
     else:
         out[name] = safe_str(value)
+
+
+def _handled_exception(error: object) -> dict[str, str]:
+    """``exception_attributes`` of the exception being handled on this thread, when the ``error`` text
+    is that exception on one line (``"ZeroDivisionError: ..."``); else none."""
+    handled = sys.exc_info()[1]
+    if handled is None or not isinstance(error, str) or not error.startswith(type(handled).__name__):
+        return {}
+    return exception_attributes(handled)
 
 
 class _CountingExporter:
@@ -108,6 +136,13 @@ class OtelHook:
     (``attributes()``: ``step``, ``loss``, ``elapsed_s``..., nested mappings flattened with ``.``).
     The current span's context is the record's, so a record emitted inside your span carries its
     trace and span ids. Logger (instrumentation scope): ``speedtronic``, at speedtronic's version.
+
+    **Exceptions** carry OpenTelemetry's semantic-convention attributes ``exception.type``,
+    ``exception.message`` and ``exception.stacktrace`` (``exception_attributes``), as the OTel SDK's
+    own ``LoggingHandler`` sends them: for an exception in the payload, and for an event whose
+    ``error`` text names the exception being handled where it is emitted (``speedtronic train``'s
+    ``train_end`` with ``status="failed"``, when the hook is called inside ``emit``: the stdlib's
+    ``logger.exception()`` rule of taking ``sys.exc_info()``).
 
     **Whose provider**: ``logger_provider=`` is yours (an SDK ``LoggerProvider`` with your processors
     and exporters): ``close()`` flushes it and leaves shutting it down to you. Without one, the hook
@@ -197,12 +232,15 @@ class OtelHook:
             raise RuntimeError(f"OtelHook.on_event({event!r}) after close()")
         severity = LEVEL_NAMES.get(level, "INFO")
         stamp = timestamp_ns(payload.get("timestamp"))
+        described = attributes(payload)
+        if "error" in payload and "exception.type" not in described:
+            described.update(_handled_exception(payload["error"]))
         self._logger.emit(
             timestamp=time.time_ns() if stamp is None else stamp,
             severity_number=self._severities[severity],
             severity_text=severity,
             body=event,
-            attributes=attributes(payload),
+            attributes=described,
             event_name=event,
         )
         self._raise_failures()

@@ -12,7 +12,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from speedtronic.runs.frames import read_frame, read_frames
+    from speedtronic.runs.frames import UnknownEventWarning, read_frame, read_frames
     from speedtronic.runs.reader import (
         RATE_SUFFIX,
         RankChoice,
@@ -33,6 +33,7 @@ __all__ = [
     "RunClock",
     "RunError",
     "Skipped",
+    "UnknownEventWarning",
     "as_number",
     "rate_keys",
     "read_frame",
@@ -41,7 +42,7 @@ __all__ = [
     "run_files",
 ]
 
-_FRAMES = ("read_frame", "read_frames")
+_FRAMES = ("UnknownEventWarning", "read_frame", "read_frames")
 
 
 def __getattr__(name: str) -> Any:

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import io
 import os
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
@@ -52,6 +53,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
+from speedtronic.errors import SpeedtronicWarning
+from speedtronic.events import EVENT_LEVELS, PAYLOADS
 from speedtronic.extras import require
 from speedtronic.record import (
     FLOAT_OF_KIND,
@@ -72,10 +75,17 @@ from speedtronic.runs.reader import (
     run_files,
 )
 
-__all__ = ["Library", "read_frame", "read_frames"]
+__all__ = ["Library", "UnknownEventWarning", "read_frame", "read_frames"]
 
 Library = Literal["pandas", "polars"]
 """The dataframe library to build tables with."""
+
+
+
+class UnknownEventWarning(SpeedtronicWarning):
+    """An event asked of ``read_frames`` that the run has no record of and the event catalog does not
+    name: most likely a typo (``"evall"``). The warning lists the events the run has."""
+
 
 _INT64 = (-(2**63), 2**63 - 1)
 _TIMESTAMP = "timestamp"
@@ -94,7 +104,8 @@ def read_frames(
     """One DataFrame per event of the run at ``path`` (a run directory or a JSONL file).
 
     Every event the run holds, in the order each first appears; or, with ``events``, exactly those,
-    an empty DataFrame for one the run lacks. ``rank`` (one rank, a list of ranks, ``"first"`` or
+    an empty DataFrame for one the run lacks (with an ``UnknownEventWarning`` listing the events the run
+    has when the catalog does not name it either: a typo). ``rank`` (one rank, a list of ranks, ``"first"`` or
     ``"all"``) and ``skipped`` are ``read_records``'s; a bad ``rank`` is a ``ValueError`` before
     anything is read.
     Raises ``ModuleNotFoundError`` naming the extra to install when ``library`` (or pyarrow) isn't
@@ -107,15 +118,30 @@ def read_frames(
     files = run_files(path)
     ranks = RankFilter(files, rank, skipped)
     parts: dict[str, list[_Part]] = {name: [] for name in wanted or ()}
+    seen: dict[str, None] = {}
     for source in files:
         if not ranks.opens(source):
             continue
         for event, part in _file_parts(source, ranks, skipped, engine):
+            seen[event] = None
             if wanted is None or event in parts:
                 parts.setdefault(event, []).append(part)
+    _warn_unknown(path, wanted or (), seen)
     # Each event's parts are let go once its columns are made, and each column once its series is
     # built: a library that allocates with malloc (numpy, so pandas) reuses that memory for the next.
     return {event: build(engine.columns(parts.pop(event))) for event in list(parts)}
+
+
+def _warn_unknown(path: str | os.PathLike[str], wanted: Iterable[str], seen: dict[str, None]) -> None:
+    catalog = {*map(str, PAYLOADS), *EVENT_LEVELS}
+    for event in wanted:
+        if event not in seen and event not in catalog:
+            has = ", ".join(seen) if seen else "no record"
+            warnings.warn(
+                UnknownEventWarning(f"{path}: no {event!r} record, and no event of that name is known; "
+                                    f"the run has {has}"),
+                stacklevel=3,
+            )
 
 
 def read_frame(
@@ -234,6 +260,8 @@ class _Split:
                 record = parse_record(line, True, self.source, number)
                 if not isinstance(record, str):
                     raise _Fallback  # a record the engine would be given some other way
+                if not (groups or self.parts or self.bad or line.lstrip().startswith(b"{")):
+                    raise _Fallback  # a first line no JSON object begins: the line reader raises RunError
                 self.bad.append((number, record))
         for name, group in groups.items():
             try:

@@ -1,8 +1,10 @@
 """``plot_runs``: chosen keys of one or more runs as a PNG, PDF or SVG, one panel per key, runs overlaid.
 
 A resumed run is drawn as one line: against ``elapsed_s`` the time is cumulative over the run's
-segments (``speedtronic.runs.RunClock``), and against ``step`` a step recorded again after a restart
-replaces the points recorded from it on before (the latest record of a step wins).
+segments (``speedtronic.runs.RunClock``), and against ``step`` a point at a step a line already reached
+(a restart recording it again) replaces the line's points from that step on (the latest record of a
+step wins). Only the lines the record gives a point to: Lightning's epoch record at the last step's
+number (``train_loss_epoch``) leaves the per-step lines alone.
 
 Plotting ``train_step`` records, the ``eval`` records' values of the same keys (the held-out ``loss``)
 are drawn in the same panel, dashed, in the run's colour (``with_eval=False`` leaves them out; an
@@ -28,6 +30,7 @@ from typing import Any
 
 from speedtronic.extras import require
 from speedtronic.runs.reader import RankChoice, RunClock, Skipped, as_number, read_records, run_files
+from speedtronic.runs.roles import Roles, eval_split
 
 __all__ = [
     "DEFAULT_KEYS",
@@ -121,10 +124,12 @@ class Envelope:
         dropped = sum(self.gaps[keep:])
         for column in self._columns():
             del column[keep:]
-        while self._starts and self._starts[-1] >= keep:
-            self._starts.pop()
-        if self._open > keep:
-            self._open = self._starts.pop() if self._starts else 0
+        if self._open >= keep:  # the bucket being filled goes whole, and the full ones from keep on
+            end = self._open  # where the last full bucket left standing ends
+            while self._starts and self._starts[-1] >= keep:
+                end = self._starts.pop()
+            # A full bucket ending at keep stays full; one the rewind cut in two is filled again.
+            self._open = keep if end == keep or not self._starts else self._starts.pop()
         self._filled = len(self.x) - self._open
         return dropped
 
@@ -199,6 +204,11 @@ class Series:
     ``<run> rank <r>``)."""
     smooth: float = 0.0
     """The EMA's weight; 0: none."""
+    split: str | None = None
+    """The held-out split the points come from (``val``, ``test``, ...); ``None``: training."""
+    source: str = ""
+    """The key read (``train_loss_step`` for the ``loss`` panel, ``lr-SGD/pg1`` for ``lr``); ``key``
+    when empty."""
     points: Envelope = field(default_factory=Envelope)
     smoothed: Envelope = field(default_factory=lambda: Envelope(carried=2))
     """The EMA's points, each with the EMA's state after it (its sum and the values seen)."""
@@ -270,6 +280,10 @@ def ema(values: Sequence[float], weight: float) -> list[float]:
     return out
 
 
+_Group = dict[tuple[str, str], Series]
+"""One rank's series of one event and split, by (panel key, key read)."""
+
+
 def _collect(
     path: str | os.PathLike[str],
     label: str,
@@ -278,52 +292,119 @@ def _collect(
     events: Sequence[str],
     rank: RankChoice,
     smooth: float = 0.0,
+    roles: Roles | None = None,
 ) -> tuple[list[Series], Skipped, int]:
-    """The run's series, one per key and event (per key, event and rank with ``rank="all"`` or a list
+    """The run's series, one per key read, event and split (per rank too with ``rank="all"`` or a list
     of ranks, up to ``MAX_RANK_SERIES`` ranks), read in one pass; what the read skipped, and how many
-    more ranks had points but are not drawn."""
-    per_rank: dict[int, dict[str, list[Series]]] = {}
+    more ranks had points but are not drawn. The keys ``loss`` and ``lr`` are roles
+    (``speedtronic.runs.roles``): the run's loss, whatever its name, and each of its learning rates."""
+    finder = _KeyFinder(keys, roles if roles is not None else Roles(), held_out="eval" in events)
+    per_rank: dict[int, dict[tuple[str, str | None], _Group]] = {}
     by_rank = rank == "all" or not isinstance(rank, int | str)  # every rank, or a list: a series each
     not_drawn: set[int] = set()
     skipped = Skipped()
     clock = RunClock()
     for record in read_records(path, skipped, rank=rank):
         since_start = clock.add(record)  # every record: a segment's time counts even without points
-        if record.event not in events or (record.event == "eval" and record.payload.get("split") == "test"):
+        if record.event not in events:
             continue
         xv = since_start if x == "elapsed_s" else as_number(record.payload.get(x))
         if xv is None or not math.isfinite(xv):
             continue
+        values = finder.values(record.event, record.payload)
         key = record.rank if by_rank else 0
-        by_event = per_rank.get(key)
-        if by_event is None:
+        groups = per_rank.get(key)
+        if groups is None:
             if len(per_rank) >= MAX_RANK_SERIES:
-                if any(as_number(record.payload.get(k)) is not None for k in keys):
+                if values:
                     not_drawn.add(key)
                 continue
-            name = f"{label} rank {key}" if by_rank else label
-            shown = key if by_rank else None
-            by_event = per_rank[key] = {
-                e: [Series(name, k, e, rank=shown, smooth=smooth if e == events[0] else 0.0) for k in keys]
-                for e in events
-            }
-        series = by_event[record.event]
-        for one in series:
-            if x == "step":
+            groups = per_rank[key] = {(events[0], None): {}}
+        name = f"{label} rank {key}" if by_rank else label
+        for event, split, panel, source, value in values:
+            group = groups.setdefault((event, split), {})
+            one = group.get((panel, source))
+            if one is None:
+                main = event == events[0] and split is None
+                one = group[(panel, source)] = Series(
+                    name, panel, event, rank=key if by_rank else None, smooth=smooth if main else 0.0,
+                    split=split, source=source,
+                )  # fmt: skip
+            elif x == "step":  # a step given again (after a restart) replaces the line from it on
                 one.rewind(xv)
-            yv = as_number(record.payload.get(one.key))
-            if yv is not None:
-                one.add(xv, yv)
+            one.add(xv, value)
     if not per_rank:
-        per_rank[0] = {e: [Series(label, k, e) for k in keys] for e in events}
-    drawn = [  # the chosen event's series always (a key without points gets its panel); eval's with points
-        one
-        for _, by_event in sorted(per_rank.items())
-        for e in events
-        for one in by_event[e]
-        if e == events[0] or len(one.y)
-    ]
+        per_rank[0] = {(events[0], None): {}}
+    drawn: list[Series] = []
+    for key, groups in sorted(per_rank.items()):
+        trained = groups[(events[0], None)]
+        name = f"{label} rank {key}" if by_rank else label
+        for panel in keys:  # the chosen event's series always (a key without points gets its panel)
+            if not any(one.key == panel for one in trained.values()):
+                trained[(panel, panel)] = Series(name, panel, events[0], rank=key if by_rank else None)
+        drawn += sorted(trained.values(), key=lambda one: keys.index(one.key))
+        drawn += [  # the held-out series with points, each split its own
+            one for where, group in groups.items() if where != (events[0], None)
+            for one in group.values() if len(one.y)
+        ]  # fmt: skip
     return drawn, skipped, len(not_drawn)
+
+
+class _KeyFinder:
+    """Which payload keys a plot reads, by panel: a key as named, or by role for ``loss`` (the run's
+    loss key, chosen at the first record that has one) and ``lr`` (every learning-rate key)."""
+
+    __slots__ = ("_held_out", "_keys", "_loss", "_roles")
+
+    def __init__(self, keys: Sequence[str], roles: Roles, *, held_out: bool) -> None:
+        self._keys = keys
+        self._roles = roles
+        self._held_out = held_out  # whether a held-out loss logged in a training record is drawn
+        self._loss: str | None = roles.loss
+
+    def values(
+        self, event: str, payload: dict[str, Any]
+    ) -> list[tuple[str, str | None, str, str, float]]:
+        """``(event, split, panel, key read, value)`` of each point the record gives (``split``:
+        ``None`` but for a held-out loss)."""
+        out: list[tuple[str, str | None, str, str, float]] = []
+        split: str | None = None
+        if event == "eval":
+            named = payload.get("split")
+            split = named if type(named) is str and named else "eval"
+        for panel in self._keys:
+            if panel == "loss" and event == "eval":
+                found = [("loss", split)] + [(key, eval_split(key)) for key in payload if key != "loss"]
+                out += [
+                    (event, where, panel, key, value) for key, where in found
+                    if where is not None and (value := as_number(payload.get(key))) is not None
+                ]  # fmt: skip
+                continue
+            if panel == "loss" and self._held_out:
+                for key in payload:  # a held-out loss logged beside the training loss: its own series
+                    where = eval_split(key)
+                    if where is not None and (value := as_number(payload[key])) is not None:
+                        out.append(("eval", where, panel, key, value))
+            for key in self._read(panel, payload):
+                value = as_number(payload.get(key))
+                if value is not None:
+                    out.append((event, split, panel, key, value))
+        return out
+
+    def _read(self, panel: str, payload: dict[str, Any]) -> list[str]:
+        if panel == "lr" and self._roles.lr is not None:
+            return list(self._roles.lr)
+        if panel == "lr":
+            return [key for key in payload if self._roles.is_lr(key)]
+        if panel != "loss":
+            return [panel]
+        if self._loss is None:
+            ranked = [(rank, key) for key in payload if (rank := self._roles.loss_rank(key)) is not None
+                      and as_number(payload[key]) is not None]  # fmt: skip
+            if not ranked:
+                return []
+            self._loss = min(ranked)[1]
+        return [self._loss]
 
 
 def plot_runs(
@@ -340,6 +421,7 @@ def plot_runs(
     rank: RankChoice = "first",
     dpi: int = 100,
     with_eval: bool = True,
+    roles: Roles | None = None,
 ) -> PlotResult:
     """Draw ``keys`` of the ``event`` records of each run against ``x`` and save the figure to ``out``,
     in the format its suffix names (``FORMATS``).
@@ -380,7 +462,7 @@ def plot_runs(
     not_drawn: dict[str, int] = {}
     events = [event, "eval"] if with_eval and event == "train_step" else [event]
     for run, name in zip(runs, names, strict=True):
-        run_series, skipped[name], more = _collect(run, name, keys, x, events, rank, smooth)
+        run_series, skipped[name], more = _collect(run, name, keys, x, events, rank, smooth, roles)
         series += run_series
         if more:
             not_drawn[name] = more
@@ -423,13 +505,14 @@ def _panel(
         return
     for one in drawn:
         style = {"color": colors[one.run], "marker": "." if len(one.y) <= _MARKERS_UP_TO else None}
-        if one.event != event:  # eval beside train_step
-            ax.plot(one.x, one.y, linewidth=1.5, linestyle="--", label=f"{one.run} (eval)", **style)
+        label = one.run if one.source in ("", key) else f"{one.run} {one.source}"
+        if one.split is not None and (one.event != event or one.split != "eval"):  # held out, dashed
+            ax.plot(one.x, one.y, linewidth=1.5, linestyle="--", label=f"{label} ({one.split})", **style)
         elif smooth:
             ax.plot(one.x, one.y, alpha=0.25, linewidth=1, color=style["color"])
-            ax.plot(one.smoothed.x, one.smoothed.y, linewidth=1.5, label=one.run, **style)
+            ax.plot(one.smoothed.x, one.smoothed.y, linewidth=1.5, label=label, **style)
         else:
-            ax.plot(one.x, one.y, linewidth=1.5, label=one.run, **style)
+            ax.plot(one.x, one.y, linewidth=1.5, label=label, **style)
     if log_y:
         ax.set_yscale("log")
     ax.legend(loc="best", fontsize="small")

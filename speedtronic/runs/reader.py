@@ -5,8 +5,10 @@ more ``*.jsonl`` files (``metrics.jsonl`` first, then per-rank files such as ``m
 in numeric order). ``read_records`` yields one ``Record`` per line, lazily, in constant memory, and
 never raises because of what a line holds: a torn last line (a killed writer), a line that is not
 JSON, a JSON value that is not an object, or an object without an ``"event"`` name is skipped and
-counted in a ``Skipped`` with its line number. A path that can't be read, and a file none of whose
-lines is a record (not speedtronic JSONL: a README, a checkpoint), raise ``RunError``.
+counted in a ``Skipped`` with its line number. A path that can't be read, and a file that is not
+speedtronic JSONL (none of its lines is a record, or its first line does not begin a JSON object: a
+README, a text log, a checkpoint), raise ``RunError``; the first line is checked before any record is
+yielded.
 
 A run that was resumed holds several *segments* in one file: each ``train_start`` begins one, which
 lasts until its ``train_end`` or the end of the file. ``Record.segment`` numbers them (from 0, per
@@ -53,6 +55,7 @@ from speedtronic.record import (
     rank_of_name,
     restore_non_finite,
 )
+from speedtronic.runs.roles import is_rate
 
 __all__ = [
     "CHUNK_BYTES",
@@ -75,7 +78,8 @@ __all__ = [
 ]
 
 RATE_SUFFIX = "_per_s"
-"""A numeric payload key ending in this is a throughput rate (``samples_per_s``, ``tokens_per_s``)."""
+"""The writer's suffix of a throughput rate (``samples_per_s``, ``tokens_per_s``); readers also take the
+frameworks' (``speedtronic.runs.roles.RATE_SUFFIXES``)."""
 
 RankChoice = int | Sequence[int] | Literal["first", "all"]
 """Which ranks' records to read: one rank, several (a list of ranks), the rank of the first record
@@ -260,10 +264,9 @@ def as_number(value: object) -> float | None:
 
 
 def rate_keys(payload: dict[str, Any]) -> list[str]:
-    """The payload's throughput rates: numeric keys ending in ``RATE_SUFFIX``."""
-    return [
-        key for key, value in payload.items() if key.endswith(RATE_SUFFIX) and as_number(value) is not None
-    ]
+    """The payload's throughput rates: numeric keys the role table calls rates (``_per_s``, and the
+    frameworks' ``_per_sec``, ``_per_second``...: ``speedtronic.runs.roles.is_rate``)."""
+    return [key for key, value in payload.items() if is_rate(key) and as_number(value) is not None]
 
 
 def run_files(path: str | os.PathLike[str]) -> list[Path]:
@@ -436,7 +439,8 @@ def file_records(
     span: tuple[int, int | None, int] | None = None,
 ) -> Iterator[Record]:
     """The records of one JSONL file, whatever their rank, by ``read_records``' rules (``RunError`` for a
-    file none of whose lines is a record).
+    file none of whose lines is a record, or whose first line does not begin a JSON object: a line a
+    killed writer tore begins one, a README or a checkpoint does not).
 
     ``span``, ``(start, stop, first_line)``, reads a part of the file instead: the lines from byte
     ``start`` (the first byte of line ``first_line``) to byte ``stop`` (the end of a line; ``None``:
@@ -461,6 +465,8 @@ def file_records(
                 lines += 1
                 record = parse_record(raw, ended, source, number, segment)
                 if isinstance(record, str):
+                    if lines == 1 and not start and not raw.lstrip().startswith(b"{"):
+                        raise not_a_run(source, f"line {number} is not a JSON object")
                     skipped.add_line(source, number, record)
                     continue
                 if record.event == "train_start":
@@ -476,9 +482,10 @@ def file_records(
         raise not_a_run(source)
 
 
-def not_a_run(source: Path) -> RunError:
-    """The error for a file none of whose lines is a record."""
-    return RunError(f"{source}: not a speedtronic JSONL file (no line is a JSON record with an event)")
+def not_a_run(source: Path, why: str = "no line is a JSON record with an event") -> RunError:
+    """The error for a file that is not a run: none of its lines is a record, or its first line is
+    not even the start of a JSON object (a README, a text log, a checkpoint)."""
+    return RunError(f"{source}: not a speedtronic JSONL file ({why})")
 
 
 def parse_record(

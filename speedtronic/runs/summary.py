@@ -1,8 +1,9 @@
 """``summarize_run``: one pass over a run, in constant memory, into a ``RunSummary``.
 
 What counts as trouble comes from ``speedtronic.events.EVENT_LEVELS``, the same table that sets
-the text log's levels, so a new warning event is summarised without a change here. Throughput rates
-are the numeric ``train_step`` keys ending in ``_per_s`` (``speedtronic.runs.RATE_SUFFIX``).
+the text log's levels, so a new warning event is summarised without a change here. The loss, the
+learning rates, the throughput rates and the held-out losses are found by role
+(``speedtronic.runs.roles``): a Hugging Face, Lightning or torchtune run reads as ours does.
 
 A resumed run is summarised as one run over its segments (``speedtronic.runs.reader``): ``elapsed``
 adds up the segments, ``steps`` counts each step once however many segments recorded it (a step run
@@ -31,10 +32,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from speedtronic.events import level_for
+from speedtronic.processors.text import quote
 from speedtronic.record import non_finite_text
 from speedtronic.runs.reader import (
     CHUNK_BYTES,
-    RATE_SUFFIX,
     RankChoice,
     RankFilter,
     Record,
@@ -46,8 +47,17 @@ from speedtronic.runs.reader import (
     not_a_run,
     run_files,
 )
+from speedtronic.runs.roles import Roles, eval_split
 
-__all__ = ["PIECE_BYTES", "RateStats", "RunSummary", "available_workers", "format_summaries", "summarize_run"]
+__all__ = [
+    "PIECE_BYTES",
+    "RateStats",
+    "RunSummary",
+    "SeriesStats",
+    "available_workers",
+    "format_summaries",
+    "summarize_run",
+]
 
 
 PIECE_BYTES = 4 * 1024 * 1024
@@ -71,12 +81,60 @@ class RateStats:
             self.count += 1
             self.last = value
 
+    def merge(self, later: RateStats) -> None:
+        """Add the values of ``later``, read after this one's."""
+        self.total += later.total
+        self.count += later.count
+        self.last = later.last if later.count else self.last
+
     @property
     def mean(self) -> float:
         return self.total / self.count if self.count else math.nan
 
 
+@dataclass
+class SeriesStats:
+    """First, last and best (lowest finite) value of one loss series, by record order; non-finite
+    values are counted, never best. ``seen_at`` is the record it was first met in (the run's loss is
+    the loss key met first), ``rank`` how preferred its key is among those of one record."""
+
+    first: float
+    last: float
+    last_step: int | None
+    best: float | None = None
+    best_step: int | None = None
+    non_finite: int = 0
+    seen_at: int = 0
+    rank: int = 0
+
+    def add(self, value: float, step: int | None) -> None:
+        self.last, self.last_step = value, step
+        if not math.isfinite(value):
+            self.non_finite += 1
+        elif self.best is None or value < self.best:
+            self.best, self.best_step = value, step
+
+    def update(self, later: SeriesStats) -> None:
+        self.last, self.last_step = later.last, later.last_step
+        self.non_finite += later.non_finite
+        if later.best is not None and (self.best is None or later.best < self.best):
+            self.best, self.best_step = later.best, later.best_step
+
+
+def _stats(value: float, step: int | None, seen_at: int = 0, rank: int = 0) -> SeriesStats:
+    stats = SeriesStats(value, value, step, seen_at=seen_at, rank=rank)
+    if math.isfinite(value):
+        stats.best, stats.best_step = value, step
+    else:
+        stats.non_finite = 1
+    return stats
+
+
 _Fold = Callable[["RunSummary", Record], None]
+
+_OTHER, _LOSS, _LR, _RATE, _EVAL = range(5)
+"""What a numeric key is, by ``Roles``: nothing the summary reads, the loss, a learning rate, a
+throughput rate, a held-out loss."""
 
 
 @dataclass
@@ -86,6 +144,8 @@ class RunSummary:
     need every piece (segments and steps cross them): ``summarize_run`` sets them once all are in."""
 
     run: str
+    roles: Roles = field(default_factory=Roles)
+    """Which keys are the loss, the learning rates and the rates (``speedtronic.runs.roles``)."""
     files: list[str] = field(default_factory=list)
     records: int = 0
     events: Counter[str] = field(default_factory=Counter)
@@ -97,8 +157,21 @@ class RunSummary:
     loss_best: float | None = None
     loss_best_step: int | None = None
     non_finite_losses: int = 0
+    loss_key: str | None = None
+    """The key read as the loss (``loss``, ``train_loss_step``, ...); ``None`` when no record had one."""
+    lrs: dict[str, float] = field(default_factory=dict)
+    """The last value of each learning rate (``lr``, ``learning_rate``, ``lr-SGD/pg1``, ...)."""
+    evals: dict[str, SeriesStats] = field(default_factory=dict)
+    """The held-out loss of each split (``eval``, ``val``, ``test``, ...), in the order first met."""
+    peaks: dict[str, float] = field(default_factory=dict)
+    """The largest value of each ``system`` record's ``*_bytes`` key (``rss_bytes``,
+    ``gpu0_memory_used_bytes``, ...): peak memory."""
+    utilisation: dict[str, RateStats] = field(default_factory=dict)
+    """The mean of each ``system`` record's ``*_percent`` key (``cpu_percent``, ``gpu0_util_percent``)."""
+    end_rates: dict[str, float] = field(default_factory=dict)
+    """Throughput rates only ``train_end`` gave (Hugging Face's ``train_samples_per_second``)."""
     eval_loss_last: float | None = None
-    """The last ``eval`` record's ``loss`` (records of a ``split="test"`` are left out)."""
+    """The held-out loss of the first split met that is not ``test``: its last value."""
     eval_loss_last_step: int | None = None
     eval_loss_best: float | None = None
     eval_loss_best_step: int | None = None
@@ -106,7 +179,7 @@ class RunSummary:
     elapsed_s: float | None = None
     """Seconds over every segment of the run."""
     segments: int = 0
-    """``train_start`` records: 1 for a run never resumed."""
+    """The most ``train_start`` records of one rank: 1 for a run never resumed, however many ranks."""
     steps_recorded: int = 0
     """Distinct steps with a ``train_step`` record (a step recorded again after a restart counts once)."""
     checkpoints: int = 0
@@ -120,6 +193,7 @@ class RunSummary:
     warnings: Counter[str] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
     hook_failures: dict[str, int] = field(default_factory=dict)
+    """Failures per hook, added up over the run's segments and ranks (each logger counts its own)."""
     undelivered: int = 0
     """Events that never reached the hooks (background delivery timed out at close)."""
     skipped: Skipped = field(default_factory=Skipped)
@@ -129,12 +203,21 @@ class RunSummary:
     """``train_start`` records read so far in this piece, of any rank: its records' segment there."""
     _times: dict[int, list[list[Any]]] = field(default_factory=dict, repr=False)
     """Per rank, ``[segment in the piece, longest elapsed_s]`` of each segment with a positive time."""
+    _rank_starts: Counter[int] = field(default_factory=Counter, repr=False)
+    """``train_start`` records of each rank read in this piece (the rank's segments there)."""
+    _failures: dict[tuple[int, str], list[list[int]]] = field(default_factory=dict, repr=False)
+    """Per (rank, hook), ``[segment of the rank in the piece, largest failure count]`` of each
+    segment the hook failed in: a resumed logger counts its failures from 1 again."""
     _ended: bool = field(default=False, repr=False)
     """Whether a ``train_start`` or ``train_end`` set ``finished``, ``status`` and ``error``."""
     _seen: bytearray = field(default_factory=bytearray, repr=False)
     """One bit per step from byte ``_seen_at`` on: whether a ``train_step`` of it was seen."""
     _seen_at: int = field(default=0, repr=False)
     _folds: dict[str, _Fold] = field(default_factory=dict, repr=False)
+    _roles: dict[str, int] = field(default_factory=dict, repr=False)
+    """What each key met is (``_LOSS``, ...), decided the first time the key is met."""
+    _losses: dict[str, SeriesStats] = field(default_factory=dict, repr=False)
+    """Each loss key's series: the run's loss is chosen among them once every piece is in."""
     """What ``add`` does with each event, decided the first time the event is met."""
 
     def add(self, record: Record) -> None:
@@ -172,25 +255,48 @@ class RunSummary:
             self._count_step(step)
         else:
             step = None
-        loss = as_number(payload.get("loss"))
-        if loss is not None:
-            if self.loss_first is None:
-                self.loss_first = loss
-            self.loss_last = loss
-            if not math.isfinite(loss):
-                self.non_finite_losses += 1
-            elif self.loss_best is None or loss < self.loss_best:
-                self.loss_best, self.loss_best_step = loss, step
-        rates = self.rates
-        for key, value in payload.items():  # rate_keys(payload), without a list per record
-            if key.endswith(RATE_SUFFIX) and (type(value) is float or type(value) is int):
-                rate = rates.get(key)
+        roles = self._roles
+        for key, value in payload.items():
+            if type(value) is not float and type(value) is not int:
+                continue
+            role = roles.get(key)
+            if role is None:
+                role = roles[key] = self._role(key)
+            if role == _RATE:
+                rate = self.rates.get(key)
                 if rate is None:  # not setdefault(key, RateStats()): that builds one per record
-                    rate = rates[key] = RateStats()
+                    rate = self.rates[key] = RateStats()
                 rate.add(value)
+            elif role == _LOSS:
+                loss = self._losses.get(key)
+                if loss is None:
+                    self._losses[key] = _stats(value, step, self.records, self.roles.loss_rank(key) or 0)
+                else:
+                    loss.add(value, step)
+            elif role == _LR:
+                self.lrs[key] = value
+            elif role == _EVAL:
+                self._add_eval_loss(str(eval_split(key)), value, step)
+
+    def _role(self, key: str) -> int:
+        roles = self.roles
+        if roles.loss_rank(key) is not None:
+            return _LOSS
+        if roles.is_rate(key):
+            return _RATE
+        if roles.is_lr(key):
+            return _LR
+        return _EVAL if eval_split(key) is not None else _OTHER
+
+    def _add_eval_loss(self, split: str, value: float, step: int | None) -> None:
+        stats = self.evals.get(split)
+        if stats is None:
+            self.evals[split] = _stats(value, step)
+        else:
+            stats.add(value, step)
 
     def _add_start(self, record: Record) -> None:
-        self.segments += 1
+        self._rank_starts[record.rank] += 1
         self.finished, self._ended = False, True
         self.status = self.error = None
         target = record.payload.get("target_step")
@@ -204,6 +310,22 @@ class RunSummary:
         self.error = error if isinstance(error, str) else None
         final = as_number(payload.get("final_loss"))
         self.final_loss = final if final is not None else self.final_loss
+        for key, value in payload.items():
+            if (type(value) is float or type(value) is int) and self.roles.is_rate(key):
+                self.end_rates[key] = value
+
+    def _add_system(self, record: Record) -> None:
+        for key, value in record.payload.items():
+            if type(value) is not float and type(value) is not int:
+                continue
+            if key.endswith("_bytes"):
+                if value > self.peaks.get(key, -math.inf):
+                    self.peaks[key] = value
+            elif key.endswith("_percent"):
+                stats = self.utilisation.get(key)
+                if stats is None:
+                    stats = self.utilisation[key] = RateStats()
+                stats.add(value)
 
     def _add_checkpoint(self, record: Record) -> None:
         self.checkpoints += 1
@@ -211,13 +333,16 @@ class RunSummary:
 
     def _add_eval(self, record: Record) -> None:
         payload = record.payload
-        loss, step = as_number(payload.get("loss")), payload.get("step")
-        if loss is None or payload.get("split") == "test":
-            return
+        step = payload.get("step")
         step = step if type(step) is int else None
-        self.eval_loss_last, self.eval_loss_last_step = loss, step
-        if math.isfinite(loss) and (self.eval_loss_best is None or loss < self.eval_loss_best):
-            self.eval_loss_best, self.eval_loss_best_step = loss, step
+        split = payload.get("split")
+        split = split if type(split) is str and split else "eval"
+        for key, value in payload.items():
+            if type(value) is float or type(value) is int:
+                if key == "loss":
+                    self._add_eval_loss(split, float(value), step)
+                elif (named := eval_split(key)) is not None:
+                    self._add_eval_loss(named, float(value), step)
 
     def _count_step(self, step: int) -> None:
         if not 0 <= step < _STEP_BITS:  # a step number off the scale is counted, not remembered
@@ -255,7 +380,12 @@ class RunSummary:
             return
         hook, failures = str(payload.get("hook", "?")), payload.get("failures")
         count = failures if type(failures) is int else 1
-        self.hook_failures[hook] = max(self.hook_failures.get(hook, 0), count)
+        segment = self._rank_starts[record.rank]
+        counts = self._failures.setdefault((record.rank, hook), [])
+        if not counts or counts[-1][0] != segment:
+            counts.append([segment, count])
+        elif count > counts[-1][1]:
+            counts[-1][1] = count
 
     def _add_other(self, record: Record) -> None:
         level = level_for(record.event)
@@ -268,8 +398,26 @@ class RunSummary:
         pass
 
     def update(self, later: RunSummary) -> None:
-        """Merge the summary of the piece read after this one's records (``_times`` and the bitmap
-        aside: ``_Merge`` puts them together)."""
+        """Merge the summary of the piece read after this one's records (``_times``, the bitmap,
+        segments and hook failures aside: ``_Merge`` puts them together)."""
+        for key, loss in later._losses.items():
+            held = self._losses.get(key)
+            if held is None:
+                loss.seen_at += self.records  # the record of the whole run it was first met in
+                self._losses[key] = loss
+            else:
+                held.update(loss)
+        for split, stats in later.evals.items():
+            if split in self.evals:
+                self.evals[split].update(stats)
+            else:
+                self.evals[split] = stats
+        self.lrs.update(later.lrs)
+        for key, peak in later.peaks.items():
+            self.peaks[key] = max(self.peaks.get(key, peak), peak)
+        for key, usage in later.utilisation.items():
+            self.utilisation.setdefault(key, RateStats()).merge(usage)
+        self.end_rates.update(later.end_rates)
         self.records += later.records
         self.events.update(later.events)
         if later.step_min is not None and (self.step_min is None or later.step_min < self.step_min):
@@ -278,26 +426,8 @@ class RunSummary:
             self.step_max = later.step_max
         if later.target_step is not None:
             self.target_step = later.target_step
-        if self.loss_first is None:
-            self.loss_first = later.loss_first
-        if later.loss_last is not None:
-            self.loss_last = later.loss_last
-        if later.loss_best is not None and (self.loss_best is None or later.loss_best < self.loss_best):
-            self.loss_best, self.loss_best_step = later.loss_best, later.loss_best_step
-        self.non_finite_losses += later.non_finite_losses
-        if later.eval_loss_last is not None:
-            self.eval_loss_last, self.eval_loss_last_step = later.eval_loss_last, later.eval_loss_last_step
-        best = later.eval_loss_best
-        if best is not None and (self.eval_loss_best is None or best < self.eval_loss_best):
-            self.eval_loss_best, self.eval_loss_best_step = best, later.eval_loss_best_step
         for key, rate in later.rates.items():
-            mine = self.rates.get(key)
-            if mine is None:
-                mine = self.rates[key] = RateStats()
-            mine.total += rate.total
-            mine.count += rate.count
-            mine.last = rate.last if rate.count else mine.last
-        self.segments += later.segments
+            self.rates.setdefault(key, RateStats()).merge(rate)
         self.steps_recorded += later.steps_recorded
         self.checkpoints += later.checkpoints
         if later.checkpoints:
@@ -308,10 +438,21 @@ class RunSummary:
             self.final_loss = later.final_loss
         self.warnings.update(later.warnings)
         self.errors.update(later.errors)
-        for hook, count in later.hook_failures.items():
-            self.hook_failures[hook] = max(self.hook_failures.get(hook, 0), count)
         self.undelivered += later.undelivered
         self.skipped.update(later.skipped)
+
+    def _settle(self) -> None:
+        """Set the loss and the held-out loss from their series, once every piece is in."""
+        if self._losses:
+            key = min(self._losses, key=lambda name: (self._losses[name].seen_at, self._losses[name].rank))
+            loss = self._losses[key]
+            self.loss_key, self.loss_first, self.loss_last = key, loss.first, loss.last
+            self.loss_best, self.loss_best_step = loss.best, loss.best_step
+            self.non_finite_losses = loss.non_finite
+        held_out = next((stats for split, stats in self.evals.items() if split != "test"), None)
+        if held_out is not None:
+            self.eval_loss_last, self.eval_loss_last_step = held_out.last, held_out.last_step
+            self.eval_loss_best, self.eval_loss_best_step = held_out.best, held_out.best_step
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data for ``--json``; non-finite floats are ``"NaN"``/``"Infinity"`` as in the JSONL."""
@@ -331,6 +472,15 @@ class RunSummary:
                 "best": _json_float(self.loss_best),
                 "best_step": self.loss_best_step,
                 "non_finite": self.non_finite_losses,
+                "key": self.loss_key,
+            },
+            "lr": {key: _json_float(value) for key, value in self.lrs.items()},
+            "evals": {
+                split: {
+                    "last": _json_float(stats.last), "last_step": stats.last_step,
+                    "best": _json_float(stats.best), "best_step": stats.best_step,
+                }
+                for split, stats in self.evals.items()
             },
             "eval_loss": {
                 "last": _json_float(self.eval_loss_last),
@@ -341,6 +491,11 @@ class RunSummary:
             "rates": {
                 key: {"mean": _json_float(rate.mean), "last": _json_float(rate.last)}
                 for key, rate in self.rates.items()
+            },
+            "end_rates": {key: _json_float(value) for key, value in self.end_rates.items()},
+            "system": {
+                "peaks": {key: _json_float(value) for key, value in self.peaks.items()},
+                "means": {key: _json_float(stats.mean) for key, stats in self.utilisation.items()},
             },
             "elapsed_s": self.elapsed_s,
             "checkpoints": {"count": self.checkpoints, "last": self.last_checkpoint},
@@ -369,6 +524,7 @@ def _fold_for(event: str) -> _Fold:
         "checkpoint": RunSummary._add_checkpoint,
         "eval": RunSummary._add_eval,
         "hook_error": RunSummary._add_hook_error,
+        "system": RunSummary._add_system,
     }
     if event in folds:
         return folds[event]
@@ -381,19 +537,23 @@ def summarize_run(
     rank: RankChoice = "first",
     name: str | None = None,
     workers: int = 1,
+    roles: Roles | None = None,
 ) -> RunSummary:
     """Summarise the run at ``path`` (a JSONL file or run directory), each of its pieces read once.
 
     ``workers`` > 1 summarises its pieces (each file, and parts of ``PIECE_BYTES`` of a larger one) in
     that many processes at most, each in constant memory; the summary is the same as with one.
+    ``roles`` says which keys are the loss, the learning rates and the rates (default: the table of
+    ``speedtronic.runs.roles``).
 
     Raises ``speedtronic.runs.RunError`` for a path that can't be read; bad lines are counted in
     ``RunSummary.skipped``.
     """
     files = run_files(path)
-    merged = _Merge(RunSummary(name if name is not None else str(path)))
+    roles = roles if roles is not None else Roles()
+    merged = _Merge(RunSummary(name if name is not None else str(path), roles))
     merged.summary.files = [str(file) for file in files]
-    pieces = _pieces(files, rank, merged.summary.skipped)
+    pieces = _pieces(files, rank, merged.summary.skipped, roles)
     first = list(itertools.islice(pieces, 2))
     if workers <= 1 or len(first) <= 1:
         for piece in itertools.chain(first, pieces):
@@ -440,16 +600,17 @@ def available_workers() -> int:
 
 class _Piece(NamedTuple):
     """The lines of ``source`` from byte ``start`` (line ``first_line``) to ``stop`` (``None``: the end),
-    and the ranks read there (``None``: every rank)."""
+    the ranks read there (``None``: every rank), and which keys play which role."""
 
     source: Path
     start: int
     stop: int | None
     first_line: int
     rank: frozenset[int] | None
+    roles: Roles
 
 
-def _pieces(files: list[Path], rank: RankChoice, skipped: Skipped) -> Iterator[_Piece]:
+def _pieces(files: list[Path], rank: RankChoice, skipped: Skipped, roles: Roles) -> Iterator[_Piece]:
     """The pieces of the files ``read_records`` would open, in order. Under ``rank="first"`` the first
     record read chooses the rank, so a file is looked into up to its first record until one is found."""
     ranks = RankFilter(files, rank, skipped)
@@ -461,7 +622,7 @@ def _pieces(files: list[Path], rank: RankChoice, skipped: Skipped) -> Iterator[_
                 ranks.choose(record.rank)
                 break
         for start, stop, first_line in _spans(source):
-            yield _Piece(source, start, stop, first_line, ranks.chosen)
+            yield _Piece(source, start, stop, first_line, ranks.chosen, roles)
 
 
 def _spans(source: Path) -> Iterator[tuple[int, int | None, int]]:
@@ -492,7 +653,7 @@ def _summarize_piece(piece: _Piece) -> tuple[_Piece, RunSummary]:
     """The summary of one piece's records of its rank, with what ``_Merge`` needs to put it after the
     pieces before it (its records of any rank, its segments' times; ``_starts`` counts the
     ``train_start`` records of every rank, as the reader numbers segments)."""
-    part = RunSummary(str(piece.source))
+    part = RunSummary(str(piece.source), piece.roles)
     ranks = RankFilter([], "all" if piece.rank is None else sorted(piece.rank), part.skipped)
     keeps, add = ranks.keeps, part.add
     for record in file_records(piece.source, part.skipped, span=(piece.start, piece.stop, piece.first_line)):
@@ -501,18 +662,24 @@ def _summarize_piece(piece: _Piece) -> tuple[_Piece, RunSummary]:
             part._starts += 1
         if keeps(record.rank):
             add(record)
-    part._folds = {}
+    part._folds, part._roles = {}, {}
     return piece, part
 
 
 class _Merge:
     """The pieces' summaries put together in file order, into ``summary``."""
 
-    __slots__ = ("_clock", "_file", "_lines", "_read", "_seen", "_starts", "summary")
+    __slots__ = (
+        "_clock", "_failures", "_file", "_lines", "_rank_starts", "_read", "_seen", "_starts", "summary",
+    )  # fmt: skip
 
     def __init__(self, summary: RunSummary) -> None:
         self.summary = summary
         self._clock = RunClock()
+        self._rank_starts: Counter[int] = Counter()
+        """``train_start`` records of each rank in the pieces merged so far."""
+        self._failures: dict[tuple[int, str], list[int]] = {}
+        """Per (rank, hook): [failures in the segments done, the rank's segment now, its largest count]."""
         self._seen = bytearray()
         self._file: Path | None = None
         self._lines = self._read = self._starts = 0
@@ -531,6 +698,14 @@ class _Merge:
                 where = (piece.source, max(0, self._starts + segment - 1))
                 self._clock.add_time(rank, where, elapsed)
         self._starts += part._starts
+        for (rank, hook), counts in part._failures.items():
+            done = self._failures.setdefault((rank, hook), [0, -1, 0])
+            for segment, count in counts:
+                segment += self._rank_starts[rank]
+                if segment != done[1]:
+                    done[0], done[1], done[2] = done[0] + done[2], segment, 0
+                done[2] = max(done[2], count)
+        self._rank_starts.update(part._rank_starts)
         if part._seen:
             start, end = part._seen_at, part._seen_at + len(part._seen)
             if end > len(self._seen):
@@ -548,6 +723,11 @@ class _Merge:
         self._check()
         self.summary.elapsed_s = self._clock.total
         self.summary.steps_recorded += int.from_bytes(self._seen, "little").bit_count()
+        self.summary.segments = max(self._rank_starts.values(), default=0)
+        self.summary._settle()
+        failures = self.summary.hook_failures
+        for (_, hook), (done, _, now) in self._failures.items():
+            failures[hook] = failures.get(hook, 0) + done + now
         return self.summary
 
 
@@ -558,22 +738,34 @@ _MISSING = "-"
 
 def format_summaries(summaries: Sequence[RunSummary]) -> str:
     """A plain-text table: one row per fact, one column per run."""
-    rows: list[tuple[str, list[str]]] = [("run", [s.run for s in summaries])]
+    rows: list[tuple[str, list[str]]] = [("run", [_shown(s.run) for s in summaries])]
     rows.append(("records", [f"{s.records:,}" for s in summaries]))
     for event in _union(s.events for s in summaries):
-        rows.append((f"  {event}", [_count(s.events.get(event)) for s in summaries]))
+        rows.append((f"  {_shown(event)}", [_count(s.events.get(event)) for s in summaries]))
     rows.append(("steps", [_steps(s) for s in summaries]))
     for label, attr in (("loss first", "loss_first"), ("loss last", "loss_last")):
         rows.append((label, [_number(getattr(s, attr)) for s in summaries]))
     rows.append(("loss best", [_best(s) for s in summaries]))
+    if any(s.loss_key not in (None, "loss") for s in summaries):
+        rows.append(("loss key", [_shown(s.loss_key) if s.loss_key else _MISSING for s in summaries]))
     if any(s.non_finite_losses for s in summaries):
         rows.append(("loss non-finite", [_count(s.non_finite_losses) for s in summaries]))
-    if any(s.eval_loss_last is not None for s in summaries):
-        rows.append(("eval loss last", [_at(s.eval_loss_last, s.eval_loss_last_step) for s in summaries]))
-        rows.append(("eval loss best", [_at(s.eval_loss_best, s.eval_loss_best_step) for s in summaries]))
+    for split in _union(s.evals for s in summaries):  # each split its own rows: val and test never mix
+        stats = [s.evals.get(split) for s in summaries]
+        rows.append((f"{_shown(split)} loss last", [_at(*_last(one)) for one in stats]))
+        rows.append((f"{_shown(split)} loss best", [_at(*_best_of(one)) for one in stats]))
+    for key in _union(s.lrs for s in summaries):
+        rows.append((f"{_shown(key)} last", [_number(s.lrs.get(key)) for s in summaries]))
+    for key in _union(s.end_rates for s in summaries):
+        if not any(key in s.rates for s in summaries):
+            rows.append((f"{_shown(key)} (train_end)", [_number(s.end_rates.get(key)) for s in summaries]))
     for key in _union(s.rates for s in summaries):
-        rows.append((f"{key} mean", [_number(_rate(s, key, "mean")) for s in summaries]))
-        rows.append((f"{key} last", [_number(_rate(s, key, "last")) for s in summaries]))
+        rows.append((f"{_shown(key)} mean", [_number(_rate(s, key, "mean")) for s in summaries]))
+        rows.append((f"{_shown(key)} last", [_number(_rate(s, key, "last")) for s in summaries]))
+    for key in _union(s.peaks for s in summaries):
+        rows.append((f"{_shown(key)} peak", [_bytes(s.peaks.get(key)) for s in summaries]))
+    for key in _union(s.utilisation for s in summaries):
+        rows.append((f"{_shown(key)} mean", [_percent(_rate_of(s.utilisation, key)) for s in summaries]))
     rows.append(("elapsed", [_duration(s.elapsed_s) for s in summaries]))
     if any(s.segments > 1 for s in summaries):
         rows.append(("segments", [_segments(s) for s in summaries]))
@@ -594,6 +786,12 @@ def format_summaries(summaries: Sequence[RunSummary]) -> str:
     return "\n".join(lines)
 
 
+def _shown(text: str) -> str:
+    """``text`` as the table shows it: as it is when every character is printable, else as the text
+    log writes it (quoted, controls escaped), so a value can't drive the terminal or add a row."""
+    return text if text.isprintable() else quote(text)
+
+
 def _union(mappings: Iterable[Any]) -> list[str]:
     keys: dict[str, None] = {}
     for mapping in mappings:
@@ -610,9 +808,27 @@ def _number(value: float | None) -> str:
         return _MISSING
     if math.isnan(value):
         return "NaN"
-    if abs(value) >= 1e4 and math.isfinite(value):
+    if abs(value) >= 1000 and math.isfinite(value):  # as counts are written: 9,639 beside 11,199
         return f"{value:,.0f}"
     return f"{value:.4g}"
+
+
+def _rate_of(stats: dict[str, RateStats], key: str) -> float | None:
+    one = stats.get(key)
+    return one.mean if one is not None and one.count else None
+
+
+def _bytes(value: float | None) -> str:
+    if value is None or not math.isfinite(value):
+        return _number(value)
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(value) >= size:
+            return f"{value / size:,.1f} {unit}"
+    return f"{value:,.0f} B"
+
+
+def _percent(value: float | None) -> str:
+    return f"{value:.1f}%" if value is not None and math.isfinite(value) else _number(value)
 
 
 def _rate(summary: RunSummary, key: str, which: str) -> float | None:
@@ -632,6 +848,14 @@ def _steps(summary: RunSummary) -> str:
 def _segments(summary: RunSummary) -> str:
     restarts = summary.segments - 1
     return f"{summary.segments} ({restarts} restart{'s' if restarts != 1 else ''})" if restarts > 0 else "1"
+
+
+def _last(stats: SeriesStats | None) -> tuple[float | None, int | None]:
+    return (stats.last, stats.last_step) if stats is not None else (None, None)
+
+
+def _best_of(stats: SeriesStats | None) -> tuple[float | None, int | None]:
+    return (stats.best, stats.best_step) if stats is not None else (None, None)
 
 
 def _best(summary: RunSummary) -> str:
@@ -668,15 +892,15 @@ def _finished(summary: RunSummary) -> str:
     if not summary.finished:
         return "no train_end"
     if summary.status in ("failed", "interrupted"):
-        return f"{summary.status}: {summary.error}" if summary.error else summary.status
+        return f"{summary.status}: {_shown(summary.error)}" if summary.error else summary.status
     if summary.status is not None:
         loss = f", final loss {_number(summary.final_loss)}" if summary.final_loss is not None else ""
-        return f"{summary.status}{loss}"
+        return f"{_shown(summary.status)}{loss}"
     return f"yes, final loss {_number(summary.final_loss)}" if summary.final_loss is not None else "yes"
 
 
 def _counts(counts: dict[str, int]) -> str:
-    return ", ".join(f"{name} {count:,}" for name, count in counts.items()) or _MISSING
+    return ", ".join(f"{_shown(name)} {count:,}" for name, count in counts.items()) or _MISSING
 
 
 def _skipped(skipped: Skipped) -> str:

@@ -183,6 +183,10 @@ class LoggingConfig:
     lead_rank: int | None = _key(
         0, _optional(_integer(0)), "under torchrun: the rank with the text log and hooks; null: every rank"
     )
+    system_interval_s: float | None = _key(
+        10.0, _optional(_POSITIVE),
+        "seconds between two `system` events (CPU, memory, GPUs; needs speedtronic[system]); null: none",
+    )
 
 
 @dataclass

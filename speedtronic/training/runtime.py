@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import math
 import os
 import warnings
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from speedtronic.distributed import RankInfo, detect_rank, is_lead
 from speedtronic.errors import SpeedtronicWarning
 from speedtronic.extras import require
-from speedtronic.hooks import close_hook
+from speedtronic.hooks import BackgroundHooks, close_hook
 from speedtronic.hooks.registry import (
     ENTRY_POINT_GROUP,
     HookConfigError,
@@ -40,6 +41,7 @@ from speedtronic.hooks.registry import (
     hook_type,
     hook_types,
 )
+from speedtronic.integrations.system import SystemMonitor
 from speedtronic.processors.validate import ValidatePayloads
 from speedtronic.profiling import MetricLogger
 from speedtronic.record import rank_path
@@ -79,6 +81,10 @@ HOOK_ENTRY_POINT_GROUP = ENTRY_POINT_GROUP
 
 _RUN_DIR = "{run_dir}"
 RunDirError = _rundir.RunDirError
+
+TRACKERS_NAME = "trackers.json"
+"""The file in a run directory naming the W&B and MLflow runs its hooks log to, which ``--resume``
+continues."""
 
 
 def default_config() -> dict[str, Any]:
@@ -248,10 +254,17 @@ def build_logger(config: Mapping[str, Any], *, device: Any = None) -> MetricLogg
     if device is None and config["train"]["device"] != "auto":
         device = config["train"]["device"]
     _rundir.claim(config["run_dir"], resume=True)  # created first: hooks may write there
+    run_dir = Path(config["run_dir"])
+    recorded = _tracker_runs(run_dir) if config["train"]["resume"] else {}
     hooks: list[Any] = []
     try:
+        of_type: dict[str, int] = {}
         for index, spec in enumerate(specs):
-            hooks.append(_build_hook(index, spec))
+            nth = of_type[spec["type"]] = of_type.get(spec["type"], -1) + 1
+            ids = recorded.get(spec["type"], [])
+            hooks.append(_build_hook(index, _continuing(spec, ids[nth] if nth < len(ids) else None)))
+        if specs:
+            _record_tracker_runs(run_dir, specs, hooks, recorded)
         if logging["file"] is not None:
             try:
                 Path(logging["file"]).parent.mkdir(parents=True, exist_ok=True)
@@ -294,6 +307,72 @@ def _logging_file_error(logging: Mapping[str, Any], error: OSError) -> ConfigErr
     return ConfigError("config", key, f"{where}: {_rundir.describe_os_error(error)}")
 
 
+# -- the trackers' runs, kept in the run directory so that a resume continues them ----------------
+
+
+def _tracker_runs(run_dir: Path) -> dict[str, list[str]]:
+    """The W&B and MLflow runs a run's hooks logged to (``trackers.json``: ``{"wandb": [run id, ...],
+    "mlflow": [run id, ...]}``, one per entry of the type, in order); ``{}`` when there is none."""
+    path = run_dir / TRACKERS_NAME
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as error:
+        raise ConfigError(str(path), "", f"can't read the trackers' run ids: {error}") from None
+    if not isinstance(recorded, dict) or not all(
+        isinstance(ids, list) and all(isinstance(i, str) for i in ids) for ids in recorded.values()
+    ):
+        raise ConfigError(str(path), "", 'expected {"wandb": [run id, ...], "mlflow": [run id, ...]}')
+    return recorded
+
+
+def _continuing(spec: Mapping[str, Any], run_id: str | None) -> Mapping[str, Any]:
+    """``spec`` continuing the tracker run ``run_id``: W&B's ``id`` with ``resume="allow"``, MLflow's
+    ``run_id`` (the run keeps its own experiment and name); as it is without one, or when the entry
+    names its run itself."""
+    if run_id is None:
+        return spec
+    if spec["type"] == "wandb" and not {"id", "run", "resume"} & spec.keys():
+        return {**spec, "id": run_id, "resume": "allow"}
+    if spec["type"] == "mlflow" and "run_id" not in spec:
+        return {key: value for key, value in spec.items() if key not in ("experiment", "run_name")} | {
+            "run_id": run_id
+        }
+    return spec
+
+
+def _record_tracker_runs(
+    run_dir: Path, specs: list[Mapping[str, Any]], hooks: list[Any], recorded: Mapping[str, list[str]]
+) -> None:
+    """Write ``trackers.json``: the run id of each ``wandb`` and ``mlflow`` hook, by type, in order
+    (a type the run no longer has keeps what ``recorded`` says)."""
+    found: dict[str, list[str]] = {}
+    for spec, hook in zip(specs, hooks, strict=True):
+        run_id = _tracker_run_id(spec["type"], hook)
+        if run_id is not None:
+            found.setdefault(spec["type"], []).append(run_id)
+    if not found:
+        return
+    found = {**recorded, **found}
+    path = run_dir / TRACKERS_NAME
+    partial = path.with_name(f".{TRACKERS_NAME}.{os.getpid()}")
+    partial.write_text(json.dumps(found, indent=2) + "\n", encoding="utf-8")
+    os.replace(partial, path)
+
+
+def _tracker_run_id(type_name: str, hook: Any) -> str | None:
+    if isinstance(hook, BackgroundHooks) and len(hook.hooks) == 1:  # a config's background: true
+        hook = hook.hooks[0]
+    if type_name == "wandb":
+        run_id = getattr(getattr(hook, "run", None), "id", None)
+    elif type_name == "mlflow":
+        run_id = getattr(hook, "run_id", None)
+    else:
+        return None
+    return run_id if isinstance(run_id, str) else None
+
+
 def _build_hook(index: int, spec: Mapping[str, Any]) -> Any:
     try:
         return build_hook(spec["type"], {key: value for key, value in spec.items() if key != "type"})
@@ -328,6 +407,9 @@ class RunInfo:
     run: _rundir.OpenRun | None = field(default=None, repr=False, compare=False)
     """The run directory as this process holds it (rank 0): ``run.release()`` lets another run use
     it; ``train_from_config`` does that last, and the OS does when the process ends."""
+    monitor: SystemMonitor | None = field(default=None, repr=False, compare=False)
+    """The sampler of ``system`` events (``logging.system_interval_s``), started when training starts;
+    ``train_from_config`` stops it before closing the logger."""
 
 
 def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[Trainer, RunInfo]:
@@ -358,6 +440,7 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
         raise ConfigError("config", "train.device", f"can't use {train['device']!r}: {error}") from None
     owns_group = _launch.init_process_group(rank, device, train["dist_timeout_s"])
     logger = None
+    monitor: SystemMonitor | None = None
     outer: OuterLoop | None = None
     opened: _rundir.OpenRun | None = None
     try:
@@ -409,6 +492,9 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
                 resume_group=start_group,
             )
             trainer.at_fit_start.insert(0, _train_at(train["lr"]))
+            monitor = _system_monitor(config["logging"]["system_interval_s"], logger, rank)
+            if monitor is not None:
+                trainer.at_fit_start.append(lambda _: monitor.start())
             trainer.start_notes["lr_schedule_steps"] = train["schedule_steps"]
             trainer.hyperparams = config  # the run's settings, for trackers (W&B's run config)
             if changes:
@@ -436,11 +522,13 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
             config_revision=revision,
             config_changes=changes,
             run=opened,
+            monitor=monitor,
         )
     except BaseException:
         _launch.shutdown(
             [step for step in (
                 outer.close if outer is not None else None,  # its thread joined before the group goes
+                monitor.close if monitor is not None else None,
                 logger.close if logger is not None else None,
                 _launch.destroy_process_group if owns_group else None,
                 opened.undo if opened is not None else None,  # files closed first: then removable
@@ -469,6 +557,21 @@ def _train_at(lr: float) -> Callable[[Trainer], None]:
             trainer.scheduler.base_lrs = [lr for _ in trainer.scheduler.base_lrs]
 
     return apply
+
+
+def _system_monitor(interval_s: float | None, logger: MetricLogger, rank: RankInfo) -> SystemMonitor | None:
+    """The ``system`` sampler ``logging.system_interval_s`` asks for (the GPUs sampled by each node's
+    local rank 0 only), or ``None``; without psutil, a warning saying what to install."""
+    if interval_s is None:
+        return None
+    try:
+        return SystemMonitor(logger, interval_s, gpus=rank.local_rank == 0)
+    except ModuleNotFoundError as error:
+        warnings.warn(
+            f"speedtronic: no system events: {error}; or set logging.system_interval_s: null",
+            SpeedtronicWarning, stacklevel=3,
+        )
+        return None
 
 
 def _check_cuda(device: str) -> None:
@@ -527,6 +630,7 @@ def fit_and_close(trainer: Trainer, info: RunInfo) -> tuple[FitResult, RunInfo]:
     counts the records lost."""
     steps = [step for step in (
         trainer.outer.close if trainer.outer is not None else None,
+        info.monitor.close if info.monitor is not None else None,
         trainer.logger.close,
         _launch.destroy_process_group if info.owns_process_group else None,
         info.run.release if info.run is not None else None,

@@ -94,7 +94,7 @@ def test_speedtronic_train_under_torchrun(tmp_path: Path) -> None:
     assert [r["loss"] for r in steps[0]] != [r["loss"] for r in steps[1]]
     # one console, one summary, hooks on rank 0 only
     text = [line for line in result.stdout.splitlines() if " | INFO | " in line]
-    debug = ("ooo_backprop", "hyperparams")  # DEBUG: in the JSONL, not in the INFO text log
+    debug = ("ooo_backprop", "hyperparams", "system")  # DEBUG: in the JSONL, not in the INFO text log
     assert len(text) == len([r for r in records[0] if r["event"] not in debug])
     assert all(" rank=0 " in line for line in text)
     assert result.stderr.count("speedtronic train: steps 0 -> 6") == 1

@@ -24,6 +24,11 @@ python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_devic
 step "CUDA tests" python3 -m pytest -p speedtronic.pytest_plugin -p no:cacheprovider -q -rs \
   tests/training/test_trainer.py::TestCuda tests/processors/test_cadence.py tests/processors/test_memory.py
 
+# 1b. System metrics: each visible GPU's utilisation, memory, power and temperature through NVML
+#     (needs nvidia-ml-py and psutil: the speedtronic[system] extra).
+step "system metrics on the GPU" python3 -m pytest -p no:cacheprovider -q -rs \
+  tests/integrations/test_system.py::TestGpus
+
 # 2. The main job on the GPU, then its records read back: memory_bytes on every recorded step.
 cat > "$tmp/gpu.yaml" <<'YAML'
 train: {device: cuda, precision: bf16, steps: 60, checkpoint_every: 30}

@@ -137,7 +137,60 @@ class TestAttributes:
         assert converted == {
             "ints": (1, 2), "mixed": "[1, 'a']", "big": str(2**70), "tensor": (1.5, 2.5), "3": "three",
             "empty": (), "error": "ZeroDivisionError: division by zero",
+            "exception.type": "ZeroDivisionError", "exception.message": "division by zero",
+            "exception.stacktrace": "ZeroDivisionError: division by zero\n",
         }  # fmt: skip
+
+
+def divide() -> float:
+    return 1 / 0
+
+
+class TestExceptions:
+    def test_an_exception_carries_the_semantic_convention_attributes(self) -> None:
+        """An exception in the payload: exception.type, .message and its traceback, as OTel's handler."""
+        provider, exporter = in_memory()
+        with MetricLogger(stream=io.StringIO(), hooks=[OtelHook(logger_provider=provider)]) as log:
+            try:
+                divide()
+            except ZeroDivisionError as error:
+                log.emit("step_failed", {"step": 3, "error": error}, level="error")
+        (finished,) = exporter.get_finished_logs()
+        attrs = finished.log_record.attributes
+        assert attrs["exception.type"] == "ZeroDivisionError"
+        assert attrs["exception.message"] == "division by zero"
+        assert attrs["exception.stacktrace"].startswith("Traceback (most recent call last):\n")
+        assert "in divide\n    return 1 / 0" in attrs["exception.stacktrace"]
+        assert attrs["error"] == "ZeroDivisionError: division by zero"
+
+    def test_a_failed_training_run_sends_its_exception(self, tmp_path: Path) -> None:
+        """speedtronic train's train_end(status=failed) carries the exception that ended training."""
+        from speedtronic.runtime import build_runtime
+
+        provider, exporter = in_memory()
+        config = {
+            "run_dir": str(tmp_path / "run"),
+            "train": {"steps": 4, "checkpoint_every": 0, "batch_size": 8, "device": "cpu"},
+            "logging": {"every_steps": 1, "hooks": [], "strict_hooks": True},
+        }
+        trainer, info = build_runtime(config)
+
+        def failing_step(event: str, payload: dict[str, Any]) -> None:
+            if event == "train_step" and payload["step"] == 2:
+                raise RuntimeError("the loss went away")
+
+        trainer.logger.hooks.extend([OtelHook(logger_provider=provider), failing_step])
+        try:
+            with pytest.raises(speedtronic.HookError):
+                trainer.fit()
+        finally:
+            trainer.logger.close()
+            assert info.run is not None
+            info.run.release()
+        (end,) = [f.log_record for f in exporter.get_finished_logs() if f.log_record.body == "train_end"]
+        assert end.attributes["status"] == "failed"
+        assert end.attributes["exception.type"] == "HookError"
+        assert "the loss went away" in end.attributes["exception.stacktrace"]
 
 
 class Receiver:

@@ -598,14 +598,16 @@ class TestAPlainStdlibLogger:
     def test_the_payload_arrives_as_extra(
         self, stdlib_logger: tuple[logging.Logger, list[logging.LogRecord]]
     ) -> None:
-        """logging.getLogger(...) as the hook's logger: the event is the message, the payload the
-        record's attributes (LogRecord's own names as payload_<key>), at the event's level."""
+        """logging.getLogger(...) as the hook's logger: the message is the event and its values, the
+        payload the record's attributes (LogRecord's own names as payload_<key>), at the event's level."""
         logger, kept = stdlib_logger
         with MetricLogger(stream=io.StringIO(), strict_hooks=True, hooks=[StructlogHook(logger)]) as log:
             log.emit("train_step", {"step": 3, "loss": 0.5, "name": "resnet", "msg": "m"})
             log.emit("shape_warning", {"step": 3})
-        assert [(r.getMessage(), r.levelname) for r in kept] == [("train_step", "INFO"),
-                                                                ("shape_warning", "WARNING")]
+        assert [(r.getMessage().split(" elapsed_s=")[0], r.levelname) for r in kept] == [
+            ("train_step step=3 loss=0.5 payload_name=resnet payload_msg=m", "INFO"),
+            ("shape_warning step=3", "WARNING"),
+        ]
         record = vars(kept[0])
         assert (record["step"], record["loss"], record["payload_name"], record["payload_msg"]) == (
             3, 0.5, "resnet", "m")
@@ -625,7 +627,152 @@ class TestAPlainStdlibLogger:
             log.emit("train_step", {"step": 1, "loss": 1.0})
             log.emit("data_error", {"step": 1, "error": raised}, level="error")
         [record] = kept
-        assert (record.getMessage(), record.levelname) == ("data_error", "ERROR")
+        message = record.getMessage()
+        assert message.startswith('data_error step=1 error="ZeroDivisionError: division by zero" ')
+        assert record.levelname == "ERROR"
         assert record.exc_info is not None
         assert record.exc_info[1] is raised
         assert vars(record)["error"] == "ZeroDivisionError: division by zero"
+
+
+def run_app(code: str) -> list[str]:
+    """Run ``code`` (an application's own logging setup, then a MetricLogger with a StructlogHook on
+    the stdlib logger ``train``) in a fresh interpreter; its stderr lines."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=True
+    )
+    return done.stderr.splitlines()
+
+
+USER_EMIT = '''
+import io, logging
+from speedtronic.integrations import StructlogHook
+from speedtronic.profiling import MetricLogger
+
+def train():
+    with MetricLogger(stream=io.StringIO(), hooks=[StructlogHook(logging.getLogger("train"))]) as logger:
+        logger.emit("train_step", {"step": 5, "loss": 0.5, "name": "shard-3"})  # line 8
+
+train()
+'''
+
+
+class TestStdlibLogging:
+    def test_basic_config_shows_the_values_and_the_users_line(self) -> None:
+        """logging.basicConfig(): the message carries the values; filename:lineno is the user's emit."""
+        setup = "import logging\nlogging.basicConfig(level=logging.INFO, format=" \
+            "'%(levelname)s:%(name)s:%(filename)s:%(lineno)d:%(funcName)s:%(message)s')\n"
+        (line,) = run_app(setup + USER_EMIT)
+        values = r"step=5 loss=0.5 payload_name=shard-3 elapsed_s=[0-9.e-]+"
+        assert re.fullmatch(r"INFO:train:<string>:10:train:train_step " + values, line), line
+
+    def test_dict_config_json_has_the_values_and_the_call_site(self) -> None:
+        """dictConfig with a JSON formatter: message with the values, extra fields, the user's line."""
+        setup = '''
+import json, logging, logging.config
+
+class Json(logging.Formatter):
+    def format(self, record):
+        extra = {k: v for k, v in vars(record).items() if k in ("step", "loss", "payload_name")}
+        where = {"line": record.lineno, "func": record.funcName}
+        return json.dumps({"message": record.getMessage(), **where, **extra})
+
+logging.config.dictConfig({
+    "version": 1, "formatters": {"json": {"()": Json}},
+    "handlers": {"err": {"class": "logging.StreamHandler", "formatter": "json"}},
+    "loggers": {"train": {"handlers": ["err"], "level": "INFO"}},
+})
+'''
+        (line,) = run_app(setup + USER_EMIT)
+        record = json.loads(line)
+        assert record["message"].startswith("train_step step=5 loss=0.5 payload_name=shard-3 elapsed_s=")
+        assert (record["line"], record["func"]) == (setup.count("\n") + 8, "train")
+        assert (record["step"], record["loss"], record["payload_name"]) == (5, 0.5, "shard-3")
+
+    def test_loguru_intercept_handler_shows_the_values(self) -> None:
+        """loguru's documented InterceptHandler: the message it logs carries the values."""
+        pytest.importorskip("loguru")
+        setup = '''
+import inspect, logging, sys
+from loguru import logger
+
+class InterceptHandler(logging.Handler):
+    def emit(self, record):
+        try:
+            level = logger.level(record.levelname).name
+        except ValueError:
+            level = record.levelno
+        frame, depth = inspect.currentframe(), 0
+        while frame:
+            filename = frame.f_code.co_filename
+            is_logging = filename == logging.__file__
+            is_frozen = "importlib" in filename and "_bootstrap" in filename
+            if depth > 0 and not (is_logging or is_frozen):
+                break
+            frame = frame.f_back
+            depth += 1
+        logger.opt(depth=depth, exception=record.exc_info).log(level, record.getMessage())
+
+logger.remove()
+logger.add(sys.stderr, format="{level}|{message}")
+logging.basicConfig(handlers=[InterceptHandler()], level=0, force=True)
+'''
+        (line,) = run_app(setup + USER_EMIT)
+        assert line.startswith("INFO|train_step step=5 loss=0.5 payload_name=shard-3 elapsed_s="), line
+
+    def test_loguru_finding_the_records_own_call_site_reports_the_users_line(self) -> None:
+        """An InterceptHandler that walks to the record's own pathname:lineno (the docs' variant): the
+        user's emit is loguru's function and line."""
+        pytest.importorskip("loguru")
+        setup = '''
+import inspect, logging, sys
+from loguru import logger
+
+class InterceptHandler(logging.Handler):
+    def emit(self, record):
+        frame, depth = inspect.currentframe(), 0
+        while frame and (frame.f_code.co_filename, frame.f_lineno) != (record.pathname, record.lineno):
+            frame = frame.f_back
+            depth += 1
+        logger.opt(depth=depth, exception=record.exc_info).log(record.levelname, record.getMessage())
+
+logger.remove()
+logger.add(sys.stderr, format="{function}:{line}|{message}")
+logging.basicConfig(handlers=[InterceptHandler()], level=0, force=True)
+'''
+        (line,) = run_app(setup + USER_EMIT)
+        assert line.startswith(f"train:{setup.count(chr(10)) + 8}|train_step step=5 "), line
+
+    def test_a_filtered_level_builds_no_message(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A stdlib logger at WARNING: an info event is dropped before its message is rendered."""
+        import speedtronic.integrations._structlog as module
+
+        rendered: list[str] = []
+        monkeypatch.setattr(module, "format_fields", lambda *a, **k: rendered.append("x") or "")
+        quiet = logging.getLogger("speedtronic-tests.quiet")
+        quiet.setLevel(logging.WARNING)
+        with MetricLogger(stream=io.StringIO(), hooks=[StructlogHook(quiet)]) as logger:
+            logger.emit("train_step", {"step": 1, "loss": 0.5})
+        assert rendered == []
+
+
+class TestStructlogCallsite:
+    def test_callsite_parameter_adder_reports_the_users_emit(self) -> None:
+        """CallsiteParameterAdder(additional_ignores=["speedtronic"]): the user's emit line and function."""
+        output = io.StringIO()
+        callsite = structlog.processors.CallsiteParameterAdder(
+            [structlog.processors.CallsiteParameter.FILENAME, structlog.processors.CallsiteParameter.LINENO,
+             structlog.processors.CallsiteParameter.FUNC_NAME],
+            additional_ignores=["speedtronic"],
+        )
+        app = structlog.wrap_logger(
+            structlog.PrintLogger(output), processors=[callsite, structlog.processors.JSONRenderer()]
+        )
+        with MetricLogger(stream=io.StringIO(), hooks=[StructlogHook(app)]) as logger:
+            line = sys._getframe().f_lineno + 1
+            logger.emit("train_step", {"step": 5, "loss": 0.5})
+        (record,) = records(output)
+        assert (record["filename"], record["lineno"], record["func_name"]) == (
+            "test_structlog.py", line, "test_callsite_parameter_adder_reports_the_users_emit"
+        )

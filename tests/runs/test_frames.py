@@ -6,6 +6,7 @@ import io
 import json
 import math
 import sys
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -17,7 +18,7 @@ import pytest
 from speedtronic.profiling import MetricLogger
 from speedtronic.record import restore_non_finite
 from speedtronic.runs import RunError, read_records
-from speedtronic.runs.frames import read_frame, read_frames
+from speedtronic.runs.frames import Library, UnknownEventWarning, read_frame, read_frames
 from tests.runs.conftest import same
 
 STEPS = 300
@@ -160,10 +161,30 @@ class TestReadFramesPandas:
 
     def test_chosen_events_and_an_absent_one(self, run_file: Path) -> None:
         """events= picks tables; one the run lacks is an empty DataFrame."""
-        frames = read_frames(run_file, events=["eval", "nope"])
+        with pytest.warns(UnknownEventWarning):
+            frames = read_frames(run_file, events=["eval", "nope"])
         assert list(frames) == ["eval", "nope"]
         assert frames["nope"].empty
         assert len(read_frame(run_file, "checkpoint")) == 3
+
+    @pytest.mark.parametrize("library", ["pandas", "polars"])
+    def test_a_misspelt_event_warns_naming_the_events_the_run_has(
+        self, run_file: Path, library: Library
+    ) -> None:
+        """read_frame(run, "evall"): an empty frame and a warning listing the run's events."""
+        typo = r"no 'evall' record.*the run has train_start, train_step"
+        with pytest.warns(UnknownEventWarning, match=typo):
+            assert len(read_frame(run_file, "evall", library=library)) == 0
+        with pytest.warns(UnknownEventWarning, match="'train_stepp'"):
+            read_frames(run_file, events=["train_stepp"], library=library)
+
+    def test_a_catalog_event_the_run_lacks_is_quietly_empty(self, tmp_path: Path) -> None:
+        """An eval frame of a run without evals is empty, without a warning: the name is right."""
+        path = tmp_path / "m.jsonl"
+        path.write_text('{"event":"train_step","step":1,"loss":1.0}\n')
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert read_frame(path, "eval").empty
 
     def test_a_torn_last_line_is_skipped(self, run_file: Path) -> None:
         """read_records' rules: a killed writer's torn line is not a row."""

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from speedtronic.runs.plot import NothingToPlot, ema, plot_runs
-from tests.runs.conftest import CLI, append, assert_one_line_error
+from tests.runs.conftest import CLI, append, assert_one_line_error, log_run
 
 pytest.importorskip("matplotlib")
 
@@ -96,6 +96,18 @@ class TestPlotCommand:
     def test_bad_smoothing(self, cli: CLI, run_file: Path, tmp_path: Path) -> None:
         """--smooth outside [0, 1) is a one-line error."""
         assert_one_line_error(cli("plot", run_file, "-o", tmp_path / "o.png", "--smooth", "1"), "--smooth")
+
+
+    def test_a_folder_of_runs_plots_every_run(self, cli: CLI, tmp_path: Path) -> None:
+        """plot runs/ draws each run directory in it, as summarize reads them."""
+        for name in ("a", "b"):
+            log_run(tmp_path / "runs" / name / "metrics.jsonl")
+        out = tmp_path / "p.svg"
+        result = cli("plot", tmp_path / "runs", "-o", out)
+        assert result.returncode == 0, result.stderr
+        svg = out.read_text()
+        assert str(tmp_path / "runs" / "a") in svg
+        assert str(tmp_path / "runs" / "b") in svg
 
 
 class TestPlotRuns:

@@ -74,6 +74,14 @@ class TestEnvelope:
         assert envelope.rewind(50.0) == 1
         assert list(envelope.y) == values[:50]
 
+    def test_a_line_rewound_below_the_cap_keeps_every_point_after(self) -> None:
+        """Rewound to the middle of a short line and filled again: every point is kept, none merged."""
+        envelope = filled(wave(100))
+        envelope.rewind(80.0)
+        for at in range(80, 300):
+            envelope.add(float(at), 0.5)
+        assert list(envelope.x) == [float(at) for at in range(300)]
+
     def test_rewind_past_the_cap_keeps_the_points_before(self) -> None:
         """A long line rewound: no point at or after x is left, points before it are, and it grows on."""
         envelope = filled(wave(100_000))
@@ -139,6 +147,19 @@ class TestPlotRuns:
         assert series.x[0] == 0.0
         assert series.x[-1] == 3 * MAX_BUCKETS * 4 - 1
         assert max(series.y) == 9.0
+
+    def test_a_resumed_run_draws_every_step(self, tmp_path: Path) -> None:
+        """Steps 1-100, resumed from 80, then 81-300: 300 points, raw and smoothed, steps 1 to 300."""
+        run = tmp_path / "m.jsonl"
+        with run.open("w") as file:
+            for first, last in ((1, 100), (81, 300)):
+                file.write(f'{{"event":"train_start","start_step":{first - 1}}}\n')
+                for step in range(first, last + 1):
+                    file.write(f'{{"event":"train_step","step":{step},"loss":{1 / step!r}}}\n')
+        result = plot_runs([run], tmp_path / "p.png", keys=["loss"], smooth=0.6)
+        (series,) = result.series
+        assert list(series.x) == [float(step) for step in range(1, 301)]
+        assert list(series.smoothed.x) == list(series.x)
 
     @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmHWM from /proc")
     def test_peak_memory_does_not_grow_with_records(self, tmp_path: Path) -> None:

@@ -132,6 +132,8 @@ def test_rate_keys_are_numeric_keys_ending_in_per_s() -> None:
     """Throughput rates: numeric keys ending in _per_s (bools and strings excluded)."""
     payload = {"samples_per_s": 1.0, "tokens_per_s": 2, "x_per_s": "fast", "ok_per_s": True, "lr": 1}
     assert rate_keys(payload) == ["samples_per_s", "tokens_per_s"]
+    framework = {"train/device/samples_per_sec": 3.0, "tokens_per_second_per_gpu": 4.0, "per_sec": 5.0}
+    assert rate_keys(framework) == ["train/device/samples_per_sec", "tokens_per_second_per_gpu"]
 
 
 def test_a_large_run_is_summarised_in_constant_memory(tmp_path: Path) -> None:

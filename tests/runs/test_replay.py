@@ -307,6 +307,19 @@ class TestTensorboardReplay:
         assert [step for step, _ in tensorboard_scalars(log_dir)["train_step/lr"]] == [1, 2, 3, 4] * 2
 
 
+    def test_a_folder_of_runs_is_replayed_run_by_run(self, cli: CLI, tmp_path: Path) -> None:
+        """replay runs/ --tensorboard tb: each run into tb/<run>, as TensorBoard lists several runs."""
+        integrations()
+        for name in ("a", "b"):
+            log_run(tmp_path / "runs" / name / "metrics.jsonl")
+        result = cli("replay", tmp_path / "runs", "--tensorboard", tmp_path / "tb")
+        assert result.returncode == 0, result.stderr
+        assert result.stderr.count(f"replayed {len(EVENTS)} records") == 2
+        for name in ("a", "b"):
+            steps = [step for step, _ in tensorboard_scalars(tmp_path / "tb" / name)["train_step/lr"]]
+            assert steps == [1, 2, 3, 4]
+
+
 class TestWandbReplay:
     def test_offline_replay_matches_a_live_wandb_hook(
         self, cli: CLI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from speedtronic.runs import RunError, read_frame
 from speedtronic.runs.summary import format_summaries, summarize_run
-from tests.runs.conftest import CLI, append, assert_one_line_error
+from tests.runs.conftest import CLI, FailsOnCheckpoint, append, assert_one_line_error, log_run, write_run
 
 
 def table(text: str) -> dict[str, list[str]]:
@@ -101,7 +102,8 @@ class TestSummarizeCommand:
         result = cli("summarize", "--json", run_file)
         assert result.returncode == 0, result.stderr
         (run,) = json.loads(result.stdout, parse_constant=pytest.fail)
-        assert run["loss"] == {"first": 2.0, "last": "NaN", "best": 0.75, "best_step": 4, "non_finite": 2}
+        loss = {"first": 2.0, "last": "NaN", "best": 0.75, "best_step": 4, "non_finite": 2, "key": "loss"}
+        assert run["loss"] == loss
         assert run["steps"] == {"min": 1, "max": 5, "target": 6, "recorded": 5}
         assert run["segments"] == 1
         assert run["rates"]["samples_per_s"] == {"mean": 200.0, "last": 200.0}
@@ -169,6 +171,23 @@ class TestSummarizeCommand:
         (tmp_path / name).write_bytes(b"# speedtronic\n\x80\x02}q\x00binary\n")
         assert_one_line_error(cli("summarize", name), f"{name}: not a speedtronic JSONL file")
 
+    def test_a_document_quoting_a_record_is_not_a_run(self, cli: CLI, tmp_path: Path) -> None:
+        """A README that shows one JSONL record among its prose is refused, not read as a run of 1 record."""
+        record = '{"event":"train_step","step":2,"loss":1.2}'
+        (tmp_path / "README.md").write_text(f"# speedtronic\n\nA record:\n\n{record}\n\nMore prose.\n")
+        assert_one_line_error(cli("summarize", "README.md"), "README.md: not a speedtronic JSONL file")
+        assert_one_line_error(cli("plot", "README.md", "-o", "p.png"), "README.md: not a speedtronic")
+        assert_one_line_error(cli("replay", "README.md", "--hook", "x"), "README.md: not a speedtronic")
+        with pytest.raises(RunError, match="line 1 is not a JSON object"):
+            read_frame(tmp_path / "README.md", "train_step")
+
+    def test_a_torn_first_line_is_still_a_run(self, tmp_path: Path) -> None:
+        """A run whose first line a killed writer tore, then resumed, is read: the tear is skipped."""
+        path = tmp_path / "m.jsonl"
+        path.write_text('{"event":"train_st\n{"event":"train_step","step":1,"loss":1.0}\n')
+        summary = summarize_run(path)
+        assert (summary.records, summary.skipped.total_lines) == (1, 1)
+
     @pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
     def test_unreadable_file(self, cli: CLI, run_file: Path) -> None:
         """An unreadable run: one line naming it and the reason."""
@@ -218,3 +237,27 @@ def test_summarize_starts_without_dataframe_or_plotting_libraries(run_file: Path
         [sys.executable, "-c", probe, str(run_file)], capture_output=True, text=True, timeout=120, check=True
     )
     assert done.stdout.splitlines()[-1] == "0 []"
+
+
+class TestCountsAcrossSegments:
+    def test_hook_failures_add_up_over_a_resumed_run(self, tmp_path: Path) -> None:
+        """A hook failing 5 times, then 3 times after the resume: summarize counts 8, also in pieces."""
+        path = tmp_path / "m.jsonl"
+        for checkpoints in (5, 3):
+            log_run(path, [("train_start", {"start_step": 0})] + [
+                ("checkpoint", {"step": step, "path": f"c{step}.pt"}) for step in range(checkpoints)
+            ], hooks=[FailsOnCheckpoint()])  # fmt: skip
+        assert summarize_run(path).hook_failures == {"FailsOnCheckpoint": 8}
+        assert summarize_run(path, workers=2).hook_failures == {"FailsOnCheckpoint": 8}
+
+    def test_ranks_that_never_restarted_are_one_segment(self, tmp_path: Path, cli: CLI) -> None:
+        """--rank all over three ranks, each started once: one segment, no segments row."""
+        run = tmp_path / "run"
+        for rank in range(3):
+            name = "metrics.jsonl" if rank == 0 else f"metrics.rank{rank}.jsonl"
+            records = [("train_start", {"rank": rank}), ("train_step", {"step": 1, "rank": rank})]
+            write_run(run / name, records)
+        assert summarize_run(run, rank="all").segments == 1
+        result = cli("summarize", run, "--rank", "all")
+        assert result.returncode == 0, result.stderr
+        assert "segments" not in result.stdout

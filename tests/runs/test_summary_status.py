@@ -48,3 +48,32 @@ def test_a_resumed_segment_forgets_the_failure_before_it(tmp_path: Path) -> None
             "status": "completed"}
     summary = summarize_run(write(tmp_path / "m.jsonl", START, failed, START, done))
     assert (summary.status, summary.error) == ("completed", None)
+
+
+def test_control_characters_never_reach_the_terminal(tmp_path: Path) -> None:
+    """Escape sequences and newlines in event names, hook names and the error are shown escaped, as
+    the text log writes them: no ESC or BEL byte in the table, one line per row."""
+    path = write(tmp_path / "m.jsonl", START, {"event": "evil\x1b[31m_warning"}, {
+        "event": "hook_error", "hook": "H\x1b]0;pwned\x07", "failures": 1,
+        "_speedtronic": {"origin": "speedtronic"},
+    }, {
+        "event": "train_end", "status": "failed", "error": "boom\nfinished completed\x1b]0;title\x07",
+    })  # fmt: skip
+    text = format_summaries([summarize_run(path)])
+    assert "\x1b" not in text
+    assert "\x07" not in text
+    rows = table(text)
+    assert rows["finished"] == ['failed: "boom\\nfinished completed\\x1b]0;title\\x07"']
+    assert rows['"evil\\x1b[31m_warning"'] == ["1"]
+    assert rows["hook failures"] == ['"H\\x1b]0;pwned\\x07" 1']
+    assert len(text.splitlines()) == len(rows)
+
+
+def test_numbers_of_four_digits_and_more_are_grouped_alike(tmp_path: Path) -> None:
+    """Rates of 9,639 and 11,199 read alike in the table, grouped as the counts are."""
+    path = write(tmp_path / "m.jsonl", START, *(
+        {"event": "train_step", "step": step, "loss": 0.5, "samples_per_s": rate, "tokens_per_s": 11199.0}
+        for step, rate in ((1, 9639.0), (2, 9639.0))
+    ))  # fmt: skip
+    rows = table(format_summaries([summarize_run(path)]))
+    assert (rows["samples_per_s mean"], rows["tokens_per_s last"]) == (["9,639"], ["11,199"])

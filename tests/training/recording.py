@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +45,13 @@ class JournalHook:
         self._file.close()
 
 
+class ThreadJournalHook(JournalHook):
+    """A ``JournalHook`` that journals, with each event, the name of the thread that called it."""
+
+    def on_event(self, event: str, payload: dict[str, Any]) -> None:
+        self._file.write(json.dumps({"event": event, "thread": threading.current_thread().name}) + "\n")
+
+
 def journal(path: str | Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]
 
@@ -64,6 +73,17 @@ class ExitAt:
     def on_event(self, event: str, payload: dict[str, Any]) -> None:
         if event == self._event and payload.get("step") == self._step:
             os._exit(3)
+
+
+class SignalAt:
+    """Sends its own process SIGTERM (a scheduler preempting the job) when ``event`` for ``step`` arrives."""
+
+    def __init__(self, event: str, step: int) -> None:
+        self._event, self._step = event, step
+
+    def on_event(self, event: str, payload: dict[str, Any]) -> None:
+        if event == self._event and payload.get("step") == self._step:
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 class DumpHook:

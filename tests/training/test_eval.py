@@ -70,9 +70,12 @@ def test_summarize_shows_the_last_and_best_eval_loss(run_with_eval: Path) -> Non
 
 
 def test_plot_draws_eval_beside_train_step(run_with_eval: Path, tmp_path: Path) -> None:
-    """train_step's loss and eval's loss as two series of one panel; with_eval=False leaves eval out."""
+    """train_step's loss and each split's eval loss as series of one panel, the test split apart from
+    the held-out one; with_eval=False leaves eval out."""
     pytest.importorskip("matplotlib")
     result = plot_runs([run_with_eval], tmp_path / "p.png", keys=["loss"], labels=["run"])
-    assert [(s.event, list(s.x)) for s in result.series] == [("train_step", [1, 2, 3, 4]), ("eval", [2, 4])]
+    assert [(s.event, s.split, list(s.x)) for s in result.series] == [
+        ("train_step", None, [1, 2, 3, 4]), ("eval", "eval", [2, 4]), ("eval", "test", [4])
+    ]
     alone = plot_runs([run_with_eval], tmp_path / "q.png", keys=["loss"], with_eval=False)
     assert [s.event for s in alone.series] == ["train_step"]

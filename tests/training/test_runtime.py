@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 from speedtronic import HookError
+from speedtronic.hooks import BackgroundHooks
 from speedtronic.runtime import (
     ConfigError,
     build_logger,
@@ -209,6 +211,29 @@ class TestBuildLogger:
             logger.close()
         assert journal(run_dir / "j.jsonl") == [{"event": "close"}]
 
+    def test_background_true_runs_the_hook_off_the_training_thread(
+        self, config: dict[str, Any], run_dir: Path
+    ) -> None:
+        """A hooks entry with background: true is called on a worker thread and gets every event by close."""
+        entry = {"type": "tests.training.recording:ThreadJournalHook", "path": "{run_dir}/j"}
+        entry["background"] = True
+        logger = build_logger(with_logging(config, hooks=[entry]))
+        (hook,) = logger.hooks
+        assert isinstance(hook, BackgroundHooks)
+        for step in range(3):
+            logger.emit("probe", {"step": step})
+        logger.close()
+        lines = journal(run_dir / "j")
+        assert [line["event"] for line in lines] == ["probe"] * 3 + ["close"]
+        assert threading.current_thread().name not in {line["thread"] for line in lines[:3]}
+
+    def test_background_must_be_a_bool(self, config: dict[str, Any]) -> None:
+        """background: "yes" is refused, naming the entry, before the hook is created."""
+        entry = {"type": JOURNAL, "path": "{run_dir}/j", "background": "yes"}
+        problem = r"logging.hooks\[0\]: .*background must be true or false, got 'yes'"
+        with pytest.raises(ConfigError, match=problem):
+            build_logger(with_logging(config, hooks=[entry]))
+
     def test_a_failing_hook_closes_the_ones_before_it(self, config: dict[str, Any], run_dir: Path) -> None:
         """The second hook's factory raises: the first is closed, the error names entry 1."""
         hooks = [
@@ -229,6 +254,51 @@ class TestBuildLogger:
         """A factory returning something that can't take events is refused, naming the entry."""
         with pytest.raises(ConfigError, match=r"logging.hooks\[0\]: hook 'int' is neither a TrainingHook"):
             build_logger(with_logging(config, hooks=[{"type": "tests.training.recording:not_a_hook"}]))
+
+
+class TestTrackerRuns:
+    def test_a_damaged_trackers_file_is_named_on_resume(self, config: dict[str, Any], run_dir: Path) -> None:
+        """A trackers.json that is no {type: [run id]} mapping stops a resume with a ConfigError naming it."""
+        run_dir.mkdir(parents=True)
+        (run_dir / "trackers.json").write_text('{"wandb": "abc"}')
+        with pytest.raises(ConfigError, match=r"trackers.json: expected \{\"wandb\": \[run id, \.\.\.\]"):
+            build_logger(with_train(config, resume=True))
+
+
+class TestSystemEvents:
+    def test_a_run_samples_the_machine_while_it_trains(
+        self, config: dict[str, Any], run_dir: Path
+    ) -> None:
+        """logging.system_interval_s: system records in the JSONL after train_start; stopped by close."""
+        trainer, info = build_runtime(with_logging(config, system_interval_s=0.01))
+        seen = threading.Event()
+        trainer.logger.hooks.append(lambda event, payload: event == "system" and seen.set())
+        try:
+            trainer.fit()
+            assert seen.wait(60)  # the sampler's thread emits within its interval; 60 s only if it is stuck
+        finally:
+            fit_and_close_steps(trainer, info)
+        assert info.monitor is not None
+        assert not info.monitor._thread.is_alive()  # type: ignore[union-attr]
+        events = [r["event"] for r in records(run_dir / "metrics.jsonl")]
+        assert "system" in events
+        assert events.index("system") > events.index("train_start")
+        system = next(r for r in records(run_dir / "metrics.jsonl") if r["event"] == "system")
+        assert system["rss_bytes"] > 0
+        assert system["host_memory_total_bytes"] > 0
+
+    def test_null_runs_no_sampler(self, config: dict[str, Any]) -> None:
+        """system_interval_s: null: no monitor, no system records."""
+        _, info = train_from_config(with_train(with_logging(config, system_interval_s=None), steps=2))
+        assert info.monitor is None
+        assert "system" not in {r["event"] for r in records(info.run_dir / "metrics.jsonl")}
+
+
+def fit_and_close_steps(trainer: Any, info: Any) -> None:
+    """What fit_and_close does after fit(): the monitor, then the logger, then the run directory."""
+    info.monitor.close()
+    trainer.logger.close()
+    info.run.release()
 
 
 class TestTrainFromConfigCloses:

@@ -1,0 +1,99 @@
+"""Which of a run's keys is its loss, its learning rate(s), its throughput and its held-out loss.
+
+Readers find a run's series by *role*, not by one fixed name, so a run logged through Hugging Face,
+Lightning or torchtune reads as well as one ``speedtronic train`` wrote. The table, by role:
+
+- ``loss`` (a ``train_step`` key), in this order of preference: ``loss`` (speedtronic, Hugging Face,
+  torchtune), ``train_loss``, ``train/loss``, ``train_loss_step``, ``train_loss_epoch`` (Lightning's
+  ``self.log("train_loss", on_step=True, on_epoch=True)``). A run has one loss: the key met first in
+  the run (the most preferred among those of one record).
+- ``lr``: ``lr``, ``learning_rate`` (Hugging Face), and Lightning's ``LearningRateMonitor`` names
+  ``lr-<Optimizer>`` and ``lr-<Optimizer>/pg<N>`` (one series per parameter group).
+- ``rate`` (throughput): a key ending in ``_per_s`` (speedtronic), ``_per_sec`` (Lightning's
+  ``ThroughputMonitor``: ``train/device/samples_per_sec``), ``_per_second`` (Hugging Face's
+  ``train_samples_per_second``) or ``_per_second_per_gpu`` (torchtune's ``tokens_per_second_per_gpu``).
+- ``eval``: a held-out loss and its split: an ``eval`` record's ``loss`` (its ``split``, ``"eval"``
+  when it has none), and in any record ``<split>_loss`` or ``<split>/loss`` (``eval_loss``,
+  ``val_loss``, ``val/loss``, also with Lightning's ``_step``/``_epoch``), for the splits of
+  ``EVAL_SPLITS``. Each split is its own series: ``val`` and ``test`` are never mixed.
+
+``Roles`` overrides the table for one read: ``Roles(loss="nll", lr=("lr_head",))`` reads ``nll`` as
+the loss and ``lr_head`` as the only learning rate (``speedtronic summarize --loss nll --lr lr_head``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["EVAL_SPLITS", "LOSS_KEYS", "RATE_SUFFIXES", "Roles", "eval_split", "is_lr", "is_rate"]
+
+LOSS_KEYS = ("loss", "train_loss", "train/loss", "train_loss_step", "train_loss_epoch")
+"""``train_step`` keys that are a run's loss, the most preferred first."""
+
+RATE_SUFFIXES = ("_per_s", "_per_sec", "_per_second", "_per_second_per_gpu")
+"""A numeric key ending in one of these is a throughput rate."""
+
+EVAL_SPLITS = ("eval", "val", "valid", "validation", "test")
+"""Prefixes that mark a metric as measured on held-out data (``val_loss``, ``test/loss``)."""
+
+_LR = re.compile(r"lr|learning_rate|lr-[^/]+(/pg\d+)?")
+_EVAL_LOSS = re.compile(rf"({'|'.join(EVAL_SPLITS)})[_/]loss(_step|_epoch)?")
+
+
+def is_lr(key: str) -> bool:
+    """Whether ``key`` is a learning rate by the table."""
+    return _LR.fullmatch(key) is not None
+
+
+def is_rate(key: str) -> bool:
+    """Whether ``key`` is a throughput rate by the table."""
+    return key.endswith(RATE_SUFFIXES)
+
+
+def eval_split(key: str) -> str | None:
+    """The split whose held-out loss ``key`` is (``val_loss`` -> ``"val"``); ``None`` for another key."""
+    match = _EVAL_LOSS.fullmatch(key)
+    return match.group(1) if match is not None else None
+
+
+@dataclass(frozen=True)
+class Roles:
+    """The keys each role reads: the table's (``None``), or the ones given.
+
+    ``loss``: the loss's key; ``lr``: the learning rates' keys; ``rates``: the throughput keys. A key
+    given here is read whatever the table says of it, and the table's others for that role are not.
+    """
+
+    loss: str | None = None
+    lr: Sequence[str] | None = None
+    rates: Sequence[str] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("lr", "rates"):
+            keys = getattr(self, name)
+            if isinstance(keys, str):
+                object.__setattr__(self, name, (keys,))
+            elif keys is not None:
+                object.__setattr__(self, name, tuple(keys))
+        for name, keys in (("loss", [self.loss] if self.loss is not None else []),
+                           ("lr", self.lr or ()), ("rates", self.rates or ())):  # fmt: skip
+            for key in keys:
+                if not isinstance(key, str) or not key:
+                    raise ValueError(f"Roles {name}: expected a non-empty key name, got {key!r}")
+
+    def loss_rank(self, key: str) -> int | None:
+        """How preferred ``key`` is as the loss (0 most); ``None`` when it is not one."""
+        if self.loss is not None:
+            return 0 if key == self.loss else None
+        try:
+            return LOSS_KEYS.index(key)
+        except ValueError:
+            return None
+
+    def is_lr(self, key: str) -> bool:
+        return key in self.lr if self.lr is not None else is_lr(key)
+
+    def is_rate(self, key: str) -> bool:
+        return key in self.rates if self.rates is not None else is_rate(key)

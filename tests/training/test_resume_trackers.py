@@ -1,0 +1,86 @@
+"""``speedtronic train --resume`` continues the run's W&B run (offline) and MLflow run (a sqlite store):
+the ids are kept in the run directory, and a killed run resumed is one tracker run with every step once."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+pytest.importorskip("wandb")
+mlflow = pytest.importorskip("mlflow")
+
+from tests.wandb_files import read_wandb_run  # noqa: E402  # needs wandb, checked just above
+
+ROOT = Path(__file__).resolve().parents[2]
+STEPS = list(range(1, 9))
+
+
+def train(*args: str | Path, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "speedtronic", "train", "--no-progress", *map(str, args)],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    """An offline, silent W&B whose every directory is under tmp_path; one thread for torch."""
+    out = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    out |= {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    for name in ("DIR", "CACHE_DIR", "CONFIG_DIR", "DATA_DIR"):
+        (tmp_path / f"wandb-{name.lower()}").mkdir()
+        out[f"WANDB_{name}"] = str(tmp_path / f"wandb-{name.lower()}")
+    return out
+
+
+def config(path: Path, store: str, *extra_hooks: dict[str, Any]) -> Path:
+    hooks = [
+        {"type": "wandb", "project": "speedtronic-tests", "mode": "offline"},
+        {"type": "mlflow", "tracking_uri": store, "experiment": "resumed", "run_name": "first"},
+        *extra_hooks,
+    ]
+    path.write_text(yaml.safe_dump({
+        "model": {"hidden": 24},
+        "train": {"steps": 8, "checkpoint_every": 4, "batch_size": 4, "device": "cpu"},
+        "logging": {"every_steps": 1, "hooks": hooks, "system_interval_s": None},
+    }))
+    return path
+
+
+def test_a_killed_run_resumed_is_one_wandb_run_and_one_mlflow_run(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """SIGTERM right after checkpoint 4, then --resume: one W&B run id, one MLflow run, steps 1-8 once."""
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    killer = {"type": "tests.training.recording:SignalAt", "event": "checkpoint", "step": 4}
+    killed = config(tmp_path / "a.yaml", store, killer)
+    first = train("--config", killed, "--run-dir", "r", cwd=tmp_path, env=env)
+    assert first.returncode == 143, first.stderr
+    rest = config(tmp_path / "b.yaml", store)
+    resumed = train("--config", rest, "--run-dir", "r", "--resume", cwd=tmp_path, env=env)
+    assert resumed.returncode == 0, resumed.stderr
+
+    ids = json.loads((tmp_path / "r" / "trackers.json").read_text())
+    assert list(ids) == ["wandb", "mlflow"]
+    offline = sorted((tmp_path / "r" / "wandb").glob("offline-run-*"))
+    assert [path.name.rsplit("-", 1)[1] for path in offline] == ids["wandb"] * 2  # W&B sync joins them
+    runs = [read_wandb_run(path) for path in offline]
+    logged = [row["step"] for run in runs for row in run.history if "train_step/loss" in row]
+    assert logged == STEPS
+    assert [run.exit_code for run in runs] == [1, 0]
+
+    client = mlflow.MlflowClient(store)
+    (experiment,) = [e for e in client.search_experiments() if e.name == "resumed"]
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert [run.info.run_id] == ids["mlflow"]
+    assert run.info.run_name == "first"
+    assert run.info.status == "FINISHED"
+    points = client.get_metric_history(run.info.run_id, "train_step/loss")
+    assert sorted(point.step for point in points) == STEPS
