@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+SCRIPTS = Path(sys.executable).parent
+"""Where this Python's commands are (``speedtronic``, ``tensorboard``): the virtualenv's ``bin``."""
+ACTIVATED_PATH = os.pathsep.join([str(SCRIPTS), os.environ.get("PATH", "")])
+"""``PATH`` of a shell with the virtualenv activated: the commands speedtronic prints are bare names."""
+UNACTIVATED_PATH = os.pathsep.join(
+    entry for entry in os.environ.get("PATH", "").split(os.pathsep)
+    if entry and Path(entry).resolve() != SCRIPTS.resolve()
+)
+"""``PATH`` of a shell that never activated it (as after ``make run``)."""
 
 
 def pytest_configure(config: pytest.Config) -> None:

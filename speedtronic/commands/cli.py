@@ -9,6 +9,7 @@ its own command's module: start-up is part of what a user waits for.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
 import re
@@ -81,12 +82,29 @@ def build_parser(commands: Sequence[str] = COMMANDS) -> argparse.ArgumentParser:
     return parser
 
 
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    """``parser.parse_args(argv)``, but an option the command doesn't know is reported by the command's
+    own parser (its usage, and the nearest option it has), not by the top-level one."""
+    args, unknown = parser.parse_known_args(argv)
+    if not unknown:
+        return args
+    command = next(
+        action.choices[args.command]
+        for action in parser._actions  # argparse keeps its sub-parsers only there
+        if isinstance(action.choices, dict) and args.command in action.choices
+    )
+    known = [option for action in command._actions for option in action.option_strings]
+    guesses = [match for word in unknown for match in difflib.get_close_matches(word, known, n=1)]
+    hint = f" (did you mean {guesses[0]}?)" if guesses and unknown[0].startswith("-") else ""
+    command.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     # The command named first is the only one whose module is needed; anything else (--help, --version,
     # a typo) gets every command, so the help and the "invalid choice" message list them all.
     parser = build_parser(argv[:1] if argv[:1] and argv[0] in COMMANDS else COMMANDS)
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     try:
         return int(args.func(args))
     except CommandError as error:
