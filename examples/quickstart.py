@@ -9,7 +9,6 @@ from pathlib import Path
 
 from speedtronic.profiling import MetricLogger
 
-
 BATCH, SEQ_LEN = 32, 16  # sequences per step, tokens per sequence
 
 
@@ -33,7 +32,8 @@ def main(run_dir: Path = Path("runs/quickstart")) -> int:
             })
         logger.emit("checkpoint", {"step": 50, "path": str(run_dir / "step_50.pt")})
         logger.emit("train_end", {
-            "step": 50, "steps_run": 50, "duration_s": time.perf_counter() - start, "final_loss": round(loss, 4)
+            "step": 50, "steps_run": 50, "duration_s": time.perf_counter() - start,
+            "final_loss": round(loss, 4),
         })
     print(f"wrote {run_dir / 'metrics.jsonl'}; the hook saw {len(losses)} events", file=sys.stderr)
     return 0

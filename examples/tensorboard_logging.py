@@ -17,7 +17,6 @@ from pathlib import Path
 from speedtronic.integrations import TensorboardHook
 from speedtronic.profiling import MetricLogger
 
-
 BATCH, SEQ_LEN = 32, 16  # sequences per step, tokens per sequence
 
 

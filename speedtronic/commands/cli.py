@@ -88,7 +88,7 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Nam
     args, unknown = parser.parse_known_args(argv)
     if not unknown:
         return args
-    command = next(
+    command: argparse.ArgumentParser = next(
         action.choices[args.command]
         for action in parser._actions  # argparse keeps its sub-parsers only there
         if isinstance(action.choices, dict) and args.command in action.choices

@@ -33,7 +33,8 @@ def test_sigterm_ends_the_run_interrupted(tmp_path: Path) -> None:
     process = subprocess.Popen(
         [sys.executable, "-m", "speedtronic", "train", "--no-progress", "--config", str(config),
          "--run-dir", str(tmp_path / "run")],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PATH": ACTIVATED_PATH},
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PATH": ACTIVATED_PATH},
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     try:
