@@ -94,8 +94,9 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Nam
         if isinstance(action.choices, dict) and args.command in action.choices
     )
     known = [option for action in command._actions for option in action.option_strings]
-    guesses = [match for word in unknown for match in difflib.get_close_matches(word, known, n=1)]
-    hint = f" (did you mean {guesses[0]}?)" if guesses and unknown[0].startswith("-") else ""
+    option = next((word.split("=", 1)[0] for word in unknown if word.startswith("-")), "")
+    nearest = difflib.get_close_matches(option, known, n=1) if option else []
+    hint = f" (did you mean {nearest[0]}?)" if nearest else ""
     command.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
 
 
