@@ -51,7 +51,10 @@ def test_help_never_breaks_a_short_phrase_in_parentheses(command: tuple[str, ...
         (["train", "--stesp", "5"], "unrecognized arguments: --stesp 5 (did you mean --steps?)"),
         (["train", "--steps", "5", "extra"], "unrecognized arguments: extra"),
         (["summarize", "--jsn", "runs/a"], "unrecognized arguments: --jsn (did you mean --json?)"),
-        (["plot", "a", "-o", "a.png", "--tittle=t"], "unrecognized arguments: --tittle=t (did you mean --title?)"),
+        (
+            ["plot", "a", "-o", "a.png", "--tittle=t"],
+            "unrecognized arguments: --tittle=t (did you mean --title?)",
+        ),
     ],
 )
 def test_an_unknown_option_gets_the_commands_usage(
