@@ -103,4 +103,4 @@ class TestProjectMetadata:
         """Keywords and trove classifiers a package index shows and filters by."""
         assert {"pytorch", "logging", "structlog"} <= set(project["keywords"])
         assert "Typing :: Typed" in project["classifiers"]
-        assert "License :: OSI Approved :: MIT License" not in project["classifiers"]  # the SPDX field says it
+        assert "License :: OSI Approved :: MIT License" not in project["classifiers"]  # SPDX says it
