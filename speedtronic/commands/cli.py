@@ -88,9 +88,10 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Nam
     args, unknown = parser.parse_known_args(argv)
     if not unknown:
         return args
+    # argparse lists a parser's sub-parsers and options nowhere public but in `_actions`
     command: argparse.ArgumentParser = next(
         action.choices[args.command]
-        for action in parser._actions  # argparse keeps its sub-parsers only there
+        for action in parser._actions
         if isinstance(action.choices, dict) and args.command in action.choices
     )
     known = [option for action in command._actions for option in action.option_strings]
