@@ -568,12 +568,15 @@ def unique_key(taken: Mapping[str, Any], key: object, counters: dict[str, int] |
 
 
 def key_text(key: object) -> str:
-    """A key as the record writes it: a string as it is, a number as JSON writes it, anything else by
-    its ``str()``; lone surrogates as ``\\udXXX`` text."""
+    """A key as the record writes it: a string as it is (a ``str`` subclass, a ``str`` enum, by its
+    string value, as a value is written: so ``Redact`` judges the key its user wrote), a number as
+    JSON writes it, anything else by its ``str()``; lone surrogates as ``\\udXXX`` text."""
     return _clean_text(key if type(key) is str else _key_text(key), None)
 
 
 def _key_text(key: object) -> str:
+    if isinstance(key, str):
+        return str.__str__(key)
     if isinstance(key, float) and not math.isfinite(key):
         return non_finite_text(key)
     if isinstance(key, int) and not isinstance(key, bool):

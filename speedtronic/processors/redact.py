@@ -122,6 +122,7 @@ def is_secret_key(key: str) -> bool:
         after = words[i + 1] if i + 1 < len(words) else ""
         if (
             word in _SECRET_WORDS
+            or word + after in _SECRET_WORDS  # two words that spell one: PassWord, Pass_Phrase
             or (word in ("key", "keys") and before in _KEY_KINDS)
             or (word in ("token", "tokens") and before in _TOKEN_KINDS)
             or (word == "token" and after in ("", *_TOKEN_VALUE_WORDS) and before not in _TEXT_TOKENS)
@@ -134,7 +135,9 @@ def is_secret_key(key: str) -> bool:
 
 _CREDENTIALS = re.compile(
     r"""
-      (?P<url>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#:"<>]*:)(?!\d*(?:[/?#"<>]|\s|$))(?:[^\s"<>]{1,256}|[^\s/?#"<>]+)(?=@)
+      (?P<url>\b[A-Za-z][A-Za-z0-9+.-]{0,31}://[^\s/?#:"<>]*:)(?!\d*(?:[/?#"<>]|\s|$))
+        (?=[^\s"<>@]{0,256}@|[^\s/?#"<>@]*@)  # an @ ahead: else no backtracking through 256 chars
+        (?:[^\s"<>]{1,256}|[^\s/?#"<>]+)(?=@)
     | (?P<bearer>\b(?:[Bb]earer|BEARER)\s+)(?=[A-Za-z]*[0-9._~+/=-])[A-Za-z0-9._~+/-]{8,}=*
     | (?P<basic>\b(?:[Bb]asic|BASIC)\s+)(?P<basic_value>[A-Za-z0-9+/]{4,}={0,2})
     | -----BEGIN[A-Z ]*PRIVATE\ KEY-----.*?(?:-----END[A-Z ]*PRIVATE\ KEY-----|\Z)
@@ -176,10 +179,10 @@ _KEY_STEMS = ("pass", "pw", "secret", "cred", "auth", "bearer", "jwt", "cookie",
 _KEY_VALUE = re.compile(
     r"""
     (?<![A-Za-z0-9_.-])  # a whole key, not the end of a longer one
-    (?=[A-Za-z0-9_.-]*?(?i:"""
+    (?=[A-Za-z0-9_.-]*?(?:[ ][A-Za-z0-9_.-]*?){0,2}(?i:"""
     + "|".join(_KEY_STEMS)
     + r"""))
-    (?=(?P<key>[A-Za-z0-9_.-]+))(?P=key)  # all of it, never backtracking (an atomic group)
+    (?=(?P<key>[A-Za-z0-9_.-]+(?:[ ][A-Za-z0-9_.-]+){0,2}))(?P=key)  # never backtracking (atomic)
     (?P<head>
         \\?["']?[ \t]*[=:][ \t]*(?:\\?(?:(?P<dq>")|(?P<sq>')))?
         (?:(?:[Bb]earer|BEARER|[Bb]asic|BASIC|[Tt]oken|TOKEN|[Dd]igest|Bot)[ \t]+)?
@@ -373,7 +376,7 @@ class Redact:
         if names is None and pair:
             names = (None, items[0])  # a pair ("Authorization", "Bearer ..."), a list after to_python
         if names is None or len(names) != len(items):
-            names = (None,) * len(items)
+            names = _flag_names(items)
         new = [
             self._replacement if name is not None and self._is_secret(name)
             else self._scrub(item, depth + 1, seen)
@@ -411,9 +414,10 @@ class Redact:
         return Truncated(new) if isinstance(text, Truncated) else new
 
     def _scrub_leaf(self, value: Any, depth: int, seen: _Seen) -> Any:
-        """A value not opened: a numpy array of objects or text is converted and scrubbed; anything
-        else whose text (``str()``, or ``repr()`` as containers show it) holds a credential becomes
-        that text, redacted."""
+        """A value not opened: a numpy array of objects or text is converted and scrubbed; an
+        exception whose ``args`` hold a secret (``("password", "hunter2")``) becomes its text with
+        those args redacted; anything else whose text (``str()``, or ``repr()`` as containers show
+        it) holds a credential becomes that text, redacted."""
         if _is_text_array(value):
             converted = to_python(value)
             scrubbed = self._scrub(converted, depth, seen)
@@ -425,7 +429,23 @@ class Redact:
         if new is text and type(value).__str__ is not _DEFAULT_STR:
             text = safe_repr(value)
             new = self._text(text)
+        if new is text and isinstance(value, BaseException) and type(value.args) is tuple:
+            args = self._scrub(value.args, depth, seen)
+            if args is not value.args:  # ("password", "hunter2"): a pair no text rule sees
+                shown = safe_str(args[0] if len(args) == 1 else tuple(args))
+                return Converted(f"{type(value).__name__}: {shown}")
         return value if new is text else Converted(new)
+
+
+def _flag_names(items: list[Any]) -> list[Any]:
+    """Each item's name in a command line (``["--password", "X"]``): the option just before it
+    (``--password``), when that is a ``-`` flag without a ``=``; else ``None``."""
+    names: list[Any] = [None] * len(items)
+    for i in range(1, len(items)):
+        flag = items[i - 1]
+        if type(flag) is str and flag[:1] == "-" and "=" not in flag:
+            names[i] = flag
+    return names
 
 
 def _never(key: str) -> bool:

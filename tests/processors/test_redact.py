@@ -21,6 +21,7 @@ from speedtronic.profiling import MetricLogger
 from tests.reliability.conftest import python
 
 CANARY = "sk-CANARY123"
+PLAIN = "hunter2-CANARY"
 
 SECRET_KEYS = [
     "private-key", "privateKey", "accessKey", "access-key", "passphrase", "api_tokens", "github_token_2",
@@ -32,6 +33,8 @@ SECRET_KEYS = [
     # words glued without a separator
     "PGPASSWORD", "userpassword", "REDISPASSWORD", "MYSQL_ROOTPASSWD", "userPassphrase", "passwordhash",
     "openaiapikey", "clientsecret", "AWSSECRETKEY", "hftoken", "GITHUBTOKEN", "apitokens",
+    # two words that spell one
+    "PassWord", "Pass_Word", "PassPhrase", "userPassWord",
 ]  # fmt: skip
 VISIBLE_KEYS = [
     "tokens_per_s", "num_tokens", "max_tokens", "total_tokens", "tokens", "max_new_tokens",
@@ -88,6 +91,37 @@ class TestKeyWords:
         event: dict[Any, Any] = {"event": "x", ("api_key",): "hunter2", Col.PASSWORD: "hunter2"}
         out: Any = Redact()(None, "info", event)
         assert out[("api_key",)] == out[Col.PASSWORD] == "[REDACTED]"
+
+    def test_a_str_enum_key_is_judged_through_emit(self, tmp_path: Path) -> None:
+        """A ``str`` enum key whose value is secret is hidden at the top level of ``emit`` (written as
+        its value, as JSON libraries write it) and nested, in the text log and the JSONL record."""
+        import enum
+
+        class Field(str, enum.Enum):
+            DB = "db_password"
+
+        logger = MetricLogger(file=tmp_path / "m.log", json_file=tmp_path / "m.jsonl")
+        logger.emit("train_start", {Field.DB: PLAIN, "nested": {Field.DB: PLAIN}})
+        logger.close()
+        for name in ("m.log", "m.jsonl"):
+            text = (tmp_path / name).read_text()
+            assert PLAIN not in text and "db_password" in text, text
+
+    def test_a_command_line_option_hides_its_value(self) -> None:
+        """In an argument list, the item after a secret option (``--password X``) is hidden; other
+        options keep their values."""
+        argv = ["train.py", "--password", PLAIN, "--lr", "0.1", "--hf-token", PLAIN, "-v"]
+        assert redact({"argv": argv})["argv"] == [
+            "train.py", "--password", "[REDACTED]", "--lr", "0.1", "--hf-token", "[REDACTED]", "-v",
+        ]  # fmt: skip
+        assert redact({"argv": ("--password", PLAIN)})["argv"] == ("--password", "[REDACTED]")
+
+    def test_an_exception_whose_args_hold_a_secret(self) -> None:
+        """An exception's ``args`` are judged like a tuple: ``ValueError("password", X)`` becomes its
+        text with X hidden; one holding no secret is passed on as itself."""
+        out = redact({"error": ValueError("password", PLAIN), "other": KeyError("step")})
+        assert out["error"] == "ValueError: ('password', '[REDACTED]')"
+        assert isinstance(out["other"], KeyError)
 
     def test_user_patterns_add_to_the_words(self) -> None:
         """``patterns=[...]`` (fnmatch, case-insensitive) hides more keys; the word rule still applies."""
@@ -196,6 +230,10 @@ class TestValues:
             ("Authorization: Token abc123", "Authorization: Token [REDACTED]"),
             ("secret='it\\'s'", "secret='[REDACTED]'"),
             ("monkey=sk-proj-Ab3dEf6hIj9kLmNoPq", "monkey=[REDACTED]"),
+            ("api key: hunter2", "api key: [REDACTED]"),
+            ("the new api key: hunter2 ok", "the new api key: [REDACTED] ok"),
+            ("HF token = hunter2", "HF token = [REDACTED]"),
+            ("PassWord=hunter2", "PassWord=[REDACTED]"),
         ],
     )
     def test_secret_keys_inside_free_text(self, text: str, expected: str) -> None:
@@ -215,6 +253,19 @@ class TestValues:
             """
             from speedtronic.processors import redact_text
             text = "a://b:c/" * 100_000
+            print(redact_text(text) is text)
+            """,
+            timeout=20,
+        )
+        assert result.stdout.strip() == "True", result.stderr
+
+    def test_dotted_words_take_linear_time(self) -> None:
+        """600,000 characters of ``a.a.a.`` (each letter a possible URL scheme's start) take linear
+        time (20 s bound, where each start scanning to the end took minutes)."""
+        result = python(
+            """
+            from speedtronic.processors import redact_text
+            text = "a." * 300_000
             print(redact_text(text) is text)
             """,
             timeout=20,
