@@ -105,7 +105,8 @@ class TestKeyWords:
         logger.close()
         for name in ("m.log", "m.jsonl"):
             text = (tmp_path / name).read_text()
-            assert PLAIN not in text and "db_password" in text, text
+            assert PLAIN not in text, text
+            assert "db_password" in text, text
 
     def test_a_command_line_option_hides_its_value(self) -> None:
         """In an argument list, the item after a secret option (``--password X``) is hidden; other
