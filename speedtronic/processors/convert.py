@@ -364,6 +364,8 @@ class ConvertValues:
     __slots__ = ()
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+        if _PLAIN.issuperset(map(type, event_dict.values())):  # the common case, tested at C speed
+            return event_dict
         seen: _Seen | None = None
         for key, value in event_dict.items():
             if type(value) not in _PLAIN:

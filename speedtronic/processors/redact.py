@@ -37,6 +37,7 @@ import binascii
 import dataclasses
 import fnmatch
 import functools
+import operator
 import re
 import sys
 import types
@@ -264,7 +265,7 @@ class Redact:
     sink and hook gets.
     """
 
-    __slots__ = ("_judge", "_replacement", "_text")
+    __slots__ = ("_judge", "_plans", "_replacement", "_text")
 
     def __init__(
         self,
@@ -297,8 +298,52 @@ class Redact:
         self._judge = judge
         self._text = text
         self._replacement = replacement
+        self._plans: dict[tuple[str, ...], _Plan] = {}
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+        """Each key *set* is judged once (``_Plan``): a train_step's keys come back every step, and
+        judging them again, key by key, is most of what this stage would cost."""
+        keys = tuple(event_dict)
+        plan = self._plans.get(keys)
+        if plan is None or not _STR_ONLY.issuperset(map(type, keys)):  # a str-like key: judged each time
+            plan = self._plan(keys)
+            if plan is None:
+                return self._redact(event_dict)
+        for key in plan.secret:
+            event_dict[key] = self._replacement
+        others = plan.others
+        if others and not _PLAIN_NUMBERS.issuperset(map(type, plan.values(event_dict))):
+            seen: _Seen | None = None
+            for key in others:
+                value = event_dict[key]
+                if type(value) is str:
+                    event_dict[key] = self._text(value)
+                elif type(value) not in _PLAIN_NUMBERS:
+                    seen = seen or _Seen()
+                    event_dict[key] = self._scrub(value, 1, seen)
+        return event_dict
+
+    def _plan(self, keys: tuple[Any, ...]) -> _Plan | None:
+        """The judgement of these keys, remembered; ``None`` when a key is no plain ``str`` or is
+        renamed (a key that is itself a credential): those are judged event by event."""
+        if not _STR_ONLY.issuperset(map(type, keys)):
+            return None
+        secret: list[str] = []
+        others: list[str] = []
+        for key in keys:
+            if key == "event":
+                continue
+            is_secret, name = self._judge(key)
+            if name is not key:
+                return None
+            (secret if is_secret else others).append(key)
+        if len(self._plans) >= _MAX_PLANS:  # bounded: key sets that never come back don't pile up
+            self._plans.clear()
+        plan = self._plans[keys] = _Plan(tuple(secret), tuple(others))
+        return plan
+
+    def _redact(self, event_dict: EventDict) -> EventDict:
+        """Every key judged in turn: for key sets with a non-``str`` key or a key to rename."""
         seen: _Seen | None = None
         renamed = False
         for key, value in event_dict.items():
@@ -435,6 +480,26 @@ class Redact:
                 shown = safe_str(args[0] if len(args) == 1 else tuple(args))
                 return Converted(f"{type(value).__name__}: {shown}")
         return value if new is text else Converted(new)
+
+
+_STR_ONLY = frozenset({str})
+_MAX_PLANS = 256  # key sets a Redact remembers
+
+
+class _Plan:
+    """What ``Redact`` decided about one key set: the keys whose values are hidden, and the others
+    (``"event"`` aside), whose values are looked at each event; ``values`` reads the others' values
+    at C speed."""
+
+    __slots__ = ("others", "secret", "values")
+
+    def __init__(self, secret: tuple[str, ...], others: tuple[str, ...]) -> None:
+        self.secret = secret
+        self.others = others
+        getter = operator.itemgetter(*others) if others else None
+        self.values: Callable[[EventDict], Any] = (
+            (lambda event_dict: (getter(event_dict),)) if len(others) == 1 else getter  # type: ignore[assignment,misc]  # one item: not a tuple
+        )
 
 
 def _flag_names(items: list[Any]) -> list[Any]:
