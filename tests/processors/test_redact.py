@@ -436,6 +436,55 @@ class TestWalks:
         assert result.stdout.strip() == "ok", result.stderr
 
 
+class LookalikeKey:
+    """A key equal to ``"loss"`` (same hash, ``==`` true) that prints as ``password``."""
+
+    def __hash__(self) -> int:
+        return hash("loss")
+
+    def __eq__(self, other: object) -> bool:
+        return other is self or other == "loss"
+
+    def __str__(self) -> str:
+        return "password"
+
+
+class TestKeySets:
+    def test_a_lookalike_of_a_judged_key_set_is_judged_itself(self) -> None:
+        """After the key set ``event, loss`` was judged, a key equal to ``"loss"`` printing as
+        ``password``, and a ``str`` subclass spelling ``loss`` whose text is secret, are still hidden."""
+        stage = Redact()
+
+        class Sneaky(str):
+            def __str__(self) -> str:
+                return "api_key"
+
+        for _ in range(3):
+            assert stage(None, "info", {"event": "x", "loss": 0.5})["loss"] == 0.5
+        for key in (LookalikeKey(), Sneaky("loss")):
+            assert list(stage(None, "info", {"event": "x", key: PLAIN}).values()) == ["x", "[REDACTED]"]
+
+    def test_keys_built_afresh_each_event(self) -> None:
+        """Keys built with an f-string every event are judged like the same key objects: secrets
+        hidden, text scanned, order and the dict itself kept."""
+        stage = Redact()
+        for _ in range(3):
+            event = {"event": "x", **{f"layer_{i}": i / 3 for i in range(50)}, f"db_{'pass'}": PLAIN,
+                     f"{'note'}": f"used {CANARY}"}  # fmt: skip
+            out = stage(None, "info", event)
+            assert out is event
+            assert list(out)[-2:] == ["db_pass", "note"]
+            assert (out["db_pass"], out["note"], out["layer_3"]) == ("[REDACTED]", "used [REDACTED]", 1.0)
+
+    def test_many_key_sets_still_judged(self) -> None:
+        """After a thousand distinct key sets, a new and an early one are judged correctly."""
+        stage = Redact()
+        for i in range(1000):
+            stage(None, "info", {"event": "x", f"k{i}": 1, "password": PLAIN})
+        assert stage(None, "info", {"event": "x", "k0": 1, "password": PLAIN})["password"] == "[REDACTED]"
+        assert stage(None, "info", {"event": "x", "new": 1, "hf_token": PLAIN})["hf_token"] == "[REDACTED]"
+
+
 class TestInAStockChain:
     @pytest.mark.parametrize("convert_first", [False, True], ids=["redact_first", "convert_first"])
     def test_bound_context_and_contextvars(self, convert_first: bool) -> None:
