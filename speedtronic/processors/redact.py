@@ -159,6 +159,14 @@ _CREDENTIALS = re.compile(
 )
 
 
+_CREDENTIAL_HINT = re.compile(
+    r"://|[Bb]earer|BEARER|[Bb]asic|BASIC|-----BEGIN|[rs]k[-_]|gh[pousr]_|github_pat_|A[KS]IA|eyJ|hf_|xox"
+    r"|AIza|glpat-"
+)
+"""A part every ``_CREDENTIALS`` match holds: text without one is passed over at a few times the speed
+(the full pattern tries each of its forms at each character)."""
+
+
 def _credential(match: re.Match[str], replacement: str) -> str:
     if match["url"] is not None:
         return match["url"] + replacement
@@ -209,7 +217,7 @@ def redact_text(text: str, replacement: str = REDACTED) -> str:
     if len(text) < 4:  # shorter than the shortest match, "pw=x"
         return text
     new = text
-    if _CREDENTIALS.search(new) is not None:
+    if _CREDENTIAL_HINT.search(new) is not None and _CREDENTIALS.search(new) is not None:
         new = _CREDENTIALS.sub(lambda match: _credential(match, replacement), new)
     if _may_hold_key_value(new):
         new = _KEY_VALUE.sub(lambda match: _key_value(match, replacement), new)
