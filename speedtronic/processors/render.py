@@ -69,9 +69,11 @@ class TextRenderer:
         self._cap = CapLine(self.render, max_line_bytes) if max_line_bytes else None
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> str:
-        if self._cap is not None:
-            return str(self._cap(logger, method_name, event_dict))
-        return self.render(logger, method_name, event_dict)
+        line = self.render(logger, method_name, event_dict)
+        cap = self._cap
+        if cap is None or cap.fits(line):  # checked here: a line that fits costs no further call
+            return line
+        return str(cap.shorten(logger, method_name, event_dict, line))
 
     def render(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> str:
         """The line, uncapped."""
@@ -124,10 +126,12 @@ class JSONLRenderer:
         self._cap = CapLine(self.render, max_line_bytes) if max_line_bytes else None
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> str | bytes:
-        if self._cap is not None:
-            line: str | bytes = self._cap(logger, method_name, event_dict)
+        line = self.render(logger, method_name, event_dict)
+        cap = self._cap
+        if cap is None or cap.fits(line):
             return line
-        return self.render(logger, method_name, event_dict)
+        shorter: str | bytes = cap.shorten(logger, method_name, event_dict, line)
+        return shorter
 
     def render(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> str | bytes:
         """The record, uncapped."""
@@ -188,6 +192,14 @@ class CapLine:
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> Any:
         line = self._render(logger, method_name, event_dict)
+        return line if self.fits(line) else self.shorten(logger, method_name, event_dict, line)
+
+    def fits(self, line: str | bytes) -> bool:
+        """Whether ``line`` is within the cap (an ASCII line's length is its size)."""
+        return len(line) <= self._limit and line.isascii()
+
+    def shorten(self, logger: WrappedLogger, method_name: str, event_dict: EventDict, line: Any) -> Any:
+        """The event rendered within the cap, ``line`` being its uncapped rendering (see the class)."""
         excess = self._excess(line)
         if excess <= 0:
             return line
