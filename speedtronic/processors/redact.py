@@ -12,7 +12,8 @@ Two rules, each on by default:
   (``db_pass``). Words glued without a separator count too: a word holding ``password``, ``passwd``,
   ``passphrase`` or ``apikey`` anywhere is secret (``PGPASSWORD``, ``userpassword``,
   ``REDISPASSWORD``), and a word ending in ``secret``, ``token``, ``privatekey``, ``accesskey`` or
-  ``secretkey`` is judged as two words (``clientsecret``, ``hftoken``). Counts and rates of text
+  ``secretkey`` is judged as two words (``clientsecret``, ``hftoken``), and two words that spell
+  one are read as it (``PassWord``). Counts and rates of text
   tokens stay visible: ``tokens``, ``num_tokens``, ``tokens_per_s``, ``max_tokens``, ``maxtokens``,
   ``pad_token``, ``token_ids``, ``tokenizer``, and so do ``passes``, ``pass@1``, ``forward_pass``,
   ``bypass``, ``author``, ``secretary``. Your own ``fnmatch`` patterns add to this rule.
@@ -25,8 +26,9 @@ Two rules, each on by default:
   ``@`` in the user name are covered; a ``:`` followed by digits and ``/`` is a port);
   and the value of a secret key written in text (``password=[REDACTED]``, ``password: [REDACTED]``,
   ``?token=[REDACTED]&``, ``'api_key': '[REDACTED]'``, ``"secret": "[REDACTED]"``,
-  ``Authorization: Token [REDACTED]``): a quoted value up to its closing quote, an unquoted one up to
-  a space, quote, ``&``, ``,`` or ``;``.
+  ``Authorization: Token [REDACTED]``, ``api key: [REDACTED]``: a key of up to three words written
+  with spaces): a quoted value up to its closing quote, an unquoted one up to a space, quote, ``&``,
+  ``,`` or ``;``.
 """
 
 from __future__ import annotations
@@ -252,7 +254,8 @@ class Redact:
 
     What it opens: mappings; lists, tuples (a named tuple's field names are keys; a pair such as
     ``("Authorization", "Bearer ...")``, tuple or two-item list, whose first item is a secret key hides
-    its second: ``to_python`` makes header tuples lists), sets,
+    its second: ``to_python`` makes header tuples lists; in an argument list the item after a secret
+    ``-`` option, ``["--password", X]``, is hidden), sets,
     ``deque``, ``UserList`` and dict views; config objects with a generated ``repr`` (dataclasses,
     pydantic 2 models, attrs classes: attrs 25.4 or later tells a generated ``repr`` apart) and
     namespaces (an ``args`` object); numpy arrays of objects or text (converted with ``to_python``).
