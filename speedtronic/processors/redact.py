@@ -345,7 +345,7 @@ class Redact:
             if key == "event":
                 continue
             is_secret, name = self._judge(key)
-            if name is not key:
+            if name != key:
                 return None
             (secret if is_secret else others).append(key)
         if len(self._plans) >= _MAX_PLANS:  # bounded: key sets that never come back don't pile up
@@ -368,7 +368,7 @@ class Redact:
             elif type(value) not in _PLAIN_NUMBERS:
                 seen = seen or _Seen()
                 event_dict[key] = self._scrub(value, 1, seen)
-            renamed = renamed or name is not key
+            renamed = renamed or (name is not key and name != key)  # equal text: an equal key, not renamed
         if renamed:  # a key that is itself a credential: rebuilt in place, in order
             items = list(event_dict.items())
             event_dict.clear()
@@ -457,7 +457,7 @@ class Redact:
             secret, name = self._judge(key) if type(key) is str else (self._is_secret(key), key)
             new = self._replacement if secret else self._scrub(item, depth + 1, seen)
             changed = changed or new is not item
-            if name is not key:  # a key that is itself a credential
+            if name is not key and name != key:  # a key that is itself a credential
                 key = _free_key(out, name, counters)
                 changed = True
             out[key] = new
