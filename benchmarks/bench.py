@@ -625,6 +625,8 @@ REDACT_TEXTS = {
     "dotted words a.a.": "a.",
     "key=value pw=": "pw=",
     "spaced keys 'api key '": "api key ",
+    "URL starts, each with a far @": "a://b:" * 40 + " @",
+    "URL starts, one @ at the end": "a://b:",  # the last character becomes an @
 }
 
 
@@ -635,6 +637,7 @@ def goal_redact_text(report: Report, size: int, rounds: int) -> None:
 
     print(f"\n[6] redact_text, ns per character ({size:,} characters, median of {rounds} rounds)")
     texts = {name: (unit * (size // len(unit) + 1))[:size] for name, unit in REDACT_TEXTS.items()}
+    texts["URL starts, one @ at the end"] = texts["URL starts, one @ at the end"][:-1] + "@"
     samples: Samples = {name: [] for name in texts}
     for r in range(rounds):
         for name in rotated(list(texts), r):

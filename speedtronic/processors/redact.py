@@ -136,12 +136,88 @@ def is_secret_key(key: str) -> bool:
     return False
 
 
+_SCHEME = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+.-")
+_USER_END = re.compile(r'[\s/?#:"<>]')
+_PORT = re.compile(r'\d*(?:[/?#"<>]|\s|$)')
+_RUN_END = re.compile(r'[\s"<>]')
+_PATH_END = re.compile(r'[\s/?#"<>]')
+
+
+def _next_url(text: str, start: int, run_end: _Next) -> tuple[int, int, int] | None:
+    """The first URL password at or after ``start``: where its URL starts, where the password starts
+    and where it ends. A URL is a scheme (a letter at a word's start, then letters, digits, ``+``,
+    ``.``, ``-``), ``://``, a user name, and a ``:`` not starting a port; its password ends at the last
+    ``@`` before a space or quote, within 256 characters, else at the last ``@`` before a ``/``, ``?``
+    or ``#``. Each ``://`` is looked at once, each ``@`` found with ``str.rfind`` and each stop
+    character once, so text of many URL starts costs a few steps each (a regex looking for the last
+    ``@`` backtracks through all 256 characters at each)."""
+    last_at = text.rfind("@")
+    at_sep = text.find("://", start)
+    while at_sep != -1 and at_sep < last_at:
+        if not at_sep or text[at_sep - 1] not in _SCHEME:  # no scheme before this ://
+            at_sep = text.find("://", at_sep + 3)
+            continue
+        scheme = at_sep
+        while scheme > start and text[scheme - 1] in _SCHEME:
+            scheme -= 1
+        while scheme < at_sep and not _scheme_starts(text, scheme):
+            scheme += 1
+        user_end = _USER_END.search(text, at_sep + 3)
+        if scheme < at_sep and user_end is not None and text[user_end.start()] == ":":
+            begin = user_end.end()
+            if _PORT.match(text, begin) is None:
+                at = text.rfind("@", begin + 1, begin + 257)
+                window = begin + 257
+                if at != -1:  # within 256 characters: the last one before a space or quote
+                    window = run_end.at(begin, begin + 257)
+                    at = text.rfind("@", begin + 1, window)
+                if at == -1 and window == begin + 257:  # else a stop within the window ends both forms
+                    # the search stops at the next ://'s slash: each character is looked at once
+                    stop = _PATH_END.search(text, begin, last_at + 1)
+                    at = text.rfind("@", begin + 1, stop.start() if stop is not None else last_at + 1)
+                if at != -1:
+                    return scheme, begin, at
+        at_sep = text.find("://", at_sep + 3)
+    return None
+
+
+class _Next:
+    """Where ``pattern`` first matches in ``text`` between a position and a limit. Positions and limits
+    asked for only grow during one ``redact_text``, and what was scanned is remembered, so each
+    character is scanned once however many URL starts ask (``sp@``: many starts before one far
+    ``@`` behind a space)."""
+
+    __slots__ = ("_hi", "_hit", "_lo", "_pattern", "_text")
+
+    def __init__(self, pattern: re.Pattern[str], text: str) -> None:
+        self._pattern, self._text = pattern, text
+        self._lo = self._hi = 0  # no match in text[lo:hi]; one at hi when _hit
+        self._hit = False
+
+    def at(self, position: int, limit: int) -> int:
+        """The first match's position in ``[position, limit)``, else ``limit``."""
+        if not self._lo <= position <= self._hi:
+            self._lo = self._hi = position
+            self._hit = False
+        if not self._hit and self._hi < limit:
+            match = self._pattern.search(self._text, self._hi, limit)
+            self._hi, self._hit = (match.start(), True) if match is not None else (limit, False)
+        return self._hi if self._hit and self._hi < limit else limit
+
+
+def _scheme_starts(text: str, at: int) -> bool:
+    """Whether a scheme may start at ``at``: an ASCII letter at a word's start (a regex's ``\\b``,
+    whose ``\\w`` is a letter or digit of any script, or ``_``)."""
+    char = text[at]
+    if not (char.isascii() and char.isalpha()):
+        return False
+    before = text[at - 1] if at else " "
+    return not (before.isalnum() or before == "_")
+
+
 _CREDENTIALS = re.compile(
     r"""
-      (?P<url>\b[A-Za-z][A-Za-z0-9+.-]{0,31}://[^\s/?#:"<>]*:)(?!\d*(?:[/?#"<>]|\s|$))
-        (?=[^\s"<>@]{0,256}@|[^\s/?#"<>@]*@)  # an @ ahead: else no backtracking through 256 chars
-        (?:[^\s"<>]{1,256}|[^\s/?#"<>]+)(?=@)
-    | (?P<bearer>\b(?:[Bb]earer|BEARER)\s+)(?=[A-Za-z]*[0-9._~+/=-])[A-Za-z0-9._~+/-]{8,}=*
+      (?P<bearer>\b(?:[Bb]earer|BEARER)\s+)(?=[A-Za-z]*[0-9._~+/=-])[A-Za-z0-9._~+/-]{8,}=*
     | (?P<basic>\b(?:[Bb]asic|BASIC)\s+)(?P<basic_value>[A-Za-z0-9+/]{4,}={0,2})
     | -----BEGIN[A-Z ]*PRIVATE\ KEY-----.*?(?:-----END[A-Z ]*PRIVATE\ KEY-----|\Z)
     | (?<![A-Za-z0-9])(?:
@@ -169,9 +245,31 @@ _CREDENTIAL_HINT = re.compile(
 (the full pattern tries each of its forms at each character)."""
 
 
+def _credentials(text: str, replacement: str) -> str:
+    """``text`` with every credential replaced: URL passwords (``_next_url``) and ``_CREDENTIALS``,
+    leftmost first, a URL first where both start at one place (one regex's alternation, in effect)."""
+    parts: list[str] = []
+    done = 0
+    run_end = _Next(_RUN_END, text)
+    url = _next_url(text, 0, run_end)
+    other = _CREDENTIALS.search(text)
+    while url is not None or other is not None:
+        if url is not None and (other is None or url[0] <= other.start()):
+            start, begin, end = url
+            parts += (text[done:begin], replacement)
+        else:
+            assert other is not None
+            start, end = other.span()
+            parts += (text[done:start], _credential(other, replacement))
+        done = end
+        if url is not None and url[0] < done:
+            url = _next_url(text, done, run_end)
+        if other is not None and other.start() < done:
+            other = _CREDENTIALS.search(text, done)
+    return "".join(parts) + text[done:] if parts else text
+
+
 def _credential(match: re.Match[str], replacement: str) -> str:
-    if match["url"] is not None:
-        return match["url"] + replacement
     if match["bearer"] is not None:
         return match["bearer"] + replacement
     if match["basic"] is not None:  # Basic credentials are base64 of "user:password"
@@ -219,8 +317,8 @@ def redact_text(text: str, replacement: str = REDACTED) -> str:
     if len(text) < 4:  # shorter than the shortest match, "pw=x"
         return text
     new = text
-    if _CREDENTIAL_HINT.search(new) is not None and _CREDENTIALS.search(new) is not None:
-        new = _CREDENTIALS.sub(lambda match: _credential(match, replacement), new)
+    if _CREDENTIAL_HINT.search(new) is not None:
+        new = _credentials(new, replacement)
     if _may_hold_key_value(new):
         new = _KEY_VALUE.sub(lambda match: _key_value(match, replacement), new)
     return text if new == text else new
