@@ -177,6 +177,9 @@ def _next_url(text: str, start: int, run_end: _Next) -> tuple[int, int, int] | N
                     at = text.rfind("@", begin + 1, stop.start() if stop is not None else last_at + 1)
                 if at != -1:
                     return scheme, begin, at
+                if window < begin + 257:  # no @ before this stop: no URL before it can end at one
+                    at_sep = text.find("://", window)
+                    continue
         at_sep = text.find("://", at_sep + 3)
     return None
 
