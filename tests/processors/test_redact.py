@@ -18,6 +18,7 @@ from structlog.testing import LogCapture
 from speedtronic.processors import ConvertValues, Redact
 from speedtronic.processors.redact import is_secret_key, redact_text
 from speedtronic.profiling import MetricLogger
+from tests.processors.keys import LookalikeKey
 from tests.reliability.conftest import python
 
 CANARY = "sk-CANARY123"
@@ -436,19 +437,6 @@ class TestWalks:
         assert result.stdout.strip() == "ok", result.stderr
 
 
-class LookalikeKey:
-    """A key equal to ``"loss"`` (same hash, ``==`` true) that prints as ``password``."""
-
-    def __hash__(self) -> int:
-        return hash("loss")
-
-    def __eq__(self, other: object) -> bool:
-        return other is self or other == "loss"
-
-    def __str__(self) -> str:
-        return "password"
-
-
 class TestKeySets:
     def test_a_lookalike_of_a_judged_key_set_is_judged_itself(self) -> None:
         """After the key set ``event, loss`` was judged, a key equal to ``"loss"`` printing as
@@ -461,7 +449,7 @@ class TestKeySets:
 
         for _ in range(3):
             assert stage(None, "info", {"event": "x", "loss": 0.5})["loss"] == 0.5
-        for key in (LookalikeKey(), Sneaky("loss")):
+        for key in (LookalikeKey("password"), Sneaky("loss")):
             assert list(stage(None, "info", {"event": "x", key: PLAIN}).values()) == ["x", "[REDACTED]"]
 
     def test_keys_built_afresh_each_event(self) -> None:

@@ -9,19 +9,7 @@ from typing import Any
 import pytest
 
 from speedtronic.processors.text import ValueFormat, format_key, format_value
-
-
-class LookalikeKey:
-    """A key equal to ``"loss"`` (same hash, ``==`` true) that prints as something else."""
-
-    def __hash__(self) -> int:
-        return hash("loss")
-
-    def __eq__(self, other: object) -> bool:
-        return other is self or other == "loss"
-
-    def __str__(self) -> str:
-        return "look alike"
+from tests.processors.keys import LookalikeKey
 
 
 def one_by_one(event: dict[Any, Any], digits: int | None) -> str:
@@ -64,7 +52,7 @@ class TestWideEvents:
         values = ValueFormat()
         others = {f"m{i}": 0.5 for i in range(20)}
         assert " loss=0.5" in values.fields({"loss": 0.5, **others})
-        assert values.fields({LookalikeKey(): 0.5, **others}).startswith(' "look alike"=0.5')
+        assert values.fields({LookalikeKey("look alike"): 0.5, **others}).startswith(' "look alike"=0.5')
 
     def test_keys_one_true_and_one_point_zero_are_told_apart(self) -> None:
         """``1``, ``True`` and ``1.0`` (equal, same hash) each read as themselves in a wide event."""
