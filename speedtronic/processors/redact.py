@@ -608,9 +608,10 @@ class _Plan:
     def __init__(self, secret: tuple[str, ...], others: tuple[str, ...]) -> None:
         self.secret = secret
         self.others = others
-        getter = operator.itemgetter(*others) if others else None
         self.values: Callable[[EventDict], Any] = (
-            (lambda event_dict: (getter(event_dict),)) if len(others) == 1 else getter  # type: ignore[assignment,misc]  # one item: not a tuple
+            operator.itemgetter(*others)
+            if len(others) > 1
+            else lambda event_dict: [event_dict[key] for key in others]  # itemgetter of one: no tuple
         )
 
 

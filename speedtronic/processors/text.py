@@ -127,6 +127,8 @@ class ValueFormat:
             if len(self._plans) >= _MAX_PLANS:
                 self._plans.clear()
             kept = tuple(key for key in keys if key not in skip)
+            if len(kept) < 2:  # nearly all skipped: the plain loop (an itemgetter of one gives no tuple)
+                return None
             plan = self._plans[(skip, keys)] = _Plan(tuple(map(self._prefix, kept)), kept)
         values = plan.values(event_dict)
         kinds = tuple(map(type, values))
@@ -206,10 +208,9 @@ class _Plan:
     def __init__(self, prefixes: tuple[str, ...], kept: tuple[str, ...]) -> None:
         self.prefixes = prefixes
         self.specs: dict[tuple[type, ...], tuple[str, ...]] = {}
-        getter = operator.itemgetter(*kept)
-        self.values: Callable[[Mapping[Any, Any]], tuple[Any, ...]] = (
-            getter if len(kept) > 1 else lambda event_dict: (getter(event_dict),)
-        )
+        self.values: Callable[[Mapping[Any, Any]], tuple[Any, ...]] = operator.itemgetter(*kept)
+
+
 _DEFAULT = ValueFormat()
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from speedtronic.processors.text import ValueFormat, format_key, format_value
+from speedtronic.processors.text import ValueFormat, format_fields, format_key, format_value
 from tests.processors.keys import LookalikeKey
 
 
@@ -66,3 +66,9 @@ class TestWideEvents:
         values = ValueFormat()
         event = {**{f"m{i}": 0.5 for i in range(20)}, "note": 'a "b"\n', "obj": [1, 2]}
         assert values.fields(event).endswith(' note="a \\"b\\"\\n" obj="[1, 2]"')
+
+    def test_a_skip_set_holding_nearly_every_key(self) -> None:
+        """A wide event whose ``skip`` leaves one key or none writes that key, or nothing."""
+        event = {f"m{i}": 0.5 for i in range(20)}
+        assert format_fields(event, skip=frozenset(event) - {"m3"}) == " m3=0.5"
+        assert format_fields(event, skip=frozenset(event)) == ""
