@@ -86,12 +86,23 @@ def safe_str(value: object) -> str:
 
 def value_text(value: object) -> str:
     """The text a value JSON can't hold is written as: an exception as ``ZeroDivisionError: division by
-    zero`` (the last line of its traceback: its type is part of what it says), anything else its
-    ``str()`` (``safe_str``)."""
+    zero`` (the last line of its traceback: its type is part of what it says); an object that prints
+    only Python's default ``<... object at 0x7f...>`` as its type without the address, which changes
+    from run to run (``<wandb.sdk.data_types.image.Image object>``); anything else its ``str()``
+    (``safe_str``)."""
     if isinstance(value, BaseException):
         text = safe_str(value)
         return f"{type(value).__name__}: {text}" if text else type(value).__name__
+    kind = type(value)
+    if kind.__str__ is _OBJECT_STR and kind.__repr__ is _OBJECT_REPR:
+        module = kind.__module__
+        name = kind.__qualname__ if module in ("builtins", None) else f"{module}.{kind.__qualname__}"
+        return f"<{name} object>"
     return safe_str(value)
+
+
+_OBJECT_STR: Any = object.__str__
+_OBJECT_REPR: Any = object.__repr__
 
 
 class Converted(str):
@@ -364,6 +375,8 @@ class ConvertValues:
     __slots__ = ()
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+        if _PLAIN.issuperset(map(type, event_dict.values())):  # the common case, tested at C speed
+            return event_dict
         seen: _Seen | None = None
         for key, value in event_dict.items():
             if type(value) not in _PLAIN:
@@ -568,12 +581,15 @@ def unique_key(taken: Mapping[str, Any], key: object, counters: dict[str, int] |
 
 
 def key_text(key: object) -> str:
-    """A key as the record writes it: a string as it is, a number as JSON writes it, anything else by
-    its ``str()``; lone surrogates as ``\\udXXX`` text."""
+    """A key as the record writes it: a string as it is (a ``str`` subclass, a ``str`` enum, by its
+    string value, as a value is written: so ``Redact`` judges the key its user wrote), a number as
+    JSON writes it, anything else by its ``str()``; lone surrogates as ``\\udXXX`` text."""
     return _clean_text(key if type(key) is str else _key_text(key), None)
 
 
 def _key_text(key: object) -> str:
+    if isinstance(key, str):
+        return str.__str__(key)
     if isinstance(key, float) and not math.isfinite(key):
         return non_finite_text(key)
     if isinstance(key, int) and not isinstance(key, bool):
