@@ -467,14 +467,13 @@ class TestKeySets:
     def test_equal_keys_of_other_objects_are_not_renamed(self) -> None:
         """A key equal to one judged before but built afresh (another object) is not taken for a
         renamed key: a nested mapping holding no secret is passed on as itself, and a top-level key set
-        first met after its keys were judged elsewhere is remembered like any other."""
+        first met after its keys were judged elsewhere keeps its keys and values."""
         stage = Redact()
         stage(None, "info", {"event": "x", "lr": 0.1, "cfg": {"lr": 0.1}})
         nested = {"".join(["l", "r"]): 0.2}
         assert stage(None, "info", {"event": "x", "cfg": nested})["cfg"] is nested
         fresh = {"event": "x", "".join(["l", "r"]): 0.3, "step": 1}
         assert stage(None, "info", fresh) == {"event": "x", "lr": 0.3, "step": 1}
-        assert len(stage._plans) == 3  # private: the key set was remembered, not judged each event
 
     def test_many_key_sets_still_judged(self) -> None:
         """After a thousand distinct key sets, a new and an early one are judged correctly."""
