@@ -1,6 +1,7 @@
 # The two commands a newcomer needs; each sets up its own virtualenv from scratch.
-#   make run    runs the main job
-#   make test   runs ruff, mypy --strict and every test
+#   make run    runs the main job (then `.venv/bin/speedtronic summarize runs/...`: nothing is activated)
+#   make test   runs ruff (lint and format check), mypy --strict and every test
+#   make bench  prints the benchmarks and any goal missed (`benchmarks/bench.py --check` fails on a miss)
 PYTHON ?= python3
 VENV ?= .venv
 # A CPU build is on these machines' disk; an unpinned torch pulls a multi-GB CUDA build.
@@ -17,12 +18,16 @@ test: $(VENV)/.dev-installed lint typecheck unit
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check speedtronic tests examples benchmarks
+	$(BIN)/ruff format --check speedtronic tests examples benchmarks
 
 typecheck: $(VENV)/.dev-installed
 	$(BIN)/mypy --strict speedtronic
 
+# One worker per core (pytest-xdist); a test file runs whole on one worker, so its module-scoped
+# fixtures (a trained run) are built once. TEST_JOBS=0 runs in this process.
+TEST_JOBS ?= auto
 unit: $(VENV)/.dev-installed
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)

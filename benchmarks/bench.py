@@ -1,6 +1,7 @@
 """speedtronic's performance goals, each measured side by side with its baseline in this process.
 
-    python benchmarks/bench.py            # every goal; exits 1 if one is missed
+    python benchmarks/bench.py            # every goal, with the machine, its load and the date
+    python benchmarks/bench.py --check    # the same; exits 1 if a goal is missed
     python benchmarks/bench.py --quick    # fewer rounds and events (a smoke run)
 
 The default TensorboardHook's cost on the training thread has its own script,
@@ -19,6 +20,7 @@ import functools
 import logging
 import logging.handlers
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -56,8 +58,9 @@ def noop_hook(event: str, payload: dict[str, Any]) -> None:
 
 
 def hand_written(d: Path) -> tuple[Callable[[dict[str, Any]], None], Callable[[], None]]:
-    """The floor: copy, elapsed, text line, orjson line, one hook call; no library at all. The same
-    syscalls as speedtronic's: per line a ``stat`` of the path (to follow logrotate) and one ``write``."""
+    """A reference loop (not a floor: it writes other bytes): copy, elapsed, text line, orjson line
+    with a timestamp, one hook call; no library at all. The same syscalls as speedtronic's: per line a
+    ``stat`` of the path (to follow logrotate) and one ``write``."""
     text_path, data_path = d / "hand.log", d / "hand.jsonl"
     text = open(text_path, "a", encoding="utf-8")  # noqa: SIM115  # closed by teardown
     fd = os.open(data_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -72,7 +75,8 @@ def hand_written(d: Path) -> tuple[Callable[[dict[str, Any]], None], Callable[[]
         text.write(f"{stamp} | INFO | train_step {fields}\n")
         text.flush()
         os.stat(data_path)
-        os.write(fd, orjson.dumps({"event": "train_step", **record}) + b"\n")
+        stamp_iso = iso_timestamp(time.time())
+        os.write(fd, orjson.dumps({"event": "train_step", **record, "timestamp": stamp_iso}) + b"\n")
         noop_hook("train_step", record)
 
     def close() -> None:
@@ -89,7 +93,10 @@ def stdlib_logging(d: Path) -> tuple[Callable[[dict[str, Any]], None], Callable[
 
     class JSONFormatter(logging.Formatter):
         def format(self, record: logging.LogRecord) -> str:
-            return orjson.dumps({"event": record.msg, **record.payload}).decode()  # type: ignore[attr-defined]
+            stamp = iso_timestamp(record.created)  # the JSON line carries its time, as ours does
+            return orjson.dumps(
+                {"event": record.msg, **record.payload, "timestamp": stamp}  # type: ignore[attr-defined]
+            ).decode()
 
     text_logger, json_logger = logging.Logger("bench.text"), logging.Logger("bench.json")
     text_handler = logging.handlers.WatchedFileHandler(d / "stdlib.log")
@@ -167,7 +174,7 @@ def plain_structlog_chain(
         structlog.BytesLogger(data),
         [
             add_elapsed,
-            structlog.processors.TimeStamper(fmt="iso"),
+            structlog.processors.TimeStamper(fmt="iso", utc=True),  # the JSONL stamped as ours is
             write_text,
             call_hook,
             structlog.processors.JSONRenderer(serializer=orjson.dumps),
@@ -193,8 +200,8 @@ def bare_stages(d: Path) -> tuple[Callable[[dict[str, Any]], None], Callable[[],
     ``write(2)`` per line, the hook on a copy. Nothing else: no locks, no line caps, no error
     handling, no rotation-following beyond the stat, no torn-line or partial-write care.
 
-    Not a candidate: the floor of what the stages themselves cost, so the distance from it to
-    speedtronic is what those guarantees cost."""
+    Not a candidate and not a floor (it writes other bytes: no line caps, no escapes of hostile
+    values): a reference for what the stages cost without speedtronic's guarantees."""
     note = orjson.Fragment(orjson.dumps(empty_note()))
     judge = functools.lru_cache(maxsize=4096)(is_secret_key)
     text_path, data_path = str(d / "bare.log"), str(d / "bare.jsonl")
@@ -328,7 +335,11 @@ def rotated(names: list[str], start: int) -> list[str]:
 
 
 def interleaved(
-    candidates: dict[str, Any], events: int, rounds: int, payload: dict[str, Any] | None = None
+    candidates: dict[str, Any],
+    events: int,
+    rounds: int,
+    payload: dict[str, Any] | None = None,
+    make: Callable[[int], dict[str, Any]] | None = None,
 ) -> Samples:
     """Microseconds per event of each candidate in each round.
 
@@ -341,7 +352,10 @@ def interleaved(
         for r in range(rounds):
             for name in rotated(list(live), r):
                 emit = live[name][0]
-                payloads = [dict(payload or PAYLOAD, step=i) for i in range(events)]
+                if make is not None:  # built before the clock starts: the logger's cost only
+                    payloads = [make(i) for i in range(events)]
+                else:
+                    payloads = [dict(payload or PAYLOAD, step=i) for i in range(events)]
                 t0 = time.perf_counter()
                 for payload in payloads:
                     emit(payload)
@@ -381,12 +395,12 @@ def goal_full_and_skip(report: Report, events: int, rounds: int) -> None:
     print(f"\n[1, 2] per-event cost (median of {rounds} interleaved rounds x {events} events)")
     samples = interleaved(
         {
-            "hand-written": hand_written,
+            "reference loop": hand_written,
             "stdlib logging (watched)": stdlib_logging,
             "plain structlog chain": plain_structlog_chain,
             "plain chain + stat": watched_structlog_chain,
             "speedtronic": speedtronic_logger,
-            "same stages, bare (floor)": bare_stages,
+            "bare stages (reference)": bare_stages,
             "speedtronic skipped step": speedtronic_skipped,
             **peer_loggers(),
         },
@@ -400,54 +414,72 @@ def goal_full_and_skip(report: Report, events: int, rounds: int) -> None:
         print(f"    {name:28s} {statistics.median(values):8.2f} µs {to_watched:11.2f}x {to_stdlib:8.2f}x")
     to_watched = ratio(samples, "speedtronic", "plain chain + stat")
     report.goal(
-        "full path / plain chain + stat (like for like)", f"{to_watched:.2f}x", "<= 1.2x", to_watched <= 1.2
+        "full path / plain chain + stat (like for like)", f"{to_watched:.2f}x", "<= 1.0x", to_watched <= 1.0
     )
     to_stdlib = ratio(samples, "speedtronic", "stdlib logging (watched)")
     report.goal(
-        "full path / stdlib, two WatchedFileHandlers", f"{to_stdlib:.2f}x", "<= 0.7x", to_stdlib <= 0.7
+        "full path / stdlib, two WatchedFileHandlers", f"{to_stdlib:.2f}x", "<= 0.65x", to_stdlib <= 0.65
     )
-    to_hand = ratio(samples, "speedtronic", "hand-written")
-    report.goal("full path / hand-written loop, same syscalls", f"{to_hand:.2f}x", "<= 3x", to_hand <= 3.0)
+    print(f"    (stretch: <= 0.6x stdlib: {'met' if to_stdlib <= 0.6 else 'not met'})")
+    to_hand = ratio(samples, "speedtronic", "reference loop")
+    report.goal("full path / reference loop, same syscalls", f"{to_hand:.2f}x", "<= 3x", to_hand <= 3.0)
     to_plain = ratio(samples, "speedtronic", "plain structlog chain")
     print(f"    (against the plain chain without the stat, which doesn't follow logrotate: {to_plain:.2f}x)")
-    floor = ratio(samples, "same stages, bare (floor)", "plain chain + stat")
+    bare = ratio(samples, "bare stages (reference)", "plain chain + stat")
     print(
-        f"    (speedtronic's stages with none of its guarantees: {floor:.2f}x the chain + stat; "
-        f"speedtronic is {ratio(samples, 'speedtronic', 'same stages, bare (floor)'):.2f}x that floor)"
+        f"    (speedtronic's stages with none of its guarantees: {bare:.2f}x the chain + stat; "
+        f"speedtronic is {ratio(samples, 'speedtronic', 'bare stages (reference)'):.2f}x that)"
     )
     skipped = ratio(samples, "speedtronic skipped step", "speedtronic")
     report.goal("skipped step / full event", f"{skipped:.1%}", "< 8%", skipped < 0.08)
 
 
+def wide_payloads(keys: int, fresh: bool) -> Callable[[int], dict[str, Any]]:
+    """Payload ``i`` of ``keys`` keys (``step`` and float metrics). ``fresh``: its keys built afresh
+    with an f-string each step, as a per-layer loop builds them (equal strings, new objects)."""
+    names = [f"metric_{k}" for k in range(keys - 1)]
+    values = [0.1 * k + 1e-3 for k in range(keys - 1)]
+    if fresh:
+        return lambda i: {"step": i, **{f"metric_{k}": 0.1 * k + 1e-3 for k in range(keys - 1)}}
+    return lambda i: {"step": i, **dict(zip(names, values, strict=True))}
+
+
 def goal_payload_size(report: Report, events: int, rounds: int) -> None:
-    """How the cost grows with the payload: 5 to 1000 float keys, for speedtronic, the chain + stat,
-    stdlib and the floor (speedtronic's stages bare), each size in its own interleaved rounds."""
+    """How the cost grows with the payload: 5 to 1000 float keys, interned and built afresh, for
+    speedtronic, the chain + stat, stdlib and the bare stages, each size in its own interleaved rounds."""
     print(f"\n[2b] per-event cost by payload size (median of {rounds} rounds; fewer events for more keys)")
-    header = ("keys", "speedtronic", "chain+stat", "stdlib", "floor", "/ chain", "/ stdlib", "floor/chain")
-    print("    {:>5s} {:>12s} {:>11s} {:>9s} {:>9s} {:>8s} {:>9s} {:>12s}".format(*header))
+    header = ("keys", "", "speedtronic", "chain+stat", "stdlib", "bare", "/ chain", "/ stdlib", "bare/chain")
+    print("    {:>5s} {:6s} {:>12s} {:>11s} {:>9s} {:>9s} {:>8s} {:>9s} {:>11s}".format(*header))
+    goals = {200: 0.8, 1000: 0.7}
     for keys in (5, 50, 200, 1000):
-        payload = {"step": 0, **{f"metric_{k}": 0.1 * k + 1e-3 for k in range(keys - 1)}}
-        samples = interleaved(
-            {
-                "speedtronic": speedtronic_logger,
-                "chain": watched_structlog_chain,
-                "stdlib": stdlib_logging,
-                "floor": bare_stages,
-            },
-            max(200, events * 5 // keys),
-            rounds,
-            payload,
-        )
-        to_chain = ratio(samples, "speedtronic", "chain")
-        to_stdlib = ratio(samples, "speedtronic", "stdlib")
-        floor = ratio(samples, "floor", "chain")
-        medians = [statistics.median(samples[name]) for name in ("speedtronic", "chain", "stdlib", "floor")]
-        print(f"    {keys:5d} {medians[0]:9.1f} µs {medians[1]:8.1f} µs {medians[2]:6.1f} µs "
-              f"{medians[3]:6.1f} µs {to_chain:7.2f}x {to_stdlib:8.2f}x {floor:11.2f}x")  # fmt: skip
-        if keys == 200:
-            ok = to_chain <= 1.0
-            report.goal("200-key float payload / chain + stat", f"{to_chain:.2f}x", "<= 1.0x", ok)
-            print(f"    (200 keys: speedtronic is {ratio(samples, 'speedtronic', 'floor'):.2f}x the floor)")
+        for fresh in (False, True):
+            samples = interleaved(
+                {
+                    "speedtronic": speedtronic_logger,
+                    "chain": watched_structlog_chain,
+                    "stdlib": stdlib_logging,
+                    "bare": bare_stages,
+                },
+                max(200, events * 5 // keys),
+                rounds,
+                make=wide_payloads(keys, fresh),
+            )
+            to_chain = ratio(samples, "speedtronic", "chain")
+            to_stdlib = ratio(samples, "speedtronic", "stdlib")
+            bare = ratio(samples, "bare", "chain")
+            names = ("speedtronic", "chain", "stdlib", "bare")
+            medians = [statistics.median(samples[name]) for name in names]
+            kind = "fresh" if fresh else "same"
+            print(f"    {keys:5d} {kind:6s} {medians[0]:9.1f} µs {medians[1]:8.1f} µs {medians[2]:6.1f} µs "
+                  f"{medians[3]:6.1f} µs {to_chain:7.2f}x {to_stdlib:8.2f}x {bare:10.2f}x")  # fmt: skip
+            if keys in goals:
+                target = goals[keys]
+                report.goal(
+                    f"{keys}-key float payload ({kind} keys) / chain + stat",
+                    f"{to_chain:.2f}x",
+                    f"<= {target}x",
+                    to_chain <= target,
+                )
 
 
 def thread_throughput(emit: Callable[[dict[str, Any]], None], events: int) -> float:
@@ -479,7 +511,7 @@ def goal_threads(report: Report, events: int, rounds: int) -> None:
     print(f"\n[2c] one logger, 1 thread vs 4 threads ({events} events a round, {rounds} rounds)")
     candidates = {
         "speedtronic": speedtronic_logger,
-        "hand-written": hand_written,
+        "reference loop": hand_written,
         "plain chain + stat": watched_structlog_chain,
         "stdlib logging (watched)": stdlib_logging,
     }
@@ -586,11 +618,59 @@ def goal_import(report: Report, rounds: int) -> None:
     )
 
 
+REDACT_TEXTS = {
+    "ordinary (a traceback line)": 'File "/home/u/train.py", line 12, in main\nValueError: lr=0.1 at step 7 ',
+    "URL starts a://b:": "a://b:",
+    "URL starts with paths a://b:c/": "a://b:c/",
+    "dotted words a.a.": "a.",
+    "key=value pw=": "pw=",
+    "spaced keys 'api key '": "api key ",
+    "URL starts, each with a far @": "a://b:" * 40 + " @",
+    "URL starts, one @ at the end": "a://b:",  # the last character becomes an @
+}
+
+
+def goal_redact_text(report: Report, size: int, rounds: int) -> None:
+    """``redact_text`` per character on ordinary text and on adversarial text of the same size: the
+    worst case within 10x the ordinary one (median of interleaved rounds)."""
+    from speedtronic.processors.redact import redact_text
+
+    print(f"\n[6] redact_text, ns per character ({size:,} characters, median of {rounds} rounds)")
+    texts = {name: (unit * (size // len(unit) + 1))[:size] for name, unit in REDACT_TEXTS.items()}
+    texts["URL starts, one @ at the end"] = texts["URL starts, one @ at the end"][:-1] + "@"
+    samples: Samples = {name: [] for name in texts}
+    for r in range(rounds):
+        for name in rotated(list(texts), r):
+            t0 = time.perf_counter()
+            redact_text(texts[name])
+            samples[name].append((time.perf_counter() - t0) / size * 1e9)
+    ordinary = "ordinary (a traceback line)"
+    for name, values in samples.items():
+        print(f"    {name:34s} {statistics.median(values):8.1f} ns  {ratio(samples, name, ordinary):6.2f}x")
+    worst = max(ratio(samples, name, ordinary) for name in samples)
+    report.goal(
+        "redact_text worst case / ordinary text, per character", f"{worst:.1f}x", "<= 10x", worst <= 10
+    )
+
+
+def machine() -> str:
+    """The machine, its load and the date, printed with the figures."""
+    load = " ".join(f"{value:.2f}" for value in os.getloadavg())
+    versions = f"structlog {structlog.__version__}, orjson {orjson.__version__}"
+    return (
+        f"{os.cpu_count()} x {platform.machine()} cores, load average {load}; "
+        f"Python {platform.python_version()}, {versions}; "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds and events")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a goal is missed")
     args = parser.parse_args()
     events, rounds = (2_000, 5) if args.quick else (10_000, 15)
+    print(machine())
     report = Report()
     goal_full_and_skip(report, events, rounds)
     goal_payload_size(report, events, rounds)
@@ -598,8 +678,13 @@ def main() -> int:
     stage_costs(events)
     goal_memory(report, 100_000 if args.quick else 1_000_000)
     goal_import(report, 5 if args.quick else 11)
+    goal_redact_text(report, 120_000 if args.quick else 600_000, rounds)
+    print("\n" + machine())
     print("\n" + report.table())
-    return 0 if all(ok for *_, ok in report.rows) else 1
+    missed = [name for name, _, _, ok in report.rows if not ok]
+    if missed:
+        print("\nmissed: " + "; ".join(missed))
+    return 1 if missed and args.check else 0
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ config and the integrations import them from here.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = ["int_text", "safe_repr", "safe_str", "value_text"]
 
 
@@ -29,12 +31,23 @@ def safe_repr(value: object) -> str:
 
 def value_text(value: object) -> str:
     """The text a value JSON can't hold is written as: an exception as ``ZeroDivisionError: division by
-    zero`` (the last line of its traceback: its type is part of what it says), anything else its
-    ``str()`` (``safe_str``)."""
+    zero`` (the last line of its traceback: its type is part of what it says); an object that prints
+    only Python's default ``<... object at 0x7f...>`` as its type without the address, which changes
+    from run to run (``<wandb.sdk.data_types.image.Image object>``); anything else its ``str()``
+    (``safe_str``)."""
     if isinstance(value, BaseException):
         text = safe_str(value)
         return f"{type(value).__name__}: {text}" if text else type(value).__name__
+    kind = type(value)
+    if kind.__str__ is _OBJECT_STR and kind.__repr__ is _OBJECT_REPR:
+        module = kind.__module__
+        name = kind.__qualname__ if module in ("builtins", None) else f"{module}.{kind.__qualname__}"
+        return f"<{name} object>"
     return safe_str(value)
+
+
+_OBJECT_STR: Any = object.__str__
+_OBJECT_REPR: Any = object.__repr__
 
 
 def int_text(value: int) -> str:

@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+SCRIPTS = Path(sys.executable).parent
+"""Where this Python's commands are (``speedtronic``, ``tensorboard``): the virtualenv's ``bin``."""
+ACTIVATED_PATH = os.pathsep.join([str(SCRIPTS), os.environ.get("PATH", "")])
+"""``PATH`` of a shell with the virtualenv activated: the commands speedtronic prints are bare names."""
+UNACTIVATED_PATH = os.pathsep.join(
+    entry for entry in os.environ.get("PATH", "").split(os.pathsep)
+    if entry and Path(entry).resolve() != SCRIPTS.resolve()
+)
+"""``PATH`` of a shell that never activated it (as after ``make run``)."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -17,6 +30,52 @@ def pytest_configure(config: pytest.Config) -> None:
     on ``exec``, and Python then turns SIGINT into ``KeyboardInterrupt``, as in a terminal."""
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+CHECKOUT = Path(__file__).resolve().parents[1]
+_UNTOUCHED = pytest.StashKey[frozenset[str]]()
+_CACHES = ("__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".coverage")
+"""What running Python and the tools leave in a checkout by design; never a test's output."""
+
+
+def _files_outside_git(root: Path) -> frozenset[str] | None:
+    """The untracked and ignored paths in the checkout ``root`` (``git status``), the tools' caches
+    left out; None when ``root`` is not a git checkout (an unpacked sdist)."""
+    try:
+        status = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--ignored=matching", "--untracked-files"],
+            capture_output=True, text=True, timeout=120, check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if status.returncode != 0:
+        return None
+    return frozenset(
+        line[3:] for line in status.stdout.splitlines()
+        if line[:2] in ("??", "!!") and not any(cache in line for cache in _CACHES)
+    )
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Note what is in the checkout outside git before any test runs (the suite's controller only)."""
+    if not hasattr(session.config, "workerinput"):
+        before = _files_outside_git(CHECKOUT)
+        if before is not None:
+            session.config.stash[_UNTOUCHED] = before
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Fail the run when a test wrote into the checkout: tests write under their tmp_path only."""
+    before = session.config.stash.get(_UNTOUCHED, None)
+    after = _files_outside_git(CHECKOUT) if before is not None else None
+    if before is None or after is None or after <= before:
+        return
+    written = ", ".join(sorted(after - before))
+    writer = session.config.get_terminal_writer()
+    writer.line()
+    writer.line(f"tests wrote into the checkout {CHECKOUT}: {written}", red=True)
+    if session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -71,3 +74,33 @@ def test_public_names_and_submodules_load_on_first_use() -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False module 'speedtronic' has no attribute 'no_such_name'"
+
+
+@pytest.fixture(scope="module")
+def project() -> dict[str, Any]:
+    """pyproject.toml's [project] table as setuptools builds it (dynamic fields filled in)."""
+    from setuptools.config.pyprojecttoml import read_configuration
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a deprecated form (license = {text = ...}) fails here
+        return dict(read_configuration(ROOT / "pyproject.toml")["project"])
+
+
+class TestProjectMetadata:
+    def test_the_version_is_written_once(self, project: dict[str, Any]) -> None:
+        """The package metadata's version is speedtronic.__version__, read from speedtronic/_version.py."""
+        assert project["dynamic"] == ["version"]
+        assert project["version"] == speedtronic.__version__
+        versions = re.findall(r'\b\d+\.\d+\.\d+\b', (ROOT / "pyproject.toml").read_text())
+        assert speedtronic.__version__ not in versions
+
+    def test_the_license_is_an_spdx_expression_with_its_file(self, project: dict[str, Any]) -> None:
+        """license = "MIT" and the LICENSE file holding the MIT text ship together."""
+        assert (project["license"], project["license-files"]) == ("MIT", ["LICENSE"])
+        assert (ROOT / "LICENSE").read_text().startswith("MIT License\n")
+
+    def test_an_index_can_classify_it(self, project: dict[str, Any]) -> None:
+        """Keywords and trove classifiers a package index shows and filters by."""
+        assert {"pytorch", "logging", "structlog"} <= set(project["keywords"])
+        assert "Typing :: Typed" in project["classifiers"]
+        assert "License :: OSI Approved :: MIT License" not in project["classifiers"]  # SPDX says it

@@ -17,6 +17,7 @@ signal, SIGINT may print a ``KeyboardInterrupt`` traceback (docs/guarantees.md h
 from __future__ import annotations
 
 import contextlib
+import difflib
 import os
 import signal
 import sys
@@ -80,6 +81,25 @@ def build_parser(commands: Sequence[str] = COMMANDS) -> argparse.ArgumentParser:
     return parser
 
 
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    """``parser.parse_args(argv)``, but an option the command doesn't know is reported by the command's
+    own parser (its usage, and the nearest option it has), not by the top-level one."""
+    args, unknown = parser.parse_known_args(argv)
+    if not unknown:
+        return args
+    # argparse lists a parser's sub-parsers and options nowhere public but in `_actions`
+    command: argparse.ArgumentParser = next(
+        action.choices[args.command]
+        for action in parser._actions
+        if isinstance(action.choices, dict) and args.command in action.choices
+    )
+    known = [option for action in command._actions for option in action.option_strings]
+    option = next((word.split("=", 1)[0] for word in unknown if word.startswith("-")), "")
+    nearest = difflib.get_close_matches(option, known, n=1) if option else []
+    hint = f" (did you mean {nearest[0]}?)" if nearest else ""
+    command.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The console entry point: runs the command in ``argv`` (default ``sys.argv[1:]``); the exit code."""
     signals = _Signals(sys.argv[1:2] if argv is None else list(argv)[:1])  # first of all
@@ -97,7 +117,7 @@ def _run(argv: list[str], started: Callable[[], None]) -> int:
     # The command named first is the only one whose module is needed; anything else (--help, --version,
     # a typo) gets every command, so the help and the "invalid choice" message list them all.
     parser = build_parser(argv[:1] if argv[:1] and argv[0] in COMMANDS else COMMANDS)
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     try:
         started()
         return int(args.func(args))

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from speedtronic.training.config import ConfigError
     from speedtronic.training.trainer import FitResult
 
-__all__ = ["add_parser", "paths", "run", "summary", "with_progress", "with_structlog_console"]
+__all__ = ["add_parser", "paths", "run", "summary", "typed", "with_progress", "with_structlog_console"]
 
 
 def add_parser(subparsers: Any) -> None:
@@ -212,7 +212,7 @@ def _say_what_failed(error: OSError, info: RunInfo, step: int) -> None:
 
     checkpoint = latest_checkpoint(info.checkpoint_dir) if info.checkpoint_dir.is_dir() else None
     since = f"latest checkpoint: {checkpoint.name}" if checkpoint is not None else "no checkpoint"
-    command = f"speedtronic train --run-dir {shlex.quote(str(info.run_dir))} --resume"
+    command = f"{typed('speedtronic')} train --run-dir {shlex.quote(str(info.run_dir))} --resume"
     print(
         f"speedtronic: error: {error}; the run stopped at step {step} ({since}); fix that, then "
         f"continue with: {command}",
@@ -355,7 +355,7 @@ def _say_how_to_continue(stop: _Stopped) -> None:
         since = "no checkpoint yet: --resume starts again from step 0"
     else:
         since = f"latest checkpoint: {checkpoint.name}"
-    command = f"speedtronic train --run-dir {shlex.quote(str(info.run_dir))} --resume"
+    command = f"{typed('speedtronic')} train --run-dir {shlex.quote(str(info.run_dir))} --resume"
     if info.rank.distributed:
         command += " (under torchrun, as before)"
     print(f"speedtronic: {what} at step {stop.step} ({since}); continue with: {command}", file=sys.stderr)
@@ -422,17 +422,35 @@ def _next_commands(info: RunInfo) -> list[str]:
     run_dir = shlex.quote(str(info.run_dir))
     lines = []
     if "tensorboard" in info.files:
-        lines.append(f"  {'view':<12} tensorboard --logdir {shlex.quote(info.files['tensorboard'])}")
+        tensorboard = typed("tensorboard")
+        lines.append(f"  {'view':<12} {tensorboard} --logdir {shlex.quote(info.files['tensorboard'])}")
     if "metrics" in info.files:
-        lines.append(f"  {'summarize':<12} speedtronic summarize {run_dir}")
+        speedtronic = typed("speedtronic")
+        lines.append(f"  {'summarize':<12} {speedtronic} summarize {run_dir}")
         plot = shlex.quote(str(info.run_dir / "loss.png"))
-        lines.append(f"  {'plot':<12} speedtronic plot {run_dir} -o {plot}")
+        lines.append(f"  {'plot':<12} {speedtronic} plot {run_dir} -o {plot}")
     return lines
+
+
+def typed(program: str) -> str:
+    """How to type ``program``, a command installed beside this Python, in the user's shell: its name
+    when ``PATH`` finds that one, else its path (relative when under the working directory:
+    ``.venv/bin/speedtronic`` after ``make run``, whose virtualenv nobody activated)."""
+    import shlex
+    import shutil
+
+    script = Path(sys.executable).parent / program
+    found = shutil.which(program)
+    if not script.is_file() or (found is not None and Path(found).resolve() == script.resolve()):
+        return program
+    with contextlib.suppress(ValueError):
+        script = script.relative_to(Path.cwd())
+    return shlex.quote(str(script))
 
 
 def summary(result: FitResult, info: RunInfo) -> str:
     """Steps, final and eval loss, throughput, where each file is, then the commands that show the
-    run (``tensorboard --logdir``, ``speedtronic summarize``, ``speedtronic plot``)."""
+    run (``tensorboard --logdir``, ``speedtronic summarize``, ``speedtronic plot``), as typed here."""
     from speedtronic.training.rundir import describe_changes
 
     loss = "n/a" if result.final_loss is None else f"{result.final_loss:.4f}"

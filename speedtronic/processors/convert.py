@@ -327,6 +327,8 @@ class ConvertValues:
     __slots__ = ()
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+        if _PLAIN.issuperset(map(type, event_dict.values())):  # the common case, tested at C speed
+            return event_dict
         seen: _Seen | None = None
         for key, value in event_dict.items():
             if type(value) not in _PLAIN:
@@ -531,12 +533,15 @@ def unique_key(taken: Mapping[str, Any], key: object, counters: dict[str, int] |
 
 
 def key_text(key: object) -> str:
-    """A key as the record writes it: a string as it is, a number as JSON writes it, anything else by
-    its ``str()``; lone surrogates as ``\\udXXX`` text."""
+    """A key as the record writes it: a string as it is (a ``str`` subclass, a ``str`` enum, by its
+    string value, as a value is written: so ``Redact`` judges the key its user wrote), a number as
+    JSON writes it, anything else by its ``str()``; lone surrogates as ``\\udXXX`` text."""
     return _clean_text(key if type(key) is str else _key_text(key), None)
 
 
 def _key_text(key: object) -> str:
+    if isinstance(key, str):
+        return str.__str__(key)
     if isinstance(key, float) and not math.isfinite(key):
         return non_finite_text(key)
     if isinstance(key, int) and not isinstance(key, bool):

@@ -12,7 +12,8 @@ Two rules, each on by default:
   (``db_pass``). Words glued without a separator count too: a word holding ``password``, ``passwd``,
   ``passphrase`` or ``apikey`` anywhere is secret (``PGPASSWORD``, ``userpassword``,
   ``REDISPASSWORD``), and a word ending in ``secret``, ``token``, ``privatekey``, ``accesskey`` or
-  ``secretkey`` is judged as two words (``clientsecret``, ``hftoken``). Counts and rates of text
+  ``secretkey`` is judged as two words (``clientsecret``, ``hftoken``), and two words that spell
+  one are read as it (``PassWord``). Counts and rates of text
   tokens stay visible: ``tokens``, ``num_tokens``, ``tokens_per_s``, ``max_tokens``, ``maxtokens``,
   ``pad_token``, ``token_ids``, ``tokenizer``, and so do ``passes``, ``pass@1``, ``forward_pass``,
   ``bypass``, ``author``, ``secretary``. Your own ``fnmatch`` patterns add to this rule.
@@ -25,8 +26,9 @@ Two rules, each on by default:
   ``@`` in the user name are covered; a ``:`` followed by digits and ``/`` is a port);
   and the value of a secret key written in text (``password=[REDACTED]``, ``password: [REDACTED]``,
   ``?token=[REDACTED]&``, ``'api_key': '[REDACTED]'``, ``"secret": "[REDACTED]"``,
-  ``Authorization: Token [REDACTED]``): a quoted value up to its closing quote, an unquoted one up to
-  a space, quote, ``&``, ``,`` or ``;``.
+  ``Authorization: Token [REDACTED]``, ``api key: [REDACTED]``: a key of up to three words written
+  with spaces): a quoted value up to its closing quote, an unquoted one up to a space, quote, ``&``,
+  ``,`` or ``;``.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import binascii
 import dataclasses
 import fnmatch
 import functools
+import operator
 import re
 import sys
 import types
@@ -121,6 +124,7 @@ def is_secret_key(key: str) -> bool:
         after = words[i + 1] if i + 1 < len(words) else ""
         if (
             word in _SECRET_WORDS
+            or word + after in _SECRET_WORDS  # two words that spell one: PassWord, Pass_Phrase
             or (word in ("key", "keys") and before in _KEY_KINDS)
             or (word in ("token", "tokens") and before in _TOKEN_KINDS)
             or (word == "token" and after in ("", *_TOKEN_VALUE_WORDS) and before not in _TEXT_TOKENS)
@@ -131,10 +135,91 @@ def is_secret_key(key: str) -> bool:
     return False
 
 
+_SCHEME = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+.-")
+_USER_END = re.compile(r'[\s/?#:"<>]')
+_PORT = re.compile(r'\d*(?:[/?#"<>]|\s|$)')
+_RUN_END = re.compile(r'[\s"<>]')
+_PATH_END = re.compile(r'[\s/?#"<>]')
+
+
+def _next_url(text: str, start: int, run_end: _Next) -> tuple[int, int, int] | None:
+    """The first URL password at or after ``start``: where its URL starts, where the password starts
+    and where it ends. A URL is a scheme (a letter at a word's start, then letters, digits, ``+``,
+    ``.``, ``-``), ``://``, a user name, and a ``:`` not starting a port; its password ends at the last
+    ``@`` before a space or quote, within 256 characters, else at the last ``@`` before a ``/``, ``?``
+    or ``#``. Each ``://`` is looked at once, each ``@`` found with ``str.rfind`` and each stop
+    character once, so text of many URL starts costs a few steps each (a regex looking for the last
+    ``@`` backtracks through all 256 characters at each)."""
+    last_at = text.rfind("@")
+    at_sep = text.find("://", start)
+    while at_sep != -1 and at_sep < last_at:
+        if not at_sep or text[at_sep - 1] not in _SCHEME:  # no scheme before this ://
+            at_sep = text.find("://", at_sep + 3)
+            continue
+        scheme = at_sep
+        while scheme > start and text[scheme - 1] in _SCHEME:
+            scheme -= 1
+        while scheme < at_sep and not _scheme_starts(text, scheme):
+            scheme += 1
+        user_end = _USER_END.search(text, at_sep + 3)
+        if scheme < at_sep and user_end is not None and text[user_end.start()] == ":":
+            begin = user_end.end()
+            if _PORT.match(text, begin) is None:
+                at = text.rfind("@", begin + 1, begin + 257)
+                window = begin + 257
+                if at != -1:  # within 256 characters: the last one before a space or quote
+                    window = run_end.at(begin, begin + 257)
+                    at = text.rfind("@", begin + 1, window)
+                if at == -1 and window == begin + 257:  # else a stop within the window ends both forms
+                    # the search stops at the next ://'s slash: each character is looked at once
+                    stop = _PATH_END.search(text, begin, last_at + 1)
+                    at = text.rfind("@", begin + 1, stop.start() if stop is not None else last_at + 1)
+                if at != -1:
+                    return scheme, begin, at
+                if window < begin + 257:  # no @ before this stop: no URL before it can end at one
+                    at_sep = text.find("://", window)
+                    continue
+        at_sep = text.find("://", at_sep + 3)
+    return None
+
+
+class _Next:
+    """Where ``pattern`` first matches in ``text`` between a position and a limit. Positions and limits
+    asked for only grow during one ``redact_text``, and what was scanned is remembered, so each
+    character is scanned once however many URL starts ask (``sp@``: many starts before one far
+    ``@`` behind a space)."""
+
+    __slots__ = ("_hi", "_hit", "_lo", "_pattern", "_text")
+
+    def __init__(self, pattern: re.Pattern[str], text: str) -> None:
+        self._pattern, self._text = pattern, text
+        self._lo = self._hi = 0  # no match in text[lo:hi]; one at hi when _hit
+        self._hit = False
+
+    def at(self, position: int, limit: int) -> int:
+        """The first match's position in ``[position, limit)``, else ``limit``."""
+        if not self._lo <= position <= self._hi:
+            self._lo = self._hi = position
+            self._hit = False
+        if not self._hit and self._hi < limit:
+            match = self._pattern.search(self._text, self._hi, limit)
+            self._hi, self._hit = (match.start(), True) if match is not None else (limit, False)
+        return self._hi if self._hit and self._hi < limit else limit
+
+
+def _scheme_starts(text: str, at: int) -> bool:
+    """Whether a scheme may start at ``at``: an ASCII letter at a word's start (a regex's ``\\b``,
+    whose ``\\w`` is a letter or digit of any script, or ``_``)."""
+    char = text[at]
+    if not (char.isascii() and char.isalpha()):
+        return False
+    before = text[at - 1] if at else " "
+    return not (before.isalnum() or before == "_")
+
+
 _CREDENTIALS = re.compile(
     r"""
-      (?P<url>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#:"<>]*:)(?!\d*(?:[/?#"<>]|\s|$))(?:[^\s"<>]{1,256}|[^\s/?#"<>]+)(?=@)
-    | (?P<bearer>\b(?:[Bb]earer|BEARER)\s+)(?=[A-Za-z]*[0-9._~+/=-])[A-Za-z0-9._~+/-]{8,}=*
+      (?P<bearer>\b(?:[Bb]earer|BEARER)\s+)(?=[A-Za-z]*[0-9._~+/=-])[A-Za-z0-9._~+/-]{8,}=*
     | (?P<basic>\b(?:[Bb]asic|BASIC)\s+)(?P<basic_value>[A-Za-z0-9+/]{4,}={0,2})
     | -----BEGIN[A-Z ]*PRIVATE\ KEY-----.*?(?:-----END[A-Z ]*PRIVATE\ KEY-----|\Z)
     | (?<![A-Za-z0-9])(?:
@@ -154,9 +239,39 @@ _CREDENTIALS = re.compile(
 )
 
 
+_CREDENTIAL_HINT = re.compile(
+    r"://|[Bb]earer|BEARER|[Bb]asic|BASIC|-----BEGIN|[rs]k[-_]|gh[pousr]_|github_pat_|A[KS]IA|eyJ|hf_|xox"
+    r"|AIza|glpat-"
+)
+"""A part every ``_CREDENTIALS`` match holds: text without one is passed over at a few times the speed
+(the full pattern tries each of its forms at each character)."""
+
+
+def _credentials(text: str, replacement: str) -> str:
+    """``text`` with every credential replaced: URL passwords (``_next_url``) and ``_CREDENTIALS``,
+    leftmost first, a URL first where both start at one place (one regex's alternation, in effect)."""
+    parts: list[str] = []
+    done = 0
+    run_end = _Next(_RUN_END, text)
+    url = _next_url(text, 0, run_end)
+    other = _CREDENTIALS.search(text)
+    while url is not None or other is not None:
+        if url is not None and (other is None or url[0] <= other.start()):
+            start, begin, end = url
+            parts += (text[done:begin], replacement)
+        else:
+            assert other is not None
+            start, end = other.span()
+            parts += (text[done:start], _credential(other, replacement))
+        done = end
+        if url is not None and url[0] < done:
+            url = _next_url(text, done, run_end)
+        if other is not None and other.start() < done:
+            other = _CREDENTIALS.search(text, done)
+    return "".join(parts) + text[done:] if parts else text
+
+
 def _credential(match: re.Match[str], replacement: str) -> str:
-    if match["url"] is not None:
-        return match["url"] + replacement
     if match["bearer"] is not None:
         return match["bearer"] + replacement
     if match["basic"] is not None:  # Basic credentials are base64 of "user:password"
@@ -175,10 +290,10 @@ _KEY_STEMS = ("pass", "pw", "secret", "cred", "auth", "bearer", "jwt", "cookie",
 _KEY_VALUE = re.compile(
     r"""
     (?<![A-Za-z0-9_.-])  # a whole key, not the end of a longer one
-    (?=[A-Za-z0-9_.-]*?(?i:"""
+    (?=[A-Za-z0-9_.-]*?(?:[ ][A-Za-z0-9_.-]*?){0,2}(?i:"""
     + "|".join(_KEY_STEMS)
     + r"""))
-    (?=(?P<key>[A-Za-z0-9_.-]+))(?P=key)  # all of it, never backtracking (an atomic group)
+    (?=(?P<key>[A-Za-z0-9_.-]+(?:[ ][A-Za-z0-9_.-]+){0,2}))(?P=key)  # never backtracking (atomic)
     (?P<head>
         \\?["']?[ \t]*[=:][ \t]*(?:\\?(?:(?P<dq>")|(?P<sq>')))?
         (?:(?:[Bb]earer|BEARER|[Bb]asic|BASIC|[Tt]oken|TOKEN|[Dd]igest|Bot)[ \t]+)?
@@ -204,8 +319,8 @@ def redact_text(text: str, replacement: str = REDACTED) -> str:
     if len(text) < 4:  # shorter than the shortest match, "pw=x"
         return text
     new = text
-    if _CREDENTIALS.search(new) is not None:
-        new = _CREDENTIALS.sub(lambda match: _credential(match, replacement), new)
+    if _CREDENTIAL_HINT.search(new) is not None:
+        new = _credentials(new, replacement)
     if _may_hold_key_value(new):
         new = _KEY_VALUE.sub(lambda match: _key_value(match, replacement), new)
     return text if new == text else new
@@ -239,7 +354,8 @@ class Redact:
 
     What it opens: mappings; lists, tuples (a named tuple's field names are keys; a pair such as
     ``("Authorization", "Bearer ...")``, tuple or two-item list, whose first item is a secret key hides
-    its second: ``to_python`` makes header tuples lists), sets,
+    its second: ``to_python`` makes header tuples lists; in an argument list the item after a secret
+    ``-`` option, ``["--password", X]``, is hidden), sets,
     ``deque``, ``UserList`` and dict views; config objects with a generated ``repr`` (dataclasses,
     pydantic 2 models, attrs classes: attrs 25.4 or later tells a generated ``repr`` apart) and
     namespaces (an ``args`` object); numpy arrays of objects or text (converted with ``to_python``).
@@ -260,7 +376,7 @@ class Redact:
     sink and hook gets.
     """
 
-    __slots__ = ("_judge", "_replacement", "_text")
+    __slots__ = ("_judge", "_plans", "_replacement", "_text")
 
     def __init__(
         self,
@@ -293,8 +409,52 @@ class Redact:
         self._judge = judge
         self._text = text
         self._replacement = replacement
+        self._plans: dict[tuple[str, ...], _Plan] = {}
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+        """Each key *set* is judged once (``_Plan``): a train_step's keys come back every step, and
+        judging them again, key by key, is most of what this stage would cost."""
+        keys = tuple(event_dict)
+        plan = self._plans.get(keys)
+        if plan is None or not _STR_ONLY.issuperset(map(type, keys)):  # a str-like key: judged each time
+            plan = self._plan(keys)
+            if plan is None:
+                return self._redact(event_dict)
+        for key in plan.secret:
+            event_dict[key] = self._replacement
+        others = plan.others
+        if others and not _PLAIN_NUMBERS.issuperset(map(type, plan.values(event_dict))):
+            seen: _Seen | None = None
+            for key in others:
+                value = event_dict[key]
+                if type(value) is str:
+                    event_dict[key] = self._text(value)
+                elif type(value) not in _PLAIN_NUMBERS:
+                    seen = seen or _Seen()
+                    event_dict[key] = self._scrub(value, 1, seen)
+        return event_dict
+
+    def _plan(self, keys: tuple[Any, ...]) -> _Plan | None:
+        """The judgement of these keys, remembered; ``None`` when a key is no plain ``str`` or is
+        renamed (a key that is itself a credential): those are judged event by event."""
+        if not _STR_ONLY.issuperset(map(type, keys)):
+            return None
+        secret: list[str] = []
+        others: list[str] = []
+        for key in keys:
+            if key == "event":
+                continue
+            is_secret, name = self._judge(key)
+            if name != key:
+                return None
+            (secret if is_secret else others).append(key)
+        if len(self._plans) >= _MAX_PLANS:  # bounded: key sets that never come back don't pile up
+            self._plans.clear()
+        plan = self._plans[keys] = _Plan(tuple(secret), tuple(others))
+        return plan
+
+    def _redact(self, event_dict: EventDict) -> EventDict:
+        """Every key judged in turn: for key sets with a non-``str`` key or a key to rename."""
         seen: _Seen | None = None
         renamed = False
         for key, value in event_dict.items():
@@ -308,7 +468,7 @@ class Redact:
             elif type(value) not in _PLAIN_NUMBERS:
                 seen = seen or _Seen()
                 event_dict[key] = self._scrub(value, 1, seen)
-            renamed = renamed or name is not key
+            renamed = renamed or (name is not key and name != key)  # equal text: an equal key, not renamed
         if renamed:  # a key that is itself a credential: rebuilt in place, in order
             items = list(event_dict.items())
             event_dict.clear()
@@ -372,7 +532,7 @@ class Redact:
         if names is None and pair:
             names = (None, items[0])  # a pair ("Authorization", "Bearer ..."), a list after to_python
         if names is None or len(names) != len(items):
-            names = (None,) * len(items)
+            names = _flag_names(items)
         new = [
             self._replacement if name is not None and self._is_secret(name)
             else self._scrub(item, depth + 1, seen)
@@ -397,7 +557,7 @@ class Redact:
             secret, name = self._judge(key) if type(key) is str else (self._is_secret(key), key)
             new = self._replacement if secret else self._scrub(item, depth + 1, seen)
             changed = changed or new is not item
-            if name is not key:  # a key that is itself a credential
+            if name is not key and name != key:  # a key that is itself a credential
                 key = _free_key(out, name, counters)
                 changed = True
             out[key] = new
@@ -410,9 +570,10 @@ class Redact:
         return Truncated(new) if isinstance(text, Truncated) else new
 
     def _scrub_leaf(self, value: Any, depth: int, seen: _Seen) -> Any:
-        """A value not opened: a numpy array of objects or text is converted and scrubbed; anything
-        else whose text (``str()``, or ``repr()`` as containers show it) holds a credential becomes
-        that text, redacted."""
+        """A value not opened: a numpy array of objects or text is converted and scrubbed; an
+        exception whose ``args`` hold a secret (``("password", "hunter2")``) becomes its text with
+        those args redacted; anything else whose text (``str()``, or ``repr()`` as containers show
+        it) holds a credential becomes that text, redacted."""
         if _is_text_array(value):
             converted = to_python(value)
             scrubbed = self._scrub(converted, depth, seen)
@@ -424,7 +585,44 @@ class Redact:
         if new is text and type(value).__str__ is not _DEFAULT_STR:
             text = safe_repr(value)
             new = self._text(text)
+        if new is text and isinstance(value, BaseException) and type(value.args) is tuple:
+            args = self._scrub(value.args, depth, seen)
+            if args is not value.args:  # ("password", "hunter2"): a pair no text rule sees
+                shown = safe_str(args[0] if len(args) == 1 else tuple(args))
+                return Converted(f"{type(value).__name__}: {shown}")
         return value if new is text else Converted(new)
+
+
+_STR_ONLY = frozenset({str})
+_MAX_PLANS = 256  # key sets a Redact remembers
+
+
+class _Plan:
+    """What ``Redact`` decided about one key set: the keys whose values are hidden, and the others
+    (``"event"`` aside), whose values are looked at each event; ``values`` reads the others' values
+    at C speed."""
+
+    __slots__ = ("others", "secret", "values")
+
+    def __init__(self, secret: tuple[str, ...], others: tuple[str, ...]) -> None:
+        self.secret = secret
+        self.others = others
+        self.values: Callable[[EventDict], Any] = (
+            operator.itemgetter(*others)
+            if len(others) > 1
+            else lambda event_dict: [event_dict[key] for key in others]  # itemgetter of one: no tuple
+        )
+
+
+def _flag_names(items: list[Any]) -> list[Any]:
+    """Each item's name in a command line (``["--password", "X"]``): the option just before it
+    (``--password``), when that is a ``-`` flag without a ``=``; else ``None``."""
+    names: list[Any] = [None] * len(items)
+    for i in range(1, len(items)):
+        flag = items[i - 1]
+        if type(flag) is str and flag[:1] == "-" and "=" not in flag:
+            names[i] = flag
+    return names
 
 
 def _never(key: str) -> bool:

@@ -10,6 +10,7 @@ and spaces inside a value stay inside its quotes (CWE-117).
 from __future__ import annotations
 
 import math
+import operator
 import re
 from collections.abc import Callable, Container, Mapping
 from typing import Any
@@ -64,12 +65,14 @@ class ValueFormat:
     ``" key="`` prefix (each key is quoted once, then remembered) and one of its value's type.
     """
 
-    __slots__ = ("_by_type", "_prefixes")
+    __slots__ = ("_by_type", "_plans", "_prefixes", "_spec")
 
     def __init__(self, digits: int | None = DEFAULT_FLOAT_DIGITS) -> None:
         if digits is not None and (isinstance(digits, bool) or not isinstance(digits, int) or digits < 1):
             raise ValueError(f"float_digits must be an int >= 1 or None, got {digits!r}")
         self._prefixes: dict[str, str] = {}  # " key=" of each str key met (the same come back every event)
+        self._plans: dict[tuple[Any, ...], _Plan] = {}  # per key set of a large event (see ``fields``)
+        self._spec = f".{digits}" if digits is not None else ""  # format()'s text, where it is the rule's
         float_text = _rounding(digits) if digits is not None else _float_repr
         self._by_type: dict[type, Callable[[Any], str]] = {  # the formatter of each plain type
             float: float_text, int: int_text, str: quote, bool: str, type(None): str,
@@ -90,7 +93,17 @@ class ValueFormat:
         return self._other(value)
 
     def fields(self, event_dict: Mapping[Any, Any], skip: Container[Any] = ("event",)) -> str:
-        """`` key=value`` for every key not in ``skip``, each with a leading space, in order."""
+        """`` key=value`` for every key not in ``skip``, each with a leading space, in order.
+
+        An event of many keys (per-layer metrics) whose values are plain numbers is written in bulk:
+        its key set's prefixes are looked up once (``_Plan``), and its values formatted by
+        ``format()`` at C speed with the spec of the float rule (``.4``): where that text has no
+        ``e`` it is exactly what the rule writes (a float with an exponent, ``True``, ``None`` are
+        written by the rule itself)."""
+        if len(event_dict) >= _BULK_KEYS and type(skip) in (frozenset, tuple):  # hashable: in the plan key
+            line = self._bulk(event_dict, skip)
+            if line is not None:
+                return line
         prefixes, by_type = self._prefixes, self._by_type
         parts = []
         for key, value in event_dict.items():
@@ -102,6 +115,40 @@ class ValueFormat:
                 (prefix or self._prefix(key)) + (plain(value) if plain is not None else self._other(value))
             )
         return "".join(parts)
+
+    def _bulk(self, event_dict: Mapping[Any, Any], skip: Container[Any]) -> str | None:
+        """``fields`` for an event of plain ``str`` keys and plain number values, else ``None``."""
+        keys = tuple(event_dict)
+        plan = self._plans.get((skip, keys))
+        if plan is None or not _STR_ONLY.issuperset(map(type, keys)):  # never a str-like key's plan
+            if not _STR_ONLY.issuperset(map(type, keys)):
+                return None
+            if len(self._plans) >= _MAX_PLANS:
+                self._plans.clear()
+            kept = tuple(key for key in keys if key not in skip)
+            if len(kept) < 2:  # nearly all skipped: the plain loop (an itemgetter of one gives no tuple)
+                return None
+            plan = self._plans[(skip, keys)] = _Plan(tuple(map(self._prefix, kept)), kept)
+        values = plan.values(event_dict)
+        kinds = tuple(map(type, values))
+        specs = plan.specs.get(kinds)
+        if specs is None:
+            if not _NUMBERS.issuperset(kinds):
+                return None
+            if len(plan.specs) >= _MAX_PLANS:
+                plan.specs.clear()
+            specs = plan.specs[kinds] = tuple(self._spec if kind is float else "" for kind in kinds)
+        try:
+            texts = list(map(format, values, specs))
+        except ValueError:  # an int beyond Python's int-to-str digit limit
+            return None
+        if "e" in "".join(texts):  # an exponent, True, None: the rule's own text
+            by_type = self._by_type
+            texts = [
+                text if "e" not in text else by_type[type(value)](value)
+                for text, value in zip(texts, values, strict=True)
+            ]
+        return "".join(map(operator.add, plan.prefixes, texts))
 
     def _prefix(self, key: object) -> str:
         """`` key=``: the key as a token between a space and ``=``; remembered for ``str`` keys."""
@@ -145,6 +192,24 @@ def _float_repr(value: float) -> str:
 
 
 _MAX_KEYS = 4096  # distinct keys whose tokens a ValueFormat keeps
+_MAX_PLANS = 256  # key sets (and value type patterns of each) a ValueFormat keeps
+_BULK_KEYS = 16  # smaller events take the plain loop: the bulk path's set-up costs more there
+_STR_ONLY = frozenset({str})
+_NUMBERS = frozenset({float, int, bool, type(None)})
+
+
+class _Plan:
+    """A key set's kept keys and their `` key=`` prefixes, a getter of their values, and the
+    ``format()`` specs for each pattern of value types met."""
+
+    __slots__ = ("prefixes", "specs", "values")
+
+    def __init__(self, prefixes: tuple[str, ...], kept: tuple[str, ...]) -> None:
+        self.prefixes = prefixes
+        self.specs: dict[tuple[type, ...], tuple[str, ...]] = {}
+        self.values: Callable[[Mapping[Any, Any]], tuple[Any, ...]] = operator.itemgetter(*kept)
+
+
 _DEFAULT = ValueFormat()
 
 

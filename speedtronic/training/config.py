@@ -5,16 +5,22 @@ the schema. ``default_values()`` is their defaults as plain data, ``SCHEMA`` the
 mapping, and ``markdown_table()`` the reference table of ``docs/configuration.md`` (a test keeps the
 docs and ``examples/config.yaml`` equal to it). ``validate`` walks one config layer (a file, the
 command line) against ``SCHEMA``; errors name the file, the key and what was expected.
+``yaml_loader()`` is the YAML loader config files are read with.
 """
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from speedtronic.levels import LEVELS
 from speedtronic.processors.redact import redact_text
+
+if TYPE_CHECKING:
+    import yaml
 
 __all__ = [
     "SCHEMA",
@@ -29,6 +35,7 @@ __all__ = [
     "default_values",
     "markdown_table",
     "validate",
+    "yaml_loader",
 ]
 
 
@@ -275,11 +282,11 @@ def validate(layer: Any, section: Section, source: str, prefix: str = "") -> Non
 
 def _validate_item(item: Any, required: Mapping[str, Value], source: str, name: str) -> None:
     """A list item: a mapping holding every key of ``required`` (checked); other keys pass through."""
-    if isinstance(item, str) and "type" in required:  # logging.hooks: [tensorboard]
-        problem = f"expected a mapping with type, got {_shown(item)}: write {{type: {item}}}"
-        raise ConfigError(source, name, problem)
     if not isinstance(item, Mapping):
-        raise ConfigError(source, name, f"expected a mapping with {', '.join(required)}, got {_shown(item)}")
+        problem = f"expected a mapping with {', '.join(required)}, got {_shown(item)}"
+        if isinstance(item, str) and len(required) == 1:  # `hooks: [tensorboard]`: the key was left out
+            problem += f"; write {{{next(iter(required))}: {item}}}"
+        raise ConfigError(source, name, problem)
     for key, spec in required.items():
         if key not in item:
             raise ConfigError(source, f"{name}.{key}", f"missing; expected {spec.expected}")
@@ -296,3 +303,23 @@ def _shown(value: Any) -> str:
     text = redact_text(repr(value))  # a wrong value may hold a key: {type: wandb, api_key: ...}
     text = text if len(text) <= 60 else text[:57] + "..."
     return f"{text} ({type(value).__name__})" if not isinstance(value, (dict, list)) else text
+
+
+_EXPONENT_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$")
+"""A float written with an exponent: ``1e-3``, ``5E4``, ``1.0e3``, ``.5e-2``."""
+
+
+@functools.cache
+def yaml_loader() -> type[yaml.SafeLoader]:
+    """PyYAML's ``SafeLoader``, reading ``1e-3`` as the number YAML 1.2 says it is.
+
+    PyYAML follows YAML 1.1, whose floats need a dot and a signed exponent (``1.0e-3``): ``lr: 1e-3``,
+    as ML configs write learning rates, would load as the string ``'1e-3'``.
+    """
+    import yaml
+
+    class ConfigLoader(yaml.SafeLoader):
+        """``SafeLoader`` with exponent floats (its own resolver table: ``SafeLoader`` is unchanged)."""
+
+    ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_FLOAT, list("-+0123456789."))
+    return ConfigLoader

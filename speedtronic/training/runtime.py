@@ -47,7 +47,7 @@ from speedtronic.profiling import MetricLogger
 from speedtronic.record import rank_path
 from speedtronic.training import launch as _launch
 from speedtronic.training import rundir as _rundir
-from speedtronic.training.config import SCHEMA, ConfigError, default_values, validate
+from speedtronic.training.config import SCHEMA, ConfigError, default_values, validate, yaml_loader
 
 if TYPE_CHECKING:
     from speedtronic.training.trainer import FitResult, Trainer
@@ -182,7 +182,7 @@ def _read_yaml(path: Path) -> Any:
     except UnicodeDecodeError as error:
         raise ConfigError(str(path), "", f"can't read it: expected UTF-8 text ({error.reason})") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=yaml_loader())  # a SafeLoader that reads 1e-3 as a number
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

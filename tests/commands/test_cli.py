@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from speedtronic.commands.cli import COMMANDS, build_parser
+from speedtronic.commands.cli import COMMANDS, build_parser, main
 
 
 def short_phrases(parser: argparse.ArgumentParser) -> list[str]:
@@ -43,3 +43,27 @@ def test_help_never_breaks_a_short_phrase_in_parentheses(command: tuple[str, ...
     shown = help_text(command, columns)
     for phrase in phrases:
         assert phrase in shown, (columns, phrase, shown)
+
+
+@pytest.mark.parametrize(
+    ("argv", "hint"),
+    [
+        (["train", "--stesp", "5"], "unrecognized arguments: --stesp 5 (did you mean --steps?)"),
+        (["train", "--steps", "5", "extra"], "unrecognized arguments: extra"),
+        (["summarize", "--jsn", "runs/a"], "unrecognized arguments: --jsn (did you mean --json?)"),
+        (
+            ["plot", "a", "-o", "a.png", "--tittle=t"],
+            "unrecognized arguments: --tittle=t (did you mean --title?)",
+        ),
+    ],
+)
+def test_an_unknown_option_gets_the_commands_usage(
+    argv: list[str], hint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mistyped option shows the command's own usage and the option it has nearest, exit code 2."""
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    usage, error = capsys.readouterr().err.strip().rsplit("\n", 1)
+    assert usage.startswith(f"usage: speedtronic {argv[0]} [-h]")
+    assert error == f"speedtronic {argv[0]}: error: {hint}"

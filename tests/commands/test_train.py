@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from speedtronic.commands.train import typed
+from tests.conftest import ACTIVATED_PATH
 from tests.runs.conftest import assert_one_line_error
 from tests.training.test_run_dirs import ROOT, records, train, write_config
 from tests.training.test_rundir import WAIT_AT, wait_for
@@ -27,7 +29,7 @@ class TestAStopSaysHowToContinue:
         are, the logger closed; that command then trains steps 4 -> 8."""
         hook = {"type": WAIT_AT, "event": "train_step", "step": 6, "ready": "ready", "go": "never"}
         config = write_config(tmp_path / "c.yaml", logging={"hooks": [hook]}, train={"steps": 8})
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "PATH": ACTIVATED_PATH}
         command = [sys.executable, "-m", "speedtronic", "train", "--no-progress"]
         process = subprocess.Popen(
             [*command, "--config", str(config), "--run-dir", "runs/my run"],
@@ -52,7 +54,7 @@ class TestAStopSaysHowToContinue:
             "  config       runs/my run/config.yaml",
         ]
         again = subprocess.run(
-            ["bash", "-c", f"{sys.executable} -m {hint.split('continue with: ')[1]} --no-progress"],
+            ["bash", "-c", f"{hint.split('continue with: ')[1]} --no-progress"],  # as typed
             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180, check=False,
         )
         assert again.returncode == 0, again.stderr
@@ -122,3 +124,37 @@ class TestErrorsNameTheFileAndTheKey:
             pytest.skip(f"can't mount a read-only tmpfs here: {done.stderr.strip()}")
         assert_one_line_error(done, str(mount), "read-only file system")
         assert "permission denied" not in done.stderr.lower()
+
+
+class TestPrintedCommandsAreTypable:
+    @pytest.fixture
+    def venv(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+        """A project with a ``.venv`` nobody activated (``make run``), this Python standing in for its."""
+        scripts = tmp_path / ".venv" / "bin"
+        scripts.mkdir(parents=True)
+        for name in ("python", "speedtronic"):
+            (scripts / name).write_text("#!/bin/sh\n")
+            (scripts / name).chmod(0o755)
+        monkeypatch.setattr(sys, "executable", str(scripts / "python"))
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setenv("PATH", "/usr/bin:/bin")
+        return scripts
+
+    def test_an_unactivated_venv_is_named_by_its_path(self, venv: Path) -> None:
+        """In the project: ``.venv/bin/speedtronic``; above it: relative; elsewhere: the absolute path."""
+        assert typed("speedtronic") == ".venv/bin/speedtronic"
+        os.chdir(venv.parents[2])
+        assert typed("speedtronic") == f"{venv.parents[1].name}/.venv/bin/speedtronic"
+        elsewhere = venv.parents[1] / "elsewhere"
+        elsewhere.mkdir()
+        os.chdir(elsewhere)
+        assert typed("speedtronic") == str(venv / "speedtronic")
+
+    def test_an_activated_venv_is_the_bare_name(self, venv: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """PATH finds this venv's script: ``speedtronic``, as the user would type it."""
+        monkeypatch.setenv("PATH", f"{venv}{os.pathsep}/usr/bin")
+        assert typed("speedtronic") == "speedtronic"
+
+    def test_a_command_not_beside_python_is_its_name(self, venv: Path) -> None:
+        """Installed elsewhere (a system package): the name, found on PATH as usual."""
+        assert typed("tensorboard") == "tensorboard"

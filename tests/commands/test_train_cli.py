@@ -10,15 +10,18 @@ from pathlib import Path
 import pytest
 
 from speedtronic.commands.cli import main
+from tests.conftest import SCRIPTS, UNACTIVATED_PATH
 
 LOG_LINE = re.compile(
     r'\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| (INFO|WARNING) \| \w+( \S+=("(?:[^"\\]|\\.)*"|\S+))*'
 )
 
 
-def speedtronic(*args: str, cwd: Path, code: str | None = None) -> subprocess.CompletedProcess[str]:
+def speedtronic(
+    *args: str, cwd: Path, code: str | None = None, **env: str
+) -> subprocess.CompletedProcess[str]:
     """Run ``python -m speedtronic ARGS`` (or ``python -c CODE``) the way a user would."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **env}
     command = (
         [sys.executable, "-c", code] if code is not None else [sys.executable, "-m", "speedtronic", *args]
     )
@@ -28,8 +31,8 @@ def speedtronic(*args: str, cwd: Path, code: str | None = None) -> subprocess.Co
 class TestTrainCommand:
     def test_with_no_arguments_it_runs_the_embedded_default(self, tmp_path: Path) -> None:
         """Log lines on stdout, the first one short; metrics, checkpoints, config under runs/<timestamp>;
-        a summary on stderr with the eval loss and the commands that show the run."""
-        done = speedtronic("train", cwd=tmp_path)
+        a summary on stderr with the eval loss and the commands that show the run, which work as typed."""
+        done = speedtronic("train", cwd=tmp_path, PATH=UNACTIVATED_PATH)
         assert done.returncode == 0, done.stderr
         lines = done.stdout.splitlines()
         assert all(LOG_LINE.fullmatch(line) for line in lines), lines
@@ -58,10 +61,18 @@ class TestTrainCommand:
         assert f"  metrics      {relative}/metrics.jsonl" in summary
         assert f"  checkpoints  {relative}/checkpoints (latest: step_00000200.pt)" in summary
         assert summary[-3:] == [
-            f"  view         tensorboard --logdir {relative}/tensorboard",
-            f"  summarize    speedtronic summarize {relative}",
-            f"  plot         speedtronic plot {relative} -o {relative}/loss.png",
+            f"  view         {SCRIPTS / 'tensorboard'} --logdir {relative}/tensorboard",
+            f"  summarize    {SCRIPTS / 'speedtronic'} summarize {relative}",
+            f"  plot         {SCRIPTS / 'speedtronic'} plot {relative} -o {relative}/loss.png",
         ]
+        for line in summary[-2:]:  # pasted into a shell whose PATH lacks the virtualenv, as after `make run`
+            typed = line.split(maxsplit=1)[1]
+            shown = subprocess.run(
+                typed, shell=True, cwd=tmp_path, env={**os.environ, "PATH": UNACTIVATED_PATH},
+                capture_output=True, text=True, timeout=120, check=False,
+            )
+            assert shown.returncode == 0, (typed, shown.stderr)
+        assert (run_dir / "loss.png").is_file()
 
     def test_options_override_the_config_and_resume_continues(
         self, tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from speedtronic.training.rundir import holds_run
-from tests.conftest import read_jsonl
+from tests.conftest import ACTIVATED_PATH, read_jsonl
 
 pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,7 +33,8 @@ def test_sigterm_ends_the_run_interrupted(tmp_path: Path) -> None:
     process = subprocess.Popen(
         [sys.executable, "-m", "speedtronic", "train", "--no-progress", "--config", str(config),
          "--run-dir", str(tmp_path / "run")],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PATH": ACTIVATED_PATH},
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     try:

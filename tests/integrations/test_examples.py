@@ -1,4 +1,5 @@
-"""Each integration example runs as a user would run it (a subprocess), and does what it says."""
+"""Each integration example runs as a user would run it (a subprocess), does what it says, and emits
+only payloads the event catalog accepts."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from speedtronic.events import payload_problems
+from tests.conftest import read_jsonl
 from tests.wandb_files import read_wandb_run
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -21,7 +25,15 @@ def run_example(name: str, tmp_path: Path, *args: str, **env: str) -> subprocess
         capture_output=True, text=True, timeout=120, cwd=tmp_path, env={**os.environ, **env},
     )
     assert result.returncode == 0, result.stderr
+    for jsonl in tmp_path.rglob("*.jsonl"):
+        assert_in_catalog(read_jsonl(jsonl))
     return result
+
+
+def assert_in_catalog(records: list[dict[str, Any]]) -> None:
+    """Every record's payload is what speedtronic.events says its event carries."""
+    for record in records:
+        assert payload_problems(record["event"], record) == [], record
 
 
 def test_structlog_app_gets_speedtronic_events_in_its_json_stream(tmp_path: Path) -> None:
@@ -36,6 +48,7 @@ def test_structlog_app_gets_speedtronic_events_in_its_json_stream(tmp_path: Path
         ("job_finished", "info"),
     ]
     assert {r["job_id"] for r in records} == {"nightly-7"}
+    assert_in_catalog(records)
     assert [r["step"] for r in records if r["event"] == "train_step"] == [2, 4]
     assert "train_step step=2" in (tmp_path / "run" / "train.log").read_text()
 
@@ -46,7 +59,10 @@ def test_tensorboard_example_writes_readable_scalars(tmp_path: Path) -> None:
     accumulator = EventAccumulator(str(tmp_path / "tb"))
     accumulator.Reload()
     tags = set(accumulator.Tags()["scalars"])  # every number of the events a run has many of
-    assert tags == {"eval/val_loss", "train_step/loss", "train_step/lr"}
+    assert tags == {"eval/val_loss"} | {
+        f"train_step/{name}"
+        for name in ("loss", "lr", "samples", "tokens", "microbatches", "samples_per_s", "tokens_per_s")
+    }
     assert {"train_start/values", "train_end/values"} <= set(accumulator.Tags()["tensors"])  # as text
     assert [p.step for p in accumulator.Scalars("train_step/loss")] == [10, 20, 30, 40, 50]
     assert [p.step for p in accumulator.Scalars("eval/val_loss")] == [25, 50]

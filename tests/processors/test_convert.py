@@ -218,3 +218,40 @@ class TestRaisingConversions:
         assert (record["s"], record["f"], record["i"]) == ("hello", 1.5, 7)
         assert " s=hello f=1.5 i=7 " in text.getvalue()
         assert len(payloads) == 1
+
+
+class Image:
+    """Stands in for a ``wandb.Image`` or a figure: an object with Python's default ``repr``."""
+
+
+class TestObjectsWithTheDefaultRepr:
+    def test_written_as_their_type_without_an_address(self, tmp_path: Path) -> None:
+        """An object printing only ``<... object at 0x...>`` is written as ``<module.Type object>`` in
+        the JSONL (noted as converted) and the text line, and the hooks still get the object."""
+        from speedtronic.profiling import MetricLogger
+
+        seen: list[Any] = []
+        image = Image()
+        logger = MetricLogger(
+            file=tmp_path / "m.log",
+            json_file=tmp_path / "m.jsonl",
+            hooks=[lambda event, payload: seen.append(payload["sample"])],
+        )
+        logger.emit("eval", {"sample": image, "nested": [image]})
+        logger.close()
+        placeholder = f"<{__name__}.Image object>"
+        record = json.loads((tmp_path / "m.jsonl").read_text())
+        assert (record["sample"], record["nested"]) == (placeholder, [placeholder])
+        assert record["_speedtronic"]["converted"] == ["sample", "nested"]
+        assert f'sample="{placeholder}"' in (tmp_path / "m.log").read_text()
+        assert seen == [image]
+
+    def test_an_object_with_its_own_text_keeps_it(self) -> None:
+        """A class with its own ``__repr__`` or ``__str__`` is written by it, as before."""
+
+        class Own:
+            def __repr__(self) -> str:
+                return "Own(3)"
+
+        assert json_safe_record({"o": Own(), "x": object()})["o"] == "Own(3)"
+        assert json_safe_record({"x": object()})["x"] == "<object object>"

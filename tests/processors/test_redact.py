@@ -18,9 +18,11 @@ from structlog.testing import LogCapture
 from speedtronic.processors import ConvertValues, Redact
 from speedtronic.processors.redact import is_secret_key, redact_text
 from speedtronic.profiling import MetricLogger
+from tests.processors.keys import LookalikeKey
 from tests.reliability.conftest import python
 
 CANARY = "sk-CANARY123"
+PLAIN = "hunter2-CANARY"
 
 SECRET_KEYS = [
     "private-key", "privateKey", "accessKey", "access-key", "passphrase", "api_tokens", "github_token_2",
@@ -32,6 +34,8 @@ SECRET_KEYS = [
     # words glued without a separator
     "PGPASSWORD", "userpassword", "REDISPASSWORD", "MYSQL_ROOTPASSWD", "userPassphrase", "passwordhash",
     "openaiapikey", "clientsecret", "AWSSECRETKEY", "hftoken", "GITHUBTOKEN", "apitokens",
+    # two words that spell one
+    "PassWord", "Pass_Word", "PassPhrase", "userPassWord",
 ]  # fmt: skip
 VISIBLE_KEYS = [
     "tokens_per_s", "num_tokens", "max_tokens", "total_tokens", "tokens", "max_new_tokens",
@@ -88,6 +92,38 @@ class TestKeyWords:
         event: dict[Any, Any] = {"event": "x", ("api_key",): "hunter2", Col.PASSWORD: "hunter2"}
         out: Any = Redact()(None, "info", event)
         assert out[("api_key",)] == out[Col.PASSWORD] == "[REDACTED]"
+
+    def test_a_str_enum_key_is_judged_through_emit(self, tmp_path: Path) -> None:
+        """A ``str`` enum key whose value is secret is hidden at the top level of ``emit`` (written as
+        its value, as JSON libraries write it) and nested, in the text log and the JSONL record."""
+        import enum
+
+        class Field(str, enum.Enum):
+            DB = "db_password"
+
+        logger = MetricLogger(file=tmp_path / "m.log", json_file=tmp_path / "m.jsonl")
+        logger.emit("train_start", {Field.DB: PLAIN, "nested": {Field.DB: PLAIN}})
+        logger.close()
+        for name in ("m.log", "m.jsonl"):
+            text = (tmp_path / name).read_text()
+            assert PLAIN not in text, text
+            assert "db_password" in text, text
+
+    def test_a_command_line_option_hides_its_value(self) -> None:
+        """In an argument list, the item after a secret option (``--password X``) is hidden; other
+        options keep their values."""
+        argv = ["train.py", "--password", PLAIN, "--lr", "0.1", "--hf-token", PLAIN, "-v"]
+        assert redact({"argv": argv})["argv"] == [
+            "train.py", "--password", "[REDACTED]", "--lr", "0.1", "--hf-token", "[REDACTED]", "-v",
+        ]  # fmt: skip
+        assert redact({"argv": ("--password", PLAIN)})["argv"] == ("--password", "[REDACTED]")
+
+    def test_an_exception_whose_args_hold_a_secret(self) -> None:
+        """An exception's ``args`` are judged like a tuple: ``ValueError("password", X)`` becomes its
+        text with X hidden; one holding no secret is passed on as itself."""
+        out = redact({"error": ValueError("password", PLAIN), "other": KeyError("step")})
+        assert out["error"] == "ValueError: ('password', '[REDACTED]')"
+        assert isinstance(out["other"], KeyError)
 
     def test_user_patterns_add_to_the_words(self) -> None:
         """``patterns=[...]`` (fnmatch, case-insensitive) hides more keys; the word rule still applies."""
@@ -196,6 +232,10 @@ class TestValues:
             ("Authorization: Token abc123", "Authorization: Token [REDACTED]"),
             ("secret='it\\'s'", "secret='[REDACTED]'"),
             ("monkey=sk-proj-Ab3dEf6hIj9kLmNoPq", "monkey=[REDACTED]"),
+            ("api key: hunter2", "api key: [REDACTED]"),
+            ("the new api key: hunter2 ok", "the new api key: [REDACTED] ok"),
+            ("HF token = hunter2", "HF token = [REDACTED]"),
+            ("PassWord=hunter2", "PassWord=[REDACTED]"),
         ],
     )
     def test_secret_keys_inside_free_text(self, text: str, expected: str) -> None:
@@ -215,6 +255,19 @@ class TestValues:
             """
             from speedtronic.processors import redact_text
             text = "a://b:c/" * 100_000
+            print(redact_text(text) is text)
+            """,
+            timeout=20,
+        )
+        assert result.stdout.strip() == "True", result.stderr
+
+    def test_dotted_words_take_linear_time(self) -> None:
+        """600,000 characters of ``a.a.a.`` (each letter a possible URL scheme's start) take linear
+        time (20 s bound, where each start scanning to the end took minutes)."""
+        result = python(
+            """
+            from speedtronic.processors import redact_text
+            text = "a." * 300_000
             print(redact_text(text) is text)
             """,
             timeout=20,
@@ -382,6 +435,53 @@ class TestWalks:
             timeout=20,
         )
         assert result.stdout.strip() == "ok", result.stderr
+
+
+class TestKeySets:
+    def test_a_lookalike_of_a_judged_key_set_is_judged_itself(self) -> None:
+        """After the key set ``event, loss`` was judged, a key equal to ``"loss"`` printing as
+        ``password``, and a ``str`` subclass spelling ``loss`` whose text is secret, are still hidden."""
+        stage = Redact()
+
+        class Sneaky(str):
+            def __str__(self) -> str:
+                return "api_key"
+
+        for _ in range(3):
+            assert stage(None, "info", {"event": "x", "loss": 0.5})["loss"] == 0.5
+        for key in (LookalikeKey("password"), Sneaky("loss")):
+            assert list(stage(None, "info", {"event": "x", key: PLAIN}).values()) == ["x", "[REDACTED]"]
+
+    def test_keys_built_afresh_each_event(self) -> None:
+        """Keys built with an f-string every event are judged like the same key objects: secrets
+        hidden, text scanned, order and the dict itself kept."""
+        stage = Redact()
+        for _ in range(3):
+            event = {"event": "x", **{f"layer_{i}": i / 3 for i in range(50)}, f"db_{'pass'}": PLAIN,
+                     f"{'note'}": f"used {CANARY}"}  # fmt: skip
+            out = stage(None, "info", event)
+            assert out is event
+            assert list(out)[-2:] == ["db_pass", "note"]
+            assert (out["db_pass"], out["note"], out["layer_3"]) == ("[REDACTED]", "used [REDACTED]", 1.0)
+
+    def test_equal_keys_of_other_objects_are_not_renamed(self) -> None:
+        """A key equal to one judged before but built afresh (another object) is not taken for a
+        renamed key: a nested mapping holding no secret is passed on as itself, and a top-level key set
+        first met after its keys were judged elsewhere keeps its keys and values."""
+        stage = Redact()
+        stage(None, "info", {"event": "x", "lr": 0.1, "cfg": {"lr": 0.1}})
+        nested = {"".join(["l", "r"]): 0.2}
+        assert stage(None, "info", {"event": "x", "cfg": nested})["cfg"] is nested
+        fresh = {"event": "x", "".join(["l", "r"]): 0.3, "step": 1}
+        assert stage(None, "info", fresh) == {"event": "x", "lr": 0.3, "step": 1}
+
+    def test_many_key_sets_still_judged(self) -> None:
+        """After a thousand distinct key sets, a new and an early one are judged correctly."""
+        stage = Redact()
+        for i in range(1000):
+            stage(None, "info", {"event": "x", f"k{i}": 1, "password": PLAIN})
+        assert stage(None, "info", {"event": "x", "k0": 1, "password": PLAIN})["password"] == "[REDACTED]"
+        assert stage(None, "info", {"event": "x", "new": 1, "hf_token": PLAIN})["hf_token"] == "[REDACTED]"
 
 
 class TestInAStockChain:

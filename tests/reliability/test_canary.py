@@ -32,11 +32,11 @@ PLAIN = "hunter2-CANARY"
 KEY_SPELLINGS = (
     "private-key", "privateKey", "accessKey", "access-key", "passphrase", "api_tokens", "github_token_2",
     "token_value", "token ", "db_pass", "pwd", "jwt", "ssh_key", "signing_key", "sessionid", "AUTH",
-    "bearer",
+    "bearer", "PassWord",
 )
 
 CHILD = """
-import collections, dataclasses, json, os, sys, warnings
+import collections, dataclasses, enum, json, os, sys, warnings
 import numpy as np
 import structlog
 from speedtronic.integrations import StructlogHook, WandbHook
@@ -57,6 +57,10 @@ class DB:
 
 
 Creds = collections.namedtuple("Creds", "user api_key")
+
+
+class Field(str, enum.Enum):
+    DB = "db_password"
 
 
 class Headers(collections.UserList):
@@ -86,6 +90,10 @@ payload = {{
     "auth_header": f"Bearer {{CANARY}}",
     "dsn": f"postgres://user:{{PLAIN}}@db.internal:5432/app",
     "note": f"using {{CANARY}} today",
+    Field.DB: PLAIN,
+    "argv": ["train.py", "--password", PLAIN, "--lr", "0.1"],
+    "error": ValueError("api_key", PLAIN),
+    "said": f"the api key: {{PLAIN}}",
     **{{key: PLAIN for key in KEY_SPELLINGS}},
     "loss": 0.5,
     "tokens_per_s": 1234.5,
@@ -95,6 +103,7 @@ payload = {{
 if not REDACT:  # unredacted, a UserList and a dict_items reach WandbHook as they are and W&B can't
     payload.pop("user_list")  # serialize them (a WandbHook failure, not a leak: reported)
     payload.pop("items")
+    payload.pop("error")
 
 app_file = open(os.path.join(OUT, "app.log"), "w", encoding="utf-8")
 app_logger = structlog.wrap_logger(

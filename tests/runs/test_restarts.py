@@ -11,26 +11,30 @@ import yaml
 
 from speedtronic.runs import RunClock, read_records
 from speedtronic.runs.summary import summarize_run
-from tests.runs.conftest import CLI, EVENTS, assert_one_line_error, log_run
+from tests.runs.conftest import CLI, EVENTS, assert_one_line_error, log_run, speedtronic
 
 pytest.importorskip("torch")
 
 
-@pytest.fixture
-def resumed_run(tmp_path: Path, cli: CLI) -> Path:
-    """A run trained to step 6, then resumed to step 10: two segments in one metrics.jsonl."""
-    config = tmp_path / "c.yaml"
+@pytest.fixture(scope="module")
+def resumed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run trained to step 6, then resumed to step 10: two segments in one metrics.jsonl (trained
+    once for this module; the tests only read it, and write their outputs in their own tmp_path)."""
+    base = tmp_path_factory.mktemp("resumed")
+    config = base / "c.yaml"
     config.write_text(yaml.safe_dump({
         "model": {"hidden": 16},
         "train": {"steps": 6, "checkpoint_every": 3, "batch_size": 4, "device": "cpu"},
         "logging": {"every_steps": 1, "hooks": []},
     }))
     env = {"OMP_NUM_THREADS": "1"}
-    first = cli("train", "--no-progress", "--config", config, "--run-dir", "run", env=env)
+    first = speedtronic("train", "--no-progress", "--config", config, "--run-dir", "run", cwd=base, env=env)
     assert first.returncode == 0, first.stderr
-    again = cli("train", "--no-progress", "--run-dir", "run", "--resume", "--steps", "10", env=env)
+    again = speedtronic(
+        "train", "--no-progress", "--run-dir", "run", "--resume", "--steps", "10", cwd=base, env=env
+    )
     assert again.returncode == 0, again.stderr
-    return tmp_path / "run"
+    return base / "run"
 
 
 def elapsed_by_segment(run: Path) -> list[float]:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests.conftest import ACTIVATED_PATH
 from tests.runs.conftest import assert_one_line_error
 
 from .test_run_dirs import ROOT, records, write_config
@@ -33,7 +34,7 @@ def train(
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
             resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))
 
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "PATH": ACTIVATED_PATH}
     return subprocess.run(
         [sys.executable, "-m", "speedtronic", "train", "--no-progress", *map(str, args)],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=180, check=False, preexec_fn=limit,

@@ -169,6 +169,31 @@ class TestLoadConfig:
         config = load_config({"run_dir": "out", "train": {"steps": 3}})
         assert load_config(config) == config
 
+    def test_exponent_floats_are_numbers(self, tmp_path: Path) -> None:
+        """lr: 1e-3, as ML configs write it, is the number 0.001 for every float key (PyYAML alone reads
+        YAML 1.1, where it is the string '1e-3'); integers and strings stay what they were."""
+        path = write(
+            tmp_path / "c.yaml",
+            """
+            data:
+              noise: 5E-1
+            train:
+              lr: 1e-3
+              max_grad_norm: 1.0e1
+              dist_timeout_s: 6e1
+              outer_lr: .7e0
+              outer_momentum: 9e-1
+              steps: 7
+              device: cpu
+            """,
+        )
+        config = load_config(path)
+        train = config["train"]
+        assert (config["data"]["noise"], train["lr"], train["max_grad_norm"]) == (0.5, 0.001, 10.0)
+        assert (train["dist_timeout_s"], train["outer_lr"], train["outer_momentum"]) == (60.0, 0.7, 0.9)
+        assert (train["steps"], train["device"]) == (7, "cpu")
+        assert all(type(train[key]) is float for key in ("lr", "max_grad_norm", "dist_timeout_s"))
+
     def test_an_empty_file_is_the_default(self, tmp_path: Path) -> None:
         """An empty YAML file means no changes."""
         config = load_config(write(tmp_path / "c.yaml", ""), {"run_dir": "r"})
@@ -200,8 +225,9 @@ class TestConfigErrors:
             ),
             (
                 "logging:\n  hooks:\n    - wandb\n",
-                "logging.hooks[0]: expected a mapping with type, got 'wandb' (str): write {type: wandb}",
+                "logging.hooks[0]: expected a mapping with type, got 'wandb' (str); write {type: wandb}",
             ),
+            ("train:\n  steps: 1e3\n", "train.steps: expected an integer >= 0, got 1000.0 (float)"),
         ],
     )
     def test_wrong_values_name_the_file_the_key_and_what_was_expected(

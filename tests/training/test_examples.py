@@ -10,6 +10,7 @@ import yaml
 
 from speedtronic import runtime
 from speedtronic.events import PAYLOADS, Event, level_for
+from speedtronic.processors.validate import payload_problems
 from speedtronic.training.config import default_values, markdown_table
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,10 +57,27 @@ def test_quickstart_runs(tmp_path: Path) -> None:
     quickstart = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(quickstart)
     assert quickstart.main(tmp_path / "q") == 0
-    events = [
-        json.loads(line)["event"] for line in (tmp_path / "q" / "metrics.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in (tmp_path / "q" / "metrics.jsonl").read_text().splitlines()]
+    assert [record["event"] for record in records] == [
+        "train_start", *["train_step"] * 5, "checkpoint", "train_end"
     ]
-    assert events == ["train_start", *["train_step"] * 5, "checkpoint", "train_end"]
+    assert [payload_problems(record["event"], record) for record in records] == [[]] * len(records)
+
+
+def test_the_examples_point_at_docs_that_exist() -> None:
+    """Each page an example names exists, and each section it quotes ('docs/x.md "Heading"') is a
+    heading of that page."""
+    pointers = 0
+    for example in sorted((ROOT / "examples").iterdir()):
+        text = example.read_text()
+        for match in re.finditer(r"\b(README\.md|README|docs/[\w-]+\.md)(?: \"([^\"]+)\")?", text):
+            page = ROOT / (match.group(1) if match.group(1) != "README" else "README.md")
+            assert page.is_file(), (example.name, match.group())
+            headings = re.findall(r"^#+ (.+)$", page.read_text(), re.MULTILINE)
+            section = match.group(2)
+            assert section is None or any(h.startswith(section) for h in headings), (example.name, section)
+            pointers += 1
+    assert pointers >= 2
 
 
 def test_the_event_docs_list_every_event_its_level_and_required_keys() -> None:

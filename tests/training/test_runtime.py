@@ -78,6 +78,9 @@ class TestProgrammaticPattern:
         monkeypatch.setenv("WANDB_MODE", "offline")
         monkeypatch.setenv("WANDB_DIR", str(tmp_path))  # W&B may keep an earlier test's dir: see below
         monkeypatch.setenv("WANDB_SILENT", "true")
+        import wandb
+
+        wandb.teardown()  # W&B reads its environment once per process: forget an earlier test's
         trainer, _ = build_runtime(config)
         hook = WandbHook(project="speedtronic")
         trainer.logger.hooks.append(hook)

@@ -1,0 +1,74 @@
+"""ValueFormat.fields: a wide event of plain numbers is written in bulk, byte for byte as each value alone."""
+
+from __future__ import annotations
+
+import random
+import struct
+from typing import Any
+
+import pytest
+
+from speedtronic.processors.text import ValueFormat, format_fields, format_key, format_value
+from tests.processors.keys import LookalikeKey
+
+
+def one_by_one(event: dict[Any, Any], digits: int | None) -> str:
+    return "".join(f" {format_key(k)}={format_value(v, digits)}" for k, v in event.items() if k != "event")
+
+
+def random_float(rng: random.Random) -> float:
+    if rng.random() < 0.4:
+        return float(struct.unpack("d", struct.pack("Q", rng.getrandbits(64)))[0])
+    specials = [0.0, -0.0, 9999.5, 9999.4999, 1e-7, 10556.0, float("nan"), float("inf"), -float("inf")]
+    if rng.random() < 0.2:
+        return rng.choice(specials)
+    return rng.uniform(-1, 1) * 10 ** rng.uniform(-12, 12)
+
+
+class TestWideEvents:
+    @pytest.mark.parametrize("digits", [1, 2, 4, 6, 10, 17, None])
+    def test_bulk_line_equals_each_value_alone(self, digits: int | None) -> None:
+        """Wide events of floats, ints, bools and ``None`` read exactly as the float rule writes each
+        value alone (exponents, ``-0.0``, ``9999.5``, NaN, 64-bit patterns)."""
+        rng = random.Random(digits)
+        values = ValueFormat(digits)
+        extras = [7, -2**70, True, False, None]
+        for _ in range(200):
+            event = {"event": "train_step", **{f"layer_{i}": random_float(rng) for i in range(30)}}
+            event["step"] = rng.choice(extras)
+            assert values.fields(event) == one_by_one(event, digits)
+
+    def test_keys_built_afresh_read_the_same(self) -> None:
+        """Keys built with an f-string each step write the same line as the same key objects."""
+        values = ValueFormat()
+        same = {f"metric_{i}": i / 7 for i in range(20)}
+        first = values.fields(same)
+        fresh = {"".join(["metric_", str(i)]): i / 7 for i in range(20)}
+        assert values.fields(fresh) == first == one_by_one(same, 4)
+
+    def test_a_lookalike_key_gets_its_own_text(self) -> None:
+        """A key that equals ``"loss"`` but prints otherwise is written by its own text, even after
+        the same key set of plain strings was written."""
+        values = ValueFormat()
+        others = {f"m{i}": 0.5 for i in range(20)}
+        assert " loss=0.5" in values.fields({"loss": 0.5, **others})
+        assert values.fields({LookalikeKey("look alike"): 0.5, **others}).startswith(' "look alike"=0.5')
+
+    def test_keys_one_true_and_one_point_zero_are_told_apart(self) -> None:
+        """``1``, ``True`` and ``1.0`` (equal, same hash) each read as themselves in a wide event."""
+        values = ValueFormat()
+        others = {f"m{i}": 0.25 for i in range(20)}
+        lines = [values.fields({key: 0.5, **others}) for key in (1, True, 1.0)]
+        assert [line.split("=")[0] for line in lines] == [" 1", " True", " 1.0"]
+
+    def test_strings_and_objects_take_the_plain_loop(self) -> None:
+        """A wide event holding text or another object still quotes and escapes it."""
+        values = ValueFormat()
+        event = {**{f"m{i}": 0.5 for i in range(20)}, "note": 'a "b"\n', "obj": [1, 2]}
+        assert values.fields(event).endswith(' note="a \\"b\\"\\n" obj="[1, 2]"')
+
+    def test_a_skip_set_holding_nearly_every_key(self) -> None:
+        """A wide event whose ``skip`` leaves one key or none writes that key, or nothing."""
+        event = {f"m{i}": 0.5 for i in range(20)}
+        assert format_fields(event, skip=frozenset(event) - {"m3"}) == " m3=0.5"
+        assert format_fields(event, skip=frozenset(event)) == ""
