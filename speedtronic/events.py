@@ -19,7 +19,9 @@ from enum import Enum
 from typing import Any, Literal, Protocol, TypeAlias, TypedDict
 
 __all__ = [
+    "EVAL_SPLITS",
     "EVENT_LEVELS",
+    "LOSS_KEYS",
     "PAYLOADS",
     "CheckpointPayload",
     "CheckpointSkippedPayload",
@@ -344,6 +346,15 @@ class EvalPayload(_EvalRequired, total=False):
     """``exp(loss)``, for a token-level loss (the reference trainer)."""
     split: str
     """The prefix a framework logged the metrics under (``"eval"``, ``"val"``, ``"test"``)."""
+
+
+EVAL_SPLITS = ("eval", "val", "valid", "validation", "test")
+"""Prefixes that mark a metric as measured on held-out data (``val_loss``, ``test/loss``): each is a split
+of its own, in the writers' series and the readers' rows alike."""
+
+LOSS_KEYS = ("loss", "train_loss", "train/loss", "train_loss_step", "train_loss_epoch")
+"""The keys a framework logs its training loss under (Hugging Face and torchtune: ``loss``; Lightning:
+what the module logged), the most preferred first."""
 
 
 class HyperparamsPayload(TypedDict):

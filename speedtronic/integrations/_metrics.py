@@ -23,29 +23,20 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from speedtronic.events import Event
+from speedtronic.events import EVAL_SPLITS, LOSS_KEYS, Event
 from speedtronic.profiling import MetricLogger
 
 __all__ = [
-    "EVAL_SPLITS",
     "FLUSH_TIMEOUT_S",
-    "LOSS_NAMES",
     "TrainSpan",
     "emit_metrics",
     "is_eval",
     "split_metrics",
 ]
 
-EVAL_SPLITS = ("eval", "val", "valid", "validation", "test")
-"""Prefixes that mark a metric as measured on held-out data."""
-
 FLUSH_TIMEOUT_S = 30.0
 """The longest the end of a framework's stage (``fit()``, ``test()``, ``train()``, ``evaluate()``, a
 recipe's ``cleanup()``) waits in ``MetricLogger.flush`` for the hooks' output to be on disk."""
-
-LOSS_NAMES = ("loss", "train_loss", "train_loss_step", "train/loss")
-"""The names a framework logs its training loss under (Hugging Face and torchtune: ``loss``;
-Lightning: what the module logged), in the order ``train_end``'s ``final_loss`` looks for them."""
 
 _EVAL_NAME = re.compile(rf"({'|'.join(EVAL_SPLITS)})[_/].+")
 
@@ -110,7 +101,7 @@ class TrainSpan:
             self._started, self._loss = time.perf_counter(), None
             logger.emit(Event.TRAIN_START, {})
         self._last = payload["step"]
-        self._loss = next((payload[name] for name in LOSS_NAMES if name in payload), self._loss)
+        self._loss = next((payload[name] for name in LOSS_KEYS if name in payload), self._loss)
 
     def end(self, logger: MetricLogger, status: str) -> None:
         """Emit ``train_end`` with ``status`` (``completed``, ``failed``, ``interrupted``) if training

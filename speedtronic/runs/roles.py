@@ -27,16 +27,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["EVAL_SPLITS", "LOSS_KEYS", "RATE_SUFFIXES", "Roles", "eval_split", "is_lr", "is_rate"]
+from speedtronic.events import EVAL_SPLITS, LOSS_KEYS
 
-LOSS_KEYS = ("loss", "train_loss", "train/loss", "train_loss_step", "train_loss_epoch")
-"""``train_step`` keys that are a run's loss, the most preferred first."""
+__all__ = ["EVAL_SPLITS", "LOSS_KEYS", "RATE_SUFFIXES", "Roles", "eval_split", "is_lr", "is_rate"]
 
 RATE_SUFFIXES = ("_per_s", "_per_sec", "_per_second", "_per_second_per_gpu")
 """A numeric key ending in one of these is a throughput rate."""
-
-EVAL_SPLITS = ("eval", "val", "valid", "validation", "test")
-"""Prefixes that mark a metric as measured on held-out data (``val_loss``, ``test/loss``)."""
 
 _LR = re.compile(r"lr|learning_rate|lr-[^/]+(/pg\d+)?")
 _EVAL_LOSS = re.compile(rf"({'|'.join(EVAL_SPLITS)})[_/]loss(_step|_epoch)?")
