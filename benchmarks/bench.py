@@ -527,8 +527,10 @@ def goal_threads(report: Report, events: int, rounds: int) -> None:
         print(f"    {name:<28} {statistics.median(values):5.2f}x  (4 threads' throughput / 1 thread's)")
     throughput = statistics.median(ratios["speedtronic"])
     best = max(statistics.median(values) for name, values in ratios.items() if name != "speedtronic")
-    print(f"    (speedtronic keeps {throughput / best:.2f}x the share of the best of the others: "
-          "no convoy of its own)")
+    print(
+        f"    (speedtronic keeps {throughput / best:.2f}x the share of the best of the others: "
+        "no convoy of its own)"
+    )
     report.goal(
         "4 threads' total throughput / 1 thread's", f"{throughput:.2f}x", ">= 0.9x", throughput >= 0.9
     )

@@ -79,8 +79,10 @@ def main() -> int:
                 loggers[name].flush()
         for logger in loggers.values():
             logger.close()
-    print(f"µs per event, median of {args.rounds} rounds x {args.events:,} events "
-          "(ratios: medians of the ratios within each round)")
+    print(
+        f"µs per event, median of {args.rounds} rounds x {args.events:,} events "
+        "(ratios: medians of the ratios within each round)"
+    )
     for name, values in samples.items():
         extra = ratio(samples, name, "hooks inside emit") - 1
         print(f"  {name:34s} {statistics.median(values):7.2f}   {extra:+6.1%} vs hooks inside emit")

@@ -54,7 +54,10 @@ def make_run(directory: Path) -> Path:
 def spawn(command: list[str], root: Path = ROOT) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "speedtronic", *command],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=root,
         env={**os.environ, "PYTHONPATH": str(root)},
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as from a terminal
     )
@@ -139,8 +142,11 @@ def main() -> None:
                     bad = [d for d in delays if bad_kinds & set(counts[tree][d])]
                     total = sum(counts[tree][d][kind] for d in delays for kind in bad_kinds)
                     window = f"{min(bad):.2f}-{max(bad):.2f} s" if bad else "none seen"
-                    print(f"  {label} ({tree}): a traceback or crash in {total} of "
-                          f"{len(delays) * options.rounds} sends, at delays {window}")
+                    print(
+                        f"  {label} ({tree}): a traceback or crash in {total} of "
+                        f"{len(delays) * options.rounds} sends, at delays {window}"
+                    )
+
 
 if __name__ == "__main__":
     main()

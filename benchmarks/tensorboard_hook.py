@@ -44,9 +44,16 @@ from typing import Any
 from speedtronic.integrations import TensorboardHook
 
 PAYLOAD: dict[str, Any] = {
-    "loss": 2.345678, "lr": 0.000975, "grad_norm": 0.5743, "samples_per_s": 27090.5,
-    "tokens_per_s": 433440.25, "samples": 64_000, "tokens": 1_024_000, "microbatches": 4,
-    "memory_bytes": 1_234_567_890, "elapsed_s": 12.5,
+    "loss": 2.345678,
+    "lr": 0.000975,
+    "grad_norm": 0.5743,
+    "samples_per_s": 27090.5,
+    "tokens_per_s": 433440.25,
+    "samples": 64_000,
+    "tokens": 1_024_000,
+    "microbatches": 4,
+    "memory_bytes": 1_234_567_890,
+    "elapsed_s": 12.5,
 }
 """A ``train_step`` payload as the logger delivers it to hooks (values already Python numbers)."""
 
@@ -135,7 +142,7 @@ def measure(work: Callable[[], None], args: argparse.Namespace, tmp: str, model:
     flushed: dict[str, list[float]] = {name: [] for name in names[1:]}
     ratios: dict[str, list[float]] = {name: [] for name in names[2:]}
     for round_ in range(args.rounds):
-        order = names[round_ % len(names):] + names[: round_ % len(names)]
+        order = names[round_ % len(names) :] + names[: round_ % len(names)]
         per_step: dict[str, float] = {}
         for name in order:
             log_dir = Path(tmp) / f"{model}-{round_}-{len(per_step)}"
@@ -182,22 +189,28 @@ def main() -> int:
     parser.add_argument("--python-ms", type=float, default=0.5, help="Python work per step (GIL held)")
     parser.add_argument("--wait-ms", type=float, default=1.0, help="sleep or native work per step")
     args = parser.parse_args()
-    print(f"{args.rounds} rounds x {args.steps} steps of {args.python_ms} ms Python + {args.wait_ms} ms "
-          f"wait; {len(WRITTEN)} scalars per step ({', '.join(WRITTEN)})")
+    print(
+        f"{args.rounds} rounds x {args.steps} steps of {args.python_ms} ms Python + {args.wait_ms} ms "
+        f"wait; {len(WRITTEN)} scalars per step ({', '.join(WRITTEN)})"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         for model in MODELS:
             work = make_step(model, args.python_ms / 1000, args.wait_ms / 1000)
             result = measure(work, args, tmp, model)
             print(f"\nstep model: {model}")
-            print(f"{'variant':32} {'added per step':>16} {'flush after loop':>18} {'ratio (median)':>16} "
-                  f"{'of medians':>12}")
+            print(
+                f"{'variant':32} {'added per step':>16} {'flush after loop':>18} {'ratio (median)':>16} "
+                f"{'of medians':>12}"
+            )
             added = {name: statistics.median(values) for name, values in result["added"].items()}
             for name in result["names"][1:]:
                 ratios = result["ratios"]
                 ratio = f"{statistics.median(ratios[name]):.3f}" if name in ratios else "1"
-                print(f"{name:32} {added[name] * 1e6:13.1f} µs "
-                      f"{statistics.median(result['flushed'][name]) * 1e3:15.1f} ms {ratio:>16} "
-                      f"{added[name] / added['SummaryWriter']:12.3f}")
+                print(
+                    f"{name:32} {added[name] * 1e6:13.1f} µs "
+                    f"{statistics.median(result['flushed'][name]) * 1e3:15.1f} ms {ratio:>16} "
+                    f"{added[name] / added['SummaryWriter']:12.3f}"
+                )
     print("\ngoal (issue 19): TensorboardHook() ratio <= 0.25 on both step models")
     return 0
 

@@ -19,8 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 N = 100_000
-LINE = b'{"event":"train_step","step":12345,"loss":1.2345678,"lr":0.0003,"elapsed_s":12.345678,' \
-       b'"timestamp":"2026-01-01T12:00:00.123Z"}\n'
+LINE = (
+    b'{"event":"train_step","step":12345,"loss":1.2345678,"lr":0.0003,"elapsed_s":12.345678,'
+    b'"timestamp":"2026-01-01T12:00:00.123Z"}\n'
+)
 
 
 def per_call_us(fn: Callable[[], object], n: int = N) -> float:

@@ -35,10 +35,19 @@ def main(run_dir: Path = Path("runs/structlog_app")) -> int:
     log.info("job_started")
     with MetricLogger(file=run_dir / "train.log", every_steps=2, hooks=[StructlogHook()]) as logger:
         for step in range(1, 5):
-            logger.emit("train_step", {
-                "step": step, "loss": 1.0 / step, "lr": 3e-4, "samples": step * 32, "tokens": step * 512,
-                "microbatches": 1, "samples_per_s": 4_000.0, "tokens_per_s": 64_000.0,
-            })
+            logger.emit(
+                "train_step",
+                {
+                    "step": step,
+                    "loss": 1.0 / step,
+                    "lr": 3e-4,
+                    "samples": step * 32,
+                    "tokens": step * 512,
+                    "microbatches": 1,
+                    "samples_per_s": 4_000.0,
+                    "tokens_per_s": 64_000.0,
+                },
+            )
         logger.emit(
             "shape_warning", {"field": "hidden_size", "value": 1000, "alignment": 8, "suggested": 1024}
         )

@@ -72,8 +72,14 @@ def is_lead(rank: RankInfo, lead_rank: int | None = 0) -> bool:
 Op = Literal["mean", "sum", "max", "min"]
 
 
-def aggregate(payload: Mapping[str, Any], op: Op = "mean", *, keep: Collection[str] = ("step",),
-              group: Any = None, device: Any = None) -> dict[str, Any]:
+def aggregate(
+    payload: Mapping[str, Any],
+    op: Op = "mean",
+    *,
+    keep: Collection[str] = ("step",),
+    group: Any = None,
+    device: Any = None,
+) -> dict[str, Any]:
     """Reduce a payload's numeric values across ranks with ONE collective; call it on every rank.
 
     Numbers (int, float, 0-d tensors, numpy scalars; not bools) are packed into one float64 tensor
@@ -100,8 +106,12 @@ def aggregate(payload: Mapping[str, Any], op: Op = "mean", *, keep: Collection[s
     if device is None:
         device = "cuda" if dist.get_backend(group) == "nccl" else "cpu"
     packed = torch.tensor(values, dtype=torch.float64, device=device)
-    reduce_op = {"mean": dist.ReduceOp.SUM, "sum": dist.ReduceOp.SUM,
-                 "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[op]
+    reduce_op = {
+        "mean": dist.ReduceOp.SUM,
+        "sum": dist.ReduceOp.SUM,
+        "max": dist.ReduceOp.MAX,
+        "min": dist.ReduceOp.MIN,
+    }[op]
     dist.all_reduce(packed, op=reduce_op, group=group)
     if op == "mean":
         packed /= dist.get_world_size(group)

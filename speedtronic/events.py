@@ -113,7 +113,6 @@ Real: TypeAlias = float | DeviceScalar
 
 
 class _TrainStartRequired(TypedDict):
-
     start_step: int
     """Steps already done (0, or the step of the checkpoint resumed from)."""
     target_step: int

@@ -17,7 +17,8 @@ SCRIPTS = Path(sys.executable).parent
 ACTIVATED_PATH = os.pathsep.join([str(SCRIPTS), os.environ.get("PATH", "")])
 """``PATH`` of a shell with the virtualenv activated: the commands speedtronic prints are bare names."""
 UNACTIVATED_PATH = os.pathsep.join(
-    entry for entry in os.environ.get("PATH", "").split(os.pathsep)
+    entry
+    for entry in os.environ.get("PATH", "").split(os.pathsep)
     if entry and Path(entry).resolve() != SCRIPTS.resolve()
 )
 """``PATH`` of a shell that never activated it (as after ``make run``)."""
@@ -44,14 +45,18 @@ def _files_outside_git(root: Path) -> frozenset[str] | None:
     try:
         status = subprocess.run(
             ["git", "-C", str(root), "status", "--porcelain", "--ignored=matching", "--untracked-files"],
-            capture_output=True, text=True, timeout=120, check=False,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if status.returncode != 0:
         return None
     return frozenset(
-        line[3:] for line in status.stdout.splitlines()
+        line[3:]
+        for line in status.stdout.splitlines()
         if line[:2] in ("??", "!!") and not any(cache in line for cache in _CACHES)
     )
 
@@ -80,6 +85,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """Every line of a JSONL file, parsed strictly (NaN/Infinity literals are refused)."""
+
     def refuse(token: str) -> None:
         raise ValueError(f"non-standard JSON constant {token}")
 

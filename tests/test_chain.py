@@ -105,7 +105,11 @@ class TestOneTimestamp:
         env = {**os.environ, "TZ": "America/New_York"}
         out = subprocess.run(
             [sys.executable, "-c", code, str(tmp_path / "m.jsonl")],
-            env=env, capture_output=True, text=True, timeout=120, check=True,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
         ).stdout.splitlines()
         assert out[0].startswith("2026-01-01 12:00:00 | INFO | train_step step=1")
         assert out[1].startswith("2026-01-01 07:00:00-05:00 | INFO | train_step step=2")
@@ -141,9 +145,12 @@ class TestOwnRecords:
             received.append(event)
             raise RuntimeError("boom")
 
-        with pytest.warns(HookFailureWarning, match="boom"), MetricLogger(
-            stream=io.StringIO(), json_file=tmp_path / "m.jsonl", hooks=[bad], processors=[watch]
-        ) as logger:
+        with (
+            pytest.warns(HookFailureWarning, match="boom"),
+            MetricLogger(
+                stream=io.StringIO(), json_file=tmp_path / "m.jsonl", hooks=[bad], processors=[watch]
+            ) as logger,
+        ):
             logger.emit("train_step", {"step": 1})
         records = read_jsonl(tmp_path / "m.jsonl")
         assert [r["event"] for r in records] == ["train_step", "hook_error", "hook_error"]

@@ -10,8 +10,18 @@ PACKAGE = Path(__file__).resolve().parents[1] / "speedtronic"
 
 LAYERS = [
     # catalog and contracts: what an event, a record, a level, an error, a rank is
-    ["errors", "extras", "strings", "checks", "record", "events", "levels", "distributed", "_exit_and_fork",
-     "_version"],
+    [
+        "errors",
+        "extras",
+        "strings",
+        "checks",
+        "record",
+        "events",
+        "levels",
+        "distributed",
+        "_exit_and_fork",
+        "_version",
+    ],
     ["processors"],  # the stages
     ["sinks", "lifecycle"],  # where lines go, and the process's signals and exit
     ["hooks"],  # the hook contract, dispatch, background hooks, hooks from config

@@ -37,8 +37,13 @@ def test_public_modules_declare_their_api() -> None:
     import speedtronic.processors
     import speedtronic.profiling
 
-    for module in (speedtronic, speedtronic.errors, speedtronic.hooks, speedtronic.processors,
-                   speedtronic.profiling):
+    for module in (
+        speedtronic,
+        speedtronic.errors,
+        speedtronic.hooks,
+        speedtronic.processors,
+        speedtronic.profiling,
+    ):
         names = list(module.__all__)
         assert len(names) == len(set(names)), module.__name__
         assert all(hasattr(module, name) for name in names)
@@ -52,7 +57,10 @@ def test_quickstart_example_runs(tmp_path: Path) -> None:
     """examples/quickstart.py runs and writes its JSONL."""
     result = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "quickstart.py")],
-        cwd=tmp_path, capture_output=True, text=True, check=True,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert "train_step step=50" in result.stdout
     assert (tmp_path / "runs" / "quickstart" / "metrics.jsonl").exists()
@@ -91,7 +99,7 @@ class TestProjectMetadata:
         """The package metadata's version is speedtronic.__version__, read from speedtronic/_version.py."""
         assert project["dynamic"] == ["version"]
         assert project["version"] == speedtronic.__version__
-        versions = re.findall(r'\b\d+\.\d+\.\d+\b', (ROOT / "pyproject.toml").read_text())
+        versions = re.findall(r"\b\d+\.\d+\.\d+\b", (ROOT / "pyproject.toml").read_text())
         assert speedtronic.__version__ not in versions
 
     def test_the_license_is_an_spdx_expression_with_its_file(self, project: dict[str, Any]) -> None:

@@ -562,7 +562,6 @@ class TestBadArguments:
                 logger.hooks.append(42)
             assert list(logger.hooks) == []
 
-
     def test_a_hook_name_points_to_build_hook(self) -> None:
         """hooks=["wandb"] says how to build a hook from its name, at construction and at append."""
         build_hook = r"'wandb' is a name.*speedtronic\.hooks\.build_hook\('wandb', \.\.\.\)"

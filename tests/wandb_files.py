@@ -71,6 +71,7 @@ def read_wandb_run(path: str | os.PathLike[str], *, wait_s: float = 120.0) -> Wa
 
 def _read_wandb_run(location: Path) -> WandbOfflineRun:
     from wandb.proto import wandb_internal_pb2
+
     if location.is_dir():
         files = sorted(location.glob("*.wandb"))
         if len(files) != 1:
@@ -85,20 +86,32 @@ def _read_wandb_run(location: Path) -> WandbOfflineRun:
             items = record.history.item
             run.history.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in items})
         elif kind == "config":
-            run.config.update({item.key or "/".join(item.nested_key): json.loads(item.value_json)
-                               for item in record.config.update})
+            run.config.update(
+                {
+                    item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                    for item in record.config.update
+                }
+            )
         elif kind == "summary":
-            run.summary.update({item.key or "/".join(item.nested_key): json.loads(item.value_json)
-                                for item in record.summary.update})
+            run.summary.update(
+                {
+                    item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                    for item in record.summary.update
+                }
+            )
         elif kind == "metric":
             run.step_metrics[record.metric.name or record.metric.glob_name] = record.metric.step_metric
         elif kind == "artifact":
             artifact = record.artifact
-            run.artifacts.append({
-                "name": artifact.name, "type": artifact.type, "aliases": list(artifact.aliases),
-                "metadata": json.loads(artifact.metadata or "{}"),
-                "files": {entry.path: entry.local_path for entry in artifact.manifest.contents},
-            })
+            run.artifacts.append(
+                {
+                    "name": artifact.name,
+                    "type": artifact.type,
+                    "aliases": list(artifact.aliases),
+                    "metadata": json.loads(artifact.metadata or "{}"),
+                    "files": {entry.path: entry.local_path for entry in artifact.manifest.contents},
+                }
+            )
         elif kind == "exit":
             run.exit_code = record.exit.exit_code
     return run

@@ -44,11 +44,15 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--x", default="step", help="the x axis: step (default), elapsed_s or any key")
     parser.add_argument("--event", default="train_step", help="which records (default: train_step)")
     parser.add_argument(
-        "--smooth", type=float, default=0.0, metavar="W",
+        "--smooth",
+        type=float,
+        default=0.0,
+        metavar="W",
         help="TensorBoard-style smoothing weight in [0, 1) (default: 0, none)",
     )
     parser.add_argument(
-        "--no-eval", action="store_true",
+        "--no-eval",
+        action="store_true",
         help="with --event train_step: leave out the eval records' values drawn dashed beside it",
     )
     parser.add_argument("--log-y", action="store_true", help="logarithmic y axes")
@@ -66,9 +70,17 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"--smooth: expected a weight in [0, 1), got {args.smooth}")
     try:
         result = plot_runs(
-            runs_in(args.runs), args.output, keys=keys, x=args.x, event=args.event, smooth=args.smooth,
-            log_y=args.log_y, title=args.title, rank=rank_choice(args.rank, several=True),
-            with_eval=not args.no_eval, roles=roles_chosen(args),
+            runs_in(args.runs),
+            args.output,
+            keys=keys,
+            x=args.x,
+            event=args.event,
+            smooth=args.smooth,
+            log_y=args.log_y,
+            title=args.title,
+            rank=rank_choice(args.rank, several=True),
+            with_eval=not args.no_eval,
+            roles=roles_chosen(args),
         )
     except (RunError, NothingToPlot, ModuleNotFoundError, ValueError) as error:
         raise CommandError(str(error)) from None

@@ -39,12 +39,16 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("run", metavar="RUN", help="a JSONL file, a run directory or a folder of runs")
     parser.add_argument(
-        "--hook", metavar="NAME[:KEY=VALUE,...]", action="append", default=[],
+        "--hook",
+        metavar="NAME[:KEY=VALUE,...]",
+        action="append",
+        default=[],
         help="a registered hook type and its keyword arguments (a VALUE that parses as JSON is read as "
         "JSON, else as text), e.g. tensorboard:log_dir=tb; repeat for several",
     )
     parser.add_argument(
-        "--tensorboard", metavar="DIR",
+        "--tensorboard",
+        metavar="DIR",
         help="write a TensorBoard event file in DIR (as --hook tensorboard:log_dir=DIR)",
     )
     parser.add_argument(
@@ -54,7 +58,8 @@ def add_parser(subparsers: Any) -> None:
         "--wandb", metavar="PROJECT", help="log a new W&B run in PROJECT (as --hook wandb:project=PROJECT)"
     )
     parser.add_argument(
-        "--wandb-mode", choices=("online", "offline"),
+        "--wandb-mode",
+        choices=("online", "offline"),
         help="W&B mode (default: W&B's own, e.g. WANDB_MODE); offline writes a run to sync later",
     )
     parser.add_argument("--wandb-dir", metavar="DIR", help="where W&B keeps its files (wandb.init dir=)")
@@ -124,8 +129,9 @@ def _targets(args: argparse.Namespace, run_name: str | None) -> list[tuple[str, 
     except ValueError as error:
         raise CommandError(f"replay: {error}") from None
     if not targets:
-        raise CommandError("replay: name a target, --hook NAME[:KEY=VALUE,...], --tensorboard DIR and/or "
-                           "--wandb PROJECT")
+        raise CommandError(
+            "replay: name a target, --hook NAME[:KEY=VALUE,...], --tensorboard DIR and/or --wandb PROJECT"
+        )
     if run_name is not None:
         for at, (description, name, options) in enumerate(targets):
             if "log_dir" in options:
@@ -155,8 +161,10 @@ def _replay(path: str, targets: list[tuple[str, str, dict[str, Any]]], rank: Any
     report_skipped(path, result.skipped)
     if result.not_replayed:
         counts = ", ".join(f"{event} {n:,}" for event, n in result.not_replayed.items())
-        print(f"speedtronic: not replayed (the logger's own records, never sent to hooks): {counts}",
-              file=sys.stderr)
+        print(
+            f"speedtronic: not replayed (the logger's own records, never sent to hooks): {counts}",
+            file=sys.stderr,
+        )
     described = " and ".join(description for description, _, _ in targets)
     print(f"replayed {result.replayed.total():,} records of {path} to {described}", file=sys.stderr)
 

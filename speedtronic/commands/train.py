@@ -93,9 +93,7 @@ def _progress_wanted(args: argparse.Namespace) -> bool:
     from speedtronic.integrations.progress import progress_wanted
 
     return (
-        not args.no_progress
-        and progress_wanted(sys.stdout)
-        and importlib.util.find_spec("tqdm") is not None
+        not args.no_progress and progress_wanted(sys.stdout) and importlib.util.find_spec("tqdm") is not None
     )
 
 
@@ -146,8 +144,11 @@ def run(args: argparse.Namespace) -> int:
             if not _in_a_job():
                 raise
             # a dead or hung peer (gloo/nccl raise RuntimeError): one line; train_end says status=failed
-            print(f"speedtronic: error: rank {os.environ.get('RANK', '?')}: {type(error).__name__}: "
-                  f"{_first_line(error)}", file=sys.stderr)
+            print(
+                f"speedtronic: error: rank {os.environ.get('RANK', '?')}: {type(error).__name__}: "
+                f"{_first_line(error)}",
+                file=sys.stderr,
+            )
             return 1
         except _config_error() as error:
             if error.source == "config":  # found once the config ran: name the layer that set the key
@@ -390,8 +391,12 @@ def _one_line_warnings() -> Iterator[None]:
     """Show warnings as ``speedtronic: warning: ...``: a user's run has no source line to point at."""
 
     def show(
-        message: Warning | str, category: type[Warning], filename: str, lineno: int,
-        file: TextIO | None = None, line: str | None = None,
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
     ) -> None:
         text = str(message).removeprefix("speedtronic: ").removeprefix("speedtronic ")
         print(f"speedtronic: warning: {text}", file=file or sys.stderr)

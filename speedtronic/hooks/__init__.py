@@ -173,14 +173,18 @@ def on_event(callback: Callable[..., Any]) -> Callback:
     if keyword_only or var_keyword:
         wrapper = _keyword_style(callback, positional, keyword_only, var_keyword)
     elif len(every_positional) >= 2 or var_positional:
+
         def wrapper(event: str, payload: dict[str, Any]) -> None:
             callback(event, payload)
     elif len(every_positional) == 1:
+
         def wrapper(event: str, payload: dict[str, Any]) -> None:
             callback(payload)
     else:
+
         def wrapper(event: str, payload: dict[str, Any]) -> None:
             callback()
+
     return functools.wraps(callback)(wrapper)
 
 

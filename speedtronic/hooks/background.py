@@ -220,9 +220,7 @@ class BackgroundHooks:
                 # what is queued, less the stop marker, plus the event being delivered, still running
                 undelivered = self._queue.unfinished_tasks - stop_queued
                 for hook in self.hooks:
-                    self._on_error(
-                        hook, TimeoutError(f"still running after {timeout} s: not closed"), None
-                    )
+                    self._on_error(hook, TimeoutError(f"still running after {timeout} s: not closed"), None)
                 return max(undelivered, 0)
         elif thread is not None:  # a hook closing its logger from this worker: what is queued stays
             undelivered = self._queue.qsize()  # undelivered, never handed to closed hooks, and the

@@ -123,9 +123,9 @@ def build_hook(type_name: str, options: Mapping[str, Any] | None = None) -> Any:
     except Exception as error:
         text = safe_str(error)
         shown = redact_text(text)  # an SDK may echo the key it refuses
-        raise HookConfigError(
-            f"{type_name} hook can't be created: {type(error).__name__}: {shown}"
-        ) from (error if shown is text else None)  # a chained error would print the secret again
+        raise HookConfigError(f"{type_name} hook can't be created: {type(error).__name__}: {shown}") from (
+            error if shown is text else None
+        )  # a chained error would print the secret again
     try:
         as_callback(hook)
     except TypeError as error:

@@ -109,12 +109,15 @@ class TrainSpan:
         time since ``train_start``."""
         if self._started is None:
             return
-        logger.emit(Event.TRAIN_END, {
-            "step": self._last,
-            "duration_s": round(time.perf_counter() - self._started, 6),
-            "final_loss": self._loss,
-            "status": status,
-        })
+        logger.emit(
+            Event.TRAIN_END,
+            {
+                "step": self._last,
+                "duration_s": round(time.perf_counter() - self._started, 6),
+                "final_loss": self._loss,
+                "status": status,
+            },
+        )
         self._started = None
 
 

@@ -29,23 +29,50 @@ def _log_record_names() -> frozenset[str]:
     return frozenset(vars(record)) | {"message", "asctime"}
 
 
-_RESERVED_KEYS: frozenset[str] = frozenset(
-    {
-        # The logging methods' own parameters: passed as keywords, these would raise TypeError.
-        "self", "event", "method_name",
-        # Keys structlog's processors add, overwrite or consume (add_log_level, TimeStamper,
-        # add_logger_name, format_exc_info, StackInfoRenderer, dict_tracebacks, EventRenamer,
-        # PositionalArgumentsFormatter, ProcessorFormatter, render_to_log_kwargs, capture_logs).
-        "_from_structlog", "_record", "exc_info", "exception", "extra", "level", "level_number",
-        "log_level", "logger", "message", "msg", "positional_args", "stack", "stack_info",
-        "stacklevel", "timestamp",
-        # CallsiteParameterAdder's keys.
-        "filename", "func_name", "lineno", "module", "pathname", "process", "process_name",
-        "qual_module", "qual_name", "thread", "thread_name",
-        # speedtronic's note about the record (non-finite numbers, converted values).
-        NOTE_KEY,
-    }
-) | _log_record_names()
+_RESERVED_KEYS: frozenset[str] = (
+    frozenset(
+        {
+            # The logging methods' own parameters: passed as keywords, these would raise TypeError.
+            "self",
+            "event",
+            "method_name",
+            # Keys structlog's processors add, overwrite or consume (add_log_level, TimeStamper,
+            # add_logger_name, format_exc_info, StackInfoRenderer, dict_tracebacks, EventRenamer,
+            # PositionalArgumentsFormatter, ProcessorFormatter, render_to_log_kwargs, capture_logs).
+            "_from_structlog",
+            "_record",
+            "exc_info",
+            "exception",
+            "extra",
+            "level",
+            "level_number",
+            "log_level",
+            "logger",
+            "message",
+            "msg",
+            "positional_args",
+            "stack",
+            "stack_info",
+            "stacklevel",
+            "timestamp",
+            # CallsiteParameterAdder's keys.
+            "filename",
+            "func_name",
+            "lineno",
+            "module",
+            "pathname",
+            "process",
+            "process_name",
+            "qual_module",
+            "qual_name",
+            "thread",
+            "thread_name",
+            # speedtronic's note about the record (non-finite numbers, converted values).
+            NOTE_KEY,
+        }
+    )
+    | _log_record_names()
+)
 
 
 def exception_text(error: BaseException) -> str:
@@ -181,14 +208,24 @@ class StructlogHook:
             fields["timestamp"] = stamp
         self._log(level or level_for(event), event, fields, raised)
 
-    def _to_structlog(self, level: str, event: str, fields: dict[str, Any], raised: BaseException | None,
-                      ) -> None:
+    def _to_structlog(
+        self,
+        level: str,
+        event: str,
+        fields: dict[str, Any],
+        raised: BaseException | None,
+    ) -> None:
         if raised is not None:
             fields["exc_info"] = raised
         getattr(self._logger, level)(event, **fields)
 
-    def _to_stdlib(self, level: str, event: str, fields: dict[str, Any], raised: BaseException | None,
-                   ) -> None:
+    def _to_stdlib(
+        self,
+        level: str,
+        event: str,
+        fields: dict[str, Any],
+        raised: BaseException | None,
+    ) -> None:
         levelno = logging.getLevelName(LEVEL_NAMES.get(level, level.upper()))
         if not self._logger.isEnabledFor(levelno):
             return

@@ -74,10 +74,12 @@ def write_batch(writer: Any, batch: Sequence[Point | ConfigPoint]) -> None:
                 writer.add_event(Event(wall_time=wall_time, step=step, summary=hparams))
             continue
         assert not isinstance(values, Mapping)
-        summary = Summary(value=[
-            Summary.Value(tag=metric_name(event, key), simple_value=_as_float(value))
-            for key, value in zip(keys, values, strict=True)
-        ])
+        summary = Summary(
+            value=[
+                Summary.Value(tag=metric_name(event, key), simple_value=_as_float(value))
+                for key, value in zip(keys, values, strict=True)
+            ]
+        )
         writer.add_event(Event(wall_time=wall_time, step=step, summary=summary))
 
 
@@ -115,7 +117,10 @@ class ProcessWriter:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         self._process = subprocess.Popen(
             [sys.executable, "-m", __name__, os.fspath(log_dir), str(flush_secs)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            bufsize=0,
         )
         self._started = False
         self._ended = False

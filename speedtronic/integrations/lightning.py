@@ -172,8 +172,11 @@ def _next_version(root: str) -> int:
         names = os.listdir(root)
     except OSError:
         return 0
-    taken = [int(n[8:]) for n in names if n.startswith("version_") and n[8:].isdigit()
-             and os.path.isdir(os.path.join(root, n))]
+    taken = [
+        int(n[8:])
+        for n in names
+        if n.startswith("version_") and n[8:].isdigit() and os.path.isdir(os.path.join(root, n))
+    ]
     return max(taken, default=-1) + 1
 
 

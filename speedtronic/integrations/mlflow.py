@@ -147,7 +147,8 @@ class MlflowHook:
         self._monitor: Any = None
         if log_system_metrics:
             monitors = require(
-                "mlflow.system_metrics.system_metrics_monitor", "mlflow",
+                "mlflow.system_metrics.system_metrics_monitor",
+                "mlflow",
                 needed_by="MlflowHook(log_system_metrics=True)",
             )
             self._monitor = monitors.SystemMetricsMonitor(  # its own thread, its own client

@@ -69,8 +69,10 @@ def _put(out: dict[str, Any], name: str, value: Any) -> None:
     elif isinstance(value, Mapping):
         for key, item in value.items():
             _put(out, unique_key(out, f"{name}.{key}"), item)
-    elif isinstance(value, list) and len({type(item) for item in value}) <= 1 and all(
-        type(item) in _SCALARS and (type(item) is not int or item in _INT64) for item in value
+    elif (
+        isinstance(value, list)
+        and len({type(item) for item in value}) <= 1
+        and all(type(item) in _SCALARS and (type(item) is not int or item in _INT64) for item in value)
     ):
         out[name] = tuple(value)
     elif isinstance(value, BaseException):

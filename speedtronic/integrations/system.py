@@ -114,7 +114,9 @@ class SystemMonitor:
                 if self.failures == 1:  # said once; the count is in ``failures``
                     warnings.warn(
                         f"speedtronic: a system sample failed (later failures are counted in "
-                        f"SystemMonitor.failures): {exception_text(error)}", SpeedtronicWarning, stacklevel=1,
+                        f"SystemMonitor.failures): {exception_text(error)}",
+                        SpeedtronicWarning,
+                        stacklevel=1,
                     )
 
     def __enter__(self) -> SystemMonitor:

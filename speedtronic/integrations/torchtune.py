@@ -67,8 +67,14 @@ class SpeedtronicMetricLogger:
         **logger_kwargs: Any,
     ) -> None:
         hooks = list(hooks)
-        torchtune_kwargs = {"log_dir": log_dir, "filename": filename, "project": project, "entity": entity,
-                            "group": group, "hooks": hooks or None}
+        torchtune_kwargs = {
+            "log_dir": log_dir,
+            "filename": filename,
+            "project": project,
+            "entity": entity,
+            "group": group,
+            "hooks": hooks or None,
+        }
         if logger is not None and (logger_kwargs or any(v is not None for v in torchtune_kwargs.values())):
             given = sorted([*logger_kwargs, *(key for key, v in torchtune_kwargs.items() if v is not None)])
             raise TypeError(
@@ -138,8 +144,10 @@ def _build_hook(index: int, entry: Any, log_dir: str | os.PathLike[str] | None) 
         module, _, attribute = str(kwargs.pop("_component_")).rpartition(".")
         name = f"{module}:{attribute}"
     else:
-        raise ValueError(f"{where}: an entry needs 'type' (a hook type) or '_component_' (a dotted path), "
-                         f"one of them; got keys {', '.join(kwargs) or 'none'}")
+        raise ValueError(
+            f"{where}: an entry needs 'type' (a hook type) or '_component_' (a dotted path), "
+            f"one of them; got keys {', '.join(kwargs) or 'none'}"
+        )
     try:
         return build_hook(name, kwargs)  # as a config's logging.hooks entry is built
     except (LookupError, HookConfigError) as error:

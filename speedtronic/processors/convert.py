@@ -491,7 +491,7 @@ def _safe_container(value: Any, depth: int, marks: _Marks, pointer: str) -> Any:
         made, converted, truncated, first, found = again
         marks.converted |= converted
         marks.truncated |= truncated
-        marks.non_finite.extend((pointer + at[len(first):], text) for at, text in found)
+        marks.non_finite.extend((pointer + at[len(first) :], text) for at, text in found)
         return made
     outer = marks.converted, marks.truncated
     marks.converted = marks.truncated = False

@@ -534,7 +534,8 @@ class Redact:
         if names is None or len(names) != len(items):
             names = _flag_names(items)
         new = [
-            self._replacement if name is not None and self._is_secret(name)
+            self._replacement
+            if name is not None and self._is_secret(name)
             else self._scrub(item, depth + 1, seen)
             for name, item in zip(names, items, strict=True)
         ]

@@ -81,7 +81,6 @@ Library = Literal["pandas", "polars"]
 """The dataframe library to build tables with."""
 
 
-
 class UnknownEventWarning(SpeedtronicWarning):
     """An event asked of ``read_frames`` that the run has no record of and the event catalog does not
     name: most likely a typo (``"evall"``). The warning lists the events the run has."""
@@ -138,8 +137,9 @@ def _warn_unknown(path: str | os.PathLike[str], wanted: Iterable[str], seen: dic
         if event not in seen and event not in catalog:
             has = ", ".join(seen) if seen else "no record"
             warnings.warn(
-                UnknownEventWarning(f"{path}: no {event!r} record, and no event of that name is known; "
-                                    f"the run has {has}"),
+                UnknownEventWarning(
+                    f"{path}: no {event!r} record, and no event of that name is known; the run has {has}"
+                ),
                 stacklevel=3,
             )
 
@@ -200,7 +200,16 @@ class _Split:
     ``parse_record``'s reason. Raises ``_Fallback`` for a file the engine can't read exactly."""
 
     __slots__ = (
-        "_engine", "_lines", "_ranks", "_rows", "_size", "bad", "chosen", "left_out", "parts", "source"
+        "_engine",
+        "_lines",
+        "_ranks",
+        "_rows",
+        "_size",
+        "bad",
+        "chosen",
+        "left_out",
+        "parts",
+        "source",
     )
 
     def __init__(self, source: Path, ranks: RankFilter, engine: _Engine) -> None:

@@ -182,8 +182,7 @@ class Envelope:
         tail = range(self._open, len(self.x))
         self.gaps = array("q", gaps + [self.gaps[at] for at in tail])
         self.x, self.y, *self.carried = (
-            array("d", [column[at] for at in (*chosen, *tail)])
-            for column in (self.x, self.y, *self.carried)
+            array("d", [column[at] for at in (*chosen, *tail)]) for column in (self.x, self.y, *self.carried)
         )
         self._starts, self._open, self.width = starts, len(chosen), self.width * 2
 
@@ -362,9 +361,7 @@ class _KeyFinder:
         self._held_out = held_out  # whether a held-out loss logged in a training record is drawn
         self._loss: str | None = roles.loss
 
-    def values(
-        self, event: str, payload: dict[str, Any]
-    ) -> list[tuple[str, str | None, str, str, float]]:
+    def values(self, event: str, payload: dict[str, Any]) -> list[tuple[str, str | None, str, str, float]]:
         """``(event, split, panel, key read, value)`` of each point the record gives (``split``:
         ``None`` but for a held-out loss)."""
         out: list[tuple[str, str | None, str, str, float]] = []

@@ -488,9 +488,7 @@ def not_a_run(source: Path, why: str = "no line is a JSON record with an event")
     return RunError(f"{source}: not a speedtronic JSONL file ({why})")
 
 
-def parse_record(
-    raw: bytes, ended: bool, source: Path, number: int, segment: int = 0
-) -> Record | str:
+def parse_record(raw: bytes, ended: bool, source: Path, number: int, segment: int = 0) -> Record | str:
     """Line ``number`` of ``source`` (newline removed; ``ended``: whether it had one) as a ``Record``,
     the writer's conventions undone; or, for a line that is not a record, why (the reason ``Skipped``
     counts)."""

@@ -36,6 +36,7 @@ __all__ = [
     "wandb_hook",
 ]
 
+
 class ReplayRefused(Exception):
     """A replay target that would mix the replay into existing data: ``"<path>: <reason>"``."""
 

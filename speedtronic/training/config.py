@@ -113,7 +113,8 @@ class DataConfig:
     vocab_size: int = _key(32, _integer(2), "tokens in the vocabulary")
     seq_len: int = _key(16, _integer(1), "tokens per sequence")
     noise: float = _key(
-        0.2, _number("a number from 0 to 1", lambda v: 0 <= v <= 1),
+        0.2,
+        _number("a number from 0 to 1", lambda v: 0 <= v <= 1),
         "share of targets replaced by random tokens (the loss floor rises with it)",
     )
 
@@ -126,7 +127,8 @@ class TrainConfig:
     lr: float = _key(0.001, _POSITIVE, "peak learning rate (AdamW): linear warm-up, then cosine down to 10%")
     warmup_steps: int = _key(20, _integer(0), "steps of linear warm-up")
     schedule_steps: int | None = _key(
-        None, _optional(_integer(1)),
+        None,
+        _optional(_integer(1)),
         "where the cosine reaches its floor; null: `steps` when the run starts. A resumed run keeps "
         "the recorded value, so extending it with a larger `--steps` trains on at the floor",
     )
@@ -157,7 +159,8 @@ class TrainConfig:
     seed: int = _key(0, _integer(0), "seeds the model, the data and every RNG")
     resume: bool = _key(False, _BOOL, "continue the run in `run_dir` from its latest checkpoint (`--resume`)")
     dist_timeout_s: float = _key(
-        60, _POSITIVE,
+        60,
+        _POSITIVE,
         "torchrun jobs: seconds the ranks wait for each other to form the group, and to agree on the "
         "config and the checkpoint at start and resume, before failing with one line",
     )
@@ -166,7 +169,8 @@ class TrainConfig:
     )
     outer_lr: float = _key(0.7, _POSITIVE, "the outer optimizer's learning rate (DiLoCo paper: 0.7)")
     outer_momentum: float = _key(
-        0.9, _number("a number from 0 to less than 1", lambda v: 0 <= v < 1),
+        0.9,
+        _number("a number from 0 to less than 1", lambda v: 0 <= v < 1),
         "the outer optimizer's Nesterov momentum (0: plain SGD)",
     )
 
@@ -181,17 +185,22 @@ class LoggingConfig:
         "{run_dir}/metrics.jsonl", _optional(_PATH), "one JSON object per event; null: no JSONL"
     )
     every_steps: int = _key(20, _integer(1), "log a train_step only when step % every_steps == 0")
-    hooks: list[dict[str, Any]] = field(default_factory=list, metadata=_meta(
-        _HOOKS, "hooks called for every logged event, each a type and its factory's arguments",
-        shown="tensorboard when installed",
-    ))
+    hooks: list[dict[str, Any]] = field(
+        default_factory=list,
+        metadata=_meta(
+            _HOOKS,
+            "hooks called for every logged event, each a type and its factory's arguments",
+            shown="tensorboard when installed",
+        ),
+    )
     validate: bool = _key(False, _BOOL, "check every payload against speedtronic.events (for tests)")
     strict_hooks: bool = _key(False, _BOOL, "a failing hook raises speedtronic.HookError instead of warning")
     lead_rank: int | None = _key(
         0, _optional(_integer(0)), "under torchrun: the rank with the text log and hooks; null: every rank"
     )
     system_interval_s: float | None = _key(
-        10.0, _optional(_POSITIVE),
+        10.0,
+        _optional(_POSITIVE),
         "seconds between two `system` events (CPU, memory, GPUs; needs speedtronic[system]); null: none",
     )
 
@@ -201,7 +210,9 @@ class Config:
     """A whole config. ``{run_dir}`` in a logging path or a hook's argument stands for the run directory."""
 
     run_dir: str | None = _key(
-        None, _optional(_PATH), "where the run's files go (`--run-dir`); null: a fresh one",
+        None,
+        _optional(_PATH),
+        "where the run's files go (`--run-dir`); null: a fresh one",
         shown="a fresh `runs/<YYYYmmdd-HHMMSS>`",
     )
     model: ModelConfig = field(default_factory=ModelConfig)

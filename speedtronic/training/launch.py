@@ -75,7 +75,10 @@ class Node:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "rank": self.rank, "node_rank": self.node_rank, "host": self.host, "local_rank": self.local_rank
+            "rank": self.rank,
+            "node_rank": self.node_rank,
+            "host": self.host,
+            "local_rank": self.local_rank,
         }
 
 
@@ -129,7 +132,9 @@ def init_process_group(rank: RankInfo, device: Any, timeout_s: float | None = No
     extra: dict[str, Any] = {} if timeout_s is None else {"timeout": timedelta(seconds=timeout_s)}
     node = this_node(rank)
     _bounded(
-        node, "the process group", timeout_s,
+        node,
+        "the process group",
+        timeout_s,
         lambda: dist.init_process_group(backend, device_id=device if backend == "nccl" else None, **extra),
     )
     return True
@@ -141,7 +146,9 @@ def agreement_group(rank: RankInfo, timeout_s: float) -> Any:
     import torch.distributed as dist
 
     return _bounded(
-        this_node(rank), "a gloo group for the start", timeout_s,
+        this_node(rank),
+        "a gloo group for the start",
+        timeout_s,
         lambda: dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s)),
     )
 
@@ -205,8 +212,9 @@ def agree_on_start(
             if config["run_dir"] is None:
                 lead["config"] = resolve(lead["config"], "{run_dir}")
     chosen = [lead]
-    _bounded(node, "rank 0's config", timeout_s,
-             lambda: dist.broadcast_object_list(chosen, src=0, group=group))
+    _bounded(
+        node, "rank 0's config", timeout_s, lambda: dist.broadcast_object_list(chosen, src=0, group=group)
+    )
     lead = chosen[0]
     if lead["error"] is not None:
         raise StartError(f"{lead['node']}: {lead['error']}")
@@ -214,13 +222,19 @@ def agree_on_start(
     own = config["run_dir"] if rank.rank and config["run_dir"] is not None else leader["run_dir"]
     mine = _facts(node, Path(own), leader["train"]["resume"], lead["launch"], claim=rank.rank != 0)
     facts: list[Any] = [None] * rank.world_size
-    _bounded(node, "the run directories and checkpoints", timeout_s,
-             lambda: dist.all_gather_object(facts, mine, group=group))
+    _bounded(
+        node,
+        "the run directories and checkpoints",
+        timeout_s,
+        lambda: dist.all_gather_object(facts, mine, group=group),
+    )
     notes = decide(facts, resume=leader["train"]["resume"])
     together = _directory_of(facts, rank.rank)
     if rank.rank and config["run_dir"] is None and not mine["shared"] and rank.rank == min(together):
-        notes = [f"{node}: no --run-dir on this node: writing to {mine['run_dir']}, the path rank 0 uses, "
-                 "on this node's own file system"]
+        notes = [
+            f"{node}: no --run-dir on this node: writing to {mine['run_dir']}, the path rank 0 uses, "
+            "on this node's own file system"
+        ]
     elif rank.rank:
         notes = []
     ours = copy.deepcopy(leader)  # plain data, as broadcast: this rank's own to change
@@ -331,8 +345,10 @@ def decide(facts: list[dict[str, Any]], *, resume: bool) -> list[str]:
     if common and lead_steps and max(common) < max(lead_steps):
         step = max(lead_steps)
         missing = next(fact for fact, steps in zip(facts, held, strict=True) if step not in steps)
-        return [f"--resume: {_missing(missing, step)}; every rank resumes from step {max(common)}, the "
-                "newest all of them hold"]
+        return [
+            f"--resume: {_missing(missing, step)}; every rank resumes from step {max(common)}, the "
+            "newest all of them hold"
+        ]
     if not every:
         holding = [ranks for ranks in directories.values() if facts[ranks[0]]["holds_run"]]
         empty = [ranks for ranks in directories.values() if not facts[ranks[0]]["holds_run"]]

@@ -164,9 +164,14 @@ class OuterLoop:
     def _boundary(self, step: int) -> None:
         reason = skip_reason(self._agree(self._state()))
         if reason is not None:
-            self._emit(Event.DELTA_UPLOAD_SKIPPED, {
-                "local_step": step, "base_outer_step": self.generation, "reason": reason,
-            })
+            self._emit(
+                Event.DELTA_UPLOAD_SKIPPED,
+                {
+                    "local_step": step,
+                    "base_outer_step": self.generation,
+                    "reason": reason,
+                },
+            )
             return
         # Every rank's exchange thread is idle: the synced parameters are this thread's to read.
         delta = self._baseline - self._flatten()
@@ -178,10 +183,15 @@ class OuterLoop:
             self._baseline = self._synced.detach().clone()
             self.generation = self._synced_generation
         self._load(self._baseline)
-        self._emit(Event.DELTA_UPLOAD_QUEUED, {
-            "local_step": step, "base_outer_step": base_generation, "in_flight": 1,
-            "checksum": checksum(self._baseline),
-        })
+        self._emit(
+            Event.DELTA_UPLOAD_QUEUED,
+            {
+                "local_step": step,
+                "base_outer_step": base_generation,
+                "in_flight": 1,
+                "checksum": checksum(self._baseline),
+            },
+        )
         with self._lock:
             self._outstanding += 1
         self._jobs.put_nowait(_Job(packed, step, base_generation))  # agreed idle: the queue is empty
@@ -243,7 +253,7 @@ class OuterLoop:
         with torch.no_grad():
             offset = 0
             for p in self._params:
-                p.copy_(flat[offset:offset + p.numel()].view_as(p))
+                p.copy_(flat[offset : offset + p.numel()].view_as(p))
                 offset += p.numel()
 
     # -- the exchange thread -------------------------------------------------------------------
@@ -254,10 +264,14 @@ class OuterLoop:
                 self._exchange(job)
             except Exception as error:  # any failure of an exchange costs its outer step, not the run
                 with contextlib.suppress(Exception):  # a closed logger: nobody is left to tell
-                    self._emit(Event.DELTA_UPLOAD_FAILED, {
-                        "local_step": job.local_step, "base_outer_step": job.base_generation,
-                        "error": f"{type(error).__name__}: {error}",
-                    })
+                    self._emit(
+                        Event.DELTA_UPLOAD_FAILED,
+                        {
+                            "local_step": job.local_step,
+                            "base_outer_step": job.base_generation,
+                            "error": f"{type(error).__name__}: {error}",
+                        },
+                    )
             finally:
                 with self._lock:
                     self._outstanding -= 1
@@ -269,10 +283,14 @@ class OuterLoop:
         packed = job.packed
         self.reduce(packed)
         ids = {"local_step": job.local_step, "base_outer_step": job.base_generation}
-        self._emit(Event.DELTA_UPLOADED, {
-            **ids, "bytes": packed.numel() * packed.element_size(),
-            "upload_s": round(time.perf_counter() - started, 6),
-        })
+        self._emit(
+            Event.DELTA_UPLOADED,
+            {
+                **ids,
+                "bytes": packed.numel() * packed.element_size(),
+                "upload_s": round(time.perf_counter() - started, 6),
+            },
+        )
         included = round(float(packed[-1]))
         if included < 1:
             raise RuntimeError("no rank had a finite delta")
@@ -283,10 +301,17 @@ class OuterLoop:
         self._outer.step()
         self._synced.grad = None
         self._synced_generation += 1
-        self._emit(Event.OUTER_STEP, {
-            "outer_step": self._synced_generation, "candidates": self.world_size, "included": included,
-            "step": job.local_step, "lag": lag, "checksum": checksum(self._synced),
-        })
+        self._emit(
+            Event.OUTER_STEP,
+            {
+                "outer_step": self._synced_generation,
+                "candidates": self.world_size,
+                "included": included,
+                "step": job.local_step,
+                "lag": lag,
+                "checksum": checksum(self._synced),
+            },
+        )
 
     def _all_reduce(self, tensor: Tensor) -> None:
         if self.group is not None:

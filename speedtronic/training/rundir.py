@@ -83,18 +83,14 @@ def claim(run_dir: str | None, *, resume: bool, base: str = "runs") -> Path:
     path = Path(run_dir)
     _make(path, exist_ok=True)
     if not resume and holds_run(path):
-        raise RunDirError(
-            path, "already holds a run; continue it with --resume, or pass another --run-dir"
-        )
+        raise RunDirError(path, "already holds a run; continue it with --resume, or pass another --run-dir")
     return path
 
 
 class OpenRun:
     """A run directory this process holds: ``path``, its lock, and what was there before the start."""
 
-    def __init__(
-        self, path: Path, lock_fd: int, before: frozenset[str] | None, created: Path | None
-    ) -> None:
+    def __init__(self, path: Path, lock_fd: int, before: frozenset[str] | None, created: Path | None) -> None:
         self.path = path
         self._lock_fd: int | None = lock_fd
         self._before = before
@@ -162,8 +158,9 @@ def open_run(run_dir: str | None, *, resume: bool, base: str = "runs") -> OpenRu
     path = Path(run_dir)
     if resume and not (path.is_dir() and holds_run(path)):
         raise RunDirError(
-            path, "holds no run to resume (no config.yaml, metrics.jsonl or checkpoints); check the "
-            "path, or leave out --resume to start a new run there"
+            path,
+            "holds no run to resume (no config.yaml, metrics.jsonl or checkpoints); check the "
+            "path, or leave out --resume to start a new run there",
         )
     created = next((p for p in reversed([path, *path.parents]) if not p.exists()), None)
     _make(path, exist_ok=True)
@@ -175,9 +172,7 @@ def open_run(run_dir: str | None, *, resume: bool, base: str = "runs") -> OpenRu
     opened = OpenRun(path, fd, before, created)
     if not resume and holds_run(path):
         opened.undo()
-        raise RunDirError(
-            path, "already holds a run; continue it with --resume, or pass another --run-dir"
-        )
+        raise RunDirError(path, "already holds a run; continue it with --resume, or pass another --run-dir")
     return opened
 
 
@@ -349,8 +344,9 @@ def _linked(path: Path) -> RunDirError:
     what = "checkpoints" if path.name == CHECKPOINTS else "its files"
     fix = "a directory" if path.name == CHECKPOINTS else "the file itself, or remove it"
     return RunDirError(
-        path, f"is a symbolic link (to {os.readlink(path)}); a run writes {what} only inside its own "
-        f"directory: replace the link with {fix}"
+        path,
+        f"is a symbolic link (to {os.readlink(path)}); a run writes {what} only inside its own "
+        f"directory: replace the link with {fix}",
     )
 
 

@@ -220,7 +220,7 @@ def _resolve_run_dir(config: dict[str, Any], placeholder: str = _RUN_DIR) -> dic
                 return value.replace(placeholder, run_dir)
             prefix = placeholder.rstrip("/")
             if value == prefix or value.startswith(prefix + "/"):
-                return run_dir + value[len(prefix):]
+                return run_dir + value[len(prefix) :]
             return value
         if isinstance(value, dict):
             return {key: resolve(item) for key, item in value.items()}
@@ -270,8 +270,10 @@ def build_logger(config: Mapping[str, Any], *, device: Any = None) -> MetricLogg
                 Path(logging["file"]).parent.mkdir(parents=True, exist_ok=True)
             except OSError as error:
                 raise ConfigError(
-                    "config", "logging.file", f"can't create its directory {error.filename}: "
-                    f"{_rundir.describe_os_error(error)}; expected a path whose directory can be made"
+                    "config",
+                    "logging.file",
+                    f"can't create its directory {error.filename}: "
+                    f"{_rundir.describe_os_error(error)}; expected a path whose directory can be made",
                 ) from None
         try:
             return MetricLogger(
@@ -454,14 +456,19 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
         torch.manual_seed(train["seed"])
         data = config["data"]
         task = _task.SuccessorTask(
-            data["vocab_size"], data["seq_len"], train["batch_size"], data["noise"], train["seed"],
+            data["vocab_size"],
+            data["seq_len"],
+            train["batch_size"],
+            data["noise"],
+            train["seed"],
             shard=rank.rank,
         )
         model: torch.nn.Module = _task.successor_model(data["vocab_size"], config["model"]["hidden"])
         model = model.to(device)
         if rank.distributed and not train["outer_every"]:
             model = torch.nn.parallel.DistributedDataParallel(
-                model, device_ids=[device.index] if device.type == "cuda" else None,
+                model,
+                device_ids=[device.index] if device.type == "cuda" else None,
                 process_group=_launch.training_group(),
             )
         optimizer = torch.optim.AdamW(model.parameters(), lr=train["lr"])
@@ -526,13 +533,17 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
         )
     except BaseException:
         _launch.shutdown(
-            [step for step in (
-                outer.close if outer is not None else None,  # its thread joined before the group goes
-                monitor.close if monitor is not None else None,
-                logger.close if logger is not None else None,
-                _launch.destroy_process_group if owns_group else None,
-                opened.undo if opened is not None else None,  # files closed first: then removable
-            ) if step is not None],
+            [
+                step
+                for step in (
+                    outer.close if outer is not None else None,  # its thread joined before the group goes
+                    monitor.close if monitor is not None else None,
+                    logger.close if logger is not None else None,
+                    _launch.destroy_process_group if owns_group else None,
+                    opened.undo if opened is not None else None,  # files closed first: then removable
+                )
+                if step is not None
+            ],
             quiet=True,
         )
         raise
@@ -569,7 +580,8 @@ def _system_monitor(interval_s: float | None, logger: MetricLogger, rank: RankIn
     except ModuleNotFoundError as error:
         warnings.warn(
             f"speedtronic: no system events: {error}; or set logging.system_interval_s: null",
-            SpeedtronicWarning, stacklevel=3,
+            SpeedtronicWarning,
+            stacklevel=3,
         )
         return None
 
@@ -582,8 +594,9 @@ def _check_cuda(device: str) -> None:
         return
     why = "this torch is a CPU-only build" if torch.version.cuda is None else "no CUDA GPU is visible"
     raise ConfigError(
-        "config", "train.device", f"{device!r} needs CUDA, and there is no CUDA here ({why}); "
-        "use 'auto' or 'cpu'"
+        "config",
+        "train.device",
+        f"{device!r} needs CUDA, and there is no CUDA here ({why}); use 'auto' or 'cpu'",
     )
 
 
@@ -628,13 +641,17 @@ def fit_and_close(trainer: Trainer, info: RunInfo) -> tuple[FitResult, RunInfo]:
     process group ``build_runtime`` set up and release the run directory, in that order, also when
     training raises (a failure while closing then never hides its error). ``info.write_errors``
     counts the records lost."""
-    steps = [step for step in (
-        trainer.outer.close if trainer.outer is not None else None,
-        info.monitor.close if info.monitor is not None else None,
-        trainer.logger.close,
-        _launch.destroy_process_group if info.owns_process_group else None,
-        info.run.release if info.run is not None else None,
-    ) if step is not None]
+    steps = [
+        step
+        for step in (
+            trainer.outer.close if trainer.outer is not None else None,
+            info.monitor.close if info.monitor is not None else None,
+            trainer.logger.close,
+            _launch.destroy_process_group if info.owns_process_group else None,
+            info.run.release if info.run is not None else None,
+        )
+        if step is not None
+    ]
     try:
         result = trainer.fit()
     except BaseException:

@@ -80,6 +80,7 @@ class OuterAttachment(Protocol):
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
+
 __all__ = [
     "PRECISIONS",
     "CheckpointWriteError",
@@ -419,15 +420,18 @@ class Trainer:
             resumed_from=self.resumed_from,
             eval_loss=self._eval_loss,
         )
-        self.emit(Event.TRAIN_END, {
-            "step": result.step,
-            "steps_run": result.steps_run,
-            "duration_s": result.duration_s,
-            "final_loss": final_loss,
-            "samples_per_s": result.samples_per_s,
-            "tokens_per_s": result.tokens_per_s,
-            "status": "completed",
-        })
+        self.emit(
+            Event.TRAIN_END,
+            {
+                "step": result.step,
+                "steps_run": result.steps_run,
+                "duration_s": result.duration_s,
+                "final_loss": final_loss,
+                "samples_per_s": result.samples_per_s,
+                "tokens_per_s": result.tokens_per_s,
+                "status": "completed",
+            },
+        )
         self._ended = True
         self.logger.flush()  # hooks run on the logger's thread: when fit() returns, they have it all
         return result
@@ -539,12 +543,13 @@ class Trainer:
         _write_checkpoint(state, mine)
         self.checkpoint = path
         if self.keep_checkpoints:
-            for old in sorted(self._own_checkpoints().items(), reverse=True)[self.keep_checkpoints:]:
+            for old in sorted(self._own_checkpoints().items(), reverse=True)[self.keep_checkpoints :]:
                 old[1].unlink(missing_ok=True)
         if self.rank == 0:
-            self.emit(Event.CHECKPOINT, {
-                "step": self.step, "path": str(path), "save_s": round(time.perf_counter() - started, 6)
-            })
+            self.emit(
+                Event.CHECKPOINT,
+                {"step": self.step, "path": str(path), "save_s": round(time.perf_counter() - started, 6)},
+            )
         return path
 
     def state_dict(self) -> dict[str, Any]:
@@ -661,8 +666,10 @@ class Trainer:
         for key, tensor in mine.items():
             if not isinstance(theirs[key], Tensor) or theirs[key].shape != tensor.shape:
                 shape = getattr(theirs[key], "shape", type(theirs[key]).__name__)
-                return f"{key}: {tuple(shape) if isinstance(shape, torch.Size) else shape} in the " \
+                return (
+                    f"{key}: {tuple(shape) if isinstance(shape, torch.Size) else shape} in the "
                     f"checkpoint, {tuple(tensor.shape)} in the model"
+                )
         groups = [len(group["params"]) for group in self.optimizer.param_groups]
         saved = [len(group["params"]) for group in state["optimizer"]["param_groups"]]
         if groups != saved:
@@ -741,19 +748,25 @@ class Trainer:
     def _profile_shapes(self) -> None:
         alignment = _shapes.alignment_for(self.device.type, self.precision)
         misaligned = _shapes.misaligned(self.module, alignment)
-        self.emit(Event.SHAPE_PROFILE, {
-            "device": str(self.device),
-            "precision": self.precision,
-            "alignment": alignment,
-            "warnings": len(misaligned),
-        })
-        for field, value in misaligned[:_MAX_SHAPE_WARNINGS]:
-            self.emit(Event.SHAPE_WARNING, {
-                "field": field,
-                "value": value,
+        self.emit(
+            Event.SHAPE_PROFILE,
+            {
+                "device": str(self.device),
+                "precision": self.precision,
                 "alignment": alignment,
-                "suggested": -(-value // alignment) * alignment,
-            })
+                "warnings": len(misaligned),
+            },
+        )
+        for field, value in misaligned[:_MAX_SHAPE_WARNINGS]:
+            self.emit(
+                Event.SHAPE_WARNING,
+                {
+                    "field": field,
+                    "value": value,
+                    "alignment": alignment,
+                    "suggested": -(-value // alignment) * alignment,
+                },
+            )
 
     def emit(self, event: str, payload: Any, *, level: str | None = None) -> bool:
         """Log ``payload`` (at ``level``, default the catalog's); whether the logger's cadence kept it.
@@ -807,9 +820,7 @@ def _write_checkpoint(state: dict[str, Any], path: Path) -> None:
             partial.unlink(missing_ok=True)
         cause = _os_error_in(error)
         reason = _rundir.describe_os_error(cause) if cause is not None else _one_line(error)
-        raise CheckpointWriteError(
-            cause.errno if cause is not None else 0, reason, str(path)
-        ) from error
+        raise CheckpointWriteError(cause.errno if cause is not None else 0, reason, str(path)) from error
 
 
 def _os_error_in(error: BaseException) -> OSError | None:
@@ -855,8 +866,10 @@ def _state_problem(state: dict[str, Any]) -> str | None:
         isinstance(optimizer, dict)
         and isinstance(optimizer.get("state"), dict)
         and isinstance(optimizer.get("param_groups"), list)
-        and all(isinstance(group, dict) and isinstance(group.get("params"), list)
-                for group in optimizer["param_groups"])
+        and all(
+            isinstance(group, dict) and isinstance(group.get("params"), list)
+            for group in optimizer["param_groups"]
+        )
     ):
         return "damaged: 'optimizer' is not an optimizer's state dict"
     scheduler = state["scheduler"]

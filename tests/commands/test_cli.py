@@ -26,14 +26,18 @@ def help_text(command: tuple[str, ...], columns: int) -> str:
     env = {**os.environ, "COLUMNS": str(columns)}
     return subprocess.run(
         [sys.executable, "-m", "speedtronic", *command, "--help"],
-        capture_output=True, text=True, timeout=60, check=True, env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env=env,
     ).stdout
 
 
 @pytest.mark.parametrize("columns", [60, 80, 100])
 @pytest.mark.parametrize("command", [(), *((name,) for name in COMMANDS)], ids=["speedtronic", *COMMANDS])
 def test_help_never_breaks_a_short_phrase_in_parentheses(command: tuple[str, ...], columns: int) -> None:
-    """"(default: the embedded one)" and every other short parenthesised phrase stays on one line."""
+    """ "(default: the embedded one)" and every other short parenthesised phrase stays on one line."""
     parser = build_parser()
     if command:
         parser = parser._subparsers._group_actions[0].choices[command[0]]  # type: ignore[union-attr]

@@ -27,8 +27,12 @@ def run_on_a_terminal(args: list[str], cwd: Path, size: tuple[int, int] = (40, 1
         del env["COLUMNS"]
         env.pop("LINES", None)
     process = subprocess.Popen(
-        [sys.executable, "-m", "speedtronic", *args], cwd=cwd, env=env,
-        stdout=follower, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+        [sys.executable, "-m", "speedtronic", *args],
+        cwd=cwd,
+        env=env,
+        stdout=follower,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
     )
     os.close(follower)
     screen = b""
@@ -92,7 +96,10 @@ def test_piped_stdout_keeps_the_plain_log(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     done = subprocess.run(
         [sys.executable, "-m", "speedtronic", "train", "--run-dir", str(run_dir), "--steps", "20"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert done.returncode == 0, done.stderr

@@ -22,7 +22,12 @@ def run_file(tmp_path: Path) -> Path:
 def replay(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "speedtronic", "replay", *map(str, args)],
-        cwd=cwd, capture_output=True, text=True, timeout=120, check=False, env=dict(os.environ),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=dict(os.environ),
     )
 
 

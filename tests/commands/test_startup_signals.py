@@ -36,7 +36,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def spawn(*command: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "speedtronic", *command],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # a terminal's SIGINT
     )

@@ -33,7 +33,11 @@ class TestAStopSaysHowToContinue:
         command = [sys.executable, "-m", "speedtronic", "train", "--no-progress"]
         process = subprocess.Popen(
             [*command, "--config", str(config), "--run-dir", "runs/my run"],
-            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         try:
             wait_for(tmp_path / "ready", process)
@@ -55,7 +59,12 @@ class TestAStopSaysHowToContinue:
         ]
         again = subprocess.run(
             ["bash", "-c", f"{hint.split('continue with: ')[1]} --no-progress"],  # as typed
-            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180, check=False,
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
         )
         assert again.returncode == 0, again.stderr
         assert "steps 4 -> 8 " in again.stderr
@@ -111,12 +120,19 @@ class TestErrorsNameTheFileAndTheKey:
         """A run directory on a read-only mount: "read-only file system", not "permission denied"."""
         mount = tmp_path / "ro"
         mount.mkdir()
-        inner = f"mount -t tmpfs -o ro none {mount} && exec {sys.executable} -m speedtronic train " \
+        inner = (
+            f"mount -t tmpfs -o ro none {mount} && exec {sys.executable} -m speedtronic train "
             f"--no-progress --run-dir {mount} --steps 2"
+        )
         try:
             done = subprocess.run(
-                ["unshare", "-m", "sh", "-c", inner], cwd=tmp_path, capture_output=True, text=True,
-                timeout=180, check=False, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                ["unshare", "-m", "sh", "-c", inner],
+                cwd=tmp_path,
+                capture_output=True,
+                text=True,
+                timeout=180,
+                check=False,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
             )
         except FileNotFoundError:
             pytest.skip("needs unshare")

@@ -68,8 +68,14 @@ class TestTrainCommand:
         for line in summary[-2:]:  # pasted into a shell whose PATH lacks the virtualenv, as after `make run`
             typed = line.split(maxsplit=1)[1]
             shown = subprocess.run(
-                typed, shell=True, cwd=tmp_path, env={**os.environ, "PATH": UNACTIVATED_PATH},
-                capture_output=True, text=True, timeout=120, check=False,
+                typed,
+                shell=True,
+                cwd=tmp_path,
+                env={**os.environ, "PATH": UNACTIVATED_PATH},
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
             )
             assert shown.returncode == 0, (typed, shown.stderr)
         assert (run_dir / "loss.png").is_file()

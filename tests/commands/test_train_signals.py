@@ -21,21 +21,38 @@ pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[2]
 STARTING = "speedtronic: terminated (SIGTERM) while starting; nothing was trained"
 linux_only = pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc/<pid>")
+
+
 def test_sigterm_ends_the_run_interrupted(tmp_path: Path) -> None:
     """SIGTERM while training: train_end status=interrupted, the logger closed, one line saying how to
     continue, exit 143."""
     config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump({
-        "train": {"steps": 10_000_000, "checkpoint_every": 0, "device": "cpu", "batch_size": 4},
-        "logging": {"every_steps": 1, "hooks": []},
-    }))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "train": {"steps": 10_000_000, "checkpoint_every": 0, "device": "cpu", "batch_size": 4},
+                "logging": {"every_steps": 1, "hooks": []},
+            }
+        )
+    )
     metrics = tmp_path / "run" / "metrics.jsonl"
     process = subprocess.Popen(
-        [sys.executable, "-m", "speedtronic", "train", "--no-progress", "--config", str(config),
-         "--run-dir", str(tmp_path / "run")],
+        [
+            sys.executable,
+            "-m",
+            "speedtronic",
+            "train",
+            "--no-progress",
+            "--config",
+            str(config),
+            "--run-dir",
+            str(tmp_path / "run"),
+        ],
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PATH": ACTIVATED_PATH},
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 240
@@ -61,10 +78,22 @@ def test_sigterm_ends_the_run_interrupted(tmp_path: Path) -> None:
 def start(tmp_path: Path) -> subprocess.Popen[str]:
     """`speedtronic train` with the default config, long enough to be stopped at any point of its start."""
     return subprocess.Popen(
-        [sys.executable, "-m", "speedtronic", "train", "--no-progress", "--steps", "100000",
-         "--run-dir", str(tmp_path / "run")],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "speedtronic",
+            "train",
+            "--no-progress",
+            "--steps",
+            "100000",
+            "--run-dir",
+            str(tmp_path / "run"),
+        ],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 

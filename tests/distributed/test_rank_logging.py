@@ -34,8 +34,10 @@ class TestDetectRank:
         assert detect_rank({"RANK": "x", "WORLD_SIZE": "2"}).rank == 0
 
     def test_never_imports_torch(self) -> None:
-        code = "import sys; from speedtronic.distributed import detect_rank; detect_rank(); " \
-               "assert 'torch' not in sys.modules"
+        code = (
+            "import sys; from speedtronic.distributed import detect_rank; detect_rank(); "
+            "assert 'torch' not in sys.modules"
+        )
         subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -49,8 +51,9 @@ class TestRankedLogger:
     def test_lead_rank_writes_text_hooks_and_ranked_records(self, jsonl_path: Path) -> None:
         seen: list[str] = []
         stream = io.StringIO()
-        with MetricLogger(stream=stream, json_file=jsonl_path, rank=RankInfo(0, 2),
-                          hooks=[lambda e, p: seen.append(e)]) as logger:
+        with MetricLogger(
+            stream=stream, json_file=jsonl_path, rank=RankInfo(0, 2), hooks=[lambda e, p: seen.append(e)]
+        ) as logger:
             logger.emit("train_step", {"step": 1})
         (record,) = read_jsonl(jsonl_path)
         assert (record["rank"], record["world_size"]) == (0, 2)
@@ -61,8 +64,9 @@ class TestRankedLogger:
     def test_other_ranks_write_only_their_own_jsonl(self, jsonl_path: Path) -> None:
         seen: list[str] = []
         stream = io.StringIO()
-        with MetricLogger(stream=stream, json_file=jsonl_path, rank=RankInfo(1, 2),
-                          hooks=[lambda e, p: seen.append(e)]) as logger:
+        with MetricLogger(
+            stream=stream, json_file=jsonl_path, rank=RankInfo(1, 2), hooks=[lambda e, p: seen.append(e)]
+        ) as logger:
             logger.emit("train_step", {"step": 1})
         assert not jsonl_path.exists()
         (record,) = read_jsonl(jsonl_path.with_name("metrics.rank1.jsonl"))
@@ -132,9 +136,19 @@ def test_torchrun_two_ranks(tmp_path: Path) -> None:
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     result = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-         str(script), str(tmp_path)],
-        capture_output=True, text=True, timeout=170, cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            str(script),
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=170,
+        cwd=ROOT,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     run_dir = tmp_path / "deep" / "dir"

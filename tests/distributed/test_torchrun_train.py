@@ -31,7 +31,12 @@ def torchrun(tmp_path: Path, *args: str, check: bool = True) -> subprocess.Compl
     }
     result = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *args],
-        capture_output=True, text=True, timeout=240, cwd=ROOT, env=env, check=False,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=ROOT,
+        env=env,
+        check=False,
     )
     if check:
         assert result.returncode == 0, result.stderr[-4000:]
@@ -61,16 +66,29 @@ def test_speedtronic_train_under_torchrun(tmp_path: Path) -> None:
     """-m speedtronic train x2: per-rank JSONL, one console, hooks (one TensorBoard file, one W&B
     offline run) and checkpoints on rank 0 only, DDP-averaged gradients, per-rank data."""
     run_dir = tmp_path / "run"
-    config = write_config(tmp_path, {
-        "run_dir": str(run_dir),
-        "train": {"steps": 6, "checkpoint_every": 3, "batch_size": 8, "grad_accum": 2, "device": "cpu",
-                  "warmup_steps": 2},
-        "logging": {"every_steps": 2, "validate": True, "hooks": [
-            {"type": "tensorboard"},
-            {"type": "wandb", "mode": "offline", "project": "speedtronic-test"},
-            {"type": "tests.distributed.hooks:OverlapHook", "path": str(tmp_path / "journal")},
-        ]},
-    })
+    config = write_config(
+        tmp_path,
+        {
+            "run_dir": str(run_dir),
+            "train": {
+                "steps": 6,
+                "checkpoint_every": 3,
+                "batch_size": 8,
+                "grad_accum": 2,
+                "device": "cpu",
+                "warmup_steps": 2,
+            },
+            "logging": {
+                "every_steps": 2,
+                "validate": True,
+                "hooks": [
+                    {"type": "tensorboard"},
+                    {"type": "wandb", "mode": "offline", "project": "speedtronic-test"},
+                    {"type": "tests.distributed.hooks:OverlapHook", "path": str(tmp_path / "journal")},
+                ],
+            },
+        },
+    )
     result = torchrun(tmp_path, "-m", "speedtronic", "train", "--config", str(config))
 
     records = by_rank(run_dir)
@@ -86,7 +104,10 @@ def test_speedtronic_train_under_torchrun(tmp_path: Path) -> None:
     assert named(records[1], "checkpoint") == []
     written = sorted(p.name for p in (run_dir / "checkpoints").iterdir())  # each rank's own state
     assert written == [
-        "step_00000003.pt", "step_00000003.rank1.pt", "step_00000006.pt", "step_00000006.rank1.pt"
+        "step_00000003.pt",
+        "step_00000003.rank1.pt",
+        "step_00000006.pt",
+        "step_00000006.rank1.pt",
     ]
     # DDP: both ranks step with the same averaged gradients, computed from their own batches
     steps = [named(mine, "train_step") for mine in records.values()]
@@ -155,14 +176,27 @@ def test_outer_loop_under_torchrun(tmp_path: Path) -> None:
     after every outer boundary and equal to the synced parameters; the events interleave whole in
     each JSONL, validate, and reach a hook that is never called concurrently."""
     run_dir = tmp_path / "run"
-    config = write_config(tmp_path, {
-        "run_dir": str(run_dir),
-        "train": {"steps": 16, "checkpoint_every": 0, "batch_size": 8, "device": "cpu", "warmup_steps": 2,
-                  "outer_every": 4},
-        "logging": {"every_steps": 1, "validate": True, "hooks": [
-            {"type": "tests.distributed.hooks:OverlapHook", "path": str(tmp_path / "journal")},
-        ]},
-    })
+    config = write_config(
+        tmp_path,
+        {
+            "run_dir": str(run_dir),
+            "train": {
+                "steps": 16,
+                "checkpoint_every": 0,
+                "batch_size": 8,
+                "device": "cpu",
+                "warmup_steps": 2,
+                "outer_every": 4,
+            },
+            "logging": {
+                "every_steps": 1,
+                "validate": True,
+                "hooks": [
+                    {"type": "tests.distributed.hooks:OverlapHook", "path": str(tmp_path / "journal")},
+                ],
+            },
+        },
+    )
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     result = torchrun(tmp_path, str(script), str(config), str(tmp_path))
@@ -179,10 +213,15 @@ def test_outer_loop_under_torchrun(tmp_path: Path) -> None:
         assert events[-1] == "train_end"
         outer = named(mine, "outer_step")
         assert [(r["outer_step"], r["step"], r["lag"], r["candidates"], r["included"]) for r in outer] == [
-            (1, 4, 0, 2, 2), (2, 8, 1, 2, 2), (3, 16, 0, 2, 2),
+            (1, 4, 0, 2, 2),
+            (2, 8, 1, 2, 2),
+            (3, 16, 0, 2, 2),
         ]
         assert [(r["local_step"], r["base_outer_step"]) for r in named(mine, "delta_upload_queued")] == [
-            (4, 0), (8, 0), (12, 1), (16, 2),
+            (4, 0),
+            (8, 0),
+            (12, 1),
+            (16, 2),
         ]
         assert [r["local_step"] for r in named(mine, "delta_uploaded")] == [4, 8, 16]
         (stale,) = named(mine, "delta_upload_stale")
@@ -209,25 +248,45 @@ def test_outer_loop_under_torchrun(tmp_path: Path) -> None:
 def test_an_interrupted_outer_loop_job_resumed_ends_as_the_uninterrupted_one(tmp_path: Path) -> None:
     """torchrun x2 on gloo with outer_every 4: killed after its step-4 checkpoint, then resumed with
     --resume: every rank's final loss equals the uninterrupted job's."""
-    train = {"steps": 12, "checkpoint_every": 4, "batch_size": 4, "device": "cpu", "warmup_steps": 2,
-             "outer_every": 4}
+    train = {
+        "steps": 12,
+        "checkpoint_every": 4,
+        "batch_size": 4,
+        "device": "cpu",
+        "warmup_steps": 2,
+        "outer_every": 4,
+    }
     plain = {"model": {"hidden": 16}, "train": train, "logging": {"every_steps": 1, "hooks": []}}
     for name in "abc":
         (tmp_path / name).mkdir()
     whole = write_config(tmp_path / "a", {**plain, "run_dir": str(tmp_path / "whole")})
     torchrun(tmp_path, "-m", "speedtronic", "train", "--no-progress", "--config", str(whole))
     killer = {"type": "tests.training.recording:ExitAt", "event": "checkpoint", "step": 4}
-    cut = write_config(tmp_path / "b", {
-        **plain, "run_dir": str(tmp_path / "cut"),
-        "logging": {"every_steps": 1, "hooks": [killer], "strict_hooks": True},
-    })
+    cut = write_config(
+        tmp_path / "b",
+        {
+            **plain,
+            "run_dir": str(tmp_path / "cut"),
+            "logging": {"every_steps": 1, "hooks": [killer], "strict_hooks": True},
+        },
+    )
     crashed = torchrun(
         tmp_path, "-m", "speedtronic", "train", "--no-progress", "--config", str(cut), check=False
     )
     assert crashed.returncode != 0
     no_hooks = write_config(tmp_path / "c", {"logging": {"hooks": []}})
-    torchrun(tmp_path, "-m", "speedtronic", "train", "--no-progress", "--config", str(no_hooks),
-             "--run-dir", str(tmp_path / "cut"), "--resume")
+    torchrun(
+        tmp_path,
+        "-m",
+        "speedtronic",
+        "train",
+        "--no-progress",
+        "--config",
+        str(no_hooks),
+        "--run-dir",
+        str(tmp_path / "cut"),
+        "--resume",
+    )
     for name in ("metrics.jsonl", "metrics.rank1.jsonl"):
         ends = [lines(tmp_path / run / name)[-1] for run in ("whole", "cut")]
         assert [end["event"] for end in ends] == ["train_end", "train_end"]

@@ -29,8 +29,14 @@ WAIT_S = 300
 """How long a launch may take on a loaded machine: a bound against hangs, never an assertion."""
 CONFIG = {
     "model": {"hidden": 16},
-    "train": {"steps": 6, "checkpoint_every": 3, "batch_size": 4, "device": "cpu", "warmup_steps": 2,
-              "outer_every": 3},
+    "train": {
+        "steps": 6,
+        "checkpoint_every": 3,
+        "batch_size": 4,
+        "device": "cpu",
+        "warmup_steps": 2,
+        "outer_every": 3,
+    },
     "logging": {"every_steps": 1, "hooks": [], "validate": True},
 }
 
@@ -45,10 +51,31 @@ def agent(folder: Path, node_rank: int, port: int, *args: str) -> subprocess.Pop
     """``torchrun --nnodes 2 --node-rank N ... -m speedtronic train ARGS`` started in ``folder``."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
-         "--node-rank", str(node_rank), "--master-addr", "127.0.0.1", "--master-port", str(port),
-         "-m", "speedtronic", "train", "--no-progress", *args],
-        cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "2",
+            "--nproc-per-node",
+            "1",
+            "--node-rank",
+            str(node_rank),
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            str(port),
+            "-m",
+            "speedtronic",
+            "train",
+            "--no-progress",
+            *args,
+        ],
+        cwd=folder,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -59,8 +86,16 @@ def resume(
     agent per folder (with its node rank); each one's outcome once all end."""
     port = free_port()
     started = {
-        folder: agent(folder, node_rank, port, "--run-dir", run_of(folder).name, "--resume", *args,
-                      *(extra or {}).get(folder, []))
+        folder: agent(
+            folder,
+            node_rank,
+            port,
+            "--run-dir",
+            run_of(folder).name,
+            "--resume",
+            *args,
+            *(extra or {}).get(folder, []),
+        )
         for folder, node_rank in nodes.items()
     }
     return {folder: finish(process) for folder, process in started.items()}
@@ -97,8 +132,10 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (root / name).mkdir()
         (root / name / "config.yaml").write_text(yaml.safe_dump(CONFIG))
     port = free_port()
-    started = [agent(root / "a", 0, port, "--config", "config.yaml", "--run-dir", "run"),
-               agent(root / "b", 1, port, "--config", "config.yaml", "--run-dir", B_RUN)]
+    started = [
+        agent(root / "a", 0, port, "--config", "config.yaml", "--run-dir", "run"),
+        agent(root / "b", 1, port, "--config", "config.yaml", "--run-dir", B_RUN),
+    ]
     results = [finish(process) for process in started]
     for result in results:
         assert result.returncode == 0, result.stderr[-4000:]
@@ -118,13 +155,15 @@ def test_each_node_directory_holds_its_own_ranks_files(trained: Path) -> None:
     a, b = trained / "a" / "run", run_of(trained / "b")
     assert sorted(p.name for p in (a / "checkpoints").iterdir()) == ["step_00000003.pt", "step_00000006.pt"]
     assert sorted(p.name for p in (b / "checkpoints").iterdir()) == [
-        "step_00000003.rank1.pt", "step_00000006.rank1.pt"
+        "step_00000003.rank1.pt",
+        "step_00000006.rank1.pt",
     ]
     assert sorted(p.name for p in a.glob("metrics*")) == ["metrics.jsonl"]
     assert sorted(p.name for p in b.glob("metrics*")) == ["metrics.rank1.jsonl"]
     configs = [yaml.safe_load((run / "config.yaml").read_text()) for run in (a, b)]
     assert [(c["run_dir"], c["logging"]["json_file"]) for c in configs] == [
-        ("run", "run/metrics.jsonl"), (B_RUN, f"{B_RUN}/metrics.jsonl")
+        ("run", "run/metrics.jsonl"),
+        (B_RUN, f"{B_RUN}/metrics.jsonl"),
     ]
     assert [{**c, "run_dir": None, "logging": None} for c in configs] == [
         {**configs[0], "run_dir": None, "logging": None}
@@ -217,8 +256,10 @@ def long_job(tmp_path: Path) -> Iterator[tuple[Path, Path, subprocess.Popen[str]
     """Two agents training towards a step they never reach, both training already; node 0 passes
     ``--run-dir run``, node 1 none, so it writes to its own ``run``."""
     port = free_port()
-    config = {**CONFIG, "train": {**CONFIG["train"], "steps": 1_000_000, "checkpoint_every": 0,
-                                  "outer_every": 0}}
+    config = {
+        **CONFIG,
+        "train": {**CONFIG["train"], "steps": 1_000_000, "checkpoint_every": 0, "outer_every": 0},
+    }
     started = []
     for node_rank, name in enumerate("ab"):
         (tmp_path / name).mkdir()

@@ -156,7 +156,7 @@ class TestConvention:
     def test_normalise_replaces_only_times_and_elapsed(self) -> None:
         """Timestamps and elapsed_s vary from run to run; every other value is compared as printed."""
         line = (
-            '2026-01-01 12:00:00 | INFO | x loss=1.2 elapsed_s=0.000105 '
+            "2026-01-01 12:00:00 | INFO | x loss=1.2 elapsed_s=0.000105 "
             '{"elapsed_s":1e-05,"t":"2026-01-01T12:00:00.123456Z"}'
         )
         assert normalise(line) == (

@@ -115,9 +115,10 @@ class TestMlflow:
         client, uri = store
         hook = MlflowHook("artifacts", tracking_uri=uri, log_checkpoints=True)
         jsonl = tmp_path / "metrics.jsonl"
-        with pytest.warns(UserWarning, match="a checkpoint upload failed"), MetricLogger(
-            stream=io.StringIO(), json_file=jsonl, hooks=[hook]
-        ) as logger:
+        with (
+            pytest.warns(UserWarning, match="a checkpoint upload failed"),
+            MetricLogger(stream=io.StringIO(), json_file=jsonl, hooks=[hook]) as logger,
+        ):
             logger.emit("checkpoint", {"step": 4, "path": str(tmp_path / "gone.pt")})
             logger.emit("train_step", {"step": 5, "loss": 0.5})
         assert dict(logger.hook_errors) == {"MlflowHook": 1}

@@ -22,7 +22,11 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 def run_example(name: str, tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
         [sys.executable, str(EXAMPLES / name), *args],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path, env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**os.environ, **env},
     )
     assert result.returncode == 0, result.stderr
     for jsonl in tmp_path.rglob("*.jsonl"):

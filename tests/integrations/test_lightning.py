@@ -128,8 +128,11 @@ class TestSpeedtronicLogger:
         from speedtronic.integrations import TensorboardHook
         from tests.conftest import tensorboard_scalars
 
-        speedtronic_logger = SpeedtronicLogger(json_file=tmp_path / "metrics.jsonl", stream=io.StringIO(),
-                                               hooks=[TensorboardHook(tmp_path / "tb")])
+        speedtronic_logger = SpeedtronicLogger(
+            json_file=tmp_path / "metrics.jsonl",
+            stream=io.StringIO(),
+            hooks=[TensorboardHook(tmp_path / "tb")],
+        )
         trainer = fit(tmp_path, speedtronic_logger)
         trainer.validate(trainer.lightning_module, dataloaders=loader(16, 1, 8), verbose=False)
         trainer.test(trainer.lightning_module, dataloaders=loader(16, 2, 8), verbose=False)
@@ -181,9 +184,17 @@ class TestSpeedtronicLogger:
                 return super().training_step(batch, index)
 
         speedtronic_logger = SpeedtronicLogger(json_file=tmp_path / "metrics.jsonl", stream=io.StringIO())
-        trainer = pl.Trainer(max_steps=8, log_every_n_steps=1, accelerator="cpu", devices=1,
-                             logger=speedtronic_logger, enable_progress_bar=False, enable_model_summary=False,
-                             enable_checkpointing=False, default_root_dir=str(tmp_path))
+        trainer = pl.Trainer(
+            max_steps=8,
+            log_every_n_steps=1,
+            accelerator="cpu",
+            devices=1,
+            logger=speedtronic_logger,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            enable_checkpointing=False,
+            default_root_dir=str(tmp_path),
+        )
         with pytest.raises(RuntimeError, match="boom"):
             trainer.fit(Exploding(), loader(64, 0, 4))
         speedtronic_logger.experiment.close()
@@ -201,8 +212,9 @@ class TestSpeedtronicLogger:
 
     def test_name_version_and_logger_arguments(self, tmp_path: Path) -> None:
         """name and version are what was given; a logger and arguments together are refused."""
-        speedtronic_logger = SpeedtronicLogger(save_dir=tmp_path, name="exp", version="v2",
-                                               stream=io.StringIO())
+        speedtronic_logger = SpeedtronicLogger(
+            save_dir=tmp_path, name="exp", version="v2", stream=io.StringIO()
+        )
         assert (speedtronic_logger.name, speedtronic_logger.version) == ("exp", "v2")
         assert speedtronic_logger.log_dir == str(tmp_path / "exp" / "v2")
         logger = MetricLogger(stream=io.StringIO())
@@ -229,11 +241,20 @@ class TestNamesStepsAndDirectories:
         from speedtronic.integrations import TensorboardHook
         from tests.conftest import tensorboard_scalars
 
-        speedtronic_logger = SpeedtronicLogger(save_dir=tmp_path, stream=io.StringIO(),
-                                               hooks=[TensorboardHook(tmp_path / "tb")])
-        trainer = pl.Trainer(max_epochs=2, log_every_n_steps=2, accelerator="cpu", devices=1,
-                             logger=speedtronic_logger, enable_progress_bar=False, enable_model_summary=False,
-                             enable_checkpointing=False, callbacks=[pl.callbacks.LearningRateMonitor()])
+        speedtronic_logger = SpeedtronicLogger(
+            save_dir=tmp_path, stream=io.StringIO(), hooks=[TensorboardHook(tmp_path / "tb")]
+        )
+        trainer = pl.Trainer(
+            max_epochs=2,
+            log_every_n_steps=2,
+            accelerator="cpu",
+            devices=1,
+            logger=speedtronic_logger,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            enable_checkpointing=False,
+            callbacks=[pl.callbacks.LearningRateMonitor()],
+        )
         trainer.fit(StepAndEpochRegressor(), loader(16, 0, 4))
         speedtronic_logger.experiment.close()
         records = read_jsonl(Path(speedtronic_logger.log_dir) / "metrics.jsonl")

@@ -77,8 +77,10 @@ def logged(store: str, tmp_path_factory: pytest.TempPathFactory) -> Logged:
         logger.emit("eval/val", {"step": 2, "loss": 0.7})
         logger.emit("outer_step", {"outer_step": 1, "deltas_included": 3})
         logger.emit("train_step", {"step": 4, "loss": torch.tensor(0.25), "lr": 0.1})
-        logger.emit("train_step", {"step": 6, "loss": torch.tensor(float("nan")), "grad_norm": float("inf"),
-                                   "lr": float("-inf")})
+        logger.emit(
+            "train_step",
+            {"step": 6, "loss": torch.tensor(float("nan")), "grad_norm": float("inf"), "lr": float("-inf")},
+        )
         logger.emit("checkpoint", {"step": 6, "path": "ckpt/step_6.pt", "saved": True, "shape": [2, 3]})
         logger.emit("odd_keys", {"acc@1": 0.9, 7: 2.0})
         logger.emit("train_end", {"step": 6, "final_loss": 0.25})
@@ -238,7 +240,11 @@ class TestWhichRun:
         ],
     )
     def test_the_run_ends_with_the_trainings_outcome(
-        self, store: str, client: MlflowClient, events: list[tuple[str, Any]], close_status: str | None,
+        self,
+        store: str,
+        client: MlflowClient,
+        events: list[tuple[str, Any]],
+        close_status: str | None,
         expected: str,
     ) -> None:
         """train_end interrupted is KILLED, failed is FAILED; close(status=) wins."""
@@ -254,7 +260,6 @@ class TestWhichRun:
         hook.close()
         assert client.get_run(hook.run_id).info.status == "RUNNING"
         client.set_terminated(hook.run_id)
-
 
     def test_a_hook_never_closed_ends_its_run_at_exit_as_failed(
         self, store: str, client: MlflowClient, tmp_path: Path
@@ -272,8 +277,14 @@ class TestWhichRun:
             hook.on_event("train_step", {{"step": 1, "loss": 1.5}})
             """
         )
-        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                                env=os.environ.copy(), cwd=tmp_path)
+        result = subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=os.environ.copy(),
+            cwd=tmp_path,
+        )
         assert result.returncode == 0, result.stderr
         run = client.get_run(record.read_text())
         assert (run.info.status, run.data.metrics["train_step/loss"]) == ("FAILED", 1.5)

@@ -302,7 +302,6 @@ class TestOtlpHttp:
             logger.close()
         assert [record.event_name for _, _, record in receiver.records()] == ["train_step"]
 
-
     def test_a_hook_never_closed_exports_at_exit(self, receiver: Receiver, tmp_path: Path) -> None:
         """A hook used without a logger and never closed: its provider is shut down at exit, so the
         queued records still reach the collector."""
@@ -311,8 +310,14 @@ class TestOtlpHttp:
             f"hook = OtelHook({receiver.endpoint!r})\n"
             "hook.on_event('train_step', {'step': 1, 'loss': 0.5})\n"
         )
-        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                                env=os.environ.copy(), cwd=tmp_path)
+        result = subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=os.environ.copy(),
+            cwd=tmp_path,
+        )
         assert result.returncode == 0, result.stderr
         assert [record.event_name for _, _, record in receiver.records()] == ["train_step"]
 

@@ -31,11 +31,17 @@ class TestProgressHook:
     def test_bar_follows_steps_to_the_target(self) -> None:
         """train_start sets the total, each train_step moves the bar to its step with loss and rate."""
         out = io.StringIO()
-        run(out, [
-            ("train_start", {"start_step": 0, "target_step": 4}),
-            *[("train_step", {"step": s, "loss": 1 / s, "samples_per_s": 1000.0 + s}) for s in (1, 2, 3, 4)],
-            ("train_end", {"step": 4, "final_loss": 0.25}),
-        ])
+        run(
+            out,
+            [
+                ("train_start", {"start_step": 0, "target_step": 4}),
+                *[
+                    ("train_step", {"step": s, "loss": 1 / s, "samples_per_s": 1000.0 + s})
+                    for s in (1, 2, 3, 4)
+                ],
+                ("train_end", {"step": 4, "final_loss": 0.25}),
+            ],
+        )
         shown = frames(out)
         assert any(f.startswith("50%") and "2/4" in f and "loss=0.5 samples/s=1.00k" in f for f in shown)
         assert shown[-1].startswith("100%")
@@ -48,12 +54,21 @@ class TestProgressHook:
         hook = ProgressHook(out, mininterval=0, ncols=100, dynamic_ncols=False)
         with MetricLogger(stream=io.StringIO(), hooks=[hook]) as logger:
             logger.emit("train_start", {"start_step": 0, "target_step": 1000})
-            logger.emit("train_step", {
-                "step": 500, "loss": 2.718281828, "lr": 0.000975, "grad_norm": 0.5743,
-                "samples_per_s": 27090.5, "tokens_per_s": 433440.25, "samples": 64000, "tokens": 1024000,
-                "microbatches": 1,
-                "memory_bytes": 1_234_567_890,
-            })
+            logger.emit(
+                "train_step",
+                {
+                    "step": 500,
+                    "loss": 2.718281828,
+                    "lr": 0.000975,
+                    "grad_norm": 0.5743,
+                    "samples_per_s": 27090.5,
+                    "tokens_per_s": 433440.25,
+                    "samples": 64000,
+                    "tokens": 1024000,
+                    "microbatches": 1,
+                    "memory_bytes": 1_234_567_890,
+                },
+            )
         frame = next(f for f in frames(out) if f.startswith("50%"))
         assert frame.endswith("loss=2.718 tokens/s=433k]")
         assert len(frame.split("|")[1]) >= 20  # the bar itself (1 character with the old postfix)
@@ -61,14 +76,17 @@ class TestProgressHook:
     def test_the_latest_eval_loss_stays_on_the_bar(self) -> None:
         """After an eval, every step's postfix ends with its loss (eval=...), until the next eval."""
         out = io.StringIO()
-        run(out, [
-            ("train_start", {"start_step": 0, "target_step": 4}),
-            ("train_step", {"step": 1, "loss": 1.0, "tokens_per_s": 10.0}),
-            ("eval", {"step": 1, "loss": 0.87654}),
-            ("train_step", {"step": 2, "loss": 0.5, "tokens_per_s": 10.0}),
-            ("eval", {"step": 2, "loss": 0.25}),
-            ("train_step", {"step": 3, "loss": 0.4, "tokens_per_s": 10.0}),
-        ])
+        run(
+            out,
+            [
+                ("train_start", {"start_step": 0, "target_step": 4}),
+                ("train_step", {"step": 1, "loss": 1.0, "tokens_per_s": 10.0}),
+                ("eval", {"step": 1, "loss": 0.87654}),
+                ("train_step", {"step": 2, "loss": 0.5, "tokens_per_s": 10.0}),
+                ("eval", {"step": 2, "loss": 0.25}),
+                ("train_step", {"step": 3, "loss": 0.4, "tokens_per_s": 10.0}),
+            ],
+        )
         shown = frames(out)
         assert any(f.startswith("50%") and f.endswith("loss=0.5 tokens/s=10 eval=0.8765]") for f in shown)
         assert any(f.startswith("75%") and f.endswith("loss=0.4 tokens/s=10 eval=0.25]") for f in shown)
@@ -78,8 +96,9 @@ class TestProgressHook:
         out = io.StringIO()
         hook = ProgressHook(out, postfix=("loss", "grad_norm"), mininterval=0, ncols=120)
         with MetricLogger(stream=io.StringIO(), hooks=[hook]) as logger:
-            logger.emit("train_step", {"step": 1, "loss": 0.123456, "grad_norm": 12345.678,
-                                       "tokens_per_s": 9.0})
+            logger.emit(
+                "train_step", {"step": 1, "loss": 0.123456, "grad_norm": 12345.678, "tokens_per_s": 9.0}
+            )
         assert frames(out)[-1].endswith("loss=0.1235 grad_norm=12.3k]")
 
     def test_resumed_run_starts_at_start_step(self) -> None:
@@ -98,12 +117,15 @@ class TestProgressHook:
     def test_trouble_is_printed_above_the_bar(self) -> None:
         """shape_warning and delta_upload_failed appear as lines; checkpoints don't."""
         out = io.StringIO()
-        run(out, [
-            ("train_start", {"target_step": 2}),
-            ("shape_warning", {"step": 1, "name": "logits"}),
-            ("checkpoint", {"step": 1, "path": "c.pt"}),
-            ("delta_upload_failed", {"step": 1, "error": "timeout 30s"}),
-        ])
+        run(
+            out,
+            [
+                ("train_start", {"target_step": 2}),
+                ("shape_warning", {"step": 1, "name": "logits"}),
+                ("checkpoint", {"step": 1, "path": "c.pt"}),
+                ("delta_upload_failed", {"step": 1, "error": "timeout 30s"}),
+            ],
+        )
         lines = out.getvalue().splitlines()
         assert any(line.startswith("WARNING | shape_warning step=1 name=logits") for line in lines)
         failed = 'ERROR | delta_upload_failed step=1 error="timeout 30s"'

@@ -47,6 +47,7 @@ CLASHING = {
 
 def strict_json(line: str) -> dict[str, Any]:
     """One line as strict JSON: NaN, Infinity or -Infinity in it fail the test."""
+
     def refuse(constant: str) -> None:
         raise AssertionError(f"not strict JSON: {constant} in {line}")
 
@@ -225,7 +226,9 @@ class TestReservedKeys:
         [record] = records(output)
         assert_clashing_keys_kept(record)
         assert (record["event"], record["level"], record["logger"]) == (
-            "shape_warning", "warning", "speedtronic_tests.structlog_app"
+            "shape_warning",
+            "warning",
+            "speedtronic_tests.structlog_app",
         )
         assert record["field"] == "hidden"
 
@@ -236,8 +239,14 @@ class TestReservedKeys:
                 "odd", {"payload_level": "a", "level": "b", 1: "int key", "1": "str key"}
             )
         assert captured == [
-            {"event": "odd", "log_level": "info", "payload_level": "a", "payload_level#2": "b",
-             "1": "int key", "1#2": "str key"}
+            {
+                "event": "odd",
+                "log_level": "info",
+                "payload_level": "a",
+                "payload_level#2": "b",
+                "1": "int key",
+                "1#2": "str key",
+            }
         ]
 
     def test_the_app_can_reserve_its_own_keys(self, json_app: tuple[Any, io.StringIO]) -> None:
@@ -250,8 +259,18 @@ class TestReservedKeys:
     def test_the_documented_set_names_what_structlog_uses(self) -> None:
         """The parameters of the logging methods and the keys of structlog's processors are reserved."""
         structlog_names = {
-            "self", "event", "method_name", "level", "timestamp", "exc_info", "stack_info", "logger",
-            "_record", "_from_structlog", "positional_args", "_speedtronic",
+            "self",
+            "event",
+            "method_name",
+            "level",
+            "timestamp",
+            "exc_info",
+            "stack_info",
+            "logger",
+            "_record",
+            "_from_structlog",
+            "positional_args",
+            "_speedtronic",
         }
         assert structlog_names <= StructlogHook.RESERVED_KEYS
 
@@ -264,7 +283,9 @@ class TestLevel:
         logger, output = filtering_app(logging.WARNING)
         emit_alerts(StructlogHook(logger))
         assert [(r["event"], r["level"]) for r in records(output)] == [
-            ("my_alert", "error"), ("shape_warning", "warning"), ("quiet_note", "warning"),
+            ("my_alert", "error"),
+            ("shape_warning", "warning"),
+            ("quiet_note", "warning"),
             ("train_end", "critical"),
         ]
 
@@ -273,8 +294,12 @@ class TestLevel:
         logger, output = filtering_app(logging.DEBUG)
         emit_alerts(StructlogHook(logger))
         assert [(r["event"], r["level"]) for r in records(output)] == [
-            ("train_step", "info"), ("ooo_backprop", "debug"), ("my_alert", "error"),
-            ("shape_warning", "warning"), ("quiet_note", "warning"), ("train_end", "critical"),
+            ("train_step", "info"),
+            ("ooo_backprop", "debug"),
+            ("my_alert", "error"),
+            ("shape_warning", "warning"),
+            ("quiet_note", "warning"),
+            ("train_end", "critical"),
         ]
 
     def test_a_stdlib_app_filtering_at_warning_gets_what_it_asked_for(
@@ -285,7 +310,9 @@ class TestLevel:
         stdlib_logger.setLevel(logging.WARNING)
         emit_alerts(StructlogHook(logger))
         assert [(r["event"], r["level"]) for r in records(output)] == [
-            ("my_alert", "error"), ("shape_warning", "warning"), ("quiet_note", "warning"),
+            ("my_alert", "error"),
+            ("shape_warning", "warning"),
+            ("quiet_note", "warning"),
             ("train_end", "critical"),
         ]
 
@@ -294,7 +321,9 @@ class TestLevel:
         logger, output = filtering_app(logging.WARNING)
         emit_alerts(StructlogHook(logger), background_hooks=True)
         assert [(r["event"], r["level"]) for r in records(output)] == [
-            ("my_alert", "error"), ("shape_warning", "warning"), ("quiet_note", "warning"),
+            ("my_alert", "error"),
+            ("shape_warning", "warning"),
+            ("quiet_note", "warning"),
             ("train_end", "critical"),
         ]
 
@@ -307,7 +336,9 @@ class TestLevel:
             hook.on_event("my_alert", {"value": 3})
             hook.on_event("my_alert", {"value": 4}, level="critical")
         assert [(e["event"], e["log_level"]) for e in captured] == [
-            ("shape_warning", "warning"), ("delta_upload_failed", "error"), ("my_alert", "info"),
+            ("shape_warning", "warning"),
+            ("delta_upload_failed", "error"),
+            ("my_alert", "info"),
             ("my_alert", "critical"),
         ]
 
@@ -328,7 +359,9 @@ class TestStdlibRoute:
 
         first, second = records(output)
         assert (first["event"], first["step"], first["logger"]) == (
-            "model_info", 7, "speedtronic_tests.kwargs_app"
+            "model_info",
+            7,
+            "speedtronic_tests.kwargs_app",
         )
         for name in names:
             assert first[f"payload_{name}"] == f"value of {name}", name
@@ -377,7 +410,8 @@ class TestExceptions:
         assert first["exception"].endswith("ZeroDivisionError: division by zero")
         assert (first["error"], first["other"]) == ("ZeroDivisionError: division by zero", "KeyError: 'k'")
         assert (second["error"], second["exception"]) == (
-            "ValueError: never raised", "ValueError: never raised"
+            "ValueError: never raised",
+            "ValueError: never raised",
         )
 
     def test_a_payload_exc_info_key_is_not_taken_for_the_exception(self) -> None:
@@ -386,13 +420,17 @@ class TestExceptions:
         with structlog.testing.capture_logs() as captured:
             StructlogHook(strict_json=False).on_event("my_alert", {"exc_info": False, "error": error})
         assert captured == [
-            {"event": "my_alert", "log_level": "info", "payload_exc_info": False,
-             "error": "ZeroDivisionError: division by zero", "exc_info": error}
+            {
+                "event": "my_alert",
+                "log_level": "info",
+                "payload_exc_info": False,
+                "error": "ZeroDivisionError: division by zero",
+                "exc_info": error,
+            }
         ]
 
 
 class TestNonFinite:
-
     def test_the_app_gets_strict_json_and_a_note(self, json_app: tuple[Any, io.StringIO]) -> None:
         """NaN and infinities become null; _speedtronic names each (JSON Pointer) so they can be restored."""
         logger, output = json_app
@@ -404,7 +442,9 @@ class TestNonFinite:
         [record] = records(output)
         assert (record["loss"], record["grad_norm"], record["history"]) == (None, None, [1.0, None])
         assert record["_speedtronic"]["non_finite"] == {
-            "nan": ["/loss"], "inf": ["/grad_norm"], "neg_inf": ["/history/1"]
+            "nan": ["/loss"],
+            "inf": ["/grad_norm"],
+            "neg_inf": ["/history/1"],
         }
 
     def test_strict_json_off_hands_the_floats_as_they_are(self) -> None:
@@ -456,8 +496,13 @@ class TestDefaultLogger:
             hook.on_event("shape_warning", {"field": "hidden", "value": 1000, "suggested": 1024})
             hook.on_event("checkpoint", {"step": 5, "path": "ckpt/5.pt"})
         assert captured == [
-            {"event": "shape_warning", "log_level": "warning", "field": "hidden", "value": 1000,
-             "suggested": 1024},
+            {
+                "event": "shape_warning",
+                "log_level": "warning",
+                "field": "hidden",
+                "value": 1000,
+                "suggested": 1024,
+            },
             {"event": "checkpoint", "log_level": "info", "step": 5, "path": "ckpt/5.pt"},
         ]
 
@@ -486,9 +531,20 @@ class TestUnderTheCLI:
             "logging: {every_steps: 2, hooks: [{type: structlog}]}\n"
         )
         done = subprocess.run(
-            [sys.executable, "-m", "speedtronic", "train", "--config", "config.yaml",
-             "--run-dir", str(run_dir)],
-            cwd=tmp_path, capture_output=True, text=True, timeout=300,
+            [
+                sys.executable,
+                "-m",
+                "speedtronic",
+                "train",
+                "--config",
+                "config.yaml",
+                "--run-dir",
+                str(run_dir),
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
             env={**os.environ, "OMP_NUM_THREADS": "1", "NO_COLOR": "1"},
         )
         assert done.returncode == 0, done.stderr
@@ -557,7 +613,11 @@ class TestTheConsole:
         """No StructlogHook: the text log prints every event on stdout, as before."""
         lines = console_lines(tmp_path, "none")
         assert [line.split(" | ")[2].split()[0] for line in lines] == [
-            "train_start", "train_step", "shape_warning", "train_end"]
+            "train_start",
+            "train_step",
+            "shape_warning",
+            "train_end",
+        ]
 
     def test_a_hook_appended_later_takes_the_console_from_the_next_event(self, tmp_path: Path) -> None:
         """A StructlogHook appended after four events: the text log printed those, the app the next."""
@@ -610,7 +670,11 @@ class TestAPlainStdlibLogger:
         ]
         record = vars(kept[0])
         assert (record["step"], record["loss"], record["payload_name"], record["payload_msg"]) == (
-            3, 0.5, "resnet", "m")
+            3,
+            0.5,
+            "resnet",
+            "m",
+        )
         assert record["name"] == "speedtronic_tests.plain_stdlib"
 
     def test_its_level_filters_and_exceptions_keep_their_traceback(
@@ -645,7 +709,7 @@ def run_app(code: str) -> list[str]:
     return done.stderr.splitlines()
 
 
-USER_EMIT = '''
+USER_EMIT = """
 import io, logging
 from speedtronic.integrations import StructlogHook
 from speedtronic.profiling import MetricLogger
@@ -655,21 +719,23 @@ def train():
         logger.emit("train_step", {"step": 5, "loss": 0.5, "name": "shard-3"})  # line 8
 
 train()
-'''
+"""
 
 
 class TestStdlibLogging:
     def test_basic_config_shows_the_values_and_the_users_line(self) -> None:
         """logging.basicConfig(): the message carries the values; filename:lineno is the user's emit."""
-        setup = "import logging\nlogging.basicConfig(level=logging.INFO, format=" \
+        setup = (
+            "import logging\nlogging.basicConfig(level=logging.INFO, format="
             "'%(levelname)s:%(name)s:%(filename)s:%(lineno)d:%(funcName)s:%(message)s')\n"
+        )
         (line,) = run_app(setup + USER_EMIT)
         values = r"step=5 loss=0.5 payload_name=shard-3 elapsed_s=[0-9.e-]+"
         assert re.fullmatch(r"INFO:train:<string>:10:train:train_step " + values, line), line
 
     def test_dict_config_json_has_the_values_and_the_call_site(self) -> None:
         """dictConfig with a JSON formatter: message with the values, extra fields, the user's line."""
-        setup = '''
+        setup = """
 import json, logging, logging.config
 
 class Json(logging.Formatter):
@@ -683,7 +749,7 @@ logging.config.dictConfig({
     "handlers": {"err": {"class": "logging.StreamHandler", "formatter": "json"}},
     "loggers": {"train": {"handlers": ["err"], "level": "INFO"}},
 })
-'''
+"""
         (line,) = run_app(setup + USER_EMIT)
         record = json.loads(line)
         assert record["message"].startswith("train_step step=5 loss=0.5 payload_name=shard-3 elapsed_s=")
@@ -693,7 +759,7 @@ logging.config.dictConfig({
     def test_loguru_intercept_handler_shows_the_values(self) -> None:
         """loguru's documented InterceptHandler: the message it logs carries the values."""
         pytest.importorskip("loguru")
-        setup = '''
+        setup = """
 import inspect, logging, sys
 from loguru import logger
 
@@ -717,7 +783,7 @@ class InterceptHandler(logging.Handler):
 logger.remove()
 logger.add(sys.stderr, format="{level}|{message}")
 logging.basicConfig(handlers=[InterceptHandler()], level=0, force=True)
-'''
+"""
         (line,) = run_app(setup + USER_EMIT)
         assert line.startswith("INFO|train_step step=5 loss=0.5 payload_name=shard-3 elapsed_s="), line
 
@@ -725,7 +791,7 @@ logging.basicConfig(handlers=[InterceptHandler()], level=0, force=True)
         """An InterceptHandler that walks to the record's own pathname:lineno (the docs' variant): the
         user's emit is loguru's function and line."""
         pytest.importorskip("loguru")
-        setup = '''
+        setup = """
 import inspect, logging, sys
 from loguru import logger
 
@@ -740,7 +806,7 @@ class InterceptHandler(logging.Handler):
 logger.remove()
 logger.add(sys.stderr, format="{function}:{line}|{message}")
 logging.basicConfig(handlers=[InterceptHandler()], level=0, force=True)
-'''
+"""
         (line,) = run_app(setup + USER_EMIT)
         assert line.startswith(f"train:{setup.count(chr(10)) + 8}|train_step step=5 "), line
 
@@ -762,8 +828,11 @@ class TestStructlogCallsite:
         """CallsiteParameterAdder(additional_ignores=["speedtronic"]): the user's emit line and function."""
         output = io.StringIO()
         callsite = structlog.processors.CallsiteParameterAdder(
-            [structlog.processors.CallsiteParameter.FILENAME, structlog.processors.CallsiteParameter.LINENO,
-             structlog.processors.CallsiteParameter.FUNC_NAME],
+            [
+                structlog.processors.CallsiteParameter.FILENAME,
+                structlog.processors.CallsiteParameter.LINENO,
+                structlog.processors.CallsiteParameter.FUNC_NAME,
+            ],
             additional_ignores=["speedtronic"],
         )
         app = structlog.wrap_logger(
@@ -774,5 +843,7 @@ class TestStructlogCallsite:
             logger.emit("train_step", {"step": 5, "loss": 0.5})
         (record,) = records(output)
         assert (record["filename"], record["lineno"], record["func_name"]) == (
-            "test_structlog.py", line, "test_callsite_parameter_adder_reports_the_users_emit"
+            "test_structlog.py",
+            line,
+            "test_callsite_parameter_adder_reports_the_users_emit",
         )

@@ -43,7 +43,10 @@ class TestSample:
         with MetricLogger(stream=io.StringIO()) as logger:
             sample = SystemMonitor(logger, gpus=False).sample()
         assert list(sample) == [
-            "cpu_percent", "rss_bytes", "host_memory_used_bytes", "host_memory_total_bytes"
+            "cpu_percent",
+            "rss_bytes",
+            "host_memory_used_bytes",
+            "host_memory_total_bytes",
         ]
         assert payload_problems("system", sample) == []
         assert 0 < sample["rss_bytes"] < sample["host_memory_total_bytes"]

@@ -37,8 +37,16 @@ def log_dir(tmp_path: Path) -> Path:
 
 
 TRAIN_STEP = {
-    "step": 2, "loss": 0.5, "lr": 0.25, "grad_norm": 1.5, "samples_per_s": 100.0, "tokens_per_s": 1600.0,
-    "samples": 64, "tokens": 1024, "microbatches": 1, "memory_bytes": 4096,
+    "step": 2,
+    "loss": 0.5,
+    "lr": 0.25,
+    "grad_norm": 1.5,
+    "samples_per_s": 100.0,
+    "tokens_per_s": 1600.0,
+    "samples": 64,
+    "tokens": 1024,
+    "microbatches": 1,
+    "memory_bytes": 4096,
 }
 
 
@@ -48,17 +56,30 @@ class TestTagSet:
         strings and bools skipped; elapsed_s and the one-off train_start charted not at all."""
         with MetricLogger(stream=io.StringIO()) as logger:
             logger.hooks.append(TensorboardHook(log_dir))
-            logger.emit("train_start", {"start_step": 0, "target_step": 4, "device": "cpu",
-                                        "precision": "fp32", "grad_accum": 1, "parameters": 1000})
-            logger.emit("train_step", {**TRAIN_STEP, "loss": torch.tensor(0.5), "epoch": 1,
-                                       "learning_rate": 0.001})
+            logger.emit(
+                "train_start",
+                {
+                    "start_step": 0,
+                    "target_step": 4,
+                    "device": "cpu",
+                    "precision": "fp32",
+                    "grad_accum": 1,
+                    "parameters": 1000,
+                },
+            )
+            logger.emit(
+                "train_step", {**TRAIN_STEP, "loss": torch.tensor(0.5), "epoch": 1, "learning_rate": 0.001}
+            )
             logger.emit("checkpoint", {"step": 2, "path": "ckpt/step_2.pt", "save_s": 0.1})
             logger.emit("eval", {"step": 2, "val_loss": 0.75, "split": "val", "best": True})
 
         points = tensorboard_scalars(log_dir)
         assert set(points) == {
             *(f"train_step/{key}" for key in TRAIN_STEP if key != "step"),
-            "train_step/epoch", "train_step/learning_rate", "checkpoint/save_s", "eval/val_loss",
+            "train_step/epoch",
+            "train_step/learning_rate",
+            "checkpoint/save_s",
+            "eval/val_loss",
         }
         assert points["train_step/loss"] == [(2, 0.5)]
         assert points["train_step/epoch"] == [(2, 1.0)]
@@ -68,15 +89,19 @@ class TestTagSet:
 
     def test_skip_is_the_opt_out_list(self, log_dir: Path) -> None:
         """skip= names keys never written where every number is; explicit key lists ignore it."""
-        hook = TensorboardHook(log_dir, skip={"step", "elapsed_s", "memory_bytes"},
-                               events={"checkpoint": ["save_s", "elapsed_s"], "*": None})
+        hook = TensorboardHook(
+            log_dir,
+            skip={"step", "elapsed_s", "memory_bytes"},
+            events={"checkpoint": ["save_s", "elapsed_s"], "*": None},
+        )
         hook.on_event("train_step", {**TRAIN_STEP, "elapsed_s": 1.0})
         hook.on_event("checkpoint", {"step": 2, "save_s": 0.5, "elapsed_s": 1.5})
         hook.close()
         points = tensorboard_scalars(log_dir)
         assert set(points) == {
             *(f"train_step/{key}" for key in TRAIN_STEP if key not in ("step", "memory_bytes")),
-            "checkpoint/save_s", "checkpoint/elapsed_s",
+            "checkpoint/save_s",
+            "checkpoint/elapsed_s",
         }
 
     def test_tags_of_different_events_never_collide(self, log_dir: Path) -> None:
@@ -88,8 +113,10 @@ class TestTagSet:
         hook.on_event("100%2F", {"step": 1, "done": 2})
         hook.close()
         assert tensorboard_scalars(log_dir) == {
-            "eval/val/loss": [(1, 0.5)], "eval%2Fval/loss": [(1, 0.25)],
-            "100%25/done": [(1, 1.0)], "100%252F/done": [(1, 2.0)],
+            "eval/val/loss": [(1, 0.5)],
+            "eval%2Fval/loss": [(1, 0.25)],
+            "100%25/done": [(1, 1.0)],
+            "100%252F/done": [(1, 2.0)],
         }
 
     def test_events_chooses_exactly_what_is_written(self, log_dir: Path) -> None:
@@ -172,7 +199,9 @@ class TestTensorboardHook:
         hook.on_event("eval", {"step": 3, "metrics": metrics})
         hook.close()
         assert tensorboard_scalars(log_dir) == {
-            "eval/metrics/f1": [(3, 0.5)], "eval/metrics/per/a": [(3, 1.0)]}
+            "eval/metrics/f1": [(3, 0.5)],
+            "eval/metrics/per/a": [(3, 1.0)],
+        }
 
     @pytest.mark.parametrize("process", [False, True], ids=["in-process", "writer-process"])
     def test_the_config_is_in_the_hparams_and_text_dashboards(self, log_dir: Path, process: bool) -> None:
@@ -194,8 +223,13 @@ class TestTensorboardHook:
         [content] = accumulator.PluginTagToContent("hparams").values()
         start = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info
         values = {key: getattr(value, value.WhichOneof("kind")) for key, value in start.hparams.items()}
-        assert values == {"lr": 0.1, "model/hidden": 8.0, "model/act": "gelu", "bf16": True,
-                          "layers": "[1, 2]"}
+        assert values == {
+            "lr": 0.1,
+            "model/hidden": 8.0,
+            "model/act": "gelu",
+            "bf16": True,
+            "layers": "[1, 2]",
+        }
 
     @pytest.mark.parametrize("process", [False, True], ids=["in-process", "writer-process"])
     def test_one_off_events_are_text_not_single_point_charts(self, log_dir: Path, process: bool) -> None:
@@ -216,7 +250,9 @@ class TestTensorboardHook:
         [end] = accumulator.Tensors("train_end/values")
         assert json.loads(start.tensor_proto.string_val[0]) == {"target_step": 4, "device": "cpu"}
         assert (json.loads(end.tensor_proto.string_val[0]), end.step) == (
-            {"final_loss": 0.5, "status": "completed"}, 4)
+            {"final_loss": 0.5, "status": "completed"},
+            4,
+        )
 
     def test_events_that_leave_the_config_out_write_no_hyperparameters(self, log_dir: Path) -> None:
         """events={"train_step": ["loss"], "*": ()}: nothing of train_start, its config included."""
@@ -337,8 +373,9 @@ def stalled(
 
 
 class TestHandOff:
-    def test_sigterm_to_the_process_group_loses_no_point_and_fails_no_hook(self, log_dir: Path,
-                                                                           tmp_path: Path) -> None:
+    def test_sigterm_to_the_process_group_loses_no_point_and_fails_no_hook(
+        self, log_dir: Path, tmp_path: Path
+    ) -> None:
         """SIGTERM to the whole process group (`timeout`, Slurm): the writer process ignores it and
         its parent closes it, so every point is written and no hook failure is recorded."""
         script = textwrap.dedent(
@@ -360,8 +397,13 @@ class TestHandOff:
                 signal.pause()
             """
         )
-        process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, text=True, start_new_session=True)
+        process = subprocess.Popen(
+            [sys.executable, "-c", script],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         try:
             assert process.stdout is not None
             assert process.stdout.readline() == "sent\n"
@@ -506,8 +548,9 @@ class TestWriterProcess:
         """A script without a __main__ guard runs once (multiprocessing's spawn would rerun it)."""
         marker = tmp_path / "runs.txt"
         script = tmp_path / "train.py"
-        script.write_text(textwrap.dedent(
-            f"""
+        script.write_text(
+            textwrap.dedent(
+                f"""
             from speedtronic.integrations import TensorboardHook
             with open({str(marker)!r}, "a") as f:
                 f.write("ran\\n")
@@ -515,7 +558,8 @@ class TestWriterProcess:
             hook.on_event("train_step", {{"step": 1, "loss": 1.0}})
             hook.close()
             """
-        ))
+            )
+        )
         done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         assert marker.read_text() == "ran\n"
@@ -622,9 +666,22 @@ def test_a_default_speedtronic_train_run_charts_no_one_off_values(tmp_path: Path
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     done = subprocess.run(
-        [sys.executable, "-m", "speedtronic", "train", "--run-dir", str(tmp_path / "run"), "--steps", "20",
-         "--no-progress"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
+        [
+            sys.executable,
+            "-m",
+            "speedtronic",
+            "train",
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--steps",
+            "20",
+            "--no-progress",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert done.returncode == 0, done.stderr
     accumulator = EventAccumulator(str(tmp_path / "run" / "tensorboard"))

@@ -68,6 +68,7 @@ class TestCaptureEvents:
 
     def test_events_from_several_threads_are_all_captured(self, logger: MetricLogger) -> None:
         """Emitting from 4 threads at once loses nothing."""
+
         def ticks(n: int) -> None:
             for i in range(200):
                 logger.emit("tick", {"n": n, "i": i})
@@ -101,7 +102,8 @@ class TestRunHook:
         """run_hook applies the cadence, converts tensors, closes the hook, returns the delivered."""
         hook = RecordingHook()
         delivered = run_hook(
-            hook, [("train_step", {"step": s, "loss": torch.tensor(float(s))}) for s in (1, 2, 3, 4)],
+            hook,
+            [("train_step", {"step": s, "loss": torch.tensor(float(s))}) for s in (1, 2, 3, 4)],
             every_steps=2,
         )
         assert [(e["step"], e["loss"]) for e in delivered] == [(2, 2.0), (4, 4.0)]
@@ -110,6 +112,7 @@ class TestRunHook:
 
     def test_a_failing_hook_raises(self) -> None:
         """A hook's exception surfaces as HookError (strict), not as a counted warning."""
+
         def broken(event: str, payload: dict[str, Any]) -> None:
             raise KeyError("loss")
 
@@ -138,6 +141,7 @@ class TestRunProcessor:
 
     def test_exceptions_other_than_drop_event_propagate(self) -> None:
         """Only DropEvent is translated; a processor's bug still fails the test."""
+
         def bad(logger: Any, method_name: str, event_dict: Any) -> Any:
             raise structlog.DropEvent if event_dict.get("drop") else ValueError("bug")
 
@@ -170,7 +174,10 @@ class TestPytestPlugin:
         )
         result = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
-            capture_output=True, text=True, timeout=120, cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
         )
         assert result.returncode == 0, result.stdout + result.stderr
         assert "2 passed" in result.stdout

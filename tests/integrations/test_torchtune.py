@@ -69,7 +69,13 @@ class TestSpeedtronicMetricLogger:
 
         records = read_jsonl(tmp_path / "logs" / "metrics.jsonl")
         assert [r["event"] for r in records] == [
-            "hyperparams", "train_start", "train_step", "train_step", "train_step", "eval", "train_step",
+            "hyperparams",
+            "train_start",
+            "train_step",
+            "train_step",
+            "train_step",
+            "eval",
+            "train_step",
             "train_end",
         ]
         config = records[0]["config"]
@@ -94,7 +100,11 @@ class TestSpeedtronicMetricLogger:
         logger.emit("after", {"ok": True})
         logger.close()
         assert [r["event"] for r in read_jsonl(tmp_path / "m.jsonl")] == [
-            "train_start", "train_step", "train_end", "after"]
+            "train_start",
+            "train_step",
+            "train_end",
+            "after",
+        ]
 
     def test_close_leaves_a_given_loggers_tensorboard_file_complete(self, tmp_path: Path) -> None:
         """With logger=, close() (the recipe's cleanup) flushes: the TensorboardHook's file holds every
@@ -124,16 +134,18 @@ class TestSpeedtronicMetricLogger:
 
     def test_the_cadence_of_the_logger_applies(self, tmp_path: Path) -> None:
         """every_steps= from the config thins train_step records; eval records always pass."""
-        metric_logger = tt.SpeedtronicMetricLogger(
-            log_dir=tmp_path, every_steps=2, stream=io.StringIO()
-        )
+        metric_logger = tt.SpeedtronicMetricLogger(log_dir=tmp_path, every_steps=2, stream=io.StringIO())
         for step in range(1, 5):
             metric_logger.log_dict({"loss": 1.0}, step=step)
         metric_logger.log_dict({"val_loss": 1.0}, step=3)
         metric_logger.close()
         records = read_jsonl(tmp_path / "metrics.jsonl")
         assert [(r["event"], r.get("step")) for r in records] == [
-            ("train_start", None), ("train_step", 2), ("train_step", 4), ("eval", 3), ("train_end", 4)
+            ("train_start", None),
+            ("train_step", 2),
+            ("train_step", 4),
+            ("eval", 3),
+            ("train_end", 4),
         ]
 
     def test_logger_and_arguments_together_are_refused(self, tmp_path: Path) -> None:

@@ -128,7 +128,8 @@ class TestSpeedtronicCallback:
         logger.close()
         checkpoints = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if r["event"] == "checkpoint"]
         assert [r["path"] for r in checkpoints] == [
-            str(tmp_path / "out" / "checkpoint-3"), str(tmp_path / "out" / "checkpoint-6")
+            str(tmp_path / "out" / "checkpoint-3"),
+            str(tmp_path / "out" / "checkpoint-6"),
         ]
         assert all(Path(r["path"]).is_dir() for r in checkpoints)
 

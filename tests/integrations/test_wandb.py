@@ -77,8 +77,10 @@ def logged(wandb_dir: Path) -> Logged:
         logger.emit("eval/val", {"step": 2, "loss": 0.7})
         logger.emit("outer_step", {"outer_step": 1, "deltas_included": 3})
         logger.emit("train_step", {"step": 4, "loss": torch.tensor(0.25), "lr": 0.1})
-        logger.emit("train_step", {"step": 6, "loss": torch.tensor(float("nan")), "grad_norm": float("inf"),
-                                   "lr": float("-inf")})
+        logger.emit(
+            "train_step",
+            {"step": 6, "loss": torch.tensor(float("nan")), "grad_norm": float("inf"), "lr": float("-inf")},
+        )
         logger.emit("checkpoint", {"step": 6, "path": "ckpt/step_6.pt"})
         logger.emit("odd_keys", {"_step": 99, "_runtime": 1, 1: "one", "nested": {"a": 1}})
         logger.emit("note", {"text": LONG_TEXT})
@@ -92,8 +94,17 @@ class TestLoggedRun:
         the one-off train_start and train_end are in the run's summary, not rows."""
         _, run = logged
         events = events_of(run)
-        assert events == ["train_step", "eval", "eval/val", "outer_step", "train_step",
-                          "train_step", "checkpoint", "odd_keys", "note"]
+        assert events == [
+            "train_step",
+            "eval",
+            "eval/val",
+            "outer_step",
+            "train_step",
+            "train_step",
+            "checkpoint",
+            "odd_keys",
+            "note",
+        ]
         assert [row["_step"] for row in run.history] == list(range(len(events)))
 
     def test_metrics_are_named_event_slash_key(self, logged: Logged) -> None:
@@ -208,8 +219,10 @@ class TestLifecycle:
         run.finish()
 
         recorded = read_wandb_run(run_dir(run))
-        assert [(row.get("train_step/loss"), row.get("mine")) for row in recorded.history] == [(0.5, None),
-                                                                                              (None, 1)]
+        assert [(row.get("train_step/loss"), row.get("mine")) for row in recorded.history] == [
+            (0.5, None),
+            (None, 1),
+        ]
         assert recorded.exit_code == 0
 
     def test_run_and_project_together_are_refused(self) -> None:
@@ -232,8 +245,9 @@ class TestLifecycle:
             logger.emit("train_step", {{"step": 1, "loss": 1.5}})
             """
         )
-        result = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120,
-                                env=os.environ.copy())
+        result = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, timeout=120, env=os.environ.copy()
+        )
         assert result.returncode == 0, result.stderr.decode()
         assert "HookFailureWarning" not in result.stderr.decode()  # finished cleanly, before W&B's teardown
 
@@ -259,7 +273,9 @@ class TestBesideOtherWandbUsers:
 
         recorded = read_wandb_run(run_dir(owner))
         assert [(row.get("train_step/loss"), row.get("val_acc")) for row in recorded.history] == [
-            (0.5, None), (None, 0.9)]
+            (0.5, None),
+            (None, 0.9),
+        ]
         assert recorded.step_metrics["*"] == "trainer/global_step"  # the owner's, untouched
         assert recorded.step_metrics["train_step/loss"] == "step"  # ours, by name
 
@@ -304,10 +320,18 @@ class TestSameXAsTensorboard:
             logger.emit("eval", {"step": torch.tensor(6), "loss": 0.4})
         recorded = read_wandb_run(run_dir(wandb_hook.run))
 
-        in_wandb = {(key, row["step"], round(value, 5)) for row in recorded.history
-                    for key, value in row.items() if "/" in key and not key.endswith("elapsed_s")}
-        in_tensorboard = {(tag, step, round(value, 5)) for tag, points in tensorboard_scalars(tmp_path / "tb")
-                          .items() if not tag.endswith("elapsed_s") for step, value in points}
+        in_wandb = {
+            (key, row["step"], round(value, 5))
+            for row in recorded.history
+            for key, value in row.items()
+            if "/" in key and not key.endswith("elapsed_s")
+        }
+        in_tensorboard = {
+            (tag, step, round(value, 5))
+            for tag, points in tensorboard_scalars(tmp_path / "tb").items()
+            if not tag.endswith("elapsed_s")
+            for step, value in points
+        }
         assert in_wandb == in_tensorboard
         assert ("outer_step/outer_step", 4, 1.0) in in_wandb  # at the training step it happened at
         assert ("outer_step/outer_step", 0, 0.0) in in_wandb  # before any step: 0
@@ -329,7 +353,10 @@ class TestUnderTheCLI:
         )
         done = subprocess.run(
             [sys.executable, "-m", "speedtronic", "train", "--config", "config.yaml", "--run-dir", str(run)],
-            cwd=tmp_path, capture_output=True, text=True, timeout=300,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
             env={**os.environ, "OMP_NUM_THREADS": "1"},
         )
         assert done.returncode == 0, done.stderr

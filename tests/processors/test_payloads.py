@@ -72,7 +72,7 @@ def _payloads() -> dict[str, dict[Any, Any]]:
             "cr": "a\rb",
             "ansi": "\x1b[2J\x1b[31mred",
             "seps": "a\u2028b\u2029c\x85d\x0b\x0c\x1c\x1d\x1e",
-            "fake": 'x | ERROR | forged=1\n2026-01-01 00:00:00 | ERROR | fake_event',
+            "fake": "x | ERROR | forged=1\n2026-01-01 00:00:00 | ERROR | fake_event",
         },
         "event_key": {"event": "forged", "step": 1},
     }
@@ -142,5 +142,6 @@ def test_forged_line_stays_inside_its_field(tmp_path: Path) -> None:
     with MetricLogger(file=text) as logger:
         logger.emit("x", {"msg": "ok\n2026-01-01 00:00:00 | ERROR | fake_event admin=1"})
     (line,) = text.read_text().splitlines()
-    assert line.endswith(' | INFO | x msg="ok\\n2026-01-01 00:00:00 | ERROR | fake_event admin=1" '
-                         + line.rsplit(" ", 1)[1])
+    assert line.endswith(
+        ' | INFO | x msg="ok\\n2026-01-01 00:00:00 | ERROR | fake_event admin=1" ' + line.rsplit(" ", 1)[1]
+    )

@@ -228,7 +228,7 @@ class TestValues:
             ("refused {'user': 'me', 'password': 'a b'}", "refused {'user': 'me', 'password': '[REDACTED]'}"),
             ('{"db_password":"x1","host":"h"}', '{"db_password":"[REDACTED]","host":"h"}'),
             ("Config(lr=0.1, wandb_api_key='plain')", "Config(lr=0.1, wandb_api_key='[REDACTED]')"),
-            ("OPENAI_API_KEY = \"a b\"", "OPENAI_API_KEY = \"[REDACTED]\""),
+            ('OPENAI_API_KEY = "a b"', 'OPENAI_API_KEY = "[REDACTED]"'),
             ("Authorization: Token abc123", "Authorization: Token [REDACTED]"),
             ("secret='it\\'s'", "secret='[REDACTED]'"),
             ("monkey=sk-proj-Ab3dEf6hIj9kLmNoPq", "monkey=[REDACTED]"),
@@ -324,8 +324,12 @@ class TestContainers:
 
     def test_namespaces(self) -> None:
         """argparse and SimpleNamespace objects become dicts of their attributes when they hold secrets."""
-        out = redact({"args": argparse.Namespace(seed=1, github_token=CANARY),
-                      "ns": types.SimpleNamespace(aws_secret_access_key=CANARY)})
+        out = redact(
+            {
+                "args": argparse.Namespace(seed=1, github_token=CANARY),
+                "ns": types.SimpleNamespace(aws_secret_access_key=CANARY),
+            }
+        )
         assert out["args"] == {"seed": 1, "github_token": "[REDACTED]"}
         assert out["ns"] == {"aws_secret_access_key": "[REDACTED]"}
 
@@ -339,7 +343,9 @@ class TestContainers:
         """A (name, value) pair, tuple or two-item list, whose name is a secret key hides its value."""
         headers = [("Authorization", "Token abc"), ["api_key", "hunter2"], ("Accept", "json")]
         assert redact({"headers": headers})["headers"] == [
-            ("Authorization", "[REDACTED]"), ["api_key", "[REDACTED]"], ("Accept", "json")
+            ("Authorization", "[REDACTED]"),
+            ["api_key", "[REDACTED]"],
+            ("Accept", "json"),
         ]
 
     @pytest.mark.parametrize(
@@ -370,8 +376,9 @@ class TestContainers:
         import numpy as np
 
         numbers = np.arange(3)
-        out = redact({"o": np.array([{"secret": "s"}, 1], dtype=object), "t": np.array([CANARY, "x"]),
-                      "n": numbers})
+        out = redact(
+            {"o": np.array([{"secret": "s"}, 1], dtype=object), "t": np.array([CANARY, "x"]), "n": numbers}
+        )
         assert out["o"] == [{"secret": "[REDACTED]"}, 1]
         assert out["t"] == ["[REDACTED]", "x"]
         assert out["n"] is numbers
@@ -494,8 +501,12 @@ class TestInAStockChain:
             stages.reverse()
         logger = structlog.wrap_logger(
             None,
-            processors=[structlog.contextvars.merge_contextvars, *stages,
-                        structlog.processors.add_log_level, capture],
+            processors=[
+                structlog.contextvars.merge_contextvars,
+                *stages,
+                structlog.processors.add_log_level,
+                capture,
+            ],
         ).bind(api_key="bound-secret", run="r1")
         structlog.contextvars.bind_contextvars(hf_token="ctx-secret")
         try:

@@ -122,7 +122,6 @@ class TestAttrs:
         own = OwnRepr()
         assert redact(own) is own
 
-
     def test_classic_attr_s_classes_too(self) -> None:
         """``@attr.s`` code that never imports the ``attrs`` namespace gets the same rule."""
         result = python(

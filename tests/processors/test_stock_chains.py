@@ -324,7 +324,9 @@ class TestJSONLRenderer:
             None,
         )
         assert record["_speedtronic"]["non_finite"] == {
-            "nan": ["/a"], "inf": ["/b/1"], "neg_inf": ["/c/d~1e"]
+            "nan": ["/a"],
+            "inf": ["/b/1"],
+            "neg_inf": ["/c/d~1e"],
         }
 
     def test_as_bytes(self) -> None:

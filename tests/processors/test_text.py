@@ -32,7 +32,7 @@ class TestWideEvents:
         value alone (exponents, ``-0.0``, ``9999.5``, NaN, 64-bit patterns)."""
         rng = random.Random(digits)
         values = ValueFormat(digits)
-        extras = [7, -2**70, True, False, None]
+        extras = [7, -(2**70), True, False, None]
         for _ in range(200):
             event = {"event": "train_step", **{f"layer_{i}": random_float(rng) for i in range(30)}}
             event["step"] = rng.choice(extras)

@@ -47,6 +47,7 @@ def child_env() -> dict[str, str]:
 
 def strict_loads(line: str | bytes) -> dict[str, Any]:
     """One JSON object, refusing NaN/Infinity literals and duplicate keys."""
+
     def refuse(token: str) -> None:
         raise ValueError(f"non-standard JSON constant {token}")
 

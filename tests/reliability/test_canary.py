@@ -30,9 +30,24 @@ PLAIN = "hunter2-CANARY"
 """Looks like nothing: hidden only by a secret key, a pair's name or a field's name."""
 
 KEY_SPELLINGS = (
-    "private-key", "privateKey", "accessKey", "access-key", "passphrase", "api_tokens", "github_token_2",
-    "token_value", "token ", "db_pass", "pwd", "jwt", "ssh_key", "signing_key", "sessionid", "AUTH",
-    "bearer", "PassWord",
+    "private-key",
+    "privateKey",
+    "accessKey",
+    "access-key",
+    "passphrase",
+    "api_tokens",
+    "github_token_2",
+    "token_value",
+    "token ",
+    "db_pass",
+    "pwd",
+    "jwt",
+    "ssh_key",
+    "signing_key",
+    "sessionid",
+    "AUTH",
+    "bearer",
+    "PassWord",
 )
 
 CHILD = """
@@ -150,7 +165,11 @@ def run_child(out: Path, mode: str) -> tuple[subprocess.CompletedProcess[str], d
     }
     result = subprocess.run(
         [sys.executable, str(script), str(out), mode],
-        capture_output=True, text=True, timeout=180, env=env, cwd=out,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+        cwd=out,
     )
     assert result.returncode == 0, result.stderr
     return result, json.loads(result.stdout.splitlines()[-1])
@@ -188,7 +207,9 @@ class TestCanaryEverySink:
         assert report["hook_errors"] == {"failing": 3}
         records = read_records(out / "metrics.jsonl")
         assert [r["event"] for r in records if r["event"].startswith("train")] == [
-            "train_start", "train_step", "train_end",
+            "train_start",
+            "train_step",
+            "train_end",
         ]
         (step,) = [r for r in records if r["event"] == "train_step"]
         assert (step["loss"], step["tokens_per_s"], step["num_tokens"]) == (0.5, 1234.5, 99)

@@ -93,7 +93,7 @@ class TestStrictHooks:
         assert files_holding(out, CANARY) == []
         assert "HookError: hook 'failing' failed during 'train_step': RuntimeError: login refused" in printed
         assert "password=[REDACTED]" in printed
-        assert 'in failing' in printed  # the hook's own traceback, redacted
+        assert "in failing" in printed  # the hook's own traceback, redacted
 
     def test_without_redaction_the_cause_is_chained(self, tmp_path: Path) -> None:
         """redact=False: the hook's exception is the HookError's cause, printed as Python prints one."""

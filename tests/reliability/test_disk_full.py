@@ -205,5 +205,6 @@ class TestRaisingReport:
         log.write(b'{"b":2}')
         log.close()
         assert [strict_loads(line) for line in path.read_bytes().splitlines()][:2] == [
-            {"a": 1, "loss": 0.5}, {"b": 2}
+            {"a": 1, "loss": 0.5},
+            {"b": 2},
         ]

@@ -111,7 +111,7 @@ class TestCapLineProcessor:
         assert len(CapLine(JSONLRenderer(as_bytes=True), 2_000)(None, "info", dict(event))) < 2_000
         text = CapLine(TextRenderer(), 2_000)(None, "info", dict(event))
         assert len(text.encode()) < 2_000
-        assert "v=\"<truncated: str of 5,000 chars" in text
+        assert 'v="<truncated: str of 5,000 chars' in text
 
     def test_a_renderers_own_cap_cuts_as_capline_does(self) -> None:
         """``max_line_bytes=`` on a renderer gives the line ``CapLine`` gives."""

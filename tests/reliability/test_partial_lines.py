@@ -57,7 +57,11 @@ print(json.dumps({"lost": dict(logger.lost_records)}))
 def run_limited(path: Path, how: str, then: str) -> list[dict[str, Any]]:
     done = subprocess.run(
         [sys.executable, "-c", LIMITED, str(path), how, then],
-        capture_output=True, text=True, timeout=60, env=child_env(), cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=child_env(),
+        cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr
     return [json.loads(line) for line in done.stdout.splitlines()]

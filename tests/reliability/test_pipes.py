@@ -124,7 +124,11 @@ class TestFifo:
         try:
             result = subprocess.run(
                 writer(json_file=str(fifo), file=str(log)),
-                capture_output=True, text=True, timeout=TIMEOUT_S, env=child_env(), cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=TIMEOUT_S,
+                env=child_env(),
+                cwd=ROOT,
             )
             assert reader.wait(timeout=TIMEOUT_S) == 0
         finally:
@@ -150,8 +154,12 @@ class TestFifo:
         )
         try:
             subprocess.run(
-                [sys.executable, "-c", code], capture_output=True, text=True, timeout=10,
-                env=child_env(), cwd=ROOT,
+                [sys.executable, "-c", code],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                env=child_env(),
+                cwd=ROOT,
             )
         except subprocess.TimeoutExpired:
             pytest.fail("MetricLogger(json_file=<a FIFO without a reader>) never returned")

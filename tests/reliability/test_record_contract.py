@@ -39,9 +39,7 @@ class TestTheNote:
         assert list(record)[-2:] == [NOTE_KEY, "timestamp"]
 
     @pytest.mark.parametrize("key", [1, None, Color.RED, 2.5])
-    def test_a_top_level_key_that_is_no_string_is_listed_as_converted(
-        self, tmp_path: Path, key: Any
-    ) -> None:
+    def test_a_top_level_key_that_is_no_string_is_listed_as_converted(self, tmp_path: Path, key: Any) -> None:
         """A top-level key 1, None or an Enum is written as a string key and listed under converted,
         as the same key one level down is (it was written but not listed)."""
         record = one_record(tmp_path, {"step": 1, key: "v", "nested": {key: "w"}})

@@ -37,7 +37,13 @@ def train(
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "PATH": ACTIVATED_PATH}
     return subprocess.run(
         [sys.executable, "-m", "speedtronic", "train", "--no-progress", *map(str, args)],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=180, check=False, preexec_fn=limit,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+        preexec_fn=limit,
     )
 
 
@@ -193,8 +199,10 @@ class TestResumeTrainsWhatItRecords:
 
     @pytest.mark.parametrize(
         ("steps", "said"),
-        [((), "--resume: the run in r is finished (step 8 of train.steps 8)"),
-         (("--steps", "6"), "--steps 6: the run in r is already at step 8")],
+        [
+            ((), "--resume: the run in r is finished (step 8 of train.steps 8)"),
+            (("--steps", "6"), "--steps 6: the run in r is already at step 8"),
+        ],
     )
     def test_resuming_a_finished_run_says_which_steps_to_pass(
         self, finished: Path, tmp_path: Path, steps: tuple[str, ...], said: str

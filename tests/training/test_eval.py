@@ -75,7 +75,9 @@ def test_plot_draws_eval_beside_train_step(run_with_eval: Path, tmp_path: Path) 
     pytest.importorskip("matplotlib")
     result = plot_runs([run_with_eval], tmp_path / "p.png", keys=["loss"], labels=["run"])
     assert [(s.event, s.split, list(s.x)) for s in result.series] == [
-        ("train_step", None, [1, 2, 3, 4]), ("eval", "eval", [2, 4]), ("eval", "test", [4])
+        ("train_step", None, [1, 2, 3, 4]),
+        ("eval", "eval", [2, 4]),
+        ("eval", "test", [4]),
     ]
     alone = plot_runs([run_with_eval], tmp_path / "q.png", keys=["loss"], with_eval=False)
     assert [s.event for s in alone.series] == ["train_step"]

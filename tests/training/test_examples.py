@@ -59,7 +59,10 @@ def test_quickstart_runs(tmp_path: Path) -> None:
     assert quickstart.main(tmp_path / "q") == 0
     records = [json.loads(line) for line in (tmp_path / "q" / "metrics.jsonl").read_text().splitlines()]
     assert [record["event"] for record in records] == [
-        "train_start", *["train_step"] * 5, "checkpoint", "train_end"
+        "train_start",
+        *["train_step"] * 5,
+        "checkpoint",
+        "train_end",
     ]
     assert [payload_problems(record["event"], record) for record in records] == [[]] * len(records)
 

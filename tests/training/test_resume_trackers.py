@@ -25,7 +25,12 @@ STEPS = list(range(1, 9))
 def train(*args: str | Path, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "speedtronic", "train", "--no-progress", *map(str, args)],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
 
 
@@ -46,11 +51,15 @@ def config(path: Path, store: str, *extra_hooks: dict[str, Any]) -> Path:
         {"type": "mlflow", "tracking_uri": store, "experiment": "resumed", "run_name": "first"},
         *extra_hooks,
     ]
-    path.write_text(yaml.safe_dump({
-        "model": {"hidden": 24},
-        "train": {"steps": 8, "checkpoint_every": 4, "batch_size": 4, "device": "cpu"},
-        "logging": {"every_steps": 1, "hooks": hooks, "system_interval_s": None},
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "model": {"hidden": 24},
+                "train": {"steps": 8, "checkpoint_every": 4, "batch_size": 4, "device": "cpu"},
+                "logging": {"every_steps": 1, "hooks": hooks, "system_interval_s": None},
+            }
+        )
+    )
     return path
 
 

@@ -22,7 +22,12 @@ def train(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     return subprocess.run(
         [sys.executable, "-m", "speedtronic", "train", "--no-progress", *map(str, args)],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=180, check=False,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
     )
 
 
@@ -102,7 +107,8 @@ class TestReproduce:
         whole = write_config(tmp_path / "whole.yaml", train=train_section)
         assert train("--config", whole, "--run-dir", "whole", cwd=tmp_path).returncode == 0
         killed = write_config(
-            tmp_path / "killed.yaml", train=train_section,
+            tmp_path / "killed.yaml",
+            train=train_section,
             logging={"hooks": [{"type": EXIT_AT, "event": "checkpoint", "step": 4}], "strict_hooks": True},
         )
         crashed = train("--config", killed, "--run-dir", "cut", cwd=tmp_path)
@@ -168,6 +174,6 @@ class TestFileSystemErrors:
         assert done.returncode == 1
         assert "record(s) could not be written to /dev/full" in done.stderr.splitlines()[-1]
         assert "Traceback" not in done.stderr
-        assert all(
-            line.startswith(("speedtronic", "  ")) for line in done.stderr.splitlines()
-        ), done.stderr  # warnings are one line each, pointing at no source line
+        assert all(line.startswith(("speedtronic", "  ")) for line in done.stderr.splitlines()), (
+            done.stderr
+        )  # warnings are one line each, pointing at no source line

@@ -95,7 +95,11 @@ def start_paused(tmp_path: Path, *args: str, step: int = 2) -> subprocess.Popen[
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     command = [sys.executable, "-m", "speedtronic", "train", "--no-progress", "--config", str(config)]
     return subprocess.Popen(
-        [*command, *args], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [*command, *args],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
         text=True,
     )
 
@@ -191,5 +195,6 @@ class TestAFailedStartLeavesNoTrace:
         assert done.returncode == 0, done.stderr
         assert yaml.safe_load((tmp_path / "r" / "config.yaml").read_text())["train"]["schedule_steps"] == 4
         assert sorted(path.name for path in (tmp_path / "r").glob("config*.yaml")) == [
-            "config.1.yaml", "config.yaml",
+            "config.1.yaml",
+            "config.yaml",
         ]

@@ -269,9 +269,7 @@ class TestTrackerRuns:
 
 
 class TestSystemEvents:
-    def test_a_run_samples_the_machine_while_it_trains(
-        self, config: dict[str, Any], run_dir: Path
-    ) -> None:
+    def test_a_run_samples_the_machine_while_it_trains(self, config: dict[str, Any], run_dir: Path) -> None:
         """logging.system_interval_s: system records in the JSONL after train_start; stopped by close."""
         trainer, info = build_runtime(with_logging(config, system_interval_s=0.01))
         seen = threading.Event()

@@ -34,8 +34,9 @@ def fit(tmp_path: Path, data: Any, steps: int = 5) -> list[dict[str, Any]]:
     logger = MetricLogger(
         stream=text, json_file=tmp_path / "m.jsonl", every_steps=1, processors=[ValidatePayloads(strict=True)]
     )
-    trainer = Trainer(model, torch.optim.AdamW(model.parameters()), data, steps=steps, logger=logger,
-                      device="cpu")
+    trainer = Trainer(
+        model, torch.optim.AdamW(model.parameters()), data, steps=steps, logger=logger, device="cpu"
+    )
     try:
         trainer.fit()
     finally:
