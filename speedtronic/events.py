@@ -13,6 +13,7 @@ level names are ``speedtronic.levels``', the exceptions ``speedtronic.errors``'.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Mapping
 from enum import Enum
@@ -23,6 +24,7 @@ __all__ = [
     "EVENT_LEVELS",
     "LOSS_KEYS",
     "PAYLOADS",
+    "RATE_SUFFIXES",
     "CheckpointPayload",
     "CheckpointSkippedPayload",
     "CompilePayload",
@@ -44,6 +46,8 @@ __all__ = [
     "TrainEndPayload",
     "TrainStartPayload",
     "TrainStepPayload",
+    "eval_split",
+    "is_rate",
     "level_for",
 ]
 
@@ -354,6 +358,24 @@ of its own, in the writers' series and the readers' rows alike."""
 LOSS_KEYS = ("loss", "train_loss", "train/loss", "train_loss_step", "train_loss_epoch")
 """The keys a framework logs its training loss under (Hugging Face and torchtune: ``loss``; Lightning:
 what the module logged), the most preferred first."""
+
+
+RATE_SUFFIXES = ("_per_s", "_per_sec", "_per_second", "_per_second_per_gpu")
+"""A numeric key ending in one of these is a throughput rate (``tokens_per_s``, Lightning's
+``train/device/samples_per_sec``, Hugging Face's ``train_samples_per_second``)."""
+
+_EVAL_LOSS = re.compile(rf"({'|'.join(EVAL_SPLITS)})[_/]loss(_step|_epoch)?")
+
+
+def is_rate(key: str) -> bool:
+    """Whether ``key`` is a throughput rate (``RATE_SUFFIXES``)."""
+    return key.endswith(RATE_SUFFIXES)
+
+
+def eval_split(key: str) -> str | None:
+    """The split whose held-out loss ``key`` is (``val_loss`` -> ``"val"``); ``None`` for another key."""
+    match = _EVAL_LOSS.fullmatch(key)
+    return match.group(1) if match is not None else None
 
 
 class HyperparamsPayload(TypedDict):

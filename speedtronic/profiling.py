@@ -306,7 +306,8 @@ class MetricLogger:
         ``flush(timeout)`` (``TensorboardHook``, ``OtelHook``) has its output on disk or sent;
         ``False`` if ``timeout`` (seconds, over all of them) ran out first. Every record is already
         written when ``emit`` returns. A hook's failing ``flush`` is reported as its failure
-        (``hook_error``, during ``flush``), never raised."""
+        (``hook_error``, during ``flush``) and not raised, unless ``strict_hooks`` asks for it
+        (``HookError``), as for a failing ``on_event``."""
         if self._closed:
             return True
         waiting = [hook for hook in self._hooks if isinstance(hook, BackgroundHooks)]

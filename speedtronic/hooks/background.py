@@ -120,6 +120,13 @@ class BackgroundHooks:
         self._reset()
         _live.add(self)
 
+    @property
+    def writes_console(self) -> bool:
+        """Whether one of ``hooks`` prints each event through the app's own logger
+        (``StructlogHook.writes_console``): the logger's default console then stays silent, as it does
+        for such a hook called inline."""
+        return any(getattr(hook, "writes_console", False) for hook in self.hooks)
+
     def _reset(self) -> None:
         self._queue: queue.Queue[Any] = queue.Queue(self._queue_size)
         self._thread: threading.Thread | None = None

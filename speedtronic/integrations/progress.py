@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import IO, Any
 
-from speedtronic.events import EVENT_LEVELS
+from speedtronic.events import EVENT_LEVELS, LOSS_KEYS, eval_split, is_rate
 from speedtronic.extras import require
 from speedtronic.processors.text import format_fields, format_key, format_value
 
@@ -116,8 +116,9 @@ class ProgressHook:
             bar.refresh()
 
     def _evaluated(self, event: str, payload: dict[str, Any]) -> None:
-        if "loss" in payload:
-            self._eval = [f"eval={self._short(payload['loss'])}"]
+        key = next((key for key in payload if key == "loss" or (type(key) is str and eval_split(key))), None)
+        if key is not None:  # the reference trainer's loss, or a framework's val_loss / eval_loss
+            self._eval = [f"eval={self._short(payload[key])}"]
             if self._bar is not None:
                 self._bar.set_postfix_str(" ".join([*self._shown, *self._eval]))
 
@@ -162,11 +163,14 @@ def _reports_no_size(stream: IO[str]) -> bool:
 
 
 def _default_postfix(payload: dict[str, Any]) -> tuple[str, ...]:
-    """``loss`` and one throughput: tokens, else samples, else the first ``*_per_s`` key."""
+    """The loss (the first of the catalog's ``LOSS_KEYS`` the payload has: a framework's ``train_loss``
+    too) and one throughput: tokens, else samples, else the first rate by the catalog (``RATE_SUFFIXES``:
+    ``tokens_per_second_per_gpu``, ``train/device/samples_per_sec``)."""
+    loss = next((key for key in LOSS_KEYS if key in payload), "loss")
     rate = next((key for key in _RATES if key in payload), None)
     if rate is None:
-        rate = next((key for key in payload if type(key) is str and key.endswith("_per_s")), None)
-    return ("loss",) if rate is None else ("loss", rate)
+        rate = next((key for key in payload if type(key) is str and is_rate(key)), None)
+    return (loss,) if rate is None else (loss, rate)
 
 
 def _short_key(key: str) -> str:

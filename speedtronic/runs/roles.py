@@ -27,31 +27,16 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from speedtronic.events import EVAL_SPLITS, LOSS_KEYS
+from speedtronic.events import EVAL_SPLITS, LOSS_KEYS, RATE_SUFFIXES, eval_split, is_rate
 
 __all__ = ["EVAL_SPLITS", "LOSS_KEYS", "RATE_SUFFIXES", "Roles", "eval_split", "is_lr", "is_rate"]
 
-RATE_SUFFIXES = ("_per_s", "_per_sec", "_per_second", "_per_second_per_gpu")
-"""A numeric key ending in one of these is a throughput rate."""
-
 _LR = re.compile(r"lr|learning_rate|lr-[^/]+(/pg\d+)?")
-_EVAL_LOSS = re.compile(rf"({'|'.join(EVAL_SPLITS)})[_/]loss(_step|_epoch)?")
 
 
 def is_lr(key: str) -> bool:
     """Whether ``key`` is a learning rate by the table."""
     return _LR.fullmatch(key) is not None
-
-
-def is_rate(key: str) -> bool:
-    """Whether ``key`` is a throughput rate by the table."""
-    return key.endswith(RATE_SUFFIXES)
-
-
-def eval_split(key: str) -> str | None:
-    """The split whose held-out loss ``key`` is (``val_loss`` -> ``"val"``); ``None`` for another key."""
-    match = _EVAL_LOSS.fullmatch(key)
-    return match.group(1) if match is not None else None
 
 
 @dataclass(frozen=True)

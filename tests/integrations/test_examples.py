@@ -12,7 +12,7 @@ from typing import Any
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from speedtronic.events import payload_problems
+from speedtronic.processors.validate import payload_problems
 from tests.conftest import read_jsonl
 from tests.wandb_files import read_wandb_run
 

@@ -91,6 +91,22 @@ class TestProgressHook:
         assert any(f.startswith("50%") and f.endswith("loss=0.5 tokens/s=10 eval=0.8765]") for f in shown)
         assert any(f.startswith("75%") and f.endswith("loss=0.4 tokens/s=10 eval=0.25]") for f in shown)
 
+    def test_a_frameworks_names_reach_the_bar(self) -> None:
+        """Metrics under a framework's names (Lightning's ``train_loss``, torchtune's
+        ``tokens_per_second_per_gpu``, an eval's ``val_loss``) fill the postfix as ours do."""
+        out = io.StringIO()
+        run(
+            out,
+            [
+                ("train_start", {"start_step": 0, "target_step": 4}),
+                ("train_step", {"step": 1, "train_loss": 1.0, "tokens_per_second_per_gpu": 10.0}),
+                ("eval", {"step": 1, "val_loss": 0.75, "split": "val"}),
+                ("train_step", {"step": 2, "train_loss": 0.5, "tokens_per_second_per_gpu": 10.0}),
+            ],
+        )
+        shown = "train_loss=0.5 tokens_per_second_per_gpu=10 eval=0.75]"
+        assert any(f.startswith("50%") and f.endswith(shown) for f in frames(out)), frames(out)
+
     def test_postfix_chooses_the_keys(self) -> None:
         """postfix=("loss", "grad_norm") shows those two, rounded."""
         out = io.StringIO()

@@ -573,6 +573,7 @@ class TestUnderTheCLI:
 CONSOLE_APP = """
 import logging, sys
 import structlog
+from speedtronic.hooks import background
 from speedtronic.integrations import StructlogHook
 from speedtronic.profiling import MetricLogger
 
@@ -581,7 +582,8 @@ structlog.configure(
     wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
     logger_factory=structlog.PrintLoggerFactory(sys.stdout),
 )
-logger = MetricLogger(hooks=[StructlogHook()] if sys.argv[1] == "hook" else [])
+hooks = {"hook": [StructlogHook()], "background": [background(StructlogHook())]}.get(sys.argv[1], [])
+logger = MetricLogger(hooks=hooks)
 logger.emit("train_start", {"start_step": 0, "target_step": 2})
 logger.emit("train_step", {"step": 1, "loss": 1.0})
 logger.emit("shape_warning", {"step": 1, "shape": [1, 2]})
@@ -607,6 +609,12 @@ class TestTheConsole:
         """Default stream plus a StructlogHook: each event the app keeps prints once, by the app;
         the INFO events its WARNING filter drops don't print at all."""
         lines = console_lines(tmp_path, "hook")
+        assert [json.loads(line)["event"] for line in lines] == ["shape_warning"]
+
+    def test_a_background_hook_takes_the_console_too(self, tmp_path: Path) -> None:
+        """A StructlogHook on a worker thread (``background(...)``, a config's ``background: true``):
+        each event the app keeps prints once, by the app, as with the hook called inline."""
+        lines = console_lines(tmp_path, "background")
         assert [json.loads(line)["event"] for line in lines] == ["shape_warning"]
 
     def test_without_the_hook_the_text_log_is_on_stdout(self, tmp_path: Path) -> None:
