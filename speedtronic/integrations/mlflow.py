@@ -15,7 +15,7 @@ from speedtronic.integrations._names import SKIPPED_KEYS, StepAxis, metric_name,
 from speedtronic.integrations._uploads import Uploads
 from speedtronic.lifecycle import close_loggers_first_at_exit
 from speedtronic.processors.convert import to_python
-from speedtronic.processors.enrich import timestamp_ns
+from speedtronic.record import timestamp_ns
 
 __all__ = ["MlflowHook", "mlflow_name"]
 

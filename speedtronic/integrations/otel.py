@@ -19,7 +19,7 @@ from speedtronic.integrations._structlog import exception_text
 from speedtronic.levels import LEVEL_NAMES
 from speedtronic.lifecycle import close_loggers_first_at_exit
 from speedtronic.processors.convert import to_python, unique_key
-from speedtronic.processors.enrich import timestamp_ns
+from speedtronic.record import timestamp_ns
 from speedtronic.strings import safe_str
 
 __all__ = ["SEVERITY_NUMBERS", "OtelHook", "attributes", "exception_attributes"]

@@ -67,7 +67,10 @@ MAX_REPEATS = 100_000
 CYCLE = "<cycle>"
 """What a container met again inside itself is written as (a ``Truncated`` marker)."""
 
-_PLAIN: frozenset[type] = frozenset({str, int, float, bool, type(None)})
+PLAIN_TYPES: frozenset[type] = frozenset({str, int, float, bool, type(None)})
+"""The types JSON and the text line write as they are (``bool`` is an ``int``, but its own type here)."""
+PLAIN_NUMBERS: frozenset[type] = PLAIN_TYPES - {str}
+"""The plain types that hold no text to judge or quote."""
 _INT64_MIN = -(2**63)
 _UINT64_MAX = 2**64 - 1
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -229,7 +232,7 @@ def to_python(value: Any, depth: int = 0) -> Any:
     Mappings become dicts and lists and tuples become lists (at any depth, each container once: see
     the module's note on walks); anything else is returned as it is.
     """
-    if type(value) in _PLAIN:
+    if type(value) in PLAIN_TYPES:
         return value
     return _python(value, depth, _Seen())
 
@@ -237,7 +240,7 @@ def to_python(value: Any, depth: int = 0) -> Any:
 def _python(value: Any, depth: int, seen: _Seen) -> Any:
     seen.count += 1
     kind = type(value)
-    if kind in _PLAIN:
+    if kind in PLAIN_TYPES:
         return value
     return _converter_for(kind)(value, depth, seen)
 
@@ -327,11 +330,11 @@ class ConvertValues:
     __slots__ = ()
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
-        if _PLAIN.issuperset(map(type, event_dict.values())):  # the common case, tested at C speed
+        if PLAIN_TYPES.issuperset(map(type, event_dict.values())):  # the common case, tested at C speed
             return event_dict
         seen: _Seen | None = None
         for key, value in event_dict.items():
-            if type(value) not in _PLAIN:
+            if type(value) not in PLAIN_TYPES:
                 seen = seen or _Seen()
                 event_dict[key] = _python(value, 0, seen)
         return event_dict

@@ -51,6 +51,7 @@ from structlog.typing import EventDict, WrappedLogger
 
 from speedtronic.processors.convert import (
     MAX_DEPTH,
+    PLAIN_NUMBERS,
     Converted,
     Truncated,
     _Seen,
@@ -339,7 +340,6 @@ def _may_hold_key_value(text: str) -> bool:
 
 _DEFAULT_STR: Any = object.__str__  # a class with it prints its repr()
 _NUMBERS = (int, float, type(None))  # bool is an int
-_PLAIN_NUMBERS = frozenset({int, float, bool, type(None)})
 _CONTAINERS = (Mapping, list, tuple, set, frozenset, deque, UserList, MappingView)
 
 
@@ -423,13 +423,13 @@ class Redact:
         for key in plan.secret:
             event_dict[key] = self._replacement
         others = plan.others
-        if others and not _PLAIN_NUMBERS.issuperset(map(type, plan.values(event_dict))):
+        if others and not PLAIN_NUMBERS.issuperset(map(type, plan.values(event_dict))):
             seen: _Seen | None = None
             for key in others:
                 value = event_dict[key]
                 if type(value) is str:
                     event_dict[key] = self._text(value)
-                elif type(value) not in _PLAIN_NUMBERS:
+                elif type(value) not in PLAIN_NUMBERS:
                     seen = seen or _Seen()
                     event_dict[key] = self._scrub(value, 1, seen)
         return event_dict
@@ -465,7 +465,7 @@ class Redact:
                 event_dict[key] = self._replacement
             elif type(value) is str:
                 event_dict[key] = self._text(value)
-            elif type(value) not in _PLAIN_NUMBERS:
+            elif type(value) not in PLAIN_NUMBERS:
                 seen = seen or _Seen()
                 event_dict[key] = self._scrub(value, 1, seen)
             renamed = renamed or (name is not key and name != key)  # equal text: an equal key, not renamed

@@ -17,10 +17,9 @@ import orjson
 from structlog.typing import EventDict, WrappedLogger
 
 from speedtronic.levels import LEVEL_NAMES
-from speedtronic.processors.convert import Truncated, is_plain, json_safe_record, truncate
-from speedtronic.processors.enrich import iso_timestamp
+from speedtronic.processors.convert import PLAIN_TYPES, Truncated, is_plain, json_safe_record, truncate
 from speedtronic.processors.text import DEFAULT_FLOAT_DIGITS, ValueFormat, quote
-from speedtronic.record import NOTE_KEY, empty_note
+from speedtronic.record import NOTE_KEY, empty_note, iso_timestamp
 from speedtronic.strings import safe_str
 
 __all__ = ["DEFAULT_MAX_LINE_BYTES", "CapLine", "JSONLRenderer", "TextRenderer"]
@@ -158,7 +157,7 @@ def _plain_record(record: dict[str, Any]) -> bytes | None:
     its timestamp; ``None`` (and ``record`` as it was) for any other. Tested at C speed: the value types
     in one pass, ints beyond 64 bits by orjson's refusal, NaN and infinities (which orjson writes as
     ``null``) by ``is_plain`` only when the line holds a ``null``."""
-    if not _PLAIN_TYPES.issuperset(map(type, record.values())):
+    if not PLAIN_TYPES.issuperset(map(type, record.values())):
         return None
     timestamp = record.pop("timestamp")
     record[NOTE_KEY] = _EMPTY_NOTE  # every record carries the note: its contract
@@ -171,9 +170,6 @@ def _plain_record(record: dict[str, Any]) -> bytes | None:
     if data is not None and b"null" in data and not is_plain(record):
         data = None
     return data
-
-
-_PLAIN_TYPES = frozenset({str, int, float, bool, type(None)})
 
 
 def _escape_line_breaks(data: bytes) -> bytes:

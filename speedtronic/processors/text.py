@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable, Container, Mapping
 from typing import Any
 
+from speedtronic.processors.convert import PLAIN_NUMBERS
 from speedtronic.strings import int_text, safe_str, value_text
 
 __all__ = [
@@ -133,7 +134,7 @@ class ValueFormat:
         kinds = tuple(map(type, values))
         specs = plan.specs.get(kinds)
         if specs is None:
-            if not _NUMBERS.issuperset(kinds):
+            if not PLAIN_NUMBERS.issuperset(kinds):
                 return None
             if len(plan.specs) >= _MAX_PLANS:
                 plan.specs.clear()
@@ -195,7 +196,6 @@ _MAX_KEYS = 4096  # distinct keys whose tokens a ValueFormat keeps
 _MAX_PLANS = 256  # key sets (and value type patterns of each) a ValueFormat keeps
 _BULK_KEYS = 16  # smaller events take the plain loop: the bulk path's set-up costs more there
 _STR_ONLY = frozenset({str})
-_NUMBERS = frozenset({float, int, bool, type(None)})
 
 
 class _Plan:
