@@ -218,6 +218,12 @@ class RunSummary:
     """What each key met is (``_LOSS``, ...), decided the first time the key is met."""
     _losses: dict[str, SeriesStats] = field(default_factory=dict, repr=False)
     """Each loss key's series: the run's loss is chosen among them once every piece is in."""
+    _known: set[str] = field(default_factory=set, repr=False)
+    """``train_step`` keys whose values ``_add_known`` folds as ``_add_roles`` would: keys of no role,
+    and loss, rate and learning-rate keys whose entry exists (a first value adds an entry, and the
+    order entries are added in is the order the summary shows them, so only ``_add_roles`` adds)."""
+    _active: list[tuple[str, int, Any]] = field(default_factory=list, repr=False)
+    """``(key, role, its SeriesStats or RateStats)`` of the known keys with a role."""
     """What ``add`` does with each event, decided the first time the event is met."""
 
     def add(self, record: Record) -> None:
@@ -227,7 +233,11 @@ class RunSummary:
         self.events[event] += 1
         elapsed = record.payload.get("elapsed_s")
         if type(elapsed) is float or type(elapsed) is int:
-            self._add_time(record.rank, float(elapsed))
+            times = self._times.get(record.rank)
+            if times is not None and times[-1][0] == self._starts and times[-1][1] >= elapsed:
+                pass  # the usual case: an earlier record of this segment had a later time
+            else:
+                self._add_time(record.rank, float(elapsed))
         fold = self._folds.get(event)
         if fold is None:
             fold = self._folds[event] = _fold_for(event)
@@ -252,9 +262,33 @@ class RunSummary:
                 self.step_min = step
             if self.step_max is None or step > self.step_max:
                 self.step_max = step
-            self._count_step(step)
+            index = (step >> 3) - self._seen_at
+            if 0 <= step < _STEP_BITS and 0 <= index < len(self._seen):
+                self._seen[index] |= 1 << (step & 7)
+            else:
+                self._count_step(step)
         else:
             step = None
+        if payload.keys() <= self._known:
+            self._add_known(payload, step)
+        else:
+            self._add_roles(payload, step)
+
+    def _add_known(self, payload: dict[str, Any], step: int | None) -> None:
+        """Fold a ``train_step`` whose keys are all known: only the keys with a role are looked at."""
+        for key, role, stats in self._active:
+            value = payload.get(key)
+            if type(value) is not float and type(value) is not int:
+                continue
+            if role == _RATE:
+                stats.add(value)
+            elif role == _LOSS:
+                stats.add(value, step)
+            else:
+                self.lrs[key] = value
+
+    def _add_roles(self, payload: dict[str, Any], step: int | None) -> None:
+        """Fold a ``train_step`` key by key, in the payload's order, and learn its keys for ``_add_known``."""
         roles = self._roles
         for key, value in payload.items():
             if type(value) is not float and type(value) is not int:
@@ -277,6 +311,17 @@ class RunSummary:
                 self.lrs[key] = value
             elif role == _EVAL:
                 self._add_eval_loss(str(eval_split(key)), value, step)
+        for key in payload.keys() - self._known:
+            role = roles.get(key)
+            if role is None:
+                role = roles[key] = self._role(key)
+            stats = self.rates.get(key) if role == _RATE else self._losses.get(key) if role == _LOSS else None
+            if role == _OTHER or stats is not None or (role == _LR and key in self.lrs):
+                # A held-out loss is never known: two keys of one split (eval_loss, eval/loss) in
+                # one record must be folded in the record's order.
+                self._known.add(key)
+                if role != _OTHER:
+                    self._active.append((key, role, stats))
 
     def _role(self, key: str) -> int:
         roles = self.roles
@@ -655,14 +700,14 @@ def _summarize_piece(piece: _Piece) -> tuple[_Piece, RunSummary]:
     ``train_start`` records of every rank, as the reader numbers segments)."""
     part = RunSummary(str(piece.source), piece.roles)
     ranks = RankFilter([], "all" if piece.rank is None else sorted(piece.rank), part.skipped)
-    keeps, add = ranks.keeps, part.add
+    keeps, add, every = ranks.keeps, part.add, piece.rank is None
     for record in file_records(piece.source, part.skipped, span=(piece.start, piece.stop, piece.first_line)):
         part._read += 1
         if record.event == "train_start":
             part._starts += 1
-        if keeps(record.rank):
+        if every or keeps(record.rank):
             add(record)
-    part._folds, part._roles = {}, {}
+    part._folds, part._roles, part._known, part._active = {}, {}, set(), []
     return piece, part
 
 
