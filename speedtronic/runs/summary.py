@@ -222,8 +222,10 @@ class RunSummary:
     """``train_step`` keys whose values ``_add_known`` folds as ``_add_roles`` would: keys of no role,
     and loss, rate and learning-rate keys whose entry exists (a first value adds an entry, and the
     order entries are added in is the order the summary shows them, so only ``_add_roles`` adds)."""
-    _active: list[tuple[str, int, Any]] = field(default_factory=list, repr=False)
-    """``(key, role, its SeriesStats or RateStats)`` of the known keys with a role."""
+    _known_losses: list[tuple[str, SeriesStats]] = field(default_factory=list, repr=False)
+    _known_rates: list[tuple[str, RateStats]] = field(default_factory=list, repr=False)
+    _known_lrs: list[str] = field(default_factory=list, repr=False)
+    """The known keys with a role, each with what it adds to."""
     """What ``add`` does with each event, decided the first time the event is met."""
 
     def add(self, record: Record) -> None:
@@ -276,15 +278,18 @@ class RunSummary:
 
     def _add_known(self, payload: dict[str, Any], step: int | None) -> None:
         """Fold a ``train_step`` whose keys are all known: only the keys with a role are looked at."""
-        for key, role, stats in self._active:
-            value = payload.get(key)
-            if type(value) is not float and type(value) is not int:
-                continue
-            if role == _RATE:
-                stats.add(value)
-            elif role == _LOSS:
-                stats.add(value, step)
-            else:
+        get = payload.get
+        for key, loss in self._known_losses:
+            value = get(key)
+            if type(value) is float or type(value) is int:
+                loss.add(value, step)
+        for key, rate in self._known_rates:
+            value = get(key)
+            if type(value) is float or type(value) is int:
+                rate.add(value)
+        for key in self._known_lrs:
+            value = get(key)
+            if type(value) is float or type(value) is int:
                 self.lrs[key] = value
 
     def _add_roles(self, payload: dict[str, Any], step: int | None) -> None:
@@ -311,17 +316,23 @@ class RunSummary:
                 self.lrs[key] = value
             elif role == _EVAL:
                 self._add_eval_loss(str(eval_split(key)), value, step)
+        # A key is known once its entry is there. A held-out loss never is: two keys of one split
+        # (eval_loss, eval/loss) in one record are folded in the record's order.
         for key in payload.keys() - self._known:
             role = roles.get(key)
             if role is None:
                 role = roles[key] = self._role(key)
-            stats = self.rates.get(key) if role == _RATE else self._losses.get(key) if role == _LOSS else None
-            if role == _OTHER or stats is not None or (role == _LR and key in self.lrs):
-                # A held-out loss is never known: two keys of one split (eval_loss, eval/loss) in
-                # one record must be folded in the record's order.
+            if role == _OTHER:
                 self._known.add(key)
-                if role != _OTHER:
-                    self._active.append((key, role, stats))
+            elif role == _LOSS and key in self._losses:
+                self._known.add(key)
+                self._known_losses.append((key, self._losses[key]))
+            elif role == _RATE and key in self.rates:
+                self._known.add(key)
+                self._known_rates.append((key, self.rates[key]))
+            elif role == _LR and key in self.lrs:
+                self._known.add(key)
+                self._known_lrs.append(key)
 
     def _role(self, key: str) -> int:
         roles = self.roles
@@ -707,7 +718,8 @@ def _summarize_piece(piece: _Piece) -> tuple[_Piece, RunSummary]:
             part._starts += 1
         if every or keeps(record.rank):
             add(record)
-    part._folds, part._roles, part._known, part._active = {}, {}, set(), []
+    part._folds, part._roles, part._known = {}, {}, set()
+    part._known_losses, part._known_rates, part._known_lrs = [], [], []
     return piece, part
 
 
