@@ -1,6 +1,6 @@
 """``summarize_run``: one pass over a run, in constant memory, into a ``RunSummary``.
 
-What counts as trouble comes from ``speedtronic.processors.EVENT_LEVELS``, the same table that sets
+What counts as trouble comes from ``speedtronic.events.EVENT_LEVELS``, the same table that sets
 the text log's levels, so a new warning event is summarised without a change here. The loss, the
 learning rates, the throughput rates and the held-out losses are found by role
 (``speedtronic.runs.roles``): a Hugging Face, Lightning or torchtune run reads as ours does.
@@ -218,14 +218,6 @@ class RunSummary:
     """What each key met is (``_LOSS``, ...), decided the first time the key is met."""
     _losses: dict[str, SeriesStats] = field(default_factory=dict, repr=False)
     """Each loss key's series: the run's loss is chosen among them once every piece is in."""
-    _known: set[str] = field(default_factory=set, repr=False)
-    """``train_step`` keys whose values ``_add_known`` folds as ``_add_roles`` would: keys of no role,
-    and loss, rate and learning-rate keys whose entry exists (a first value adds an entry, and the
-    order entries are added in is the order the summary shows them, so only ``_add_roles`` adds)."""
-    _known_losses: list[tuple[str, SeriesStats]] = field(default_factory=list, repr=False)
-    _known_rates: list[tuple[str, RateStats]] = field(default_factory=list, repr=False)
-    _known_lrs: list[str] = field(default_factory=list, repr=False)
-    """The known keys with a role, each with what it adds to."""
     """What ``add`` does with each event, decided the first time the event is met."""
 
     def add(self, record: Record) -> None:
@@ -235,11 +227,7 @@ class RunSummary:
         self.events[event] += 1
         elapsed = record.payload.get("elapsed_s")
         if type(elapsed) is float or type(elapsed) is int:
-            times = self._times.get(record.rank)
-            if times is not None and times[-1][0] == self._starts and times[-1][1] >= elapsed:
-                pass  # the usual case: an earlier record of this segment had a later time
-            else:
-                self._add_time(record.rank, float(elapsed))
+            self._add_time(record.rank, float(elapsed))
         fold = self._folds.get(event)
         if fold is None:
             fold = self._folds[event] = _fold_for(event)
@@ -264,36 +252,9 @@ class RunSummary:
                 self.step_min = step
             if self.step_max is None or step > self.step_max:
                 self.step_max = step
-            index = (step >> 3) - self._seen_at
-            if 0 <= step < _STEP_BITS and 0 <= index < len(self._seen):
-                self._seen[index] |= 1 << (step & 7)
-            else:
-                self._count_step(step)
+            self._count_step(step)
         else:
             step = None
-        if payload.keys() <= self._known:
-            self._add_known(payload, step)
-        else:
-            self._add_roles(payload, step)
-
-    def _add_known(self, payload: dict[str, Any], step: int | None) -> None:
-        """Fold a ``train_step`` whose keys are all known: only the keys with a role are looked at."""
-        get = payload.get
-        for key, loss in self._known_losses:
-            value = get(key)
-            if type(value) is float or type(value) is int:
-                loss.add(value, step)
-        for key, rate in self._known_rates:
-            value = get(key)
-            if type(value) is float or type(value) is int:
-                rate.add(value)
-        for key in self._known_lrs:
-            value = get(key)
-            if type(value) is float or type(value) is int:
-                self.lrs[key] = value
-
-    def _add_roles(self, payload: dict[str, Any], step: int | None) -> None:
-        """Fold a ``train_step`` key by key, in the payload's order, and learn its keys for ``_add_known``."""
         roles = self._roles
         for key, value in payload.items():
             if type(value) is not float and type(value) is not int:
@@ -316,23 +277,6 @@ class RunSummary:
                 self.lrs[key] = value
             elif role == _EVAL:
                 self._add_eval_loss(str(eval_split(key)), value, step)
-        # A key is known once its entry is there. A held-out loss never is: two keys of one split
-        # (eval_loss, eval/loss) in one record are folded in the record's order.
-        for key in payload.keys() - self._known:
-            role = roles.get(key)
-            if role is None:
-                role = roles[key] = self._role(key)
-            if role == _OTHER:
-                self._known.add(key)
-            elif role == _LOSS and key in self._losses:
-                self._known.add(key)
-                self._known_losses.append((key, self._losses[key]))
-            elif role == _RATE and key in self.rates:
-                self._known.add(key)
-                self._known_rates.append((key, self.rates[key]))
-            elif role == _LR and key in self.lrs:
-                self._known.add(key)
-                self._known_lrs.append(key)
 
     def _role(self, key: str) -> int:
         roles = self.roles
@@ -711,15 +655,14 @@ def _summarize_piece(piece: _Piece) -> tuple[_Piece, RunSummary]:
     ``train_start`` records of every rank, as the reader numbers segments)."""
     part = RunSummary(str(piece.source), piece.roles)
     ranks = RankFilter([], "all" if piece.rank is None else sorted(piece.rank), part.skipped)
-    keeps, add, every = ranks.keeps, part.add, piece.rank is None
+    keeps, add = ranks.keeps, part.add
     for record in file_records(piece.source, part.skipped, span=(piece.start, piece.stop, piece.first_line)):
         part._read += 1
         if record.event == "train_start":
             part._starts += 1
-        if every or keeps(record.rank):
+        if keeps(record.rank):
             add(record)
-    part._folds, part._roles, part._known = {}, {}, set()
-    part._known_losses, part._known_rates, part._known_lrs = [], [], []
+    part._folds, part._roles = {}, {}
     return piece, part
 
 
