@@ -34,14 +34,23 @@ class TestChangingKeys:
     def test_a_learning_rate_that_comes_late_is_read(self, tmp_path: Path) -> None:
         """A learning rate first logged at step 3 is the run's last learning rate."""
         summary = summarize(
-            tmp_path, {"loss": 3.0}, {"loss": 2.0}, {"loss": 1.5, "lr": 0.1}, {"loss": 1.0, "lr": 0.05},
+            tmp_path,
+            {"loss": 3.0},
+            {"loss": 2.0},
+            {"loss": 1.5, "lr": 0.1},
+            {"loss": 1.0, "lr": 0.05},
         )
         assert summary.lrs == {"lr": 0.05}
 
     def test_a_missing_or_non_numeric_loss_keeps_the_last_one(self, tmp_path: Path) -> None:
         """A step without a loss, or with a text one, leaves the last and best loss as they were."""
         summary = summarize(
-            tmp_path, {"loss": 3.0}, {"loss": 1.0}, {"grad_norm": 0.5}, {"loss": "skipped"}, {"loss": 2.0},
+            tmp_path,
+            {"loss": 3.0},
+            {"loss": 1.0},
+            {"grad_norm": 0.5},
+            {"loss": "skipped"},
+            {"loss": 2.0},
             {"grad_norm": 0.1},
         )
         assert (summary.loss_first, summary.loss_last, summary.loss_best, summary.loss_best_step) == (
@@ -51,7 +60,10 @@ class TestChangingKeys:
     def test_a_second_loss_key_met_later_does_not_become_the_loss(self, tmp_path: Path) -> None:
         """The run's loss is the loss key met first, even when a preferred one appears later."""
         summary = summarize(
-            tmp_path, {"train_loss": 3.0}, {"train_loss": 2.0, "loss": 9.0}, {"train_loss": 1.0, "loss": 8.0},
+            tmp_path,
+            {"train_loss": 3.0},
+            {"train_loss": 2.0, "loss": 9.0},
+            {"train_loss": 1.0, "loss": 8.0},
         )
         assert (summary.loss_key, summary.loss_last) == ("train_loss", 1.0)
 
