@@ -110,9 +110,10 @@ print(con.sql(
 """
 
 DUCKDB_PER_RANK = """
-import sys
+import os, sys
 import duckdb
-con = duckdb.connect(config={"memory_limit": "256MB", "threads": 2})
+spill = os.path.join(os.path.dirname(os.path.dirname(sys.argv[1])), "duckdb.tmp")  # not the cwd's .tmp
+con = duckdb.connect(config={"memory_limit": "256MB", "threads": 2, "temp_directory": spill})
 con.execute("PRAGMA disable_progress_bar")
 print(con.sql(
     "select \\"rank\\", count(distinct step) filter (where event = 'train_step'),"
