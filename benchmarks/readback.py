@@ -17,6 +17,8 @@ a temporary directory (``--dir`` to choose one with room; ``df`` is checked firs
 3. Runs of R ranks x N records (one file per rank): ``summarize --rank all``, ``read_frames`` of one
    event of a chosen rank and ``plot --rank`` of it, then the same for three chosen ranks, against
    DuckDB reading the same files with a glob; several sizes, so the growth of time and memory shows.
+   ``summarize --rank all`` is also set against DuckDB computing its figures per rank (``GROUP BY``)
+   under ``memory_limit='256MB'`` and 2 threads.
 """
 
 from __future__ import annotations
