@@ -1,6 +1,6 @@
 """``summarize_run``: one pass over a run, in constant memory, into a ``RunSummary``.
 
-What counts as trouble comes from ``speedtronic.events.EVENT_LEVELS``, the same table that sets
+What counts as trouble comes from ``speedtronic.processors.EVENT_LEVELS``, the same table that sets
 the text log's levels, so a new warning event is summarised without a change here. The loss, the
 learning rates, the throughput rates and the held-out losses are found by role
 (``speedtronic.runs.roles``): a Hugging Face, Lightning or torchtune run reads as ours does.
