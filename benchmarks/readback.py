@@ -17,6 +17,8 @@ a temporary directory (``--dir`` to choose one with room; ``df`` is checked firs
 3. Runs of R ranks x N records (one file per rank): ``summarize --rank all``, ``read_frames`` of one
    event of a chosen rank and ``plot --rank`` of it, then the same for three chosen ranks, against
    DuckDB reading the same files with a glob; several sizes, so the growth of time and memory shows.
+   ``summarize --rank all`` is also set against DuckDB computing its figures per rank (``GROUP BY``)
+   under ``memory_limit='256MB'`` and 2 threads.
 """
 
 from __future__ import annotations
@@ -108,6 +110,21 @@ print(con.sql(
     f" from read_json_auto('{sys.argv[1]}')"
 ).fetchall())
 """
+
+DUCKDB_PER_RANK = """
+import os, sys
+import duckdb
+spill = os.path.join(os.path.dirname(os.path.dirname(sys.argv[1])), "duckdb.tmp")  # not the cwd's .tmp
+con = duckdb.connect(config={"memory_limit": "256MB", "threads": 2, "temp_directory": spill})
+con.execute("PRAGMA disable_progress_bar")
+print(con.sql(
+    "select \\"rank\\", count(distinct step) filter (where event = 'train_step'),"
+    " arg_max(loss, step) filter (where event = 'train_step' and loss is not null),"
+    " min(loss) filter (where event = 'train_step'), max(elapsed_s)"
+    f" from read_json_auto('{sys.argv[1]}') group by \\"rank\\""
+).fetchall()[:3])
+"""
+"""The issue's yardstick for ``summarize --rank all``: the figures per rank, in 256 MB and 2 threads."""
 
 DUCKDB_RANK = """
 import sys
@@ -248,8 +265,11 @@ def main() -> None:
             size = sum(f.stat().st_size for f in run.iterdir()) / 2**20
             print(f" {ranks:,} ranks x {records:,} records = {ranks * records:,}, {size:,.0f} MiB")
             duck = show("duckdb aggregate, glob", script(DUCKDB_SUMMARY, files), rounds)
+            per_rank = show("duckdb per rank, 256MB, 2 threads", script(DUCKDB_PER_RANK, files), rounds)
             summarize = speedtronic("summarize", str(run), "--rank", "all")
-            show("speedtronic summarize --rank all", summarize, rounds, duck)
+            took, peak, _ = show("speedtronic summarize --rank all", summarize, rounds, duck)
+            against = f"{took / per_rank[0]:5.2f}x time, {peak / per_rank[1]:4.2f}x memory"
+            print(f"  {'  the same against duckdb per rank':42} {against}", flush=True)
             duck = show("duckdb train_step of rank R, glob", script(DUCKDB_RANK, files, chosen), rounds)
             frames = script(READ_FRAMES, str(run), chosen)
             show("read_frames(events=[train_step], rank=R)", frames, rounds, duck)
