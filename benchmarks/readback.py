@@ -34,10 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-NOTE = (
-    '{"v":2,"origin":"user","converted":[],"truncated":[],'
-    '"non_finite":{"nan":%s,"inf":[],"neg_inf":[]}}'
-)
+NOTE = '{"v":2,"origin":"user","converted":[],"truncated":[],"non_finite":{"nan":%s,"inf":[],"neg_inf":[]}}'
 STEP = (
     '{"event":"train_step","step":%d,"loss":%s,"lr":0.0003,"grad_norm":%r,"samples_per_s":%r,'
     '"tokens_per_s":%r,"elapsed_s":%r%s,"_speedtronic":%s,"timestamp":"2026-01-01T12:00:00.%06dZ"}\n'
@@ -59,10 +56,17 @@ def write_rank(path: Path, records: int, rank: int | None) -> None:
         for step in range(1, records - 1):
             nan = step % 50_000 == 0
             lines.append(
-                STEP % (
-                    step, "null" if nan else repr(2.0 / (1 + step * 1e-3)), 1.0 + step % 7 * 0.1,
-                    1000.0 + step % 13, 64000.0 + step % 11, step * 0.01, ranked,
-                    NOTE % ('["/loss"]' if nan else "[]"), step % 1_000_000,
+                STEP
+                % (
+                    step,
+                    "null" if nan else repr(2.0 / (1 + step * 1e-3)),
+                    1.0 + step % 7 * 0.1,
+                    1000.0 + step % 13,
+                    64000.0 + step % 11,
+                    step * 0.01,
+                    ranked,
+                    NOTE % ('["/loss"]' if nan else "[]"),
+                    step % 1_000_000,
                 )
             )
             if step % 10_000 == 0:
@@ -225,12 +229,19 @@ def main() -> None:
     rounds = 1 if args.quick else args.rounds
     sizes = (10_000, 100_000) if args.quick else (10_000, 100_000, 1_000_000)
     mib = 64 if args.quick else 200
-    grid = [(args.ranks, args.rank_records)] if args.ranks else (
-        [(10, 1_000), (100, 1_000), (1_000, 100)] if args.quick
-        else [(10, 10_000), (100, 10_000), (1_000, 1_000)]
+    grid = (
+        [(args.ranks, args.rank_records)]
+        if args.ranks
+        else (
+            [(10, 1_000), (100, 1_000), (1_000, 100)]
+            if args.quick
+            else [(10, 10_000), (100, 10_000), (1_000, 1_000)]
+        )
     )
-    print(f"{platform.node()}: {os.cpu_count()} cores, Python {platform.python_version()}, "
-          f"load average {os.getloadavg()[0]:.1f}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print(
+        f"{platform.node()}: {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"load average {os.getloadavg()[0]:.1f}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+    )
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         root = Path(tmp)
         if not args.ranks:

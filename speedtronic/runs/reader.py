@@ -536,7 +536,7 @@ def _lists_non_finite(note: Any) -> bool:
         return False
     if "v" not in note:
         return bool(listed)
-    return any(listed.get(kind) for kind in NON_FINITE_KINDS)
+    return any(map(listed.get, NON_FINITE_KINDS))  # no generator: this runs for every record read
 
 
 def _restore_non_finite(value: Any) -> Any:

@@ -165,7 +165,7 @@ class RunSummary:
     """The held-out loss of each split (``eval``, ``val``, ``test``, ...), in the order first met."""
     peaks: dict[str, float] = field(default_factory=dict)
     """The largest value of each ``system`` record's ``*_bytes`` key (``rss_bytes``,
-    ``gpu0_memory_used_bytes``, ...): peak memory."""
+    ``gpu0_memory_used_bytes``, ...): peak memory; capacities (``*_total_bytes``) are left out."""
     utilisation: dict[str, RateStats] = field(default_factory=dict)
     """The mean of each ``system`` record's ``*_percent`` key (``cpu_percent``, ``gpu0_util_percent``)."""
     end_rates: dict[str, float] = field(default_factory=dict)
@@ -318,7 +318,7 @@ class RunSummary:
         for key, value in record.payload.items():
             if type(value) is not float and type(value) is not int:
                 continue
-            if key.endswith("_bytes"):
+            if key.endswith("_bytes") and not key.endswith("_total_bytes"):  # a capacity is no peak
                 if value > self.peaks.get(key, -math.inf):
                     self.peaks[key] = value
             elif key.endswith("_percent"):
@@ -462,7 +462,9 @@ class RunSummary:
             "records": self.records,
             "events": dict(self.events),
             "steps": {
-                "min": self.step_min, "max": self.step_max, "target": self.target_step,
+                "min": self.step_min,
+                "max": self.step_max,
+                "target": self.target_step,
                 "recorded": self.steps_recorded,
             },
             "segments": self.segments,
@@ -477,8 +479,10 @@ class RunSummary:
             "lr": {key: _json_float(value) for key, value in self.lrs.items()},
             "evals": {
                 split: {
-                    "last": _json_float(stats.last), "last_step": stats.last_step,
-                    "best": _json_float(stats.best), "best_step": stats.best_step,
+                    "last": _json_float(stats.last),
+                    "last_step": stats.last_step,
+                    "best": _json_float(stats.best),
+                    "best_step": stats.best_step,
                 }
                 for split, stats in self.evals.items()
             },

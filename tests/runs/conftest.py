@@ -58,9 +58,7 @@ class FailsOnCheckpoint:
             raise RuntimeError("disk full")
 
 
-def log_run(
-    path: Path, events: Iterable[Event] = EVENTS, hooks: Iterable[Any] = ()
-) -> list[Event]:
+def log_run(path: Path, events: Iterable[Event] = EVENTS, hooks: Iterable[Any] = ()) -> list[Event]:
     """Emit ``events`` through a real MetricLogger writing ``path``; return what a live hook got."""
     recorder = Recorder()
     with warnings.catch_warnings():

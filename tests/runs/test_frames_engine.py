@@ -107,11 +107,20 @@ class TestEngine:
             assert_reads(path, event)
         polars, pandas = assert_reads(path, "train_step")
         assert dict(polars.schema) == {
-            "step": pl.Int64, "loss": pl.Float64, "lr": pl.Float64, "ok": pl.Boolean,
-            "elapsed_s": pl.Float64, "timestamp": pl.Datetime("us", "UTC"),
+            "step": pl.Int64,
+            "loss": pl.Float64,
+            "lr": pl.Float64,
+            "ok": pl.Boolean,
+            "elapsed_s": pl.Float64,
+            "timestamp": pl.Datetime("us", "UTC"),
         }
         assert [str(dtype) for dtype in pandas.dtypes] == [
-            "int64", "float64", "float64", "bool", "float64", "datetime64[us, UTC]"
+            "int64",
+            "float64",
+            "float64",
+            "bool",
+            "float64",
+            "datetime64[us, UTC]",
         ]
         assert math.isnan(polars["loss"][99])
         assert polars["loss"][199] == math.inf
@@ -174,7 +183,7 @@ class TestEngine:
         assert "grad_norm" not in read_frames(path)["e"].columns
 
     def test_strings_that_spell_numbers_or_times_stay_strings(self, tmp_path: Path) -> None:
-        """"NaN" and a date the trainer logged are text; pyarrow's guess of a time type is not used."""
+        """ "NaN" and a date the trainer logged are text; pyarrow's guess of a time type is not used."""
         events = [("s", {"verdict": "NaN", "when": "2026-01-01T12:00:00"}) for _ in range(ROWS)]
         path = written(tmp_path / "m.jsonl", events)
         polars, _ = assert_reads(path, "s")

@@ -47,12 +47,28 @@ class TestPlotCommand:
         """Three keys against elapsed_s, two runs overlaid, smoothed, log y: a 3-panel PNG."""
         other = tmp_path / "b.jsonl"
         other.write_text(
-            "".join(f'{{"event":"train_step","step":{i},"loss":{1 / i},"elapsed_s":{i / 10}}}\n'
-                    for i in range(1, 50))
+            "".join(
+                f'{{"event":"train_step","step":{i},"loss":{1 / i},"elapsed_s":{i / 10}}}\n'
+                for i in range(1, 50)
+            )
         )
         out = tmp_path / "three.png"
-        result = cli("plot", run_file, other, "-o", out, "--keys", "loss,lr,grad_norm",
-                     "--x", "elapsed_s", "--smooth", "0.6", "--log-y", "--title", "compare")
+        result = cli(
+            "plot",
+            run_file,
+            other,
+            "-o",
+            out,
+            "--keys",
+            "loss,lr,grad_norm",
+            "--x",
+            "elapsed_s",
+            "--smooth",
+            "0.6",
+            "--log-y",
+            "--title",
+            "compare",
+        )
         assert result.returncode == 0, result.stderr
         assert png_size(out) == (800, 3 * 260 + 60)
 
@@ -96,7 +112,6 @@ class TestPlotCommand:
     def test_bad_smoothing(self, cli: CLI, run_file: Path, tmp_path: Path) -> None:
         """--smooth outside [0, 1) is a one-line error."""
         assert_one_line_error(cli("plot", run_file, "-o", tmp_path / "o.png", "--smooth", "1"), "--smooth")
-
 
     def test_a_folder_of_runs_plots_every_run(self, cli: CLI, tmp_path: Path) -> None:
         """plot runs/ draws each run directory in it, as summarize reads them."""

@@ -26,7 +26,7 @@ def payloads(path: Path, **options: Any) -> list[dict[str, Any]]:
 
 class TestContract:
     def test_strings_that_spell_non_finite_numbers_stay_strings(self, tmp_path: Path) -> None:
-        """"NaN", "Infinity" and "-Infinity" logged as strings read back as those strings."""
+        """ "NaN", "Infinity" and "-Infinity" logged as strings read back as those strings."""
         path = tmp_path / "m.jsonl"
         write_run(path, [("train_step", {"step": 1, "loss": "NaN", "tag": "Infinity", "low": ["-Infinity"]})])
         [payload] = payloads(path)
@@ -54,10 +54,13 @@ class TestContract:
     def test_summarize_does_not_count_a_string_loss_as_non_finite(self, tmp_path: Path) -> None:
         """A loss logged as the string "NaN" is not a number: no non-finite loss, no loss figures."""
         path = tmp_path / "m.jsonl"
-        write_run(path, [
-            ("train_step", {"step": 1, "loss": "NaN"}),
-            ("train_step", {"step": 2, "loss": 1.5}),
-        ])
+        write_run(
+            path,
+            [
+                ("train_step", {"step": 1, "loss": "NaN"}),
+                ("train_step", {"step": 2, "loss": 1.5}),
+            ],
+        )
         summary = summarize_run(path)
         assert (summary.non_finite_losses, summary.loss_first, summary.loss_last) == (0, 1.5, 1.5)
 

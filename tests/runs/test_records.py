@@ -41,12 +41,15 @@ class TestReadRecords:
     def test_torn_tail_junk_and_non_objects_are_skipped_with_line_numbers(self, run_file: Path) -> None:
         """Bad lines are skipped and counted by reason with their line numbers; the rest is read."""
         good = len(run_file.read_text().splitlines())
-        append(run_file, "not json at all\n[1, 2]\n\n{\"step\": 9}\n{\"event\": \"train_st")
+        append(run_file, 'not json at all\n[1, 2]\n\n{"step": 9}\n{"event": "train_st')
         skipped = Skipped()
         records = list(read_records(run_file, skipped))
         assert len(records) == good
         assert skipped.by_reason() == {
-            "not JSON": 1, "not a JSON object": 1, "no event name": 1, "torn last line": 1,
+            "not JSON": 1,
+            "not a JSON object": 1,
+            "no event name": 1,
+            "torn last line": 1,
         }
         (described,) = skipped.describe("run")
         assert f"1 not JSON (line {good + 1})" in described
@@ -107,7 +110,9 @@ class TestRunFiles:
         for name in ("metrics.rank10.jsonl", "metrics.rank2.jsonl", "metrics.jsonl", "notes.txt"):
             (tmp_path / name).write_text('{"event":"e"}\n')
         assert [p.name for p in run_files(tmp_path)] == [
-            "metrics.jsonl", "metrics.rank2.jsonl", "metrics.rank10.jsonl",
+            "metrics.jsonl",
+            "metrics.rank2.jsonl",
+            "metrics.rank10.jsonl",
         ]
         assert len(list(read_records(tmp_path, rank="all"))) == 3
 

@@ -74,8 +74,10 @@ def wandb_rows(wandb_dir: Path) -> list[dict[str, Any]]:
     rows = []
     for record in wandb_records(wandb_dir):
         if record.WhichOneof("record_type") == "history":
-            row = {item.key or "/".join(item.nested_key): json.loads(item.value_json)
-                   for item in record.history.item}
+            row = {
+                item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                for item in record.history.item
+            }
             rows.append({k: v for k, v in sorted(row.items()) if k not in ("_timestamp", "_runtime")})
     return rows
 
@@ -121,6 +123,7 @@ class TestReplayRun:
 
     def test_bad_hook_is_refused_before_reading(self, run_file: Path) -> None:
         """A hook that can't be called as (event, payload) is a TypeError naming it."""
+
         def takes_nothing() -> None: ...
 
         with pytest.raises(TypeError, match="takes_nothing"):
@@ -175,8 +178,9 @@ class TestRegisteredHookTypes:
         path = tmp_path / "run" / "metrics.jsonl"
         live = log_run(path, hooks=[FailsOnCheckpoint()])
         out = tmp_path / "journal.jsonl"
-        result = cli("replay", path, "--hook", f"journal:path={out},tag=replayed",
-                     env={"PYTHONPATH": str(plugin_site)})
+        result = cli(
+            "replay", path, "--hook", f"journal:path={out},tag=replayed", env={"PYTHONPATH": str(plugin_site)}
+        )
         assert result.returncode == 0, result.stderr
         assert f"replayed {len(EVENTS)} records of {path} to hook journal" in result.stderr
         *delivered, closed = journal(out)
@@ -196,8 +200,15 @@ class TestRegisteredHookTypes:
         self, cli: CLI, plugin_site: Path, run_file: Path, tmp_path: Path
     ) -> None:
         """Exit 2, one line naming the type and the registered ones; no other target is created."""
-        result = cli("replay", run_file, "--tensorboard", tmp_path / "tb", "--hook", "jornal",
-                     env={"PYTHONPATH": str(plugin_site)})
+        result = cli(
+            "replay",
+            run_file,
+            "--tensorboard",
+            tmp_path / "tb",
+            "--hook",
+            "jornal",
+            env={"PYTHONPATH": str(plugin_site)},
+        )
         assert_one_line_error(result, "unknown hook type 'jornal'", "journal", "tensorboard", "wandb")
         assert not (tmp_path / "tb").exists()
 
@@ -241,8 +252,10 @@ class TestParseHook:
             ("tensorboard", ("tensorboard", {})),
             ("tensorboard:log_dir=tb/run", ("tensorboard", {"log_dir": "tb/run"})),
             ("wandb:project=p,mode=offline", ("wandb", {"project": "p", "mode": "offline"})),
-            ('x:n=5,f=0.5,on=true,off=null,s="5"',
-             ("x", {"n": 5, "f": 0.5, "on": True, "off": None, "s": "5"})),
+            (
+                'x:n=5,f=0.5,on=true,off=null,s="5"',
+                ("x", {"n": 5, "f": 0.5, "on": True, "off": None, "s": "5"}),
+            ),
             ("x:url=http://h:8080/a,b=2", ("x", {"url": "http://h:8080/a", "b": 2})),
             ("x:tags=[1,2],name=a,b", ("x", {"tags": [1, 2], "name": "a,b"})),
         ],
@@ -307,7 +320,6 @@ class TestTensorboardReplay:
         assert len(list(log_dir.glob("events.out.tfevents.*"))) == 2
         assert [step for step, _ in tensorboard_scalars(log_dir)["train_step/lr"]] == [1, 2, 3, 4] * 2
 
-
     def test_a_folder_of_runs_is_replayed_run_by_run(self, cli: CLI, tmp_path: Path) -> None:
         """replay runs/ --tensorboard tb: each run into tb/<run>, as TensorBoard lists several runs."""
         integrations()
@@ -336,12 +348,22 @@ class TestWandbReplay:
         live_hook = hook_module.WandbHook(project="readback", mode="offline", dir=str(live_dir))
         log_run(path, hooks=[live_hook, FailsOnCheckpoint()])
 
-        result = cli("replay", path, "--wandb", "readback", "--wandb-mode", "offline",
-                     "--wandb-dir", replay_dir, env={"WANDB_SILENT": "true"})
+        result = cli(
+            "replay",
+            path,
+            "--wandb",
+            "readback",
+            "--wandb-mode",
+            "offline",
+            "--wandb-dir",
+            replay_dir,
+            env={"WANDB_SILENT": "true"},
+        )
         assert result.returncode == 0, result.stderr
         live, replayed = wandb_rows(live_dir), wandb_rows(replay_dir)
-        events = [{key.split("/")[0] for key in row if "/" in key and not key.startswith("_")}
-                  for row in replayed]
+        events = [
+            {key.split("/")[0] for key in row if "/" in key and not key.startswith("_")} for row in replayed
+        ]
         charted = [{event} for event, _ in EVENTS if event not in ONE_OFF_EVENTS]  # the rest: the summary
         assert events == charted  # metrics are <event>/<key>
         assert same(replayed, live)

@@ -22,11 +22,15 @@ def resumed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     once for this module; the tests only read it, and write their outputs in their own tmp_path)."""
     base = tmp_path_factory.mktemp("resumed")
     config = base / "c.yaml"
-    config.write_text(yaml.safe_dump({
-        "model": {"hidden": 16},
-        "train": {"steps": 6, "checkpoint_every": 3, "batch_size": 4, "device": "cpu"},
-        "logging": {"every_steps": 1, "hooks": []},
-    }))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "model": {"hidden": 16},
+                "train": {"steps": 6, "checkpoint_every": 3, "batch_size": 4, "device": "cpu"},
+                "logging": {"every_steps": 1, "hooks": []},
+            }
+        )
+    )
     env = {"OMP_NUM_THREADS": "1"}
     first = speedtronic("train", "--no-progress", "--config", config, "--run-dir", "run", cwd=base, env=env)
     assert first.returncode == 0, first.stderr
@@ -50,8 +54,11 @@ def elapsed_by_segment(run: Path) -> list[float]:
 class TestSegments:
     def test_the_reader_numbers_the_segments(self, resumed_run: Path) -> None:
         """Each train_start begins a segment: 0 for the first run, 1 for the resumed one."""
-        starts = [(r.segment, r.payload["start_step"]) for r in read_records(resumed_run)
-                  if r.event == "train_start"]
+        starts = [
+            (r.segment, r.payload["start_step"])
+            for r in read_records(resumed_run)
+            if r.event == "train_start"
+        ]
         assert starts == [(0, 0), (1, 6)]
 
     def test_summarize_adds_the_segments_up(self, resumed_run: Path) -> None:

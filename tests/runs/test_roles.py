@@ -155,7 +155,6 @@ class TestPlot:
         assert ("loss", "test_loss", "test", [0.8]) in lines
         assert [source for key, source, _, _ in lines if key == "lr"] == ["lr-SGD", "lr-SGD/pg1"]
 
-
     def test_a_held_out_loss_in_a_training_record_is_its_own_line(self, tmp_path: Path) -> None:
         """val_loss logged in a train_step record: a dashed val line, left out with with_eval=False."""
         pytest.importorskip("matplotlib")
@@ -172,13 +171,14 @@ class TestPlot:
 
 class TestSystem:
     def test_summarize_shows_peak_memory_and_mean_utilisation(self, tmp_path: Path) -> None:
-        """system records: the peak of each *_bytes key, the mean of each *_percent key; a key some
-        records lack is read where it is."""
+        """system records: the peak of each *_bytes key but capacities (*_total_bytes), the mean of
+        each *_percent key; a key some records lack is read where it is."""
         path = write(tmp_path / "m.jsonl", [
             {"event": "system", "cpu_percent": 50.0, "rss_bytes": 3 << 30, "gpu0_util_percent": 90.0,
              "gpu0_memory_used_bytes": 10 << 30},
             {"event": "system", "cpu_percent": 100.0, "rss_bytes": 2 << 30},
-            {"event": "system", "cpu_percent": "n/a", "host_memory_used_bytes": 512 << 20},
+            {"event": "system", "cpu_percent": "n/a", "host_memory_used_bytes": 512 << 20,
+             "host_memory_total_bytes": 64 << 30, "gpu0_memory_total_bytes": 80 << 30},
         ])  # fmt: skip
         summary = summarize_run(path)
         assert summary.peaks == {"rss_bytes": 3 << 30, "gpu0_memory_used_bytes": 10 << 30,

@@ -112,7 +112,6 @@ class TestPieces:
         assert alone["steps"]["recorded"] == 60_000
         assert alone["loss"]["last"] == 1.0 / 60_000
 
-
     def test_a_worker_that_dies_is_a_run_error(
         self, resumed_ranks: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
