@@ -284,9 +284,9 @@ class TestBesideOtherWandbUsers:
         wandb.config.update) works and shares it; the tool's "*" x-axis leaves ours alone."""
         hook = make_hook(wandb_dir)
         assert (wandb.run is hook.run, hook.joined) == (True, False)
-        # what report_to="wandb" calls when wandb.run is set (dir=: W&B set up earlier in this process
-        # keeps the settings it read then, and would write beside the tests)
-        other = wandb.init(project=PROJECT, dir=str(wandb_dir))
+        # what report_to="wandb" calls when wandb.run is set (dir= and mode=: W&B set up earlier in this
+        # process keeps the settings it read then, and would write beside the tests or go online)
+        other = wandb.init(project=PROJECT, dir=str(wandb_dir), mode="offline")
         wandb.config.update({"learning_rate": 0.01}, allow_val_change=True)
         other.define_metric("train/global_step")
         other.define_metric("*", step_metric="train/global_step", step_sync=True)
