@@ -1,6 +1,6 @@
 # The two commands a newcomer needs; each sets up its own virtualenv from scratch.
 #   make run    runs the main job (then `.venv/bin/speedtronic summarize runs/...`: nothing is activated)
-#   make test   runs ruff (lint and format check), mypy --strict and every test
+#   make test   runs ruff (lint and format check), mypy --strict and every test, and prints its wall time
 #   make bench  prints the benchmarks and any goal missed (`benchmarks/bench.py --check` fails on a miss)
 PYTHON ?= python3
 VENV ?= .venv
@@ -9,12 +9,17 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 
-.PHONY: run test lint typecheck unit bench clean
+.PHONY: run test check lint typecheck unit bench clean
 
 run: $(VENV)/.run-installed
 	$(BIN)/speedtronic train
 
-test: $(VENV)/.dev-installed lint typecheck unit
+# `make test` is `make check` timed: it prints its wall time, set-up included, and keeps check's exit code.
+test:
+	@start=$$(date +%s); $(MAKE) --no-print-directory check; rc=$$?; \
+	echo "make test: exit $$rc after $$(( $$(date +%s) - start )) s of wall time"; exit $$rc
+
+check: $(VENV)/.dev-installed lint typecheck unit
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check speedtronic tests examples benchmarks
@@ -27,7 +32,7 @@ typecheck: $(VENV)/.dev-installed
 # fixtures (a trained run) are built once. TEST_JOBS=0 runs in this process.
 TEST_JOBS ?= auto
 unit: $(VENV)/.dev-installed
-	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile
+	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile --durations=20
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
