@@ -299,7 +299,8 @@ def event_fields(payload: Mapping[Any, Any], key_text: Any = str) -> dict[str, A
     keys converted one level down.
     """
     fields = dict(payload.items()) if type(payload) is not dict else payload.copy()
-    if RESERVED_KEYS.isdisjoint(fields) and set(map(type, fields)) <= _STR:  # str keys only, none reserved
+    # keys() first: a lookup per reserved name; RESERVED_KEYS.isdisjoint(fields) would visit every key
+    if fields.keys().isdisjoint(RESERVED_KEYS) and set(map(type, fields)) <= _STR:  # str keys, none reserved
         return fields
     taken: dict[str, None] = dict.fromkeys(key for key in fields if type(key) is str)
     out: dict[str, Any] = {}
