@@ -83,6 +83,16 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+@pytest.fixture(autouse=True)
+def no_inherited_wandb_service() -> None:
+    """Start each test without ``WANDB_SERVICE``. W&B sets it in this process when a test runs it
+    in-process, so that child processes join this process's wandb-core service; a child started by a
+    later test (an example, ``speedtronic train``) would join a service that an earlier test's
+    ``wandb.teardown()`` stopped or that holds another test's settings, and write no ``.wandb`` file.
+    Each test's children start their own service, as a user's script does."""
+    os.environ.pop("WANDB_SERVICE", None)
+
+
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """Every line of a JSONL file, parsed strictly (NaN/Infinity literals are refused)."""
 
