@@ -4,6 +4,10 @@ model on shared machines."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +15,29 @@ import pytest
 
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def train_cli(
+    *args: str | Path,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    timeout: float = 180,
+    preexec_fn: Callable[[], None] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """``speedtronic train --no-progress ARGS`` in a subprocess running this checkout's code with one
+    torch thread; ``env``: variables set over this process's."""
+    return subprocess.run(
+        [sys.executable, "-m", "speedtronic", "train", "--no-progress", *map(str, args)],
+        cwd=cwd,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        preexec_fn=preexec_fn,
+    )
 
 
 @pytest.fixture

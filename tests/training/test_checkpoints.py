@@ -3,12 +3,10 @@ can't be written, and a run directory whose `checkpoints/` points elsewhere."""
 
 from __future__ import annotations
 
-import os
 import resource
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +15,9 @@ import torch
 
 from tests.conftest import ACTIVATED_PATH
 from tests.runs.conftest import assert_one_line_error
+from tests.torch_run import train_cli
 
-from .test_run_dirs import ROOT, records, write_config
+from .test_run_dirs import records, write_config
 
 STEP_4, STEP_8 = "step_00000004.pt", "step_00000008.pt"
 
@@ -34,17 +33,7 @@ def train(
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
             resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))
 
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "PATH": ACTIVATED_PATH}
-    return subprocess.run(
-        [sys.executable, "-m", "speedtronic", "train", "--no-progress", *map(str, args)],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-        preexec_fn=limit,
-    )
+    return train_cli(*args, cwd=cwd, env={"PATH": ACTIVATED_PATH}, preexec_fn=limit)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ import yaml
 pytest.importorskip("wandb")
 mlflow = pytest.importorskip("mlflow")
 
+from tests.torch_run import train_cli  # noqa: E402  # after the skips above
 from tests.wandb_files import read_wandb_run  # noqa: E402  # needs wandb, checked just above
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,15 +23,7 @@ STEPS = list(range(1, 9))
 
 
 def train(*args: str | Path, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "speedtronic", "train", "--no-progress", *map(str, args)],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    return train_cli(*args, cwd=cwd, env=env, timeout=300)
 
 
 @pytest.fixture

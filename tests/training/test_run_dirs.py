@@ -13,22 +13,14 @@ import pytest
 import yaml
 
 from tests.runs.conftest import assert_one_line_error
+from tests.torch_run import train_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 EXIT_AT = "tests.training.recording:ExitAt"
 
 
 def train(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        [sys.executable, "-m", "speedtronic", "train", "--no-progress", *map(str, args)],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    return train_cli(*args, cwd=cwd)
 
 
 def write_config(path: Path, **sections: Any) -> Path:
