@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from speedtronic.integrations.system import DEFAULT_INTERVAL_S
 from speedtronic.levels import LEVELS
 from speedtronic.processors.redact import redact_text
 
@@ -199,7 +200,7 @@ class LoggingConfig:
         0, _optional(_integer(0)), "under torchrun: the rank with the text log and hooks; null: every rank"
     )
     system_interval_s: float | None = _key(
-        10.0,
+        DEFAULT_INTERVAL_S,
         _optional(_POSITIVE),
         "seconds between two `system` events (CPU, memory, GPUs; needs speedtronic[system]); null: none",
     )
