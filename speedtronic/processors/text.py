@@ -96,11 +96,8 @@ class ValueFormat:
     def fields(self, event_dict: Mapping[Any, Any], skip: Container[Any] = ("event",)) -> str:
         """`` key=value`` for every key not in ``skip``, each with a leading space, in order.
 
-        An event of many keys (per-layer metrics) whose values are plain numbers is written in bulk:
-        its key set's prefixes are looked up once (``_Plan``), and its values formatted by
-        ``format()`` at C speed with the spec of the float rule (``.4``): where that text has no
-        ``e`` it is exactly what the rule writes (a float with an exponent, ``True``, ``None`` are
-        written by the rule itself)."""
+        An event of many keys (per-layer metrics) whose values are plain numbers is written in bulk
+        (``_Form``): one ``str.format`` call writes the whole line."""
         if len(event_dict) >= _BULK_KEYS and type(skip) in (frozenset, tuple):  # hashable: in the plan key
             line = self._bulk(event_dict, skip)
             if line is not None:
@@ -132,18 +129,23 @@ class ValueFormat:
             plan = self._plans[(skip, keys)] = _Plan(tuple(map(self._prefix, kept)), kept)
         values = plan.values(event_dict)
         kinds = tuple(map(type, values))
-        specs = plan.specs.get(kinds)
-        if specs is None:
+        form = plan.forms.get(kinds)
+        if form is None:
             if not PLAIN_NUMBERS.issuperset(kinds):
                 return None
-            if len(plan.specs) >= _MAX_PLANS:
-                plan.specs.clear()
-            specs = plan.specs[kinds] = tuple(self._spec if kind is float else "" for kind in kinds)
+            if len(plan.forms) >= _MAX_FORMS:
+                plan.forms.clear()
+            form = plan.forms[kinds] = _Form(plan.prefixes, kinds, self._spec)
         try:
-            texts = list(map(format, values, specs))
+            if not form.exponents:
+                line = form.template.format(*values)
+                if line.count("e") == form.letters_e:  # no value's text has an exponent
+                    return line
+            texts = list(map(format, values, form.specs))
         except ValueError:  # an int beyond Python's int-to-str digit limit
             return None
-        if "e" in "".join(texts):  # an exponent, True, None: the rule's own text
+        form.exponents = "".join(texts).count("e") > form.words
+        if form.exponents:  # written by the rule itself
             by_type = self._by_type
             texts = [
                 text if "e" not in text else by_type[type(value)](value)
@@ -193,21 +195,46 @@ def _float_repr(value: float) -> str:
 
 
 _MAX_KEYS = 4096  # distinct keys whose tokens a ValueFormat keeps
-_MAX_PLANS = 256  # key sets (and value type patterns of each) a ValueFormat keeps
+_MAX_PLANS = 256  # key sets a ValueFormat keeps
+_MAX_FORMS = 8  # patterns of value types a key set keeps
 _BULK_KEYS = 16  # smaller events take the plain loop: the bulk path's set-up costs more there
 _STR_ONLY = frozenset({str})
 
 
 class _Plan:
     """A key set's kept keys and their `` key=`` prefixes, a getter of their values, and the
-    ``format()`` specs for each pattern of value types met."""
+    ``_Form`` of each pattern of value types met."""
 
-    __slots__ = ("prefixes", "specs", "values")
+    __slots__ = ("forms", "prefixes", "values")
 
     def __init__(self, prefixes: tuple[str, ...], kept: tuple[str, ...]) -> None:
         self.prefixes = prefixes
-        self.specs: dict[tuple[type, ...], tuple[str, ...]] = {}
+        self.forms: dict[tuple[type, ...], _Form] = {}
         self.values: Callable[[Mapping[Any, Any]], tuple[Any, ...]] = operator.itemgetter(*kept)
+
+
+class _Form:
+    """How a key set's line is written for one pattern of value types: a ``str.format`` template of
+    the prefixes and a ``format()`` spec per value (the float rule's ``.4`` for a float), and that spec
+    alone per value.
+
+    ``template.format(*values)`` writes the whole line in one C call. Where a value's text has no
+    ``e`` it is exactly what the float rule writes; a float's text with an exponent is not always.
+    So the line is kept when its ``e``s are only those it always has (``letters_e``: the prefixes'
+    and one in each of its ``words``, ``True``/``False``/``None``), else each value is formatted alone
+    (``ValueFormat._bulk``). ``exponents`` remembers that the last line needed it, so an event that
+    keeps an exponent is not formatted twice per step."""
+
+    __slots__ = ("exponents", "letters_e", "specs", "template", "words")
+
+    def __init__(self, prefixes: tuple[str, ...], kinds: tuple[type, ...], spec: str) -> None:
+        self.specs = tuple(spec if kind is float else "" for kind in kinds)
+        escaped = (prefix.replace("{", "{{").replace("}", "}}") for prefix in prefixes)
+        fields = zip(escaped, self.specs, strict=True)
+        self.template = "".join(f"{prefix}{{:{spec}}}" for prefix, spec in fields)
+        self.words = sum(kind is bool or kind is type(None) for kind in kinds)  # an "e" each
+        self.letters_e = "".join(prefixes).count("e") + self.words
+        self.exponents = False
 
 
 _DEFAULT = ValueFormat()

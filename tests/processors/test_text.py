@@ -38,6 +38,17 @@ class TestWideEvents:
             event["step"] = rng.choice(extras)
             assert values.fields(event) == one_by_one(event, digits)
 
+    @pytest.mark.parametrize("odd", ["{}", "{0}", "}", "{{x}}", "e"])
+    def test_keys_with_braces_and_exponents_step_to_step(self, odd: str) -> None:
+        """A key holding braces or ``e`` is written as itself, and a key set whose values gain and lose
+        an exponent from step to step reads as each value alone."""
+        values = ValueFormat()
+        keys = [odd, *(f"m{i}" for i in range(20))]
+        steps = [0.5, 1.5e-07, 0.25, 12345.678, 3.0, True, None, 7]
+        for step, value in enumerate(steps * 3):
+            event = {key: value if n % 3 == step % 3 else 0.125 * n for n, key in enumerate(keys)}
+            assert values.fields(event) == one_by_one(event, 4)
+
     def test_keys_built_afresh_read_the_same(self) -> None:
         """Keys built with an f-string each step write the same line as the same key objects."""
         values = ValueFormat()
