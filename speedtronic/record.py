@@ -115,7 +115,7 @@ TIMESTAMP_RFC3339 = r"^\d{4}-\d\d-\d\dT([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{6})?
 
 _NON_FINITE_TEXT = {math.inf: "Infinity", -math.inf: "-Infinity"}
 _KIND_OF_TEXT = {"NaN": "nan", "Infinity": "inf", "-Infinity": "neg_inf"}
-_STR = {str}
+_STR = frozenset({str})
 _RANK_NAME = re.compile(r"(?P<stem>.+)\.rank(?P<rank>\d+)(?P<suffix>(?:\.[^.]*)?)")
 
 
@@ -299,8 +299,8 @@ def event_fields(payload: Mapping[Any, Any], key_text: Any = str) -> dict[str, A
     keys converted one level down.
     """
     fields = dict(payload.items()) if type(payload) is not dict else payload.copy()
-    # keys() first: a lookup per reserved name; RESERVED_KEYS.isdisjoint(fields) would visit every key
-    if fields.keys().isdisjoint(RESERVED_KEYS) and set(map(type, fields)) <= _STR:  # str keys, none reserved
+    # str keys, none reserved (keys() first: a lookup per reserved name, not a visit of every key)
+    if fields.keys().isdisjoint(RESERVED_KEYS) and _STR.issuperset(map(type, fields)):
         return fields
     taken: dict[str, None] = dict.fromkeys(key for key in fields if type(key) is str)
     out: dict[str, Any] = {}

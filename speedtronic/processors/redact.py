@@ -422,16 +422,21 @@ class Redact:
                 return self._redact(event_dict)
         for key in plan.secret:
             event_dict[key] = self._replacement
+        kinds = tuple(map(type, event_dict.values()))
+        if kinds == plan.plain_kinds:  # the same value types as an event whose others were numbers
+            return event_dict
         others = plan.others
-        if others and not PLAIN_NUMBERS.issuperset(map(type, plan.values(event_dict))):
-            seen: _Seen | None = None
-            for key in others:
-                value = event_dict[key]
-                if type(value) is str:
-                    event_dict[key] = self._text(value)
-                elif type(value) not in PLAIN_NUMBERS:
-                    seen = seen or _Seen()
-                    event_dict[key] = self._scrub(value, 1, seen)
+        if not others or PLAIN_NUMBERS.issuperset(map(type, plan.values(event_dict))):
+            plan.plain_kinds = kinds
+            return event_dict
+        seen: _Seen | None = None
+        for key in others:
+            value = event_dict[key]
+            if type(value) is str:
+                event_dict[key] = self._text(value)
+            elif type(value) not in PLAIN_NUMBERS:
+                seen = seen or _Seen()
+                event_dict[key] = self._scrub(value, 1, seen)
         return event_dict
 
     def _plan(self, keys: tuple[Any, ...]) -> _Plan | None:
@@ -601,13 +606,16 @@ _MAX_PLANS = 256  # key sets a Redact remembers
 class _Plan:
     """What ``Redact`` decided about one key set: the keys whose values are hidden, and the others
     (``"event"`` aside), whose values are looked at each event; ``values`` reads the others' values
-    at C speed."""
+    at C speed. ``plain_kinds``: the type of each value (in the key set's order, secrets hidden) of
+    the last event whose others were all numbers: an event of the same types has nothing to look at,
+    which one C-level tuple comparison tells."""
 
-    __slots__ = ("others", "secret", "values")
+    __slots__ = ("others", "plain_kinds", "secret", "values")
 
     def __init__(self, secret: tuple[str, ...], others: tuple[str, ...]) -> None:
         self.secret = secret
         self.others = others
+        self.plain_kinds: tuple[type, ...] = ()
         self.values: Callable[[EventDict], Any] = (
             operator.itemgetter(*others)
             if len(others) > 1

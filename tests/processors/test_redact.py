@@ -471,6 +471,19 @@ class TestKeySets:
             assert list(out)[-2:] == ["db_pass", "note"]
             assert (out["db_pass"], out["note"], out["layer_3"]) == ("[REDACTED]", "used [REDACTED]", 1.0)
 
+    def test_a_value_turning_to_text_in_a_judged_key_set(self) -> None:
+        """A key set met with numbers only, then with a credential (as text, in a dict, in a list)
+        under one of its keys, then numbers again, has that credential hidden each time it comes."""
+        stage = Redact()
+        numbers = {"event": "x", **{f"m{i}": i / 3 for i in range(20)}}
+        assert stage(None, "info", dict(numbers)) == numbers
+        for value in (f"used {CANARY}", {"nested": CANARY}, [CANARY]):
+            for _ in range(2):
+                out = stage(None, "info", {**numbers, "m7": value})
+                assert CANARY not in str(out["m7"])
+                assert out["m3"] == 1.0
+            assert stage(None, "info", dict(numbers)) == numbers
+
     def test_equal_keys_of_other_objects_are_not_renamed(self) -> None:
         """A key equal to one judged before but built afresh (another object) is not taken for a
         renamed key: a nested mapping holding no secret is passed on as itself, and a top-level key set
