@@ -376,7 +376,7 @@ class Redact:
     sink and hook gets.
     """
 
-    __slots__ = ("_judge", "_plans", "_replacement", "_text")
+    __slots__ = ("_judge", "_last", "_plans", "_replacement", "_text")
 
     def __init__(
         self,
@@ -410,16 +410,21 @@ class Redact:
         self._text = text
         self._replacement = replacement
         self._plans: dict[tuple[str, ...], _Plan] = {}
+        self._last = _NO_PLAN
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
         """Each key *set* is judged once (``_Plan``): a train_step's keys come back every step, and
         judging them again, key by key, is most of what this stage would cost."""
         keys = tuple(event_dict)
-        plan = self._plans.get(keys)
-        if plan is None or not _STR_ONLY.issuperset(map(type, keys)):  # a str-like key: judged each time
-            plan = self._plan(keys)
-            if plan is None:
+        plan = self._last  # the same key set as the last event's, mostly: compared, not hashed
+        if plan.keys != keys:
+            plan = self._plans.get(keys) or _NO_PLAN
+        if plan is _NO_PLAN or not _STR_ONLY.issuperset(map(type, keys)):  # a str-like key: judged each time
+            judged = self._plan(keys)
+            if judged is None:
                 return self._redact(event_dict)
+            plan = judged
+        self._last = plan
         for key in plan.secret:
             event_dict[key] = self._replacement
         kinds = tuple(map(type, event_dict.values()))
@@ -455,7 +460,7 @@ class Redact:
             (secret if is_secret else others).append(key)
         if len(self._plans) >= _MAX_PLANS:  # bounded: key sets that never come back don't pile up
             self._plans.clear()
-        plan = self._plans[keys] = _Plan(tuple(secret), tuple(others))
+        plan = self._plans[keys] = _Plan(keys, tuple(secret), tuple(others))
         return plan
 
     def _redact(self, event_dict: EventDict) -> EventDict:
@@ -604,15 +609,16 @@ _MAX_PLANS = 256  # key sets a Redact remembers
 
 
 class _Plan:
-    """What ``Redact`` decided about one key set: the keys whose values are hidden, and the others
+    """What ``Redact`` decided about one key set (``keys``): the keys whose values are hidden, and the others
     (``"event"`` aside), whose values are looked at each event; ``values`` reads the others' values
     at C speed. ``plain_kinds``: the type of each value (in the key set's order, secrets hidden) of
     the last event whose others were all numbers: an event of the same types has nothing to look at,
     which one C-level tuple comparison tells."""
 
-    __slots__ = ("others", "plain_kinds", "secret", "values")
+    __slots__ = ("keys", "others", "plain_kinds", "secret", "values")
 
-    def __init__(self, secret: tuple[str, ...], others: tuple[str, ...]) -> None:
+    def __init__(self, keys: tuple[str, ...], secret: tuple[str, ...], others: tuple[str, ...]) -> None:
+        self.keys = keys
         self.secret = secret
         self.others = others
         self.plain_kinds: tuple[type, ...] = ()
@@ -621,6 +627,9 @@ class _Plan:
             if len(others) > 1
             else lambda event_dict: [event_dict[key] for key in others]  # itemgetter of one: no tuple
         )
+
+
+_NO_PLAN = _Plan((), (), ())  # no plan yet: compared with an event's keys first, then looked up
 
 
 def _flag_names(items: list[Any]) -> list[Any]:

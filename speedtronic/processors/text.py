@@ -66,13 +66,14 @@ class ValueFormat:
     ``" key="`` prefix (each key is quoted once, then remembered) and one of its value's type.
     """
 
-    __slots__ = ("_by_type", "_plans", "_prefixes", "_spec")
+    __slots__ = ("_by_type", "_last", "_plans", "_prefixes", "_spec")
 
     def __init__(self, digits: int | None = DEFAULT_FLOAT_DIGITS) -> None:
         if digits is not None and (isinstance(digits, bool) or not isinstance(digits, int) or digits < 1):
             raise ValueError(f"float_digits must be an int >= 1 or None, got {digits!r}")
         self._prefixes: dict[str, str] = {}  # " key=" of each str key met (the same come back every event)
         self._plans: dict[tuple[Any, ...], _Plan] = {}  # per key set of a large event (see ``fields``)
+        self._last = _NO_PLAN
         self._spec = f".{digits}" if digits is not None else ""  # format()'s text, where it is the rule's
         float_text = _rounding(digits) if digits is not None else _float_repr
         self._by_type: dict[type, Callable[[Any], str]] = {  # the formatter of each plain type
@@ -117,8 +118,10 @@ class ValueFormat:
     def _bulk(self, event_dict: Mapping[Any, Any], skip: Container[Any]) -> str | None:
         """``fields`` for an event of plain ``str`` keys and plain number values, else ``None``."""
         keys = tuple(event_dict)
-        plan = self._plans.get((skip, keys))
-        if plan is None or not _STR_ONLY.issuperset(map(type, keys)):  # never a str-like key's plan
+        plan = self._last  # the same key set as the last event's, mostly: compared, not hashed
+        if plan.keys != keys or plan.skip is not skip:
+            plan = self._plans.get((skip, keys)) or _NO_PLAN
+        if plan is _NO_PLAN or not _STR_ONLY.issuperset(map(type, keys)):  # never a str-like key's plan
             if not _STR_ONLY.issuperset(map(type, keys)):
                 return None
             if len(self._plans) >= _MAX_PLANS:
@@ -126,16 +129,20 @@ class ValueFormat:
             kept = tuple(key for key in keys if key not in skip)
             if len(kept) < 2:  # nearly all skipped: the plain loop (an itemgetter of one gives no tuple)
                 return None
-            plan = self._plans[(skip, keys)] = _Plan(tuple(map(self._prefix, kept)), kept)
+            plan = self._plans[(skip, keys)] = _Plan(keys, skip, tuple(map(self._prefix, kept)), kept)
+        self._last = plan
         values = plan.values(event_dict)
         kinds = tuple(map(type, values))
-        form = plan.forms.get(kinds)
-        if form is None:
-            if not PLAIN_NUMBERS.issuperset(kinds):
-                return None
-            if len(plan.forms) >= _MAX_FORMS:
-                plan.forms.clear()
-            form = plan.forms[kinds] = _Form(plan.prefixes, kinds, self._spec)
+        form = plan.last
+        if form.kinds != kinds:
+            form = plan.forms.get(kinds) or _NO_FORM
+            if form is _NO_FORM:
+                if not PLAIN_NUMBERS.issuperset(kinds):
+                    return None
+                if len(plan.forms) >= _MAX_FORMS:
+                    plan.forms.clear()
+                form = plan.forms[kinds] = _Form(plan.prefixes, kinds, self._spec)
+            plan.last = form
         try:
             if not form.exponents:
                 line = form.template.format(*values)
@@ -202,14 +209,18 @@ _STR_ONLY = frozenset({str})
 
 
 class _Plan:
-    """A key set's kept keys and their `` key=`` prefixes, a getter of their values, and the
-    ``_Form`` of each pattern of value types met."""
+    """A key set (``keys``, written without ``skip``): its kept keys' `` key=`` prefixes, a getter of
+    their values, and the ``_Form`` of each pattern of value types met (``last``: the last used)."""
 
-    __slots__ = ("forms", "prefixes", "values")
+    __slots__ = ("forms", "keys", "last", "prefixes", "skip", "values")
 
-    def __init__(self, prefixes: tuple[str, ...], kept: tuple[str, ...]) -> None:
+    def __init__(
+        self, keys: tuple[Any, ...], skip: Any, prefixes: tuple[str, ...], kept: tuple[str, ...]
+    ) -> None:
+        self.keys, self.skip = keys, skip
         self.prefixes = prefixes
         self.forms: dict[tuple[type, ...], _Form] = {}
+        self.last = _NO_FORM
         self.values: Callable[[Mapping[Any, Any]], tuple[Any, ...]] = operator.itemgetter(*kept)
 
 
@@ -225,9 +236,10 @@ class _Form:
     (``ValueFormat._bulk``). ``exponents`` remembers that the last line needed it, so an event that
     keeps an exponent is not formatted twice per step."""
 
-    __slots__ = ("exponents", "letters_e", "specs", "template", "words")
+    __slots__ = ("exponents", "kinds", "letters_e", "specs", "template", "words")
 
     def __init__(self, prefixes: tuple[str, ...], kinds: tuple[type, ...], spec: str) -> None:
+        self.kinds = kinds
         self.specs = tuple(spec if kind is float else "" for kind in kinds)
         escaped = (prefix.replace("{", "{{").replace("}", "}}") for prefix in prefixes)
         fields = zip(escaped, self.specs, strict=True)
@@ -235,6 +247,10 @@ class _Form:
         self.words = sum(kind is bool or kind is type(None) for kind in kinds)  # an "e" each
         self.letters_e = "".join(prefixes).count("e") + self.words
         self.exponents = False
+
+
+_NO_FORM = _Form((), (), "")
+_NO_PLAN = _Plan((), None, (), ("", ""))  # matches no event: its keys are none of a plan's (2 at least)
 
 
 _DEFAULT = ValueFormat()
