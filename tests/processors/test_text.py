@@ -49,6 +49,21 @@ class TestWideEvents:
             event = {key: value if n % 3 == step % 3 else 0.125 * n for n, key in enumerate(keys)}
             assert values.fields(event) == one_by_one(event, 4)
 
+    @pytest.mark.parametrize("digits", [1, 4, 15, None])
+    def test_a_key_set_through_every_kind_of_value_for_many_steps(self, digits: int | None) -> None:
+        """A key set (keys holding ``%``, ``.`` and ``e``) whose values move between plain fractions,
+        whole floats (``1.0``), exponents, NaN, bools and ``None`` over hundreds of steps reads, at
+        every step, as each value written alone."""
+        values = ValueFormat(digits)
+        keys = ["acc%", "layer.0.weight", "e", "%s", "%%d", *(f"m{i}" for i in range(20))]
+        odd: list[Any] = [1.0, 12345.678, 1.5e-07, float("nan"), True, None, 3, 0.0, -2.5]
+        rng = random.Random(digits)
+        for step in range(400):
+            event: dict[str, Any] = {key: rng.uniform(0.001, 0.9) for key in keys}
+            if step % 100 > 60:  # long runs of plain fractions between the odd steps
+                event[rng.choice(keys)] = rng.choice(odd)
+            assert values.fields(event) == one_by_one(event, digits)
+
     def test_keys_built_afresh_read_the_same(self) -> None:
         """Keys built with an f-string each step write the same line as the same key objects."""
         values = ValueFormat()
