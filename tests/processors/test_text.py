@@ -64,6 +64,16 @@ class TestWideEvents:
                 event[rng.choice(keys)] = rng.choice(odd)
             assert values.fields(event) == one_by_one(event, digits)
 
+    def test_more_value_type_patterns_than_a_key_set_keeps(self) -> None:
+        """A key set met with a dozen patterns of value types (an int, a bool or ``None`` moving from
+        key to key), twice over, reads each time as each value alone."""
+        values = ValueFormat()
+        keys = [f"m{i}" for i in range(20)]
+        for _ in range(2):
+            for moved, odd in enumerate([3, True, None] * 4):
+                event = {key: odd if n == moved else n / 8 for n, key in enumerate(keys)}
+                assert values.fields(event) == one_by_one(event, 4)
+
     def test_keys_built_afresh_read_the_same(self) -> None:
         """Keys built with an f-string each step write the same line as the same key objects."""
         values = ValueFormat()
