@@ -146,12 +146,13 @@ class ValueFormat:
         try:
             if not form.exponents:
                 line = form.template.format(*values)
-                if line.count("e") == form.letters_e:  # no value's text has an exponent
+                if form.rule_texts(line, form.letters):
                     return line
             texts = list(map(format, values, form.specs))
         except ValueError:  # an int beyond Python's int-to-str digit limit
             return None
-        form.exponents = "".join(texts).count("e") > form.words
+        # the texts apart, as in the line: "True" and "-0.5" make no "e-"
+        form.exponents = not form.rule_texts(" ".join(texts), (form.words, 0, 0))
         if form.exponents:  # written by the rule itself
             by_type = self._by_type
             texts = [
@@ -204,6 +205,10 @@ def _float_repr(value: float) -> str:
 _MAX_KEYS = 4096  # distinct keys whose tokens a ValueFormat keeps
 _MAX_PLANS = 256  # key sets a ValueFormat keeps
 _MAX_FORMS = 8  # patterns of value types a key set keeps
+_EXACT_DIGITS = 15
+"""Digits up to which ``format(x, ".N")`` with a negative exponent is the float rule's text: a decimal
+of 15 digits or fewer names one double (``sys.float_info.dig``), so the rule's ``repr(float(text))``
+gives it back; subnormal numbers, with fewer digits of their own, aside."""
 _BULK_KEYS = 16  # smaller events take the plain loop: the bulk path's set-up costs more there
 _STR_ONLY = frozenset({str})
 
@@ -229,14 +234,15 @@ class _Form:
     the prefixes and a ``format()`` spec per value (the float rule's ``.4`` for a float), and that spec
     alone per value.
 
-    ``template.format(*values)`` writes the whole line in one C call. Where a value's text has no
-    ``e`` it is exactly what the float rule writes; a float's text with an exponent is not always.
-    So the line is kept when its ``e``s are only those it always has (``letters_e``: the prefixes'
-    and one in each of its ``words``, ``True``/``False``/``None``), else each value is formatted alone
-    (``ValueFormat._bulk``). ``exponents`` remembers that the last line needed it, so an event that
-    keeps an exponent is not formatted twice per step."""
+    ``template.format(*values)`` writes the whole line in one C call. A float's text without an
+    exponent is exactly what the float rule writes, and so is one with a negative exponent
+    (``1.5e-07``) for 15 digits or fewer (``_EXACT_DIGITS``); one with a positive exponent
+    (``1.234e+03``, where the rule writes ``1234.0``) is not. So the line is kept when its value texts
+    pass ``rule_texts``, else each value is formatted alone (``ValueFormat._bulk``). ``exponents``
+    remembers that the last line needed that, so an event that keeps such a value is not formatted
+    twice per step."""
 
-    __slots__ = ("exponents", "kinds", "letters_e", "specs", "template", "words")
+    __slots__ = ("exponents", "kinds", "letters", "negative_exact", "specs", "template", "words")
 
     def __init__(self, prefixes: tuple[str, ...], kinds: tuple[type, ...], spec: str) -> None:
         self.kinds = kinds
@@ -245,8 +251,21 @@ class _Form:
         fields = zip(escaped, self.specs, strict=True)
         self.template = "".join(f"{prefix}{{:{spec}}}" for prefix, spec in fields)
         self.words = sum(kind is bool or kind is type(None) for kind in kinds)  # an "e" each
-        self.letters_e = "".join(prefixes).count("e") + self.words
+        literal = "".join(prefixes)
+        self.letters = (literal.count("e") + self.words, literal.count("e-"), literal.count("e-3"))
+        self.negative_exact = spec != "" and int(spec[1:]) <= _EXACT_DIGITS
         self.exponents = False
+
+    def rule_texts(self, text: str, letters: tuple[int, int, int]) -> bool:
+        """Whether the value texts in ``text`` are the float rule's. ``letters``: how many ``e``,
+        ``e-`` and ``e-3`` the rest of ``text`` holds (the keys', and the ``e`` of each ``True``,
+        ``False``, ``None``); each further ``e`` is an exponent, allowed when negative and not
+        ``e-3``: a subnormal number's (``e-308`` and below) has fewer digits than a double's."""
+        e, minus, minus_3 = letters
+        exponents = text.count("e") - e
+        return exponents == 0 or (
+            self.negative_exact and exponents == text.count("e-") - minus and text.count("e-3") == minus_3
+        )
 
 
 _NO_FORM = _Form((), (), "")

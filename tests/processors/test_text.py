@@ -74,6 +74,30 @@ class TestWideEvents:
                 event = {key: odd if n == moved else n / 8 for n, key in enumerate(keys)}
                 assert values.fields(event) == one_by_one(event, 4)
 
+    @pytest.mark.parametrize("digits", [1, 4, 15, 16, 17, None])
+    def test_small_and_subnormal_floats_in_a_wide_event(self, digits: int | None) -> None:
+        """Wide events of small floats (``1.5e-07``, ``e-3x``, subnormal numbers such as ``5e-324``),
+        keys holding ``e-``, ``e-3`` and ``e+``, read as each value alone at every digit setting."""
+        rng = random.Random(digits)
+        values = ValueFormat(digits)
+        keys = ["line-e-3", "scale+e+1", *(f"w{i}" for i in range(20))]
+        for _ in range(300):
+            low = rng.choice([-5, -12, -40, -300, -310, -323])
+            event = {key: rng.uniform(-1, 1) * 10 ** rng.uniform(low, -4) for key in keys}
+            if rng.random() < 0.3:
+                event[rng.choice(keys)] = rng.choice([5e-324, 2.2250738585072014e-308, 0.5, True])
+            assert values.fields(event) == one_by_one(event, digits)
+
+    def test_a_word_before_a_negative_exponent_and_a_positive_one(self) -> None:
+        """``True``, ``False`` or ``None`` just before a negative number, in a wide event that also
+        holds a float with a positive exponent (``12345.0``), reads as each value alone, step after step."""
+        values = ValueFormat()
+        for word in (True, None, False):
+            event = {f"m{i}": 0.5 for i in range(20)}
+            event.update(a=word, b=-0.25, c=12345.0, d=-2.5e-07)
+            for _ in range(3):
+                assert values.fields(event) == one_by_one(event, 4)
+
     def test_keys_built_afresh_read_the_same(self) -> None:
         """Keys built with an f-string each step write the same line as the same key objects."""
         values = ValueFormat()
