@@ -11,7 +11,8 @@ then compares the text logs and JSONL files line by line. ``elapsed_s`` (a monot
 Exits 1 when anything else differs.
 
 ``--fuzz N`` adds N events drawn from a seeded generator (the same in both interpreters): small and
-wide payloads (up to 300 keys, key sets repeating from event to event, keys built afresh), hostile keys
+wide payloads (up to 300 keys, key sets repeating from event to event, keys built afresh; values of
+moderate, small, subnormal or mixed sizes, some whole), hostile keys
 (reserved names, ``1``/``True``/``1.0``, control characters, lone surrogates, credential-looking text)
 and values (non-finite and random-bit floats, huge ints, escapes, bidi controls, URLs with passwords,
 ``key=value`` secrets, nested and shared containers, bytes, sets, tuples, enums).
@@ -115,8 +116,13 @@ def fuzzed(count, seed):
         if c < 0.4:  # a wide payload whose key set comes back; every other time its keys built afresh
             shape = rng.choice(shapes)
             names_now = shape if rng.random() < 0.5 else ["".join(list(k)) for k in shape]
+            odd = rng.choice([0.0, 0.003, 0.1])  # per-layer values: often all moderate, or all small
+            low, high = rng.choice([(-8, 8), (-2, 2), (-9, -4), (-320, -300)])
             payload = {"step": i, **{k: rng.choice([rng.random(), rng.choice(floats), 7, True, None])
-                                     if rng.random() < 0.1 else rng.random() * 10 ** rng.randint(-8, 8)
+                                     if rng.random() < odd else rng.choice([
+                                         rng.random() * 10 ** rng.randint(low, high),
+                                         -rng.random() * 10 ** rng.randint(low, high),
+                                         float(rng.randint(0, 999))])
                                      for k in names_now}}
             if rng.random() < 0.1:
                 payload[rng.choice(names_now)] = rng.choice(texts)
