@@ -237,12 +237,22 @@ class _Form:
     ``template.format(*values)`` writes the whole line in one C call. A float's text without an
     exponent is exactly what the float rule writes, and so is one with a negative exponent
     (``1.5e-07``) for 15 digits or fewer (``_EXACT_DIGITS``); one with a positive exponent
-    (``1.234e+03``, where the rule writes ``1234.0``) is not. So the line is kept when its value texts
+    (``1.234e+03``, where the rule writes ``1234.0``) is not, unless every digit is written
+    (``float_digits=None``: ``format(x, "")`` is ``repr(x)``). So the line is kept when its value texts
     pass ``rule_texts``, else each value is formatted alone (``ValueFormat._bulk``). ``exponents``
     remembers that the last line needed that, so an event that keeps such a value is not formatted
     twice per step."""
 
-    __slots__ = ("exponents", "kinds", "letters", "negative_exact", "specs", "template", "words")
+    __slots__ = (
+        "exponents",
+        "kinds",
+        "letters",
+        "negative_exact",
+        "repr_exact",
+        "specs",
+        "template",
+        "words",
+    )
 
     def __init__(self, prefixes: tuple[str, ...], kinds: tuple[type, ...], spec: str) -> None:
         self.kinds = kinds
@@ -253,7 +263,8 @@ class _Form:
         self.words = sum(kind is bool or kind is type(None) for kind in kinds)  # an "e" each
         literal = "".join(prefixes)
         self.letters = (literal.count("e") + self.words, literal.count("e-"), literal.count("e-3"))
-        self.negative_exact = spec != "" and int(spec[1:]) <= _EXACT_DIGITS
+        self.repr_exact = spec == ""  # every digit: format(x, "") is repr(x), the rule itself
+        self.negative_exact = self.repr_exact or int(spec[1:]) <= _EXACT_DIGITS
         self.exponents = False
 
     def rule_texts(self, text: str, letters: tuple[int, int, int]) -> bool:
@@ -263,8 +274,12 @@ class _Form:
         ``e-3``: a subnormal number's (``e-308`` and below) has fewer digits than a double's."""
         e, minus, minus_3 = letters
         exponents = text.count("e") - e
-        return exponents == 0 or (
-            self.negative_exact and exponents == text.count("e-") - minus and text.count("e-3") == minus_3
+        return (
+            exponents == 0
+            or self.repr_exact
+            or (
+                self.negative_exact and exponents == text.count("e-") - minus and text.count("e-3") == minus_3
+            )
         )
 
 
