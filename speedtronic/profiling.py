@@ -287,7 +287,7 @@ class MetricLogger:
             self._owner = threading.get_ident()
             try:
                 fields = event_fields(payload, key_text)  # a payload that can't be read: reported below
-                fields["event"] = str(event)
+                fields["event"] = event if type(event) is str else str(event)
                 self.chain.run(method, fields)
             except (HookError, SpeedtronicWarning, EventPayloadError):
                 raise
