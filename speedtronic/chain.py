@@ -84,7 +84,7 @@ class Chain:
 
     def __post_init__(self) -> None:
         stages: tuple[Processor, ...] = (*self.enrichment, *self.extra, *self.outputs)
-        after = tuple(map(direct_call, stages))  # each called straight at every event
+        after = tuple(map(_direct_call, stages))  # each called straight at every event
         object.__setattr__(self, "_to_outputs", after)
         object.__setattr__(self, "_logger", structlog.ReturnLogger())
 
@@ -230,7 +230,7 @@ def build_processors(**options: Any) -> list[Processor]:
     return build_chain(**options).processors
 
 
-def direct_call(stage: _F) -> _F:
+def _direct_call(stage: _F) -> _F:
     """What calling ``stage`` runs, taken once: an instance's own ``__call__`` method when its class
     defines one in Python (called straight, that skips the instance-call lookup: about 50 ns a stage
     and event), else ``stage`` itself (a function, a builtin)."""

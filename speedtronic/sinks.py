@@ -2,7 +2,8 @@
 
 A ``LineFile`` writes each line with one ``write(2)`` straight to the OS (no user-space buffer, so a
 killed or forked process never loses or repeats a buffered line), follows a file that logrotate moved
-or removed (``logging.handlers.WatchedFileHandler``'s rule: the path is stat'ed before each write),
+or removed (``logging.handlers.WatchedFileHandler``'s rule: the path is stat'ed before a write;
+``PathEvents`` says when, on Linux's local file systems),
 mends a torn tail, and reports I/O failures to a callback instead of raising: a full disk must not
 end a training run. Sinks write bytes and render nothing: where lines were lost, a ``LineFile`` asks
 its owner (``on_gap``) to write the note, which the logger does through its chain.
@@ -27,7 +28,7 @@ from typing import IO, Any
 from speedtronic import _exit_and_fork
 from speedtronic.errors import LoggingFailureWarning, warn_at_caller
 
-__all__ = ["TORN_SETTLE_S", "LineFile", "TextStream", "open_text_sink"]
+__all__ = ["TORN_SETTLE_S", "LineFile", "PathEvents", "TextStream", "open_text_sink"]
 
 OnWriteError = Callable[[BaseException, str, bool], None]
 """``(error, path, lost)``: told of every failed write: a line lost (``lost``), or written only in part
@@ -49,9 +50,10 @@ class LineFile:
     - Opened write-only with ``O_APPEND``: each line is one ``write(2)`` at the current end of the file,
       also after another process appended or logrotate truncated it (``copytruncate``: no NUL holes).
       A pipe or FIFO whose reader is gone fails with ``EPIPE``, reported like a full disk, never a hang.
-    - Before each write, one ``stat`` of the path: when it names another file (logrotate ``create``
-      moved ours away) or none, the path is reopened, so a line emitted after the move goes to the new
-      file. ``reopen()`` does the same on demand (logrotate's ``postrotate``, or SIGHUP).
+    - Before a write, one ``stat`` of the path (before every write, or after inotify's events only:
+      ``PathEvents``): when it names another file (logrotate ``create`` moved ours away) or none, the
+      path is reopened, so a line emitted after the move goes to the new file. ``reopen()`` does the
+      same on demand (logrotate's ``postrotate``, or SIGHUP).
     - The descriptor's number is the file's own from ``__init__`` to ``close()``: a reopen puts the new
       file under the same number (``dup2``), so no other file can be given that number while a write,
       interrupted by a signal handler or not, still holds it. And a file is reopened only between
@@ -133,8 +135,8 @@ class LineFile:
         """Append ``line`` plus a newline; on failure, report it and keep the file whole.
 
         The common case (nothing to mend first, the whole line written at once) is one straight path:
-        a ``stat`` of the path, one ``write(2)``. Mending first is in ``_write``; a short or failed
-        write in ``_write_rest``."""
+        a ``poll`` of its events (or a ``stat`` of the path), one ``write(2)``. Mending first is in
+        ``_write``; a short or failed write in ``_write_rest``."""
         data = (line.encode("utf-8", "backslashreplace") if isinstance(line, str) else line) + b"\n"
         with self._lock:
             fd = self._fd
