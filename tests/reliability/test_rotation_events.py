@@ -20,6 +20,18 @@ def lines(path: Path) -> list[str]:
     return path.read_text().splitlines()
 
 
+def assert_stat_ed_and_followed(path: Path) -> None:
+    """A file at ``path`` watched by no events follows a rename all the same (by its stat)."""
+    sink = written(path)
+    assert sink._events is None
+    sink.write("before")
+    path.rename(path.with_name(path.name + ".1"))
+    sink.write("after")
+    sink.close()
+    assert lines(path) == ["after"]
+    assert lines(path.with_name(path.name + ".1")) == ["before"]
+
+
 def written(path: Path, on_error: Any = None) -> LineFile:
     errors: list[Any] = []
     return LineFile(path, on_error or (lambda *args: errors.append(args)))
@@ -149,14 +161,7 @@ class TestStatBeforeEveryWrite:
         device = os.stat(tmp_path).st_dev
         kinds = {(os.major(device), os.minor(device)): "nfs4"}
         monkeypatch.setattr(speedtronic.sinks, "_file_system_kinds", lambda: kinds)
-        path = tmp_path / "t.log"
-        sink = written(path)
-        assert sink._events is None
-        sink.write("before")
-        path.rename(tmp_path / "t.log.1")
-        sink.write("after")
-        sink.close()
-        assert lines(path) == ["after"]
+        assert_stat_ed_and_followed(tmp_path / "t.log")
 
     @linux_only
     def test_inotify_refused_falls_back_to_the_stat(
@@ -170,11 +175,4 @@ class TestStatBeforeEveryWrite:
                 return -1  # EMFILE
 
         monkeypatch.setattr(speedtronic.sinks, "_inotify", Exhausted)
-        path = tmp_path / "t.log"
-        sink = written(path)
-        assert sink._events is None
-        sink.write("before")
-        path.rename(tmp_path / "t.log.1")
-        sink.write("after")
-        sink.close()
-        assert lines(path) == ["after"]
+        assert_stat_ed_and_followed(tmp_path / "t.log")
