@@ -289,7 +289,9 @@ class LineFile:
             info = os.stat(self._path)
         except FileNotFoundError:
             moved = True
-        except OSError:
+        except OSError:  # can't tell (no permission to a directory now): asked again at the next write
+            if events is not None:
+                events.stat_again()
             return False
         else:
             moved = (info.st_dev, info.st_ino) != self._identity
