@@ -27,11 +27,13 @@ Every option is checked here, by the stage it configures; an error names the cal
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from types import FunctionType, MethodType
+from typing import Any, TypeVar, cast
 
 import structlog
 from structlog.typing import EventDict, Processor
@@ -58,6 +60,7 @@ from speedtronic.record import RenameReserved
 __all__ = ["Chain", "build_chain", "build_processors"]
 
 _T = TypeVar("_T")
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,8 @@ class Chain:
     _logger: Any = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        after = (*self.enrichment, *self.extra, *self.outputs)
+        stages: tuple[Processor, ...] = (*self.enrichment, *self.extra, *self.outputs)
+        after = tuple(map(_direct_call, stages))  # each called straight at every event
         object.__setattr__(self, "_to_outputs", after)
         object.__setattr__(self, "_logger", structlog.ReturnLogger())
 
@@ -92,7 +96,7 @@ class Chain:
     @property
     def processors(self) -> list[Processor]:
         """Every stage, in order: a list for any structlog chain."""
-        return [self.cadence, self.reserved, *self._to_outputs, self.dispatch]
+        return [self.cadence, self.reserved, *self.enrichment, *self.extra, *self.outputs, self.dispatch]
 
     def run(self, method_name: str, event_dict: EventDict) -> None:
         """Run an event that passed the cadence, its fields from ``event_fields``, through every
@@ -224,6 +228,14 @@ def build_processors(**options: Any) -> list[Processor]:
     text=print))``)."""
     options.setdefault("caller", "build_processors")
     return build_chain(**options).processors
+
+
+def _direct_call(stage: _F) -> _F:
+    """What calling ``stage`` runs, taken once: an instance's own ``__call__`` method when its class
+    defines one in Python (called straight, that skips the instance-call lookup: about 50 ns a stage
+    and event), else ``stage`` itself (a function, a builtin)."""
+    call = inspect.getattr_static(type(stage), "__call__", None)  # a staticmethod stays one
+    return cast(_F, MethodType(call, stage)) if isinstance(call, FunctionType) else stage
 
 
 def _checked(caller: str, build: Callable[[], _T]) -> _T:

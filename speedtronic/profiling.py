@@ -169,6 +169,7 @@ class MetricLogger:
         called: Sequence[Any] = self._hooks if self._background is None else [self._background]
 
         self._lock = threading.RLock()
+        self._gate = threading.RLock()  # where emits wait in turn (an RLock: a signal handler may emit)
         self._closed = False
         self._depth = 0  # emits in progress on the thread holding the lock (a hook may emit)
         self._close_requested = False
@@ -280,14 +281,18 @@ class MetricLogger:
         if type(payload) is not dict and not isinstance(payload, Mapping):
             raise TypeError(f"emit({event!r}): payload must be a mapping, got {type(payload).__name__}")
         method = method_for(event, level)
-        with self._lock:
+        lock = self._lock
+        if not lock.acquire(blocking=False):  # another thread is inside emit: wait in turn at the gate
+            with self._gate:  # (docs/performance.md: one thread at a time sleeps on the lock)
+                lock.acquire()
+        try:
             if self._closed:
                 raise LoggerClosedError(f"emit({event!r}) on a closed MetricLogger; create a new one")
             self._depth += 1
             self._owner = threading.get_ident()
             try:
                 fields = event_fields(payload, key_text)  # a payload that can't be read: reported below
-                fields["event"] = str(event)
+                fields["event"] = event if type(event) is str else str(event)
                 self.chain.run(method, fields)
             except (HookError, SpeedtronicWarning, EventPayloadError):
                 raise
@@ -296,6 +301,8 @@ class MetricLogger:
             finally:
                 self._depth -= 1
                 close_now = self._close_requested and not self._depth
+        finally:
+            lock.release()
         if close_now:  # a hook asked for close() during this event, which is now done
             self.close()
         return True
@@ -398,6 +405,7 @@ class MetricLogger:
     def _forked(self) -> None:
         """In a forked child: no thread of the parent is inside ``emit`` here, and the lock is new."""
         self._depth, self._owner, self._close_requested = 0, 0, False
+        self._gate = threading.RLock()  # another thread may have held it
         self._reports.forked(self._lock)
 
     # -- closing --------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 A ``LineFile`` writes each line with one ``write(2)`` straight to the OS (no user-space buffer, so a
 killed or forked process never loses or repeats a buffered line), follows a file that logrotate moved
-or removed (``logging.handlers.WatchedFileHandler``'s rule: the path is stat'ed before each write),
+or removed (``logging.handlers.WatchedFileHandler``'s rule: the path is stat'ed before a write;
+``PathEvents`` says when, on Linux's local file systems),
 mends a torn tail, and reports I/O failures to a callback instead of raising: a full disk must not
 end a training run. Sinks write bytes and render nothing: where lines were lost, a ``LineFile`` asks
 its owner (``on_gap``) to write the note, which the logger does through its chain.
@@ -13,19 +14,21 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import os
+import select
 import stat
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from speedtronic import _exit_and_fork
 from speedtronic.errors import LoggingFailureWarning, warn_at_caller
 
-__all__ = ["TORN_SETTLE_S", "LineFile", "TextStream", "open_text_sink"]
+__all__ = ["TORN_SETTLE_S", "LineFile", "PathEvents", "TextStream", "open_text_sink"]
 
 OnWriteError = Callable[[BaseException, str, bool], None]
 """``(error, path, lost)``: told of every failed write: a line lost (``lost``), or written only in part
@@ -47,9 +50,10 @@ class LineFile:
     - Opened write-only with ``O_APPEND``: each line is one ``write(2)`` at the current end of the file,
       also after another process appended or logrotate truncated it (``copytruncate``: no NUL holes).
       A pipe or FIFO whose reader is gone fails with ``EPIPE``, reported like a full disk, never a hang.
-    - Before each write, one ``stat`` of the path: when it names another file (logrotate ``create``
-      moved ours away) or none, the path is reopened, so a line emitted after the move goes to the new
-      file. ``reopen()`` does the same on demand (logrotate's ``postrotate``, or SIGHUP).
+    - Before a write, one ``stat`` of the path (before every write, or after inotify's events only:
+      ``PathEvents``): when it names another file (logrotate ``create`` moved ours away) or none, the
+      path is reopened, so a line emitted after the move goes to the new file. ``reopen()`` does the
+      same on demand (logrotate's ``postrotate``, or SIGHUP).
     - The descriptor's number is the file's own from ``__init__`` to ``close()``: a reopen puts the new
       file under the same number (``dup2``), so no other file can be given that number while a write,
       interrupted by a signal handler or not, still holds it. And a file is reopened only between
@@ -89,6 +93,7 @@ class LineFile:
         self._reopen_due = False  # reopen() came during a write: reopen before the next one
         self._identity: tuple[int, int] | None = None
         self._watch = True  # a regular file: follow rotation by stat'ing its path
+        self._events: PathEvents | None = None  # when the stat is due (None: before every write)
         self._torn = False
         self._retry_reopen_at = 0.0  # after a failed reopen at rotation: when to try again
         self._open()
@@ -115,16 +120,23 @@ class LineFile:
         else:
             os.close(fd)
         self._reopen_due = False
+        same = self._identity == (info.st_dev, info.st_ino)
         self._identity = (info.st_dev, info.st_ino)
         self._watch = stat.S_ISREG(info.st_mode)
+        if self._events is not None and same:  # the same file again (a SIGHUP): its watches hold
+            self._events.stat_again()
+        else:
+            if self._events is not None:
+                self._events.close()
+            self._events = PathEvents.open(self._fd, self._path) if self._watch else None
         self._torn = self._watch and _ends_torn(self.path, info.st_size)
 
     def write(self, line: bytes | str) -> None:
         """Append ``line`` plus a newline; on failure, report it and keep the file whole.
 
         The common case (nothing to mend first, the whole line written at once) is one straight path:
-        a ``stat`` of the path, one ``write(2)``. Mending first is in ``_write``; a short or failed
-        write in ``_write_rest``."""
+        a ``poll`` of its events (or a ``stat`` of the path), one ``write(2)``. Mending first is in
+        ``_write``; a short or failed write in ``_write_rest``."""
         data = (line.encode("utf-8", "backslashreplace") if isinstance(line, str) else line) + b"\n"
         with self._lock:
             fd = self._fd
@@ -219,6 +231,9 @@ class LineFile:
 
     def close(self) -> None:
         with self._lock:
+            if self._events is not None:
+                self._events.close()
+                self._events = None
             fd, self._fd = self._fd, None
             if fd is not None:
                 if not self._finish_pending(fd):
@@ -237,6 +252,9 @@ class LineFile:
         self._busy = 0
         self._unnoted = 0
         self._unreported.clear()
+        if self._events is not None:  # the parent's watches: their events are the parent's to read
+            self._events.close()
+            self._events = PathEvents.open(self._fd, self._path) if self._fd is not None else None
 
     def _follow_rotation(self) -> None:
         """Reopen the path when ``reopen()`` came during a write, or when the path names another file
@@ -259,16 +277,30 @@ class LineFile:
         self._retry_reopen_at = now + 1.0
 
     def _moved(self) -> bool:
-        """Whether the path of a regular file names another file than ours, or none."""
+        """Whether the path of a regular file names another file than ours, or none: a ``stat`` of
+        the path, unless ``PathEvents`` says nothing happened to the file or its directories since the
+        last one."""
         if not self._watch:
+            return False
+        events = self._events
+        if events is not None and not events.changed():
             return False
         try:
             info = os.stat(self._path)
         except FileNotFoundError:
-            return True
-        except OSError:
+            moved = True
+        except OSError:  # can't tell (no permission to a directory now): asked again at the next write
+            if events is not None:
+                events.stat_again()
             return False
-        return (info.st_dev, info.st_ino) != self._identity
+        else:
+            moved = (info.st_dev, info.st_ino) != self._identity
+        if events is not None and moved:
+            events.stat_again()  # until the path names our file again (a reopen that failed is retried)
+        elif events is not None and events.fired:  # still ours, but its directories may be others now
+            events.close()
+            self._events = PathEvents.open(self._fd, self._path) if self._fd is not None else None
+        return moved
 
     def _mend(self) -> OSError | None:
         """Finish a line written in part, close a torn tail, then have ``on_gap`` note lost lines; the
@@ -463,6 +495,135 @@ def _ends_torn(path: Path, size: int) -> bool:
             return now == size and reader.read(1) != b"\n"
     except OSError:
         return False
+
+
+class PathEvents:
+    """Tells a ``LineFile`` when the ``stat`` of its path is due: after something happened to the file
+    or to one of its directories (Linux's inotify), instead of before every write.
+
+    The rotation rule stays the stat's: the path is stat'ed before the first write, and before the
+    first write after any of these events, which are queued by the very system call that makes them
+    (a ``rename``, an ``unlink``), before it returns: the file moved (``IN_MOVE_SELF``), unlinked or
+    replaced by another file renamed onto its path (``IN_ATTRIB``: its link count), one of its
+    directories moved or removed, a watch gone or the queue overflowed. So a line written after
+    logrotate's ``rename`` goes to the new file, as with a stat before each write. Asking costs one
+    ``poll(2)`` with no path to walk: a ``stat`` of a file just written costs about five times that.
+
+    ``open`` gives ``None`` (the stat before every write) where the events can't tell all the stat
+    does: on another OS than Linux, a path through a symbolic link (a link retargeted makes no event),
+    a file or directory on a file system whose changes may come from another machine (NFS, SMB, FUSE,
+    9p: only local file systems are trusted), or when inotify is refused (its per-user limits). Not
+    seen, unlike the stat: a file system mounted over the file's directory while it is written, and a
+    process that changes its working directory under a relative path (which is resolved once, when
+    the file is opened, as ``logging``'s handlers resolve theirs).
+    """
+
+    __slots__ = ("_due", "_fd", "_poll", "fired")
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self.fired = False
+        """Whether the last ``changed()`` read events (not only a stat asked for)."""
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        self._poll = poller.poll
+        self._due = True  # the first write stats the path: what happened before the watches counts
+
+    @classmethod
+    def open(cls, fd: int, path: str) -> PathEvents | None:
+        """Watches for the file open as ``fd`` at ``path`` (a regular file), or ``None`` where the stat
+        must be taken before every write."""
+        if sys.platform != "linux":
+            return None
+        try:
+            directories = _watched_directories(path, os.fstat(fd).st_dev)
+            if directories is None:
+                return None
+            inotify = _inotify()
+            events = inotify.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+            if events < 0:
+                return None
+        except Exception:  # no libc to call, /proc not mounted: the stat before every write
+            return None
+        try:
+            # the file by its descriptor (not by its path, which may name another file by now)
+            watched = [(f"/proc/self/fd/{fd}", _IN_MOVE_SELF | _IN_DELETE_SELF | _IN_ATTRIB)]
+            watched += [(name, _IN_MOVE_SELF | _IN_DELETE_SELF | _IN_ONLYDIR) for name in directories]
+            for name, mask in watched:
+                if inotify.inotify_add_watch(events, os.fsencode(name), mask) < 0:
+                    os.close(events)
+                    return None
+        except BaseException:
+            os.close(events)
+            raise
+        return cls(events)
+
+    def changed(self) -> bool:
+        """Whether the path is to be stat'ed now: something happened since the last time this said so
+        (the events are read, and ``fired`` says so), or ``stat_again`` asked for it."""
+        if not self._due and not self._poll(0):
+            return False
+        self._due = False
+        self.fired = False
+        with contextlib.suppress(OSError):  # BlockingIOError: all read
+            while os.read(self._fd, 4096):
+                self.fired = True
+        return True
+
+    def stat_again(self) -> None:
+        """Have the next ``changed()`` say so whatever happens meanwhile."""
+        self._due = True
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+
+
+_IN_ATTRIB = 0x00000004
+_IN_DELETE_SELF = 0x00000400
+_IN_MOVE_SELF = 0x00000800
+_IN_ONLYDIR = 0x01000000
+_LOCAL_FILE_SYSTEMS = frozenset(
+    {"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "ramfs", "overlay", "zfs", "f2fs", "bcachefs", "jfs"}
+)
+"""File systems whose every change is made by this machine's kernel, so inotify sees it."""
+
+
+def _watched_directories(path: str, device: int) -> list[str] | None:
+    """The directories above ``path`` to watch (each but ``/``), or ``None`` when the path goes through
+    a symbolic link, or when the file (on ``device``) or a directory is on no local file system."""
+    absolute = os.path.abspath(path)
+    if os.path.realpath(absolute) != absolute:
+        return None
+    directories = []
+    directory = os.path.dirname(absolute)
+    while directory != os.path.dirname(directory):
+        directories.append(directory)
+        directory = os.path.dirname(directory)
+    kinds = _file_system_kinds()
+    devices = {device, *(os.stat(d).st_dev for d in directories)}
+    if not all(kinds.get((os.major(dev), os.minor(dev))) in _LOCAL_FILE_SYSTEMS for dev in devices):
+        return None
+    return directories
+
+
+def _file_system_kinds() -> dict[tuple[int, int], str]:
+    """Each mounted device's file system type (``/proc/self/mountinfo``), by its major and minor."""
+    kinds: dict[tuple[int, int], str] = {}
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as mounts:
+        for line in mounts:
+            fields, _, rest = line.partition(" - ")
+            major, _, minor = fields.split()[2].partition(":")
+            kinds.setdefault((int(major), int(minor)), rest.split()[0])
+    return kinds
+
+
+@functools.cache
+def _inotify() -> Any:
+    """The C library, for its inotify calls (``ctypes``, imported when a file is first opened)."""
+    import ctypes  # here, not at import: most processes that import speedtronic open no file
+
+    return ctypes.CDLL(None, use_errno=True)
 
 
 class TextStream:

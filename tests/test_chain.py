@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -319,6 +320,50 @@ class TestChainParts:
         records = read_jsonl(tmp_path / "m.jsonl")
         errors = [(r["phase"], r.get("during")) for r in records if r["event"] == "hook_error"]
         assert errors[:2] == [("on_event", "close"), ("close", "close")]
+
+
+class TestStagesCalledAsStructlogCallsThem:
+    def test_every_shape_of_processor_runs_once_per_event(self, tmp_path: Path) -> None:
+        """Processors of every callable shape (a function, a partial, a class instance with its own,
+        an inherited or a static __call__, a builtin-backed one) run once per event, in order, with
+        (logger, method_name, event_dict), as in a stock structlog chain."""
+        seen: list[str] = []
+
+        def function(logger: Any, method_name: str, event_dict: Any) -> Any:
+            seen.append("function")
+            event_dict["by_function"] = method_name
+            return event_dict
+
+        def tagged(tag: str, logger: Any, method_name: str, event_dict: Any) -> Any:
+            seen.append(tag)
+            event_dict["by_partial"] = tag
+            return event_dict
+
+        class Own:
+            def __call__(self, logger: Any, method_name: str, event_dict: Any) -> Any:
+                seen.append("own")
+                event_dict["by_own"] = type(self).__name__
+                return event_dict
+
+        class Inherited(Own):
+            pass
+
+        class Static:
+            @staticmethod
+            def __call__(logger: Any, method_name: str, event_dict: Any) -> Any:
+                seen.append("static")
+                event_dict["by_static"] = True
+                return event_dict
+
+        stages = [function, functools.partial(tagged, "partial"), Own(), Inherited(), Static()]
+        with MetricLogger(stream=io.StringIO(), json_file=tmp_path / "m.jsonl", processors=stages) as logger:
+            logger.emit("a", {"x": 1})
+            logger.emit("b", {"x": 2})
+        assert seen == ["function", "partial", "own", "own", "static"] * 2
+        first = read_jsonl(tmp_path / "m.jsonl")[0]
+        assert (first["by_function"], first["by_partial"], first["by_own"], first["by_static"]) == (
+            "info", "partial", "Inherited", True,
+        )  # fmt: skip
 
 
 class TestRankFilesKeepTheirSuffix:

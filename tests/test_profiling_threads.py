@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -9,6 +12,7 @@ from typing import Any
 from speedtronic.profiling import MetricLogger
 from tests.conftest import read_jsonl
 
+ROOT = Path(__file__).resolve().parents[1]
 THREADS = 8
 EVENTS = 2_000
 
@@ -60,3 +64,56 @@ def test_many_threads(tmp_path: Path) -> None:
     assert all(" | INFO | " in line and line.endswith('"') is False for line in lines)
     assert probe.count == THREADS * EVENTS
     assert probe.overlaps == 0
+
+
+GATE_CHILD = r"""
+import os, signal, sys, threading, time
+from speedtronic.profiling import MetricLogger
+
+logger = MetricLogger(stream=open(os.devnull, "w"), json_file=sys.argv[1], hooks=[])
+held, release = threading.Event(), threading.Event()
+
+def hold(event, payload):
+    if event == "hold":
+        held.set()
+        release.wait()
+
+logger.hooks.append(hold)
+in_handler = threading.Event()
+
+def handler(signum, frame):
+    in_handler.set()
+    logger.emit("from_handler", {})  # its thread already waits for the logger, at the gate
+
+signal.signal(signal.SIGUSR1, handler)
+holder = threading.Thread(target=logger.emit, args=("hold", {}))
+holder.start()
+held.wait()
+main = threading.get_ident()
+
+def helper():
+    while "unlocked" in repr(logger._gate):  # until the main thread waits at the gate
+        time.sleep(0)
+    signal.pthread_kill(main, signal.SIGUSR1)
+    in_handler.wait()
+    release.set()
+
+threading.Thread(target=helper).start()
+logger.emit("waiting", {})
+holder.join()
+logger.close()
+print("done")
+"""
+
+
+def test_a_signal_handler_emitting_while_its_thread_waits_for_the_logger(tmp_path: Path) -> None:
+    """A thread waiting for the logger (another thread is inside emit) runs a signal handler that
+    emits too: it waits its turn as well, nothing deadlocks, and all three records are written."""
+    jsonl = tmp_path / "m.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-c", GATE_CHILD, str(jsonl)],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["done"]
+    assert sorted(record["event"] for record in read_jsonl(jsonl)) == ["from_handler", "hold", "waiting"]

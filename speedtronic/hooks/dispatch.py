@@ -297,23 +297,26 @@ class DispatchHooks:
         """Call the hooks with the event, as ``__call__`` does, without ending a chain: for a loop of
         your own that runs the stages (``MetricLogger``'s does), where ``DropEvent`` would only be
         raised to be caught."""
-        if self._hooks and not is_own_record(event_dict):
-            event = event_dict.get("event")
-            event = event if type(event) is str else safe_str(event)
-            for hook in tuple(self._hooks):
-                if self._stopped:
-                    break
-                payload = dict(event_dict)  # each hook its own copy, without the event's name
-                payload.pop("event", None)
-                payload.pop(NOTE_KEY, None)  # nor the start of the record's note (``event_fields``)
-                _, target, with_level = self._call_of(hook)
-                try:
-                    if with_level:
-                        target(event, payload, level=method_name)
-                    else:
-                        target(event, payload)
-                except Exception as error:
-                    self._on_error(hook, error, event)
+        if not self._hooks or (NOTE_KEY in event_dict and is_own_record(event_dict)):
+            return
+        event = event_dict.get("event")
+        event = event if type(event) is str else safe_str(event)
+        noted = NOTE_KEY in event_dict  # the start of the record's note (``event_fields``): not passed on
+        for hook in tuple(self._hooks):
+            if self._stopped:
+                break
+            payload = dict(event_dict)  # each hook its own copy, without the event's name
+            payload.pop("event", None)
+            if noted:
+                del payload[NOTE_KEY]
+            _, target, with_level = self._call_of(hook)
+            try:
+                if with_level:
+                    target(event, payload, level=method_name)
+                else:
+                    target(event, payload)
+            except Exception as error:
+                self._on_error(hook, error, event)
 
     def _call_of(self, hook: object) -> tuple[object, Callable[..., Any], bool]:
         """The hook, its callable, and whether that takes ``level``: decided once per hook."""

@@ -1,0 +1,178 @@
+"""Rotation followed through inotify's events (``speedtronic.sinks.PathEvents``): the stat rule's
+every case, with a stat only after something happened to the file or a directory above it."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import speedtronic.sinks
+from speedtronic.sinks import LineFile
+
+linux_only = pytest.mark.skipif(sys.platform != "linux", reason="inotify is Linux's")
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines()
+
+
+def assert_stat_ed_and_followed(path: Path) -> None:
+    """A file at ``path`` watched by no events follows a rename all the same (by its stat)."""
+    sink = written(path)
+    assert sink._events is None
+    sink.write("before")
+    path.rename(path.with_name(path.name + ".1"))
+    sink.write("after")
+    sink.close()
+    assert lines(path) == ["after"]
+    assert lines(path.with_name(path.name + ".1")) == ["before"]
+
+
+def written(path: Path, on_error: Any = None) -> LineFile:
+    errors: list[Any] = []
+    return LineFile(path, on_error or (lambda *args: errors.append(args)))
+
+
+@linux_only
+class TestWatched:
+    def test_a_write_stats_nothing_until_something_happens(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """On a local file system 200 writes stat the path once (the first); a rename makes the next
+        write stat it again, and that line goes to the new file."""
+        path = tmp_path / "m.jsonl"
+        sink = written(path)
+        stats: list[str] = []
+        real_stat = os.stat
+
+        def counted(name: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+            if str(name) == str(path):
+                stats.append(str(name))
+            return real_stat(name, *args, **kwargs)
+
+        monkeypatch.setattr(os, "stat", counted)
+        for n in range(200):
+            sink.write(f"line {n}")
+        assert len(stats) == 1
+        path.rename(tmp_path / "m.jsonl.1")
+        sink.write("after")
+        sink.close()
+        assert len(stats) == 2
+        assert lines(path) == ["after"]
+        assert lines(tmp_path / "m.jsonl.1")[-1] == "line 199"
+
+    def test_a_renamed_directory_is_followed(self, tmp_path: Path) -> None:
+        """The file's directory renamed: the next line goes to a new file at the path (its
+        directories made again), the lines before stay in the moved directory."""
+        path = tmp_path / "run" / "logs" / "t.log"
+        sink = written(path)
+        sink.write("before")
+        (tmp_path / "run").rename(tmp_path / "run.1")
+        sink.write("after")
+        sink.close()
+        assert lines(tmp_path / "run.1" / "logs" / "t.log") == ["before"]
+        assert lines(path) == ["after"]
+
+    def test_a_file_renamed_onto_the_path_is_followed(self, tmp_path: Path) -> None:
+        """Another file renamed onto the path (ours unlinked by it): the next line goes to that file."""
+        path = tmp_path / "t.log"
+        sink = written(path)
+        sink.write("before")
+        (tmp_path / "other").write_text("other\n")
+        (tmp_path / "other").rename(path)
+        sink.write("after")
+        sink.close()
+        assert lines(path) == ["other", "after"]
+
+    def test_an_unlinked_file_is_made_again(self, tmp_path: Path) -> None:
+        """The file deleted: the next line makes it again at the path."""
+        path = tmp_path / "t.log"
+        sink = written(path)
+        sink.write("before")
+        path.unlink()
+        sink.write("after")
+        sink.close()
+        assert lines(path) == ["after"]
+
+    def test_a_touched_file_keeps_its_lines_and_is_still_followed(self, tmp_path: Path) -> None:
+        """A chmod (an event that moves nothing) leaves the lines in the file, and a rename after it
+        is still followed."""
+        path = tmp_path / "t.log"
+        sink = written(path)
+        sink.write("one")
+        path.chmod(0o600)
+        sink.write("two")
+        path.rename(tmp_path / "t.log.1")
+        sink.write("three")
+        sink.close()
+        assert lines(tmp_path / "t.log.1") == ["one", "two"]
+        assert lines(path) == ["three"]
+
+    def test_a_forked_child_and_its_parent_both_follow_a_rename(self, tmp_path: Path) -> None:
+        """A rename after a fork is followed by both processes: each reads its own events (with one
+        queue shared, whichever read it first would leave the other writing to the moved file)."""
+        path = tmp_path / "t.log"
+        sink = written(path)
+        sink.write("before")
+        ready, go = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: writes once the parent has renamed the file and written
+            try:
+                os.read(ready, 1)
+                sink.write("child")
+            finally:
+                os._exit(0)
+        path.rename(tmp_path / "t.log.1")
+        sink.write("parent")
+        os.write(go, b"x")
+        os.waitpid(pid, 0)
+        sink.close()
+        assert lines(tmp_path / "t.log.1") == ["before"]
+        assert sorted(lines(path)) == ["child", "parent"]
+
+
+class TestStatBeforeEveryWrite:
+    def test_a_path_through_a_symbolic_link_follows_a_retargeted_link(self, tmp_path: Path) -> None:
+        """A path through a symbolic link makes no event when the link is retargeted: it is stat'ed
+        before every write, so the next line goes to the link's new target."""
+        (tmp_path / "a").mkdir()
+        (tmp_path / "b").mkdir()
+        (tmp_path / "latest").symlink_to(tmp_path / "a")
+        sink = written(tmp_path / "latest" / "t.log")
+        assert sink._events is None
+        sink.write("in a")
+        (tmp_path / "latest").unlink()
+        (tmp_path / "latest").symlink_to(tmp_path / "b")
+        sink.write("in b")
+        sink.close()
+        assert lines(tmp_path / "a" / "t.log") == ["in a"]
+        assert lines(tmp_path / "b" / "t.log") == ["in b"]
+
+    @linux_only
+    def test_a_file_system_not_known_local_is_stat_ed(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A file on a file system whose changes may come from another machine (NFS here, as
+        /proc/self/mountinfo would say) is stat'ed before every write, and a rename is followed."""
+        device = os.stat(tmp_path).st_dev
+        kinds = {(os.major(device), os.minor(device)): "nfs4"}
+        monkeypatch.setattr(speedtronic.sinks, "_file_system_kinds", lambda: kinds)
+        assert_stat_ed_and_followed(tmp_path / "t.log")
+
+    @linux_only
+    def test_inotify_refused_falls_back_to_the_stat(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """inotify refused (its per-user limit of instances reached): the stat before every write,
+        and a rename is followed."""
+
+        class Exhausted:
+            def inotify_init1(self, flags: int) -> int:
+                return -1  # EMFILE
+
+        monkeypatch.setattr(speedtronic.sinks, "_inotify", Exhausted)
+        assert_stat_ed_and_followed(tmp_path / "t.log")
