@@ -36,13 +36,14 @@ them, opens only their files (and any file whose name says no rank); the others 
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import re
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, cast
 
 import orjson
 
@@ -68,8 +69,10 @@ __all__ = [
     "RunError",
     "Skipped",
     "as_number",
+    "file_entries",
     "file_rank",
     "file_records",
+    "is_plain_step",
     "not_a_run",
     "parse_record",
     "rate_keys",
@@ -403,26 +406,29 @@ def _records(files: list[Path], skipped: Skipped, ranks: RankFilter, limit: int)
 def _lines(file: Any, limit: int, size: int | None = None) -> Iterator[tuple[bytes | None, bool]]:
     """Each line of ``file`` (newline removed) and whether it ended in a newline; ``None`` for a line
     over ``limit`` bytes, which is read past chunk by chunk and never held whole. ``size``: read that
-    many bytes at most."""
+    many bytes at most. Each chunk is cut at its newlines at once (``bytes.split``)."""
     pieces: list[bytes] = []  # the start of a line that runs past the chunk it began in
     held = 0
     too_long = False
     left = size
     while chunk := file.read(CHUNK_BYTES if left is None else min(CHUNK_BYTES, left)):
         left = left - len(chunk) if left is not None else None
-        start = 0
-        while (end := chunk.find(b"\n", start)) >= 0:
-            if too_long or held + end - start > limit:
+        lines = chunk.split(b"\n")
+        tail = lines.pop()  # what follows the chunk's last newline: the start of a line
+        if lines:
+            first = lines[0]
+            if too_long or held + len(first) > limit:
                 yield None, True
             elif pieces:
-                yield b"".join([*pieces, chunk[start:end]]), True
+                yield b"".join([*pieces, first]), True
             else:
-                yield chunk[start:end], True
+                yield first, True
             pieces, held, too_long = [], 0, False
-            start = end + 1
-        if not too_long and start < len(chunk):
-            pieces.append(chunk[start:])
-            held += len(chunk) - start
+            for line in itertools.islice(lines, 1, None):
+                yield (line, True) if len(line) <= limit else (None, True)
+        if not too_long and tail:
+            pieces.append(tail)
+            held += len(tail)
             if held > limit:
                 pieces, held, too_long = [], 0, True
     if too_long:
@@ -447,7 +453,40 @@ def file_records(
     the end of the file). Its segments are numbered from its start, as if a ``train_start`` came
     before it; whether the whole file holds a record is for the caller to check.
     """
-    limit = max_line_bytes
+    # Only Records come when plain steps are not asked for.
+    return cast(Iterator[Record], _entries(source, skipped, max_line_bytes, span, steps=False))
+
+
+def file_entries(
+    source: Path,
+    skipped: Skipped,
+    max_line_bytes: int = MAX_LINE_BYTES,
+    *,
+    span: tuple[int, int | None, int] | None = None,
+) -> Iterator[Record | dict[str, Any]]:
+    """``file_records``, but a *plain step* comes as the dict its line parsed to, no ``Record`` built:
+    a ``train_step`` record with nothing to undo (``is_plain_step``), whose fields are its payload
+    plus ``event``, ``timestamp`` and the note. For a reader that folds steps in bulk (summarize);
+    every other line comes as ``file_records`` gives it."""
+    return _entries(source, skipped, max_line_bytes, span, steps=True)
+
+
+_NOTHING_NON_FINITE: dict[str, list[Any]] = {kind: [] for kind in NON_FINITE_KINDS}
+
+
+def is_plain_step(fields: Any) -> bool:
+    """Whether a parsed line is a ``train_step`` record whose fields need nothing undone: its note
+    lists nothing non-finite (so it has the writer's contract, ``note_contract``, and no ``null`` to
+    put back). Its payload is then its fields but ``event``, ``timestamp`` and the note, as they are."""
+    if type(fields) is not dict or fields.get("event") != "train_step":
+        return False
+    note = fields.get(NOTE_KEY)
+    return type(note) is dict and note.get("non_finite") == _NOTHING_NON_FINITE
+
+
+def _entries(
+    source: Path, skipped: Skipped, limit: int, span: tuple[int, int | None, int] | None, *, steps: bool
+) -> Iterator[Record | dict[str, Any]]:
     start, stop, first_line = span if span is not None else (0, None, 1)
     segment, started, lines, records = 0, span is not None and start > 0, 0, 0
     try:
@@ -463,7 +502,16 @@ def file_records(
                 if not raw or raw.isspace():
                     continue
                 lines += 1
-                record = parse_record(raw, ended, source, number, segment)
+                try:
+                    fields = orjson.loads(raw)
+                except orjson.JSONDecodeError:
+                    record: Record | str = "not JSON" if ended else "torn last line"
+                else:
+                    if steps and is_plain_step(fields):
+                        records += 1
+                        yield fields
+                        continue
+                    record = _record_of(fields, raw, source, number, segment)
                 if isinstance(record, str):
                     if lines == 1 and not start and not raw.lstrip().startswith(b"{"):
                         raise not_a_run(source, f"line {number} is not a JSON object")
@@ -496,6 +544,11 @@ def parse_record(raw: bytes, ended: bool, source: Path, number: int, segment: in
         fields = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return "not JSON" if ended else "torn last line"
+    return _record_of(fields, raw, source, number, segment)
+
+
+def _record_of(fields: Any, raw: bytes, source: Path, number: int, segment: int) -> Record | str:
+    """``parse_record`` of a line that parsed to ``fields``."""
     if type(fields) is not dict:
         return "not a JSON object"
     note = fields.get(NOTE_KEY)

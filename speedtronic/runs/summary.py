@@ -28,12 +28,13 @@ import signal
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from math import isfinite
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from speedtronic.events import level_for
 from speedtronic.processors.text import quote
-from speedtronic.record import non_finite_text
+from speedtronic.record import NOTE_KEY, non_finite_text
 from speedtronic.runs.reader import (
     CHUNK_BYTES,
     RankChoice,
@@ -43,6 +44,7 @@ from speedtronic.runs.reader import (
     RunError,
     Skipped,
     as_number,
+    file_entries,
     file_records,
     not_a_run,
     run_files,
@@ -136,6 +138,9 @@ _OTHER, _LOSS, _LR, _RATE, _EVAL = range(5)
 """What a numeric key is, by ``Roles``: nothing the summary reads, the loss, a learning rate, a
 throughput rate, a held-out loss."""
 
+_NOT_PAYLOAD = frozenset(("event", "timestamp", NOTE_KEY))
+"""The fields of a record that are not its payload (``speedtronic.runs.reader.Record``)."""
+
 
 @dataclass
 class RunSummary:
@@ -214,8 +219,8 @@ class RunSummary:
     """One bit per step from byte ``_seen_at`` on: whether a ``train_step`` of it was seen."""
     _seen_at: int = field(default=0, repr=False)
     _folds: dict[str, _Fold] = field(default_factory=dict, repr=False)
-    _roles: dict[str, int] = field(default_factory=dict, repr=False)
-    """What each key met is (``_LOSS``, ...), decided the first time the key is met."""
+    _plans: dict[tuple[str, ...], list[tuple[str, int, int]]] = field(default_factory=dict, repr=False)
+    """What ``_fold_step`` reads of a payload, per tuple of its keys (``_plan``)."""
     _losses: dict[str, SeriesStats] = field(default_factory=dict, repr=False)
     """Each loss key's series: the run's loss is chosen among them once every piece is in."""
     """What ``add`` does with each event, decided the first time the event is met."""
@@ -223,15 +228,34 @@ class RunSummary:
     def add(self, record: Record) -> None:
         """Fold one record of this piece into the summary."""
         event = record.event
-        self.records += 1
-        self.events[event] += 1
-        elapsed = record.payload.get("elapsed_s")
-        if type(elapsed) is float or type(elapsed) is int:
-            self._add_time(record.rank, float(elapsed))
+        self._count(event, record.rank, record.payload)
         fold = self._folds.get(event)
         if fold is None:
             fold = self._folds[event] = _fold_for(event)
         fold(self, record)
+
+    def add_step(self, fields: dict[str, Any], rank: int) -> None:
+        """Fold one plain step of this piece (``speedtronic.runs.reader.is_plain_step``: its fields as
+        read, ``event``, ``timestamp`` and the note among them) of ``rank``: ``add`` without a Record.
+        Written for speed: it is most of a run's records."""
+        self.records += 1
+        self.events["train_step"] += 1
+        elapsed = fields.get("elapsed_s")
+        if type(elapsed) is float or type(elapsed) is int:
+            times = self._times.get(rank)  # _add_time, its common case written out
+            if times is not None and times[-1][0] == self._starts and 0.0 < elapsed < math.inf:
+                if elapsed > times[-1][1]:
+                    times[-1][1] = float(elapsed)
+            else:
+                self._add_time(rank, float(elapsed))
+        self._fold_step(fields)
+
+    def _count(self, event: str, rank: int, payload: dict[str, Any]) -> None:
+        self.records += 1
+        self.events[event] += 1
+        elapsed = payload.get("elapsed_s")
+        if type(elapsed) is float or type(elapsed) is int:
+            self._add_time(rank, float(elapsed))
 
     def _add_time(self, rank: int, elapsed: float) -> None:
         if not 0.0 < elapsed < math.inf:  # a segment's clock starts at 0: only later times count
@@ -245,38 +269,63 @@ class RunSummary:
             times[-1][1] = elapsed
 
     def _add_step(self, record: Record) -> None:
-        payload = record.payload
+        self._fold_step(record.payload)
+
+    def _fold_step(self, payload: dict[str, Any]) -> None:
+        """The step, the losses, learning rates, rates and held-out losses of a ``train_step``'s
+        payload (its fields: ``event``, ``timestamp`` and the note, when there, are not read). The
+        smallest and largest step come from the bitmap at the end of the piece (``_close``)."""
         step = payload.get("step")
         if type(step) is int:
-            if self.step_min is None or step < self.step_min:
-                self.step_min = step
-            if self.step_max is None or step > self.step_max:
-                self.step_max = step
-            self._count_step(step)
+            index = (step >> 3) - self._seen_at  # _count_step, its common case written out
+            if 0 <= index < len(self._seen) and step < _STEP_BITS:
+                self._seen[index] |= 1 << (step & 7)
+            else:
+                self._count_step(step)
         else:
             step = None
-        roles = self._roles
-        for key, value in payload.items():
+        keys = tuple(payload)
+        plan = self._plans.get(keys)
+        if plan is None:
+            plan = self._plans[keys] = self._plan(keys)
+        for key, role, detail in plan:
+            value = payload[key]
             if type(value) is not float and type(value) is not int:
                 continue
-            role = roles.get(key)
-            if role is None:
-                role = roles[key] = self._role(key)
             if role == _RATE:
                 rate = self.rates.get(key)
                 if rate is None:  # not setdefault(key, RateStats()): that builds one per record
                     rate = self.rates[key] = RateStats()
-                rate.add(value)
+                if isfinite(value):  # RateStats.add, written out
+                    rate.total += value
+                    rate.count += 1
+                    rate.last = value
             elif role == _LOSS:
                 loss = self._losses.get(key)
                 if loss is None:
-                    self._losses[key] = _stats(value, step, self.records, self.roles.loss_rank(key) or 0)
-                else:
-                    loss.add(value, step)
+                    self._losses[key] = _stats(value, step, self.records, detail)
+                    continue
+                loss.last, loss.last_step = value, step  # SeriesStats.add, written out
+                if not isfinite(value):
+                    loss.non_finite += 1
+                elif loss.best is None or value < loss.best:
+                    loss.best, loss.best_step = value, step
             elif role == _LR:
                 self.lrs[key] = value
-            elif role == _EVAL:
+            else:
                 self._add_eval_loss(str(eval_split(key)), value, step)
+
+    def _plan(self, keys: tuple[str, ...]) -> list[tuple[str, int, int]]:
+        """What ``_fold_step`` reads of a payload with ``keys``, in their order: each key with a role,
+        the role, and for a loss how preferred its key is. Decided once per set of keys in a piece."""
+        plan = []
+        for key in keys:
+            if key in _NOT_PAYLOAD:
+                continue
+            role = self._role(key)
+            if role != _OTHER:
+                plan.append((key, role, self.roles.loss_rank(key) or 0))
+        return plan
 
     def _role(self, key: str) -> int:
         roles = self.roles
@@ -347,11 +396,29 @@ class RunSummary:
     def _count_step(self, step: int) -> None:
         if not 0 <= step < _STEP_BITS:  # a step number off the scale is counted, not remembered
             self.steps_recorded += 1
+            self._step_range(step, step)
             return
         index = (step >> 3) - self._seen_at
         if not 0 <= index < len(self._seen):
             index = self._reach(step >> 3)
         self._seen[index] |= 1 << (step & 7)
+
+    def _step_range(self, low: int, high: int) -> None:
+        if self.step_min is None or low < self.step_min:
+            self.step_min = low
+        if self.step_max is None or high > self.step_max:
+            self.step_max = high
+
+    def _close(self) -> None:
+        """End this piece: the smallest and largest step of those the bitmap holds, into
+        ``step_min`` and ``step_max``."""
+        held = self._seen.rstrip(b"\0")
+        if held:
+            high = (self._seen_at + len(held) - 1) * 8 + held[-1].bit_length() - 1
+            rest = held.lstrip(b"\0")
+            first = rest[0]
+            low = (self._seen_at + len(held) - len(rest)) * 8 + (first & -first).bit_length() - 1
+            self._step_range(low, high)
 
     def _reach(self, byte: int) -> int:
         """Make room in the bitmap for ``byte`` (growing downwards by doubling, so that steps read in
@@ -659,14 +726,22 @@ def _summarize_piece(piece: _Piece) -> tuple[_Piece, RunSummary]:
     ``train_start`` records of every rank, as the reader numbers segments)."""
     part = RunSummary(str(piece.source), piece.roles)
     ranks = RankFilter([], "all" if piece.rank is None else sorted(piece.rank), part.skipped)
-    keeps, add = ranks.keeps, part.add
-    for record in file_records(piece.source, part.skipped, span=(piece.start, piece.stop, piece.first_line)):
+    keeps, add, add_step = ranks.keeps, part.add, part.add_step
+    span = (piece.start, piece.stop, piece.first_line)
+    for entry in file_entries(piece.source, part.skipped, span=span):
         part._read += 1
-        if record.event == "train_start":
+        if isinstance(entry, dict):  # a plain step: its rank as Record has it
+            rank = entry.get("rank")
+            rank = rank if type(rank) is int else 0
+            if keeps(rank):
+                add_step(entry, rank)
+            continue
+        if entry.event == "train_start":
             part._starts += 1
-        if keeps(record.rank):
-            add(record)
-    part._folds, part._roles = {}, {}
+        if keeps(entry.rank):
+            add(entry)
+    part._close()
+    part._folds, part._plans = {}, {}
     return piece, part
 
 
