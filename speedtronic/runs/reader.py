@@ -62,6 +62,7 @@ __all__ = [
     "CHUNK_BYTES",
     "MAX_LINE_BYTES",
     "RATE_SUFFIX",
+    "STEP_BATCH",
     "RankChoice",
     "RankFilter",
     "Record",
@@ -69,6 +70,7 @@ __all__ = [
     "RunError",
     "Skipped",
     "as_number",
+    "fields_rank",
     "file_entries",
     "file_rank",
     "file_records",
@@ -463,13 +465,19 @@ def file_entries(
     max_line_bytes: int = MAX_LINE_BYTES,
     *,
     span: tuple[int, int | None, int] | None = None,
-) -> Iterator[Record | dict[str, Any]]:
-    """``file_records``, but a *plain step* comes as the dict its line parsed to, no ``Record`` built:
-    a ``train_step`` record with nothing to undo (``is_plain_step``), whose fields are its payload
-    plus ``event``, ``timestamp`` and the note. For a reader that folds steps in bulk (summarize);
-    every other line comes as ``file_records`` gives it."""
+) -> Iterator[Record | list[dict[str, Any]]]:
+    """``file_records``, but *plain steps* come in lists, no ``Record`` built: each ``train_step``
+    record with nothing to undo (``is_plain_step``) as the dict its line parsed to (its payload plus
+    ``event``, ``timestamp`` and the note; its rank is ``fields_rank``). A list holds consecutive
+    records, at most ``STEP_BATCH``; every other record comes as ``file_records`` gives it, in order.
+    For a reader that folds steps in bulk (summarize)."""
     return _entries(source, skipped, max_line_bytes, span, steps=True)
 
+
+STEP_BATCH = 64
+"""The most plain steps ``file_entries`` yields in one list. Few enough that their dicts and lists stay
+under the cyclic garbage collector's first threshold (700 objects): a longer list's records outlive
+collections that then look through them again and again, which costs more than the bulk saves."""
 
 _NOTHING_NON_FINITE: dict[str, list[Any]] = {kind: [] for kind in NON_FINITE_KINDS}
 
@@ -484,11 +492,18 @@ def is_plain_step(fields: Any) -> bool:
     return type(note) is dict and note.get("non_finite") == _NOTHING_NON_FINITE
 
 
+def fields_rank(fields: dict[str, Any]) -> int:
+    """The rank of a record with these fields (``Record.rank``): its integer ``rank`` key, else 0."""
+    rank = fields.get("rank")
+    return rank if type(rank) is int else 0
+
+
 def _entries(
     source: Path, skipped: Skipped, limit: int, span: tuple[int, int | None, int] | None, *, steps: bool
-) -> Iterator[Record | dict[str, Any]]:
+) -> Iterator[Record | list[dict[str, Any]]]:
     start, stop, first_line = span if span is not None else (0, None, 1)
     segment, started, lines, records = 0, span is not None and start > 0, 0, 0
+    plain: list[dict[str, Any]] = []  # plain steps not yielded yet
     try:
         with source.open("rb") as file:
             if start:
@@ -509,7 +524,10 @@ def _entries(
                 else:
                     if steps and is_plain_step(fields):
                         records += 1
-                        yield fields
+                        plain.append(fields)
+                        if len(plain) == STEP_BATCH:
+                            yield plain
+                            plain = []
                         continue
                     record = _record_of(fields, raw, source, number, segment)
                 if isinstance(record, str):
@@ -523,7 +541,12 @@ def _entries(
                         record = record._replace(segment=segment)
                     started = True
                 records += 1
+                if plain:
+                    yield plain
+                    plain = []
                 yield record
+            if plain:
+                yield plain
     except OSError as error:
         raise RunError(f"{source}: {error.strerror or error}") from None
     if lines and not records and span is None:
@@ -569,12 +592,11 @@ def _record_of(fields: Any, raw: bytes, source: Path, number: int, segment: int)
         for key in converted or ():
             if type(key) is str and key in fields:
                 fields[key] = _restore_non_finite(fields[key])
-    rank = fields.get("rank")
     return Record(
         event,
         fields,
         timestamp if type(timestamp) is str else None,
-        rank if type(rank) is int else 0,
+        fields_rank(fields),
         source,
         number,
         notes,

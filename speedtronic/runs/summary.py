@@ -21,8 +21,10 @@ or this one does, so the result does not depend on ``workers``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import math
+import operator
 import os
 import signal
 from collections import Counter
@@ -44,6 +46,7 @@ from speedtronic.runs.reader import (
     RunError,
     Skipped,
     as_number,
+    fields_rank,
     file_entries,
     file_records,
     not_a_run,
@@ -138,6 +141,14 @@ _OTHER, _LOSS, _LR, _RATE, _EVAL = range(5)
 """What a numeric key is, by ``Roles``: nothing the summary reads, the loss, a learning rate, a
 throughput rate, a held-out loss."""
 
+_Plan = list[tuple[str, int, int]]
+"""What ``RunSummary._fold_step`` reads of a payload: each key with a role, the role, and for a loss
+how preferred its key is (``RunSummary._plan``)."""
+
+_Columns = tuple[_Plan, int, tuple[int, ...], tuple[float, ...], list[tuple[float, ...]]]
+
+_INT, _FLOAT = {int}, {float}
+
 _NOT_PAYLOAD = frozenset(("event", "timestamp", NOTE_KEY))
 """The fields of a record that are not its payload (``speedtronic.runs.reader.Record``)."""
 
@@ -219,7 +230,7 @@ class RunSummary:
     """One bit per step from byte ``_seen_at`` on: whether a ``train_step`` of it was seen."""
     _seen_at: int = field(default=0, repr=False)
     _folds: dict[str, _Fold] = field(default_factory=dict, repr=False)
-    _plans: dict[tuple[str, ...], list[tuple[str, int, int]]] = field(default_factory=dict, repr=False)
+    _plans: dict[tuple[str, ...], _Plan] = field(default_factory=dict, repr=False)
     """What ``_fold_step`` reads of a payload, per tuple of its keys (``_plan``)."""
     _losses: dict[str, SeriesStats] = field(default_factory=dict, repr=False)
     """Each loss key's series: the run's loss is chosen among them once every piece is in."""
@@ -249,6 +260,66 @@ class RunSummary:
             else:
                 self._add_time(rank, float(elapsed))
         self._fold_step(fields)
+
+    def add_steps(self, steps: list[dict[str, Any]]) -> None:
+        """``add_step`` of each of these plain steps of this piece, read one after the other (a list
+        ``file_entries`` gives). In bulk, each figure a builtin over a column, when every one has the
+        same keys, one integer rank, an integer step the bitmap holds and finite floats in
+        ``elapsed_s`` and every key the summary reads (held-out losses aside); else one by one."""
+        columns = self._columns(steps)
+        if columns is None:
+            for fields in steps:
+                self.add_step(fields, fields_rank(fields))
+            return
+        plan, rank, numbers, elapsed, values = columns
+        first = self.records + 1  # the record of the piece the first step is
+        self.records += len(steps)
+        self.events["train_step"] += len(steps)
+        latest = max(elapsed)
+        if latest > 0.0:
+            self._add_time(rank, latest)
+        self._count_steps(numbers)
+        for (key, role, detail), column in zip(plan, values, strict=True):
+            if role == _RATE:
+                rate = self.rates.get(key)
+                if rate is None:
+                    rate = self.rates[key] = RateStats()
+                rate.total = functools.reduce(operator.add, column, rate.total)  # as += one by one
+                rate.count += len(column)
+                rate.last = column[-1]
+            elif role == _LR:
+                self.lrs[key] = column[-1]
+            else:
+                loss = self._losses.get(key)
+                if loss is None:
+                    loss = self._losses[key] = _stats(column[0], numbers[0], first, detail)
+                loss.last, loss.last_step = column[-1], numbers[-1]
+                best = min(column)
+                if loss.best is None or best < loss.best:
+                    loss.best, loss.best_step = best, numbers[column.index(best)]  # the earliest
+
+    def _columns(self, steps: list[dict[str, Any]]) -> _Columns | None:
+        """The columns ``add_steps`` folds in bulk: the plan, the rank, the steps, ``elapsed_s`` and
+        the plan's keys; ``None`` when these steps are not all alike as it needs."""
+        keys = steps[0].keys()
+        if "step" not in keys or "elapsed_s" not in keys or not all(map(keys.__eq__, map(dict.keys, steps))):
+            return None
+        plan = self._plan_of(tuple(keys))
+        if any(role == _EVAL for _, role, _ in plan):  # two keys can be one split's: one by one
+            return None
+        names = ["step", "elapsed_s", *(key for key, _, _ in plan), "rank"]
+        if "rank" not in keys:
+            names.pop()
+        numbers, elapsed, *values = columns = list(zip(*map(operator.itemgetter(*names), steps), strict=True))
+        ranks = values.pop() if "rank" in keys else (0,)
+        if set(map(type, ranks)) != _INT or len(set(ranks)) != 1:
+            return None
+        if set(map(type, numbers)) != _INT or min(numbers) < 0 or max(numbers) >= _STEP_BITS:
+            return None
+        for column in columns[1 : 2 + len(plan)]:
+            if set(map(type, column)) != _FLOAT or not all(map(isfinite, column)):
+                return None
+        return plan, ranks[0], numbers, elapsed, values
 
     def _count(self, event: str, rank: int, payload: dict[str, Any]) -> None:
         self.records += 1
@@ -284,11 +355,7 @@ class RunSummary:
                 self._count_step(step)
         else:
             step = None
-        keys = tuple(payload)
-        plan = self._plans.get(keys)
-        if plan is None:
-            plan = self._plans[keys] = self._plan(keys)
-        for key, role, detail in plan:
+        for key, role, detail in self._plan_of(tuple(payload)):
             value = payload[key]
             if type(value) is not float and type(value) is not int:
                 continue
@@ -315,7 +382,13 @@ class RunSummary:
             else:
                 self._add_eval_loss(str(eval_split(key)), value, step)
 
-    def _plan(self, keys: tuple[str, ...]) -> list[tuple[str, int, int]]:
+    def _plan_of(self, keys: tuple[str, ...]) -> _Plan:
+        plan = self._plans.get(keys)
+        if plan is None:
+            plan = self._plans[keys] = self._plan(keys)
+        return plan
+
+    def _plan(self, keys: tuple[str, ...]) -> _Plan:
         """What ``_fold_step`` reads of a payload with ``keys``, in their order: each key with a role,
         the role, and for a loss how preferred its key is. Decided once per set of keys in a piece."""
         plan = []
@@ -408,6 +481,21 @@ class RunSummary:
             self.step_min = low
         if self.step_max is None or high > self.step_max:
             self.step_max = high
+
+    def _count_steps(self, numbers: tuple[int, ...]) -> None:
+        """``_count_step`` of each of ``numbers`` (steps the bitmap holds): at once when they are every
+        step of a range, in any order."""
+        low, high = min(numbers), max(numbers)
+        if len(set(numbers)) != high - low + 1:
+            for step in numbers:
+                self._count_step(step)
+            return
+        self._reach(high >> 3)
+        self._reach(low >> 3)
+        start, end = (low >> 3) - self._seen_at, (high >> 3) - self._seen_at + 1
+        bits = ((1 << (high - low + 1)) - 1) << (low & 7)
+        held = int.from_bytes(self._seen[start:end], "little")
+        self._seen[start:end] = (held | bits).to_bytes(end - start, "little")
 
     def _close(self) -> None:
         """End this piece: the smallest and largest step of those the bitmap holds, into
@@ -726,16 +814,16 @@ def _summarize_piece(piece: _Piece) -> tuple[_Piece, RunSummary]:
     ``train_start`` records of every rank, as the reader numbers segments)."""
     part = RunSummary(str(piece.source), piece.roles)
     ranks = RankFilter([], "all" if piece.rank is None else sorted(piece.rank), part.skipped)
-    keeps, add, add_step = ranks.keeps, part.add, part.add_step
+    keeps, add, add_steps = ranks.keeps, part.add, part.add_steps
     span = (piece.start, piece.stop, piece.first_line)
     for entry in file_entries(piece.source, part.skipped, span=span):
-        part._read += 1
-        if isinstance(entry, dict):  # a plain step: its rank as Record has it
-            rank = entry.get("rank")
-            rank = rank if type(rank) is int else 0
-            if keeps(rank):
-                add_step(entry, rank)
+        if isinstance(entry, list):  # plain steps
+            part._read += len(entry)
+            taken = entry if ranks.every else [fields for fields in entry if keeps(fields_rank(fields))]
+            if taken:
+                add_steps(taken)
             continue
+        part._read += 1
         if entry.event == "train_start":
             part._starts += 1
         if keeps(entry.rank):
