@@ -36,7 +36,6 @@ them, opens only their files (and any file whose name says no rank); the others 
 
 from __future__ import annotations
 
-import itertools
 import math
 import os
 import re
@@ -405,38 +404,40 @@ def _records(files: list[Path], skipped: Skipped, ranks: RankFilter, limit: int)
                     yield record
 
 
-def _lines(file: Any, limit: int, size: int | None = None) -> Iterator[tuple[bytes | None, bool]]:
-    """Each line of ``file`` (newline removed) and whether it ended in a newline; ``None`` for a line
-    over ``limit`` bytes, which is read past chunk by chunk and never held whole. ``size``: read that
-    many bytes at most. Each chunk is cut at its newlines at once (``bytes.split``)."""
+def _lines(file: Any, limit: int, size: int | None = None) -> Iterator[tuple[list[bytes | None], bool]]:
+    """The lines of ``file`` (newline removed) a chunk at a time, and whether they ended in a newline:
+    all those of a list do, but for a file's last line without one, which comes alone. ``None`` is a
+    line over ``limit`` bytes, read past chunk by chunk and never held whole. ``size``: read that many
+    bytes at most. Each chunk is cut at its newlines at once (``bytes.split``)."""
     pieces: list[bytes] = []  # the start of a line that runs past the chunk it began in
     held = 0
     too_long = False
     left = size
     while chunk := file.read(CHUNK_BYTES if left is None else min(CHUNK_BYTES, left)):
         left = left - len(chunk) if left is not None else None
-        lines = chunk.split(b"\n")
+        lines: list[bytes | None] = chunk.split(b"\n")
         tail = lines.pop()  # what follows the chunk's last newline: the start of a line
         if lines:
             first = lines[0]
+            assert first is not None
             if too_long or held + len(first) > limit:
-                yield None, True
+                lines[0] = None
             elif pieces:
-                yield b"".join([*pieces, first]), True
-            else:
-                yield first, True
+                lines[0] = b"".join([*pieces, first])
             pieces, held, too_long = [], 0, False
-            for line in itertools.islice(lines, 1, None):
-                yield (line, True) if len(line) <= limit else (None, True)
+            if len(chunk) > limit:  # only then can a line of one chunk be too long
+                lines[1:] = [line if len(line or b"") <= limit else None for line in lines[1:]]
+            yield lines, True
         if not too_long and tail:
+            assert tail is not None
             pieces.append(tail)
             held += len(tail)
             if held > limit:
                 pieces, held, too_long = [], 0, True
     if too_long:
-        yield None, False
+        yield [None], False
     elif pieces:
-        yield b"".join(pieces), False
+        yield [b"".join(pieces)], False
 
 
 def file_records(
@@ -509,42 +510,45 @@ def _entries(
             if start:
                 file.seek(start)
             size = stop - start if stop is not None else None
-            for number, (raw, ended) in enumerate(_lines(file, limit, size), first_line):
-                if raw is None:
-                    lines += 1
-                    skipped.add_line(source, number, f"line over {limit:,} bytes")
-                    continue
-                if not raw or raw.isspace():
-                    continue
-                lines += 1
-                try:
-                    fields = orjson.loads(raw)
-                except orjson.JSONDecodeError:
-                    record: Record | str = "not JSON" if ended else "torn last line"
-                else:
-                    if steps and is_plain_step(fields):
-                        records += 1
-                        plain.append(fields)
-                        if len(plain) == STEP_BATCH:
-                            yield plain
-                            plain = []
+            number = first_line - 1
+            for chunk, ended in _lines(file, limit, size):
+                for raw in chunk:
+                    number += 1
+                    if raw is None:
+                        lines += 1
+                        skipped.add_line(source, number, f"line over {limit:,} bytes")
                         continue
-                    record = _record_of(fields, raw, source, number, segment)
-                if isinstance(record, str):
-                    if lines == 1 and not start and not raw.lstrip().startswith(b"{"):
-                        raise not_a_run(source, f"line {number} is not a JSON object")
-                    skipped.add_line(source, number, record)
-                    continue
-                if record.event == "train_start":
-                    if started:
-                        segment += 1
-                        record = record._replace(segment=segment)
-                    started = True
-                records += 1
-                if plain:
-                    yield plain
-                    plain = []
-                yield record
+                    if not raw or raw.isspace():
+                        continue
+                    lines += 1
+                    try:
+                        fields = orjson.loads(raw)
+                    except orjson.JSONDecodeError:
+                        record: Record | str = "not JSON" if ended else "torn last line"
+                    else:
+                        if steps and is_plain_step(fields):
+                            records += 1
+                            plain.append(fields)
+                            if len(plain) == STEP_BATCH:
+                                yield plain
+                                plain = []
+                            continue
+                        record = _record_of(fields, raw, source, number, segment)
+                    if isinstance(record, str):
+                        if lines == 1 and not start and not raw.lstrip().startswith(b"{"):
+                            raise not_a_run(source, f"line {number} is not a JSON object")
+                        skipped.add_line(source, number, record)
+                        continue
+                    if record.event == "train_start":
+                        if started:
+                            segment += 1
+                            record = record._replace(segment=segment)
+                        started = True
+                    records += 1
+                    if plain:
+                        yield plain
+                        plain = []
+                    yield record
             if plain:
                 yield plain
     except OSError as error:
