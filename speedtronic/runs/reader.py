@@ -29,6 +29,10 @@ Memory is bounded whatever a file holds: files are read in chunks of ``CHUNK_BYT
 longer than ``MAX_LINE_BYTES`` (a file without newlines, a corrupt tail) is skipped and counted
 without ever being held whole.
 
+``file_entries`` is ``file_records`` for a reader that folds steps in bulk (summarize): a
+``train_step`` record with nothing to undo (``is_plain_step``) comes as the dict its line parsed to,
+in lists of consecutive ones, with no ``Record`` built.
+
 A run directory's per-rank files are picked by name: ``<stem>.rank<r>.jsonl`` holds rank ``r``'s
 records, and ``<stem>.jsonl`` rank 0's when such siblings exist. Reading one rank, or a list of
 them, opens only their files (and any file whose name says no rank); the others are counted, not read.

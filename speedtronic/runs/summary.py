@@ -16,6 +16,11 @@ merged in file order (``RunSummary.update``), every figure exactly as one pass w
 first and last loss by order, the best by value (the earliest on a tie), steps by a bitmap, elapsed
 by the segments each piece saw. The pieces are the same whether ``workers`` processes summarise them
 or this one does, so the result does not depend on ``workers``.
+
+Most of a run is ``train_step`` records alike: within a piece, those with nothing to undo come from
+the reader as their parsed fields, 64 at most at a time (``file_entries``), and a list of
+them that share their keys, their rank and the types the summary reads is folded a column at a time
+by builtins (``RunSummary.add_steps``), in record order, to the figures one-by-one folding gives.
 """
 
 from __future__ import annotations
@@ -146,6 +151,8 @@ _Plan = list[tuple[str, int, int]]
 how preferred its key is (``RunSummary._plan``)."""
 
 _Columns = tuple[_Plan, int, tuple[int, ...], tuple[float, ...], list[tuple[float, ...]]]
+"""What ``RunSummary.add_steps`` folds in bulk: the plan, the rank, the steps, ``elapsed_s``, and
+the values of each of the plan's keys."""
 
 _INT, _FLOAT = {int}, {float}
 
@@ -245,31 +252,21 @@ class RunSummary:
             fold = self._folds[event] = _fold_for(event)
         fold(self, record)
 
-    def add_step(self, fields: dict[str, Any], rank: int) -> None:
-        """Fold one plain step of this piece (``speedtronic.runs.reader.is_plain_step``: its fields as
-        read, ``event``, ``timestamp`` and the note among them) of ``rank``: ``add`` without a Record.
-        Written for speed: it is most of a run's records."""
-        self.records += 1
-        self.events["train_step"] += 1
-        elapsed = fields.get("elapsed_s")
-        if type(elapsed) is float or type(elapsed) is int:
-            times = self._times.get(rank)  # _add_time, its common case written out
-            if times is not None and times[-1][0] == self._starts and 0.0 < elapsed < math.inf:
-                if elapsed > times[-1][1]:
-                    times[-1][1] = float(elapsed)
-            else:
-                self._add_time(rank, float(elapsed))
+    def _add_fields(self, fields: dict[str, Any], rank: int) -> None:
+        """``add`` of a plain step of ``rank``, from its fields (``file_entries``) not a Record."""
+        self._count("train_step", rank, fields)
         self._fold_step(fields)
 
     def add_steps(self, steps: list[dict[str, Any]]) -> None:
-        """``add_step`` of each of these plain steps of this piece, read one after the other (a list
-        ``file_entries`` gives). In bulk, each figure a builtin over a column, when every one has the
-        same keys, one integer rank, an integer step the bitmap holds and finite floats in
-        ``elapsed_s`` and every key the summary reads (held-out losses aside); else one by one."""
+        """``add`` of each of these plain steps of this piece, read one after the other: a list
+        ``speedtronic.runs.reader.file_entries`` gives, each step the fields its line parsed to. In
+        bulk, each figure a builtin over a column, when every one has the same keys, one integer
+        rank, an integer step the bitmap holds and finite floats in ``elapsed_s`` and every key the
+        summary reads (held-out losses aside): a run's usual steps. Else one by one."""
         columns = self._columns(steps)
         if columns is None:
             for fields in steps:
-                self.add_step(fields, fields_rank(fields))
+                self._add_fields(fields, fields_rank(fields))
             return
         plan, rank, numbers, elapsed, values = columns
         first = self.records + 1  # the record of the piece the first step is
@@ -299,8 +296,9 @@ class RunSummary:
                     loss.best, loss.best_step = best, numbers[column.index(best)]  # the earliest
 
     def _columns(self, steps: list[dict[str, Any]]) -> _Columns | None:
-        """The columns ``add_steps`` folds in bulk: the plan, the rank, the steps, ``elapsed_s`` and
-        the plan's keys; ``None`` when these steps are not all alike as it needs."""
+        """The columns ``add_steps`` folds in bulk; ``None`` when these steps are not all alike as it
+        needs. (orjson parses no float that is not finite, and a plain step's note lists none: the
+        check for one is for safety's sake.)"""
         keys = steps[0].keys()
         if "step" not in keys or "elapsed_s" not in keys or not all(map(keys.__eq__, map(dict.keys, steps))):
             return None
@@ -348,11 +346,7 @@ class RunSummary:
         smallest and largest step come from the bitmap at the end of the piece (``_close``)."""
         step = payload.get("step")
         if type(step) is int:
-            index = (step >> 3) - self._seen_at  # _count_step, its common case written out
-            if 0 <= index < len(self._seen) and step < _STEP_BITS:
-                self._seen[index] |= 1 << (step & 7)
-            else:
-                self._count_step(step)
+            self._count_step(step)
         else:
             step = None
         for key, role, detail in self._plan_of(tuple(payload)):
@@ -363,20 +357,13 @@ class RunSummary:
                 rate = self.rates.get(key)
                 if rate is None:  # not setdefault(key, RateStats()): that builds one per record
                     rate = self.rates[key] = RateStats()
-                if isfinite(value):  # RateStats.add, written out
-                    rate.total += value
-                    rate.count += 1
-                    rate.last = value
+                rate.add(value)
             elif role == _LOSS:
                 loss = self._losses.get(key)
                 if loss is None:
                     self._losses[key] = _stats(value, step, self.records, detail)
-                    continue
-                loss.last, loss.last_step = value, step  # SeriesStats.add, written out
-                if not isfinite(value):
-                    loss.non_finite += 1
-                elif loss.best is None or value < loss.best:
-                    loss.best, loss.best_step = value, step
+                else:
+                    loss.add(value, step)
             elif role == _LR:
                 self.lrs[key] = value
             else:
