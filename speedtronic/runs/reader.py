@@ -507,8 +507,9 @@ def _entries(
     source: Path, skipped: Skipped, limit: int, span: tuple[int, int | None, int] | None, *, steps: bool
 ) -> Iterator[Record | list[dict[str, Any]]]:
     start, stop, first_line = span if span is not None else (0, None, 1)
-    segment, started, lines, records = 0, span is not None and start > 0, 0, 0
+    segment, started, records, bad = 0, span is not None and start > 0, 0, 0  # bad: lines skipped
     plain: list[dict[str, Any]] = []  # plain steps not yielded yet
+    loads, batch = orjson.loads, STEP_BATCH
     try:
         with source.open("rb") as file:
             if start:
@@ -519,28 +520,31 @@ def _entries(
                 for raw in chunk:
                     number += 1
                     if raw is None:
-                        lines += 1
+                        bad += 1
                         skipped.add_line(source, number, f"line over {limit:,} bytes")
                         continue
-                    if not raw or raw.isspace():
-                        continue
-                    lines += 1
                     try:
-                        fields = orjson.loads(raw)
+                        fields = loads(raw)
                     except orjson.JSONDecodeError:
+                        if not raw or raw.isspace():  # a blank line is no line
+                            continue
                         record: Record | str = "not JSON" if ended else "torn last line"
                     else:
-                        if steps and is_plain_step(fields):
-                            records += 1
-                            plain.append(fields)
-                            if len(plain) == STEP_BATCH:
-                                yield plain
-                                plain = []
-                            continue
+                        # is_plain_step, written out: it runs for every line
+                        if steps and type(fields) is dict and fields.get("event") == "train_step":
+                            note = fields.get(NOTE_KEY)
+                            if type(note) is dict and note.get("non_finite") == _NOTHING_NON_FINITE:
+                                records += 1
+                                plain.append(fields)
+                                if len(plain) == batch:
+                                    yield plain
+                                    plain = []
+                                continue
                         record = _record_of(fields, raw, source, number, segment)
                     if isinstance(record, str):
-                        if lines == 1 and not start and not raw.lstrip().startswith(b"{"):
+                        if not records and not bad and not start and not raw.lstrip().startswith(b"{"):
                             raise not_a_run(source, f"line {number} is not a JSON object")
+                        bad += 1
                         skipped.add_line(source, number, record)
                         continue
                     if record.event == "train_start":
@@ -557,7 +561,7 @@ def _entries(
                 yield plain
     except OSError as error:
         raise RunError(f"{source}: {error.strerror or error}") from None
-    if lines and not records and span is None:
+    if bad and not records and span is None:
         raise not_a_run(source)
 
 

@@ -298,24 +298,26 @@ class RunSummary:
     def _columns(self, steps: list[dict[str, Any]]) -> _Columns | None:
         """The columns ``add_steps`` folds in bulk; ``None`` when these steps are not all alike as it
         needs. (orjson parses no float that is not finite, and a plain step's note lists none: the
-        check for one is for safety's sake.)"""
-        keys = steps[0].keys()
-        if "step" not in keys or "elapsed_s" not in keys or not all(map(keys.__eq__, map(dict.keys, steps))):
+        check for one is for safety's sake; a sum too large for a float sends them one by one too.)"""
+        keys = tuple(steps[0])
+        if "step" not in keys or "elapsed_s" not in keys or set(map(len, steps)) != {len(keys)}:
             return None
-        plan = self._plan_of(tuple(keys))
+        plan = self._plan_of(keys)
         if any(role == _EVAL for _, role, _ in plan):  # two keys can be one split's: one by one
             return None
-        names = ["step", "elapsed_s", *(key for key, _, _ in plan), "rank"]
-        if "rank" not in keys:
-            names.pop()
-        numbers, elapsed, *values = columns = list(zip(*map(operator.itemgetter(*names), steps), strict=True))
-        ranks = values.pop() if "rank" in keys else (0,)
+        try:  # as many keys as the first step, and every one of its keys: the same keys
+            columns = list(zip(*map(operator.itemgetter(*keys), steps), strict=True))
+        except KeyError:
+            return None
+        numbers, elapsed = columns[keys.index("step")], columns[keys.index("elapsed_s")]
+        ranks = columns[keys.index("rank")] if "rank" in keys else (0,)
+        values = [columns[keys.index(key)] for key, _, _ in plan]
         if set(map(type, ranks)) != _INT or len(set(ranks)) != 1:
             return None
         if set(map(type, numbers)) != _INT or min(numbers) < 0 or max(numbers) >= _STEP_BITS:
             return None
-        for column in columns[1 : 2 + len(plan)]:
-            if set(map(type, column)) != _FLOAT or not all(map(isfinite, column)):
+        for column in (elapsed, *values):  # a finite sum: every value finite
+            if set(map(type, column)) != _FLOAT or not isfinite(sum(column)):
                 return None
         return plan, ranks[0], numbers, elapsed, values
 
