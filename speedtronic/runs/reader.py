@@ -472,17 +472,18 @@ def file_entries(
     span: tuple[int, int | None, int] | None = None,
 ) -> Iterator[Record | list[dict[str, Any]]]:
     """``file_records``, but *plain steps* come in lists, no ``Record`` built: each ``train_step``
-    record with nothing to undo (``is_plain_step``) as the dict its line parsed to (its payload plus
-    ``event``, ``timestamp`` and the note; its rank is ``fields_rank``). A list holds consecutive
-    records, at most ``STEP_BATCH``; every other record comes as ``file_records`` gives it, in order.
-    For a reader that folds steps in bulk (summarize)."""
+    record with nothing to undo (``is_plain_step``) as the dict its line parsed to, its note taken
+    out (its payload plus ``event`` and ``timestamp``; its rank is ``fields_rank``). A list holds
+    consecutive records, at most ``STEP_BATCH``; every other record comes as ``file_records`` gives
+    it, in order. For a reader that folds steps in bulk (summarize)."""
     return _entries(source, skipped, max_line_bytes, span, steps=True)
 
 
-STEP_BATCH = 64
-"""The most plain steps ``file_entries`` yields in one list. Few enough that their dicts and lists stay
-under the cyclic garbage collector's first threshold (700 objects): a longer list's records outlive
-collections that then look through them again and again, which costs more than the bulk saves."""
+STEP_BATCH = 256
+"""The most plain steps ``file_entries`` yields in one list. Few enough that the objects the list holds
+(a dict a step: the note's dicts and lists are let go as each line is read) stay under the cyclic
+garbage collector's first threshold (700): records that outlived collections would be looked through
+again and again, which costs more than the bulk saves (at 1,024 steps with their notes, 0.8 µs a step)."""
 
 _NOTHING_NON_FINITE: dict[str, list[Any]] = {kind: [] for kind in NON_FINITE_KINDS}
 
@@ -534,6 +535,7 @@ def _entries(
                         if steps and type(fields) is dict and fields.get("event") == "train_step":
                             note = fields.get(NOTE_KEY)
                             if type(note) is dict and note.get("non_finite") == _NOTHING_NON_FINITE:
+                                del fields[NOTE_KEY]  # its dicts and lists go now, not with the list
                                 records += 1
                                 plain.append(fields)
                                 if len(plain) == batch:

@@ -18,7 +18,7 @@ by the segments each piece saw. The pieces are the same whether ``workers`` proc
 or this one does, so the result does not depend on ``workers``.
 
 Most of a run is ``train_step`` records alike: within a piece, those with nothing to undo come from
-the reader as their parsed fields, 64 at most at a time (``file_entries``), and a list of
+the reader as their parsed fields, 256 at most at a time (``file_entries``), and a list of
 them that share their keys, their rank and the types the summary reads is folded a column at a time
 by builtins (``RunSummary.add_steps``), in record order, to the figures one-by-one folding gives.
 """
@@ -253,7 +253,7 @@ class RunSummary:
         fold(self, record)
 
     def _add_fields(self, fields: dict[str, Any], rank: int) -> None:
-        """``add`` of a plain step of ``rank``, from its fields (``file_entries``) not a Record."""
+        """``add`` of a plain step of ``rank``, from its fields (``file_entries``), not a Record."""
         self._count("train_step", rank, fields)
         self._fold_step(fields)
 
