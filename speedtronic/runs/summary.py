@@ -713,7 +713,8 @@ def summarize_run(
     pool = ProcessPoolExecutor(min(workers, _most_pieces(files)), initializer=_ignore_interrupts)
     try:
         # The pieces are found (a large file read through for its lines) while the workers read them.
-        chunk = max(1, len(files) // (workers * 16))  # fewer, larger tasks for many small files
+        # Fewer, larger tasks for many small files; enough that the last ones keep every worker busy.
+        chunk = max(1, len(files) // (workers * 64))
         for piece, part in pool.map(_summarize_piece, itertools.chain(first, pieces), chunksize=chunk):
             merged.add(piece, part)
     except BrokenProcessPool as error:
