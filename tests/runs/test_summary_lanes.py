@@ -179,6 +179,11 @@ def one_by_one(run: Path, into: Path) -> Path:
     return into
 
 
+def path_with(path: Path, lines: list[bytes]) -> Path:
+    path.write_bytes(b"".join(lines))
+    return path
+
+
 def everything(run: Path, rank: RankChoice, workers: int = 1) -> dict[str, Any]:
     """The summary as ``--json`` has it, and what was skipped, with the run's own path taken out."""
     result = summarize_run(run, rank=rank, workers=workers)
@@ -265,6 +270,31 @@ class TestPlainSteps:
         assert (got.step_max, got.loss_best, got.elapsed_s) == (99, 1.0, 99.0)
         assert got.skipped.other_ranks == {1: 1}
         assert summarize_run(path, rank="all").step_max == 500
+
+    def test_a_key_only_some_steps_have_is_read(self, tmp_path: Path) -> None:
+        """A learning rate some steps of a list have and others lack is read where it is."""
+        path = tmp_path / "m.jsonl"
+        group, other = "lr-SGD/pg1", "lr-SGD/pg2"
+
+        def step(s: int, key: str | None) -> bytes:
+            return record("train_step", step=s, loss=1.0, elapsed_s=1.0, **({key: s / 100} if key else {}))
+
+        lines = [step(s, group if 50 < s <= 60 else None) for s in range(1, 71)]
+        assert summarize_run(path_with(path, lines)).lrs == {group: 0.6}  # the first step lacks it
+        lines.append(record("checkpoint", step=70))  # a new list, whose first step has it
+        lines += [step(s, group if s <= 80 else None) for s in range(71, 91)]
+        assert summarize_run(path_with(path, lines)).lrs == {group: 0.8}
+        lines.append(record("checkpoint", step=90))  # as many keys, one of them another
+        lines += [step(s, group if s == 91 else other) for s in range(91, 101)]
+        assert summarize_run(path_with(path, lines)).lrs == {group: 0.91, other: 1.0}
+
+    def test_two_keys_of_one_split_are_read_in_record_order(self, tmp_path: Path) -> None:
+        """val_loss and val/loss in each step: the best is the first met in record order."""
+        path = tmp_path / "m.jsonl"
+        lines = [record("train_step", step=s, loss=1.0, elapsed_s=1.0, val_loss=0.25 if s == 2 else 0.5,
+                        **{"val/loss": 0.25}) for s in range(1, 11)]  # fmt: skip
+        got = summarize_run(path_with(path, lines))
+        assert (got.eval_loss_best, got.eval_loss_best_step, got.eval_loss_last) == (0.25, 1, 0.25)
 
     def test_the_loss_is_the_key_met_first_across_lanes(self, tmp_path: Path) -> None:
         """A loss key in a plain step is met before one in the record right after it."""
