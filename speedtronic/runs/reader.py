@@ -419,21 +419,20 @@ def _lines(file: Any, limit: int, size: int | None = None) -> Iterator[tuple[lis
     left = size
     while chunk := file.read(CHUNK_BYTES if left is None else min(CHUNK_BYTES, left)):
         left = left - len(chunk) if left is not None else None
-        lines: list[bytes | None] = chunk.split(b"\n")
-        tail = lines.pop()  # what follows the chunk's last newline: the start of a line
-        if lines:
-            first = lines[0]
-            assert first is not None
+        parts = chunk.split(b"\n")
+        tail = parts.pop()  # what follows the chunk's last newline: the start of a line
+        if parts:
+            first = parts[0]
+            lines = cast(list[bytes | None], parts)  # the same list: None for a line over the limit
             if too_long or held + len(first) > limit:
                 lines[0] = None
             elif pieces:
                 lines[0] = b"".join([*pieces, first])
             pieces, held, too_long = [], 0, False
             if len(chunk) > limit:  # only then can a line of one chunk be too long
-                lines[1:] = [line if len(line or b"") <= limit else None for line in lines[1:]]
+                lines[1:] = [line if len(line) <= limit else None for line in parts[1:]]
             yield lines, True
         if not too_long and tail:
-            assert tail is not None
             pieces.append(tail)
             held += len(tail)
             if held > limit:
