@@ -154,7 +154,7 @@ _Columns = tuple[_Plan, int, tuple[int, ...], tuple[float, ...], list[tuple[floa
 """What ``RunSummary.add_steps`` folds in bulk: the plan, the rank, the steps, ``elapsed_s``, and
 the values of each of the plan's keys."""
 
-_INT, _FLOAT = {int}, {float}
+_INT, _FLOAT = frozenset({int}), frozenset({float})
 
 _NOT_PAYLOAD = frozenset(("event", "timestamp", NOTE_KEY))
 """The fields of a record that are not its payload (``speedtronic.runs.reader.Record``)."""
