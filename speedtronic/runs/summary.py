@@ -16,24 +16,32 @@ merged in file order (``RunSummary.update``), every figure exactly as one pass w
 first and last loss by order, the best by value (the earliest on a tie), steps by a bitmap, elapsed
 by the segments each piece saw. The pieces are the same whether ``workers`` processes summarise them
 or this one does, so the result does not depend on ``workers``.
+
+Most of a run is ``train_step`` records alike: within a piece, those with nothing to undo come from
+the reader as their parsed fields, 256 at most at a time (``file_entries``), and a list of
+them that share their keys, their rank and the types the summary reads is folded a column at a time
+by builtins (``RunSummary.add_steps``), in record order, to the figures one-by-one folding gives.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import math
+import operator
 import os
 import signal
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from math import isfinite
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from speedtronic.events import level_for
 from speedtronic.processors.text import quote
-from speedtronic.record import non_finite_text
+from speedtronic.record import NOTE_KEY, non_finite_text
 from speedtronic.runs.reader import (
     CHUNK_BYTES,
     RankChoice,
@@ -43,6 +51,8 @@ from speedtronic.runs.reader import (
     RunError,
     Skipped,
     as_number,
+    fields_rank,
+    file_entries,
     file_records,
     not_a_run,
     run_files,
@@ -136,6 +146,19 @@ _OTHER, _LOSS, _LR, _RATE, _EVAL = range(5)
 """What a numeric key is, by ``Roles``: nothing the summary reads, the loss, a learning rate, a
 throughput rate, a held-out loss."""
 
+_Plan = list[tuple[str, int, int]]
+"""What ``RunSummary._fold_step`` reads of a payload: each key with a role, the role, and for a loss
+how preferred its key is (``RunSummary._plan``)."""
+
+_Columns = tuple[_Plan, int, tuple[int, ...], tuple[float, ...], list[tuple[float, ...]]]
+"""What ``RunSummary.add_steps`` folds in bulk: the plan, the rank, the steps, ``elapsed_s``, and
+the values of each of the plan's keys."""
+
+_INT, _FLOAT = frozenset({int}), frozenset({float})
+
+_NOT_PAYLOAD = frozenset(("event", "timestamp", NOTE_KEY))
+"""The fields of a record that are not its payload (``speedtronic.runs.reader.Record``)."""
+
 
 @dataclass
 class RunSummary:
@@ -214,8 +237,8 @@ class RunSummary:
     """One bit per step from byte ``_seen_at`` on: whether a ``train_step`` of it was seen."""
     _seen_at: int = field(default=0, repr=False)
     _folds: dict[str, _Fold] = field(default_factory=dict, repr=False)
-    _roles: dict[str, int] = field(default_factory=dict, repr=False)
-    """What each key met is (``_LOSS``, ...), decided the first time the key is met."""
+    _plans: dict[tuple[str, ...], _Plan] = field(default_factory=dict, repr=False)
+    """What ``_fold_step`` reads of a payload, per tuple of its keys (``_plan``)."""
     _losses: dict[str, SeriesStats] = field(default_factory=dict, repr=False)
     """Each loss key's series: the run's loss is chosen among them once every piece is in."""
     """What ``add`` does with each event, decided the first time the event is met."""
@@ -223,15 +246,87 @@ class RunSummary:
     def add(self, record: Record) -> None:
         """Fold one record of this piece into the summary."""
         event = record.event
-        self.records += 1
-        self.events[event] += 1
-        elapsed = record.payload.get("elapsed_s")
-        if type(elapsed) is float or type(elapsed) is int:
-            self._add_time(record.rank, float(elapsed))
+        self._count(event, record.rank, record.payload)
         fold = self._folds.get(event)
         if fold is None:
             fold = self._folds[event] = _fold_for(event)
         fold(self, record)
+
+    def _add_fields(self, fields: dict[str, Any], rank: int) -> None:
+        """``add`` of a plain step of ``rank``, from its fields (``file_entries``), not a Record."""
+        self._count("train_step", rank, fields)
+        self._fold_step(fields)
+
+    def add_steps(self, steps: list[dict[str, Any]]) -> None:
+        """``add`` of each of these plain steps of this piece, read one after the other: a list
+        ``speedtronic.runs.reader.file_entries`` gives, each step the fields its line parsed to. In
+        bulk, each figure a builtin over a column, when every one has the same keys, one integer
+        rank, an integer step the bitmap holds and finite floats in ``elapsed_s`` and every key the
+        summary reads (held-out losses aside): a run's usual steps. Else one by one."""
+        columns = self._columns(steps)
+        if columns is None:
+            for fields in steps:
+                self._add_fields(fields, fields_rank(fields))
+            return
+        plan, rank, numbers, elapsed, values = columns
+        first = self.records + 1  # the record of the piece the first step is
+        self.records += len(steps)
+        self.events["train_step"] += len(steps)
+        latest = max(elapsed)
+        if latest > 0.0:
+            self._add_time(rank, latest)
+        self._count_steps(numbers)
+        for (key, role, detail), column in zip(plan, values, strict=True):
+            if role == _RATE:
+                rate = self.rates.get(key)
+                if rate is None:
+                    rate = self.rates[key] = RateStats()
+                rate.total = functools.reduce(operator.add, column, rate.total)  # as += one by one
+                rate.count += len(column)
+                rate.last = column[-1]
+            elif role == _LR:
+                self.lrs[key] = column[-1]
+            else:
+                loss = self._losses.get(key)
+                if loss is None:
+                    loss = self._losses[key] = _stats(column[0], numbers[0], first, detail)
+                loss.last, loss.last_step = column[-1], numbers[-1]
+                best = min(column)
+                if loss.best is None or best < loss.best:
+                    loss.best, loss.best_step = best, numbers[column.index(best)]  # the earliest
+
+    def _columns(self, steps: list[dict[str, Any]]) -> _Columns | None:
+        """The columns ``add_steps`` folds in bulk; ``None`` when these steps are not all alike as it
+        needs. (orjson parses no float that is not finite, and a plain step's note lists none: the
+        check for one is for safety's sake; a sum too large for a float sends them one by one too.)"""
+        keys = tuple(steps[0])
+        if "step" not in keys or "elapsed_s" not in keys or set(map(len, steps)) != {len(keys)}:
+            return None
+        plan = self._plan_of(keys)
+        if any(role == _EVAL for _, role, _ in plan):  # two keys can be one split's: one by one
+            return None
+        try:  # as many keys as the first step, and every one of its keys: the same keys
+            columns = list(zip(*map(operator.itemgetter(*keys), steps), strict=True))
+        except KeyError:
+            return None
+        numbers, elapsed = columns[keys.index("step")], columns[keys.index("elapsed_s")]
+        ranks = columns[keys.index("rank")] if "rank" in keys else (0,)
+        values = [columns[keys.index(key)] for key, _, _ in plan]
+        if set(map(type, ranks)) != _INT or len(set(ranks)) != 1:
+            return None
+        if set(map(type, numbers)) != _INT or min(numbers) < 0 or max(numbers) >= _STEP_BITS:
+            return None
+        for column in (elapsed, *values):  # a finite sum: every value finite
+            if set(map(type, column)) != _FLOAT or not isfinite(sum(column)):
+                return None
+        return plan, ranks[0], numbers, elapsed, values
+
+    def _count(self, event: str, rank: int, payload: dict[str, Any]) -> None:
+        self.records += 1
+        self.events[event] += 1
+        elapsed = payload.get("elapsed_s")
+        if type(elapsed) is float or type(elapsed) is int:
+            self._add_time(rank, float(elapsed))
 
     def _add_time(self, rank: int, elapsed: float) -> None:
         if not 0.0 < elapsed < math.inf:  # a segment's clock starts at 0: only later times count
@@ -245,23 +340,21 @@ class RunSummary:
             times[-1][1] = elapsed
 
     def _add_step(self, record: Record) -> None:
-        payload = record.payload
+        self._fold_step(record.payload)
+
+    def _fold_step(self, payload: dict[str, Any]) -> None:
+        """The step, the losses, learning rates, rates and held-out losses of a ``train_step``'s
+        payload (its fields: ``event``, ``timestamp`` and the note, when there, are not read). The
+        smallest and largest step come from the bitmap at the end of the piece (``_close``)."""
         step = payload.get("step")
         if type(step) is int:
-            if self.step_min is None or step < self.step_min:
-                self.step_min = step
-            if self.step_max is None or step > self.step_max:
-                self.step_max = step
             self._count_step(step)
         else:
             step = None
-        roles = self._roles
-        for key, value in payload.items():
+        for key, role, detail in self._plan_of(tuple(payload)):
+            value = payload[key]
             if type(value) is not float and type(value) is not int:
                 continue
-            role = roles.get(key)
-            if role is None:
-                role = roles[key] = self._role(key)
             if role == _RATE:
                 rate = self.rates.get(key)
                 if rate is None:  # not setdefault(key, RateStats()): that builds one per record
@@ -270,13 +363,31 @@ class RunSummary:
             elif role == _LOSS:
                 loss = self._losses.get(key)
                 if loss is None:
-                    self._losses[key] = _stats(value, step, self.records, self.roles.loss_rank(key) or 0)
+                    self._losses[key] = _stats(value, step, self.records, detail)
                 else:
                     loss.add(value, step)
             elif role == _LR:
                 self.lrs[key] = value
-            elif role == _EVAL:
+            else:
                 self._add_eval_loss(str(eval_split(key)), value, step)
+
+    def _plan_of(self, keys: tuple[str, ...]) -> _Plan:
+        plan = self._plans.get(keys)
+        if plan is None:
+            plan = self._plans[keys] = self._plan(keys)
+        return plan
+
+    def _plan(self, keys: tuple[str, ...]) -> _Plan:
+        """What ``_fold_step`` reads of a payload with ``keys``, in their order: each key with a role,
+        the role, and for a loss how preferred its key is. Decided once per set of keys in a piece."""
+        plan = []
+        for key in keys:
+            if key in _NOT_PAYLOAD:
+                continue
+            role = self._role(key)
+            if role != _OTHER:
+                plan.append((key, role, self.roles.loss_rank(key) or 0))
+        return plan
 
     def _role(self, key: str) -> int:
         roles = self.roles
@@ -347,11 +458,44 @@ class RunSummary:
     def _count_step(self, step: int) -> None:
         if not 0 <= step < _STEP_BITS:  # a step number off the scale is counted, not remembered
             self.steps_recorded += 1
+            self._step_range(step, step)
             return
         index = (step >> 3) - self._seen_at
         if not 0 <= index < len(self._seen):
             index = self._reach(step >> 3)
         self._seen[index] |= 1 << (step & 7)
+
+    def _step_range(self, low: int, high: int) -> None:
+        if self.step_min is None or low < self.step_min:
+            self.step_min = low
+        if self.step_max is None or high > self.step_max:
+            self.step_max = high
+
+    def _count_steps(self, numbers: tuple[int, ...]) -> None:
+        """``_count_step`` of each of ``numbers`` (steps the bitmap holds): at once when they are every
+        step of a range, in any order."""
+        low, high = min(numbers), max(numbers)
+        if len(set(numbers)) != high - low + 1:
+            for step in numbers:
+                self._count_step(step)
+            return
+        self._reach(high >> 3)
+        self._reach(low >> 3)
+        start, end = (low >> 3) - self._seen_at, (high >> 3) - self._seen_at + 1
+        bits = ((1 << (high - low + 1)) - 1) << (low & 7)
+        held = int.from_bytes(self._seen[start:end], "little")
+        self._seen[start:end] = (held | bits).to_bytes(end - start, "little")
+
+    def _close(self) -> None:
+        """End this piece: the smallest and largest step of those the bitmap holds, into
+        ``step_min`` and ``step_max``."""
+        held = self._seen.rstrip(b"\0")
+        if held:
+            high = (self._seen_at + len(held) - 1) * 8 + held[-1].bit_length() - 1
+            rest = held.lstrip(b"\0")
+            first = rest[0]
+            low = (self._seen_at + len(held) - len(rest)) * 8 + (first & -first).bit_length() - 1
+            self._step_range(low, high)
 
     def _reach(self, byte: int) -> int:
         """Make room in the bitmap for ``byte`` (growing downwards by doubling, so that steps read in
@@ -569,7 +713,8 @@ def summarize_run(
     pool = ProcessPoolExecutor(min(workers, _most_pieces(files)), initializer=_ignore_interrupts)
     try:
         # The pieces are found (a large file read through for its lines) while the workers read them.
-        chunk = max(1, len(files) // (workers * 16))  # fewer, larger tasks for many small files
+        # Fewer, larger tasks for many small files; enough that the last ones keep every worker busy.
+        chunk = max(1, len(files) // (workers * 64))
         for piece, part in pool.map(_summarize_piece, itertools.chain(first, pieces), chunksize=chunk):
             merged.add(piece, part)
     except BrokenProcessPool as error:
@@ -659,14 +804,22 @@ def _summarize_piece(piece: _Piece) -> tuple[_Piece, RunSummary]:
     ``train_start`` records of every rank, as the reader numbers segments)."""
     part = RunSummary(str(piece.source), piece.roles)
     ranks = RankFilter([], "all" if piece.rank is None else sorted(piece.rank), part.skipped)
-    keeps, add = ranks.keeps, part.add
-    for record in file_records(piece.source, part.skipped, span=(piece.start, piece.stop, piece.first_line)):
+    keeps, add, add_steps = ranks.keeps, part.add, part.add_steps
+    span = (piece.start, piece.stop, piece.first_line)
+    for entry in file_entries(piece.source, part.skipped, span=span):
+        if isinstance(entry, list):  # plain steps
+            part._read += len(entry)
+            taken = entry if ranks.every else [fields for fields in entry if keeps(fields_rank(fields))]
+            if taken:
+                add_steps(taken)
+            continue
         part._read += 1
-        if record.event == "train_start":
+        if entry.event == "train_start":
             part._starts += 1
-        if keeps(record.rank):
-            add(record)
-    part._folds, part._roles = {}, {}
+        if keeps(entry.rank):
+            add(entry)
+    part._close()
+    part._folds, part._plans = {}, {}
     return piece, part
 
 
