@@ -3,6 +3,7 @@
     python benchmarks/readback.py             # 10k, 100k and 1M records; 200 MiB hostile files; ranks
     python benchmarks/readback.py --quick     # smaller: one round, 64 MiB hostile files, fewer ranks
     python benchmarks/readback.py --ranks 10000 --rank-records 10000    # the issue's 100M records (~30 GB)
+    python benchmarks/readback.py --goals     # the two read-back goals only (make bench runs this)
 
 Every measurement is a fresh process, as a user runs a CLI: its time counts interpreter start-up and
 imports, and its peak RSS is its own (``os.wait4``'s rusage of that child). Times are medians of
@@ -19,6 +20,12 @@ a temporary directory (``--dir`` to choose one with room; ``df`` is checked firs
    DuckDB reading the same files with a glob; several sizes, so the growth of time and memory shows.
    ``summarize --rank all`` is also set against DuckDB computing its figures per rank (``GROUP BY``)
    under ``memory_limit='256MB'`` and 2 threads.
+
+``--goals`` measures only the read-back goals, each against its yardstick in alternating rounds, and
+prints them as a table with the machine, the load and the date (``--check``: exit 1 on a miss):
+``summarize --rank all`` of 1,000 ranks x 10,000 records within 2x DuckDB's per-rank ``GROUP BY``
+(256 MB, 2 threads) with a peak RSS of at most 300 MiB, and ``summarize`` of 1,000,000 records of
+one rank within 2x the polars lazy query.
 """
 
 from __future__ import annotations
@@ -197,6 +204,58 @@ def show(name: str, argv: list[str], rounds: int, against: Figure | None = None)
     return figure
 
 
+def alternating(argvs: dict[str, list[str]], rounds: int) -> dict[str, Figure]:
+    """Median seconds and largest peak RSS of each command, run in turns ``rounds`` times (so a
+    change of load or of the page cache falls on every command alike)."""
+    runs: dict[str, list[Figure]] = {name: [] for name in argvs}
+    for _ in range(rounds):
+        for name, argv in argvs.items():
+            runs[name].append(run_once(argv))
+    figures = {}
+    for name, figure in runs.items():
+        figures[name] = (statistics.median(r[0] for r in figure), max(r[1] for r in figure), figure[-1][2])
+        took, peak, code = figures[name]
+        print(f"  {name:42} {took:7.2f} s  {peak:6.0f} MiB  exit {code}", flush=True)
+    return figures
+
+
+def goals(root: Path, rounds: int) -> list[tuple[str, str, str, bool]]:
+    """The read-back goals, measured: rows of (goal, measured, target, met)."""
+    rows = []
+    path = root / "one_rank.jsonl"
+    write_rank(path, 1_000_000, None)
+    print(f" 1 rank x 1,000,000 records, {path.stat().st_size / 2**20:.0f} MiB (median of {rounds})")
+    one = alternating(
+        {
+            "polars lazy query": script(POLARS_SUMMARY, str(path)),
+            "speedtronic summarize": speedtronic("summarize", str(path)),
+        },
+        rounds,
+    )
+    ratio = one["speedtronic summarize"][0] / one["polars lazy query"][0]
+    rows.append(("summarize, 1M records of one rank / polars lazy", f"{ratio:.2f}x", "<= 2x", ratio <= 2))
+    path.unlink()
+    ranks, records = 1_000, 10_000
+    room(root, ranks * records * 330)
+    run = write_ranks(root / f"r{ranks}x{records}", ranks, records)
+    size = sum(f.stat().st_size for f in run.iterdir()) / 2**30
+    print(f" {ranks:,} ranks x {records:,} records, {size:.1f} GiB (median of {rounds})")
+    many = alternating(
+        {
+            "duckdb per rank, 256MB, 2 threads": script(DUCKDB_PER_RANK, str(run / "*.jsonl")),
+            "speedtronic summarize --rank all": speedtronic("summarize", str(run), "--rank", "all"),
+        },
+        rounds,
+    )
+    shutil.rmtree(run)
+    took, peak, code = many["speedtronic summarize --rank all"]
+    ratio = took / many["duckdb per rank, 256MB, 2 threads"][0]
+    name = "summarize --rank all, 1,000 x 10k / DuckDB per rank"
+    rows.append((name, f"{ratio:.2f}x", "<= 2x", ratio <= 2 and code == 0))
+    rows.append(("summarize --rank all, 1,000 x 10k, peak RSS", f"{peak:.0f} MiB", "<= 300 MiB", peak <= 300))
+    return rows
+
+
 def hostile(path: Path, mib: int, *, newline: bool) -> Path:
     """A record, then ``mib`` MiB in one line (closed by a newline and followed by a record when
     ``newline``; else the file ends without one)."""
@@ -225,6 +284,8 @@ def main() -> None:
     parser.add_argument("--dir", default=None, help="where to write the runs (default: a temporary one)")
     parser.add_argument("--ranks", type=int, default=0, help="measure only R ranks x --rank-records")
     parser.add_argument("--rank-records", type=int, default=10_000, help="records per rank for --ranks")
+    parser.add_argument("--goals", action="store_true", help="only the read-back goals, as a table")
+    parser.add_argument("--check", action="store_true", help="with --goals: exit 1 when a goal is missed")
     args = parser.parse_args()
     rounds = 1 if args.quick else args.rounds
     sizes = (10_000, 100_000) if args.quick else (10_000, 100_000, 1_000_000)
@@ -242,6 +303,15 @@ def main() -> None:
         f"{platform.node()}: {os.cpu_count()} cores, Python {platform.python_version()}, "
         f"load average {os.getloadavg()[0]:.1f}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
     )
+    if args.goals:
+        with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+            rows = goals(Path(tmp), args.rounds)
+        print("\n| read-back goal | measured | target | |\n|---|---|---|---|")
+        for name, measured, target, met in rows:
+            print(f"| {name} | {measured} | {target} | {'pass' if met else 'MISS'} |")
+        missed = [row[0] for row in rows if not row[3]]
+        print(f"\nmissed: {'; '.join(missed)}" if missed else "\nevery read-back goal met")
+        sys.exit(1 if missed and args.check else 0)
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         root = Path(tmp)
         if not args.ranks:
