@@ -84,12 +84,19 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 @pytest.fixture(autouse=True)
-def no_inherited_wandb_service() -> None:
-    """Start each test without ``WANDB_SERVICE``. W&B sets it in this process when a test runs it
-    in-process, so that child processes join this process's wandb-core service; a child started by a
-    later test (an example, ``speedtronic train``) would join a service that an earlier test's
-    ``wandb.teardown()`` stopped or that holds another test's settings, and write no ``.wandb`` file.
-    Each test's children start their own service, as a user's script does."""
+def fresh_wandb_session() -> None:
+    """Start each test with no W&B session left by an earlier test in this worker.
+
+    W&B reads its environment once per process, when its session starts (``wandb.setup``); an
+    earlier test's session would make this test's ``WANDB_MODE=offline`` be ignored, and
+    ``wandb.init`` ask for an API key. So the session is torn down first (``wandb.teardown()``).
+    And ``WANDB_SERVICE`` is removed: W&B sets it in this process so that child processes join its
+    wandb-core service; a child started by this test (an example, ``speedtronic train``) would join
+    a service an earlier test stopped, and write no ``.wandb`` file. Each test's children start their
+    own service, as a user's script does."""
+    wandb = sys.modules.get("wandb")
+    if wandb is not None:
+        wandb.teardown()
     os.environ.pop("WANDB_SERVICE", None)
 
 
