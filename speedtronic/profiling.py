@@ -169,7 +169,6 @@ class MetricLogger:
         called: Sequence[Any] = self._hooks if self._background is None else [self._background]
 
         self._lock = threading.RLock()
-        self._gate = threading.RLock()  # where emits wait in turn (an RLock: a signal handler may emit)
         self._closed = False
         self._depth = 0  # emits in progress on the thread holding the lock (a hook may emit)
         self._close_requested = False
@@ -281,11 +280,7 @@ class MetricLogger:
         if type(payload) is not dict and not isinstance(payload, Mapping):
             raise TypeError(f"emit({event!r}): payload must be a mapping, got {type(payload).__name__}")
         method = method_for(event, level)
-        lock = self._lock
-        if not lock.acquire(blocking=False):  # another thread is inside emit: wait in turn at the gate
-            with self._gate:  # (docs/performance.md: one thread at a time sleeps on the lock)
-                lock.acquire()
-        try:
+        with self._lock:
             if self._closed:
                 raise LoggerClosedError(f"emit({event!r}) on a closed MetricLogger; create a new one")
             self._depth += 1
@@ -301,8 +296,6 @@ class MetricLogger:
             finally:
                 self._depth -= 1
                 close_now = self._close_requested and not self._depth
-        finally:
-            lock.release()
         if close_now:  # a hook asked for close() during this event, which is now done
             self.close()
         return True
@@ -405,7 +398,6 @@ class MetricLogger:
     def _forked(self) -> None:
         """In a forked child: no thread of the parent is inside ``emit`` here, and the lock is new."""
         self._depth, self._owner, self._close_requested = 0, 0, False
-        self._gate = threading.RLock()  # another thread may have held it
         self._reports.forked(self._lock)
 
     # -- closing --------------------------------------------------------------------------------

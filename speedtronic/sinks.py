@@ -76,6 +76,9 @@ class LineFile:
     ) -> None:
         self.path = Path(path)
         self._path = str(self.path)
+        # Opened, stat'ed and reopened by this absolute path: a later chdir (Hydra's) changes nothing.
+        # Joined, not normalised, so that a ".." after a symbolic link means what it meant to open().
+        self._where = os.path.join(os.getcwd(), self._path)
         self._on_error = on_error
         self._on_gap = on_gap
         self._lock = threading.RLock()
@@ -94,6 +97,7 @@ class LineFile:
         self._identity: tuple[int, int] | None = None
         self._watch = True  # a regular file: follow rotation by stat'ing its path
         self._events: PathEvents | None = None  # when the stat is due (None: before every write)
+        self._arm = False  # make the watches at the next rotation check (after an open or a fork)
         self._torn = False
         self._retry_reopen_at = 0.0  # after a failed reopen at rotation: when to try again
         self._open()
@@ -105,8 +109,8 @@ class LineFile:
 
         Opened non-blocking, then set blocking: a FIFO nobody reads (its shipper is gone) fails at
         once with ``ENXIO`` instead of waiting for a reader forever."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, _FLAGS | os.O_NONBLOCK, 0o644)
+        Path(self._where).parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self._where, _FLAGS | os.O_NONBLOCK, 0o644)
         try:
             os.set_blocking(fd, True)
             info = os.fstat(fd)
@@ -120,16 +124,10 @@ class LineFile:
         else:
             os.close(fd)
         self._reopen_due = False
-        same = self._identity == (info.st_dev, info.st_ino)
         self._identity = (info.st_dev, info.st_ino)
         self._watch = stat.S_ISREG(info.st_mode)
-        if self._events is not None and same:  # the same file again (a SIGHUP): its watches hold
-            self._events.stat_again()
-        else:
-            if self._events is not None:
-                self._events.close()
-            self._events = PathEvents.open(self._fd, self._path) if self._watch else None
-        self._torn = self._watch and _ends_torn(self.path, info.st_size)
+        self._drop_events()
+        self._torn = self._watch and _ends_torn(Path(self._where), info.st_size)
 
     def write(self, line: bytes | str) -> None:
         """Append ``line`` plus a newline; on failure, report it and keep the file whole.
@@ -231,9 +229,7 @@ class LineFile:
 
     def close(self) -> None:
         with self._lock:
-            if self._events is not None:
-                self._events.close()
-                self._events = None
+            self._drop_events()
             fd, self._fd = self._fd, None
             if fd is not None:
                 if not self._finish_pending(fd):
@@ -252,9 +248,15 @@ class LineFile:
         self._busy = 0
         self._unnoted = 0
         self._unreported.clear()
-        if self._events is not None:  # the parent's watches: their events are the parent's to read
-            self._events.close()
-            self._events = PathEvents.open(self._fd, self._path) if self._fd is not None else None
+        self._drop_events()  # the parent's watches: their events are the parent's to read
+
+    def _drop_events(self) -> None:
+        """Close the watches; new ones are made at the next rotation check (a forked child that never
+        writes, or a file closed, holds no inotify instance)."""
+        events, self._events = self._events, None
+        self._arm = self._watch
+        if events is not None:
+            events.close()
 
     def _follow_rotation(self) -> None:
         """Reopen the path when ``reopen()`` came during a write, or when the path names another file
@@ -282,11 +284,14 @@ class LineFile:
         last one."""
         if not self._watch:
             return False
+        if self._arm and self._fd is not None:  # watches made now start due: this check stats
+            self._arm = False
+            self._events = PathEvents.open(self._fd, self._where)
         events = self._events
         if events is not None and not events.changed():
             return False
         try:
-            info = os.stat(self._path)
+            info = os.stat(self._where)
         except FileNotFoundError:
             moved = True
         except OSError:  # can't tell (no permission to a directory now): asked again at the next write
@@ -298,8 +303,7 @@ class LineFile:
         if events is not None and moved:
             events.stat_again()  # until the path names our file again (a reopen that failed is retried)
         elif events is not None and events.fired:  # still ours, but its directories may be others now
-            events.close()
-            self._events = PathEvents.open(self._fd, self._path) if self._fd is not None else None
+            self._drop_events()
         return moved
 
     def _mend(self) -> OSError | None:
@@ -409,9 +413,9 @@ class LineFile:
             return True
         rest, at = self._pending, self._pending_at
         self._pending, self._pending_at = b"", -1
-        if size < at + len(rest) or _read_at(self._path, self._identity, at, len(rest)) != rest:
+        if size < at + len(rest) or _read_at(self._where, self._identity, at, len(rest)) != rest:
             self._lose_silently("a line written in part was cut by another write to the file")
-            self._torn = _ends_torn(self.path, size)
+            self._torn = _ends_torn(Path(self._where), size)
         return False
 
     def _close_torn_tail(self) -> OSError | None:
@@ -423,7 +427,7 @@ class LineFile:
                 size = os.fstat(self._fd).st_size
             except OSError:
                 size = -1
-            if size == 0 or (size > 0 and _read_at(self._path, self._identity, size - 1, 1) == b"\n"):
+            if size == 0 or (size > 0 and _read_at(self._where, self._identity, size - 1, 1) == b"\n"):
                 return None
             return self._begin(b"\n", lost=False)
 
@@ -512,10 +516,11 @@ class PathEvents:
     ``open`` gives ``None`` (the stat before every write) where the events can't tell all the stat
     does: on another OS than Linux, a path through a symbolic link (a link retargeted makes no event),
     a file or directory on a file system whose changes may come from another machine (NFS, SMB, FUSE,
-    9p: only local file systems are trusted), or when inotify is refused (its per-user limits). Not
-    seen, unlike the stat: a file system mounted over the file's directory while it is written, and a
-    process that changes its working directory under a relative path (which is resolved once, when
-    the file is opened, as ``logging``'s handlers resolve theirs).
+    9p: only local file systems are trusted), when inotify is refused (its per-user limits), and for
+    a path with a ``..`` (after a symbolic link it is where the link points, not what the text says).
+    Not seen, unlike the stat: a file system mounted over the file's directory, or moved or detached
+    under it, while it is written. ``LineFile`` makes the watches at the file's first write after it
+    is opened or the process forked, so a child that never writes holds no inotify instance.
     """
 
     __slots__ = ("_due", "_fd", "_poll", "fired")
@@ -565,9 +570,9 @@ class PathEvents:
             return False
         self._due = False
         self.fired = False
-        with contextlib.suppress(OSError):  # BlockingIOError: all read
-            while os.read(self._fd, 4096):
-                self.fired = True
+        # One read, which poll said won't block: events left make the next poll say so again.
+        with contextlib.suppress(OSError):  # BlockingIOError: nothing was queued
+            self.fired = bool(os.read(self._fd, 65536))
         return True
 
     def stat_again(self) -> None:
@@ -592,6 +597,8 @@ _LOCAL_FILE_SYSTEMS = frozenset(
 def _watched_directories(path: str, device: int) -> list[str] | None:
     """The directories above ``path`` to watch (each but ``/``), or ``None`` when the path goes through
     a symbolic link, or when the file (on ``device``) or a directory is on no local file system."""
+    if ".." in Path(path).parts:  # "link/.." is where the link points, not what the text says
+        return None
     absolute = os.path.abspath(path)
     if os.path.realpath(absolute) != absolute:
         return None

@@ -66,7 +66,7 @@ def test_many_threads(tmp_path: Path) -> None:
     assert probe.overlaps == 0
 
 
-GATE_CHILD = r"""
+WAITING_CHILD = r"""
 import os, signal, sys, threading, time
 from speedtronic.profiling import MetricLogger
 
@@ -83,22 +83,26 @@ in_handler = threading.Event()
 
 def handler(signum, frame):
     in_handler.set()
-    logger.emit("from_handler", {})  # its thread already waits for the logger, at the gate
+    logger.emit("from_handler", {})  # its thread already waits for the logger's lock
 
 signal.signal(signal.SIGUSR1, handler)
 holder = threading.Thread(target=logger.emit, args=("hold", {}))
 holder.start()
 held.wait()
 main = threading.get_ident()
+state = f"/proc/self/task/{threading.main_thread().native_id}/stat"
+calling = threading.Event()
 
 def helper():
-    while "unlocked" in repr(logger._gate):  # until the main thread waits at the gate
+    calling.wait()
+    while open(state).read().rpartition(")")[2].split()[0] != "S":  # until it sleeps on the lock
         time.sleep(0)
     signal.pthread_kill(main, signal.SIGUSR1)
     in_handler.wait()
     release.set()
 
 threading.Thread(target=helper).start()
+calling.set()
 logger.emit("waiting", {})
 holder.join()
 logger.close()
@@ -111,7 +115,7 @@ def test_a_signal_handler_emitting_while_its_thread_waits_for_the_logger(tmp_pat
     emits too: it waits its turn as well, nothing deadlocks, and all three records are written."""
     jsonl = tmp_path / "m.jsonl"
     done = subprocess.run(
-        [sys.executable, "-c", GATE_CHILD, str(jsonl)],
+        [sys.executable, "-c", WAITING_CHILD, str(jsonl)],
         capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

@@ -66,7 +66,7 @@ class ValueFormat:
     ``" key="`` prefix (each key is quoted once, then remembered) and one of its value's type.
     """
 
-    __slots__ = ("_by_type", "_last", "_plans", "_prefixes", "_spec")
+    __slots__ = ("_bulk_digits", "_by_type", "_last", "_plans", "_prefixes", "_spec")
 
     def __init__(self, digits: int | None = DEFAULT_FLOAT_DIGITS) -> None:
         if digits is not None and (isinstance(digits, bool) or not isinstance(digits, int) or digits < 1):
@@ -75,6 +75,9 @@ class ValueFormat:
         self._plans: dict[tuple[Any, ...], _Plan] = {}  # per key set of a large event (see ``fields``)
         self._last = _NO_PLAN
         self._spec = f".{digits}" if digits is not None else ""  # format()'s text, where it is the rule's
+        # Beyond a double's 17 digits format(x, ".18") writes 1e16 as "10000000000000000.0", the
+        # rule "1e+16": such a setting takes the plain loop.
+        self._bulk_digits = digits is None or digits <= _MAX_BULK_DIGITS
         float_text = _rounding(digits) if digits is not None else _float_repr
         self._by_type: dict[type, Callable[[Any], str]] = {  # the formatter of each plain type
             float: float_text, int: int_text, str: quote, bool: str, type(None): str,
@@ -99,7 +102,7 @@ class ValueFormat:
 
         An event of many keys (per-layer metrics) whose values are plain numbers is written in bulk
         (``_Form``): one ``str.format`` call writes the whole line."""
-        if len(event_dict) >= _BULK_KEYS and type(skip) in (frozenset, tuple):  # hashable: in the plan key
+        if len(event_dict) >= _BULK_KEYS and self._bulk_digits and type(skip) in (frozenset, tuple):
             line = self._bulk(event_dict, skip)
             if line is not None:
                 return line
@@ -210,6 +213,7 @@ _EXACT_DIGITS = 15
 of 15 digits or fewer names one double (``sys.float_info.dig``), so the rule's ``repr(float(text))``
 gives it back; subnormal numbers, with fewer digits of their own, aside."""
 _BULK_KEYS = 16  # smaller events take the plain loop: the bulk path's set-up costs more there
+_MAX_BULK_DIGITS = 17  # a double's most significant digits (see ValueFormat.__init__)
 _STR_ONLY = frozenset({str})
 
 

@@ -132,3 +132,14 @@ class TestWideEvents:
         event = {f"m{i}": 0.5 for i in range(20)}
         assert format_fields(event, skip=frozenset(event) - {"m3"}) == " m3=0.5"
         assert format_fields(event, skip=frozenset(event)) == ""
+
+
+@pytest.mark.parametrize("digits", [17, 18, 19])
+def test_a_wide_event_at_every_digit_setting_reads_as_each_value_alone(digits: int) -> None:
+    """With ``float_digits`` beyond a double's 17 digits a wide event's 1e16 is still written as the
+    rule writes it alone (``1e+16``), not as ``format(x, ".18")`` does (``10000000000000000.0``)."""
+    values = ValueFormat(digits)
+    floats = [1e16, 1.5e16, 12345678901234567.0, 0.1, 1 / 3, 2.5e-7] * 4
+    event = {f"k{i}": value for i, value in enumerate(floats)}
+    alone = "".join(values.fields({f"k{i}": value}) for i, value in enumerate(floats))
+    assert values.fields(event) == alone

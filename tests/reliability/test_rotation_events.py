@@ -4,7 +4,9 @@ every case, with a stat only after something happened to the file or a directory
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +25,8 @@ def lines(path: Path) -> list[str]:
 def assert_stat_ed_and_followed(path: Path) -> None:
     """A file at ``path`` watched by no events follows a rename all the same (by its stat)."""
     sink = written(path)
-    assert sink._events is None
     sink.write("before")
+    assert sink._events is None
     path.rename(path.with_name(path.name + ".1"))
     sink.write("after")
     sink.close()
@@ -135,6 +137,100 @@ class TestWatched:
         assert sorted(lines(path)) == ["child", "parent"]
 
 
+@linux_only
+class TestWhatAWatchCanMiss:
+    def test_a_relative_path_stays_the_file_it_named_after_a_chdir(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A relative path is the file it named when it was opened, whatever the working directory
+        becomes (Hydra changes it): lines stay there, and a rotation reopens that path."""
+        first, second = tmp_path / "a", tmp_path / "b"
+        first.mkdir()
+        second.mkdir()
+        monkeypatch.chdir(first)
+        sink = written(Path("logs/m.log"))
+        sink.write("one")
+        monkeypatch.chdir(second)
+        sink.write("two")
+        (first / "logs/m.log").rename(first / "logs/m.log.1")
+        sink.write("three")
+        sink.close()
+        assert lines(first / "logs/m.log.1") == ["one", "two"]
+        assert lines(first / "logs/m.log") == ["three"]
+        assert not (second / "logs").exists()
+
+    def test_a_dot_dot_after_a_symbolic_link_is_where_the_link_points(self, tmp_path: Path) -> None:
+        """``two/link/../d/m.log`` with ``link -> x/y`` is ``x/d/m.log``: when ``x/d`` is moved away
+        and made again, the next line goes to the new ``x/d/m.log`` (the text's ``two/d`` is no
+        directory of the file's, so no watch on it can stand in for the stat)."""
+        (tmp_path / "x/y").mkdir(parents=True)
+        (tmp_path / "x/d").mkdir()
+        (tmp_path / "two/d").mkdir(parents=True)
+        (tmp_path / "two/link").symlink_to(tmp_path / "x/y")
+        sink = written(tmp_path / "two/link/../d/m.log")
+        sink.write("one")
+        (tmp_path / "x/d").rename(tmp_path / "x/d_old")
+        (tmp_path / "x/d").mkdir()
+        sink.write("two")
+        sink.close()
+        assert lines(tmp_path / "x/d_old/m.log") == ["one"]
+        assert lines(tmp_path / "x/d/m.log") == ["two"]
+        assert not (tmp_path / "two/d/m.log").exists()
+
+    def test_a_forked_child_holds_no_inotify_instance_until_it_writes(self, tmp_path: Path) -> None:
+        """A forked child (a DataLoader worker) that never writes holds none of inotify's per-user
+        instances: its first write makes its own watches."""
+        script = textwrap.dedent(
+            f"""
+            import os
+            from speedtronic.sinks import LineFile
+
+            def inotify_fds():
+                fds = os.listdir("/proc/self/fd")
+                return sum(os.readlink(f"/proc/self/fd/{{fd}}") == "anon_inode:inotify"
+                           for fd in fds if os.path.exists(f"/proc/self/fd/{{fd}}"))
+
+            sink = LineFile({str(tmp_path / "m.log")!r}, lambda *args: None)
+            sink.write("parent")
+            assert inotify_fds() == 1, inotify_fds()
+            pid = os.fork()
+            if pid == 0:
+                before = inotify_fds()
+                sink.write("child")
+                os._exit(0 if (before, inotify_fds()) == (0, 1) else 3)
+            assert os.waitpid(pid, 0)[1] == 0
+            print("ok")
+            """
+        )
+        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip() == "ok"
+
+    def test_a_descriptor_closed_behind_the_sinks_back_never_hangs_a_write(self, tmp_path: Path) -> None:
+        """When another library closes the watches' descriptor (``closerange``, a daemon context) and
+        its number goes to a pipe holding data, a write still returns (one read per poll: it never
+        waits on a descriptor that isn't inotify's)."""
+        script = textwrap.dedent(
+            f"""
+            import os
+            from speedtronic.sinks import LineFile
+
+            sink = LineFile({str(tmp_path / "m.log")!r}, lambda *args: None)
+            sink.write("one")
+            watches = sink._events._fd
+            read, write = os.pipe()
+            os.write(write, b"x" * 10)
+            os.dup2(read, watches)  # the number now names a blocking pipe with data
+            sink.write("two")
+            print("returned")
+            """
+        )
+        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+        assert result.stdout.strip() == "returned", result.stderr
+        assert lines(tmp_path / "m.log") == ["one", "two"]
+
+
+@linux_only
 class TestStatBeforeEveryWrite:
     def test_a_path_through_a_symbolic_link_follows_a_retargeted_link(self, tmp_path: Path) -> None:
         """A path through a symbolic link makes no event when the link is retargeted: it is stat'ed
