@@ -564,10 +564,8 @@ class RunSummary:
         self.end_rates.update(later.end_rates)
         self.records += later.records
         self.events.update(later.events)
-        if later.step_min is not None and (self.step_min is None or later.step_min < self.step_min):
-            self.step_min = later.step_min
-        if later.step_max is not None and (self.step_max is None or later.step_max > self.step_max):
-            self.step_max = later.step_max
+        if later.step_min is not None and later.step_max is not None:
+            self._step_range(later.step_min, later.step_max)
         if later.target_step is not None:
             self.target_step = later.target_step
         for key, rate in later.rates.items():
