@@ -17,20 +17,27 @@ def write(path: Path, *records: dict[str, object]) -> Path:
 START = {"event": "train_start", "start_step": 0, "target_step": 10}
 
 
+def end(
+    step: int, steps_run: int, final_loss: float, status: str, error: str | None = None
+) -> dict[str, object]:
+    """A ``train_end`` record as the trainer writes it (``error`` only when there is one)."""
+    record: dict[str, object] = {
+        "event": "train_end",
+        "step": step,
+        "steps_run": steps_run,
+        "duration_s": 1.0,
+        "final_loss": final_loss,
+        "status": status,
+    }
+    return record if error is None else {**record, "error": error}
+
+
 def test_a_failed_run_shows_its_status_and_error(tmp_path: Path) -> None:
     """status failed: the finished row names it and the error; --json carries both."""
     path = write(
         tmp_path / "m.jsonl",
         START,
-        {
-            "event": "train_end",
-            "step": 4,
-            "steps_run": 4,
-            "duration_s": 1.0,
-            "final_loss": 0.5,
-            "status": "failed",
-            "error": "DistBackendError: Connection closed by peer",
-        },
+        end(4, 4, 0.5, "failed", "DistBackendError: Connection closed by peer"),
     )
     summary = summarize_run(path)
     assert table(format_summaries([summary]))["finished"] == [
@@ -42,40 +49,14 @@ def test_a_failed_run_shows_its_status_and_error(tmp_path: Path) -> None:
 
 def test_a_completed_run_shows_completed_and_its_loss(tmp_path: Path) -> None:
     """status completed: the finished row says so, with the final loss."""
-    path = write(
-        tmp_path / "m.jsonl",
-        START,
-        {
-            "event": "train_end",
-            "step": 10,
-            "steps_run": 10,
-            "duration_s": 1.0,
-            "final_loss": 0.25,
-            "status": "completed",
-        },
-    )
+    path = write(tmp_path / "m.jsonl", START, end(10, 10, 0.25, "completed"))
     assert table(format_summaries([summarize_run(path)]))["finished"] == ["completed, final loss 0.25"]
 
 
 def test_a_resumed_segment_forgets_the_failure_before_it(tmp_path: Path) -> None:
     """A run that failed, then was resumed and completed, reads as completed."""
-    failed = {
-        "event": "train_end",
-        "step": 4,
-        "steps_run": 4,
-        "duration_s": 1.0,
-        "final_loss": 0.5,
-        "status": "failed",
-        "error": "RuntimeError: boom",
-    }
-    done = {
-        "event": "train_end",
-        "step": 10,
-        "steps_run": 6,
-        "duration_s": 1.0,
-        "final_loss": 0.25,
-        "status": "completed",
-    }
+    failed = end(4, 4, 0.5, "failed", "RuntimeError: boom")
+    done = end(10, 6, 0.25, "completed")
     summary = summarize_run(write(tmp_path / "m.jsonl", START, failed, START, done))
     assert (summary.status, summary.error) == ("completed", None)
 
