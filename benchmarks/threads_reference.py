@@ -23,13 +23,17 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from bench import thread_throughput  # the same four-threads-over-one measure as bench.py's goal
 
 TEXT = b"2026-01-01 12:00:00 | INFO | train_step step=1 loss=1.2 lr=0.0003 grad_norm=0.5\n"
 JSON = b'{"event":"train_step","step":1,"loss":1.2,"lr":0.0003,"timestamp":"2026-01-01T12:00:00.000000Z"}\n'
 
 
-def reference(directory: Path, waiting: str) -> Callable[[], None]:
-    """One event's system calls under a lock; ``waiting``: ``lock``, ``rlock`` or ``polling``."""
+def reference(directory: Path, waiting: str) -> Callable[[dict[str, Any]], None]:
+    """One event's system calls under a lock, called as ``bench.py``'s emits are (its payload, built
+    per event by the caller, is not read); ``waiting``: ``lock``, ``rlock`` or ``polling``."""
     text = os.open(directory / f"{waiting}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     jsonl = os.open(directory / f"{waiting}.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     quiet, _ = os.pipe()  # nothing is ever written: each poll finds no event, as inotify's mostly do
@@ -47,13 +51,13 @@ def reference(directory: Path, waiting: str) -> Callable[[], None]:
     lock = threading.RLock() if waiting == "rlock" else threading.Lock()
     if waiting != "polling":
 
-        def sleeping() -> None:
+        def sleeping(payload: dict[str, Any]) -> None:
             with lock:
                 calls()
 
         return sleeping
 
-    def polling() -> None:
+    def polling(payload: dict[str, Any]) -> None:
         delay = 1e-4
         while not lock.acquire(blocking=False):
             time.sleep(delay)
@@ -64,27 +68,6 @@ def reference(directory: Path, waiting: str) -> Callable[[], None]:
             lock.release()
 
     return polling
-
-
-def ratio(event: Callable[[], None], events: int) -> float:
-    """Four threads' total throughput over one thread's, ``events`` events each way."""
-
-    def run(count: int) -> None:
-        for step in range(count):
-            payload = {"step": step}  # built per event, as a trainer builds its payload
-            del payload
-            event()
-
-    start = time.perf_counter()
-    run(events)
-    one = time.perf_counter() - start
-    threads = [threading.Thread(target=run, args=(events // 4,)) for _ in range(4)]
-    start = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return one / (time.perf_counter() - start)
 
 
 def main() -> None:
@@ -102,7 +85,7 @@ def main() -> None:
         events = {kind: reference(Path(tmp), kind) for kind in kinds}
         for round_ in range(args.rounds):
             for kind in kinds[round_ % 3 :] + kinds[: round_ % 3]:
-                ratios[kind].append(ratio(events[kind], args.events))
+                ratios[kind].append(thread_throughput(events[kind], args.events))
     for kind, values in ratios.items():
         print(f"  {kind:8} {statistics.median(values):.2f}x  (4 threads' throughput / 1 thread's)")
 
