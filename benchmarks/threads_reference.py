@@ -6,10 +6,10 @@
 Each event is what ``MetricLogger.emit`` asks of the kernel with default options, and nothing else:
 a ``poll(2)`` and a ``write(2)`` of a text line, a ``poll(2)`` and a ``write(2)`` of a JSONL line
 (both pre-formatted), under one lock. Two ways of waiting for the lock are measured in turns:
-sleeping on it (``threading.Lock`` and ``RLock``, as ``emit`` does) and polling it (try, then sleep
-0.1 ms doubling to 2 ms). What four threads lose here is what the GIL's hand-offs at those system
-calls cost any Python code, before any work of speedtronic's: ``bench.py``'s threads goal is read
-against it (docs/performance.md, "Four threads, one lock").
+queueing on it (``threading.Lock`` and ``RLock``, as ``emit`` did before it backed off) and backing
+off (try, then sleep 50 µs doubling to 5 ms, as ``emit`` waits now). What four threads lose here is
+what waiting costs any Python code making those system calls, before any work of speedtronic's:
+``bench.py``'s threads goal is read against it (docs/performance.md, "Four threads, one lock").
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ JSON = b'{"event":"train_step","step":1,"loss":1.2,"lr":0.0003,"timestamp":"2026
 
 def reference(directory: Path, waiting: str) -> Callable[[dict[str, Any]], None]:
     """One event's system calls under a lock, called as ``bench.py``'s emits are (its payload, built
-    per event by the caller, is not read); ``waiting``: ``lock``, ``rlock`` or ``polling``."""
+    per event by the caller, is not read); ``waiting``: ``lock``, ``rlock`` or ``backoff``."""
     text = os.open(directory / f"{waiting}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     jsonl = os.open(directory / f"{waiting}.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     quiet, _ = os.pipe()  # nothing is ever written: each poll finds no event, as inotify's mostly do
@@ -49,7 +49,7 @@ def reference(directory: Path, waiting: str) -> Callable[[dict[str, Any]], None]
         os.write(jsonl, JSON)
 
     lock = threading.RLock() if waiting == "rlock" else threading.Lock()
-    if waiting != "polling":
+    if waiting != "backoff":
 
         def sleeping(payload: dict[str, Any]) -> None:
             with lock:
@@ -57,17 +57,17 @@ def reference(directory: Path, waiting: str) -> Callable[[dict[str, Any]], None]
 
         return sleeping
 
-    def polling(payload: dict[str, Any]) -> None:
-        delay = 1e-4
+    def backoff(payload: dict[str, Any]) -> None:
+        delay = 5e-5
         while not lock.acquire(blocking=False):
             time.sleep(delay)
-            delay = min(delay * 2, 2e-3)
+            delay = min(delay * 2, 5e-3)
         try:
             calls()
         finally:
             lock.release()
 
-    return polling
+    return backoff
 
 
 def main() -> None:
@@ -77,7 +77,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds (default 9)")
     parser.add_argument("--events", type=int, default=20_000, help="events per thread count and round")
     args = parser.parse_args()
-    kinds = ["lock", "rlock", "polling"]
+    kinds = ["lock", "rlock", "backoff"]
     ratios: dict[str, list[float]] = {kind: [] for kind in kinds}
     print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}, "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")  # fmt: skip

@@ -9,6 +9,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from speedtronic.profiling import MetricLogger
 from tests.conftest import read_jsonl
 
@@ -66,7 +68,7 @@ def test_many_threads(tmp_path: Path) -> None:
     assert probe.overlaps == 0
 
 
-WAITING_CHILD = r"""
+HELD_LOGGER = r"""
 import os, signal, sys, threading, time
 from speedtronic.profiling import MetricLogger
 
@@ -79,6 +81,22 @@ def hold(event, payload):
         release.wait()
 
 logger.hooks.append(hold)
+holder = threading.Thread(target=logger.emit, args=("hold", {}))  # inside emit until release is set
+main = threading.get_ident()
+state = f"/proc/self/task/{threading.main_thread().native_id}/stat"
+calling = threading.Event()
+
+def until_main_waits():
+    calling.wait()
+    while open(state).read().rpartition(")")[2].split()[0] != "S":  # asleep: backing off or queued
+        time.sleep(0)
+"""
+"""A child's start: a logger whose ``hold`` event stays inside ``emit`` until ``release`` is set, and
+``until_main_waits()`` for a helper thread, once the main thread has set ``calling`` before its emit."""
+
+WAITING_CHILD = (
+    HELD_LOGGER
+    + r"""
 in_handler = threading.Event()
 
 def handler(signum, frame):
@@ -86,17 +104,11 @@ def handler(signum, frame):
     logger.emit("from_handler", {})  # its thread already waits for the logger's lock
 
 signal.signal(signal.SIGUSR1, handler)
-holder = threading.Thread(target=logger.emit, args=("hold", {}))
 holder.start()
 held.wait()
-main = threading.get_ident()
-state = f"/proc/self/task/{threading.main_thread().native_id}/stat"
-calling = threading.Event()
 
 def helper():
-    calling.wait()
-    while open(state).read().rpartition(")")[2].split()[0] != "S":  # until it sleeps on the lock
-        time.sleep(0)
+    until_main_waits()
     signal.pthread_kill(main, signal.SIGUSR1)
     in_handler.wait()
     release.set()
@@ -108,6 +120,7 @@ holder.join()
 logger.close()
 print("done")
 """
+)
 
 
 def test_a_signal_handler_emitting_while_its_thread_waits_for_the_logger(tmp_path: Path) -> None:
@@ -121,3 +134,106 @@ def test_a_signal_handler_emitting_while_its_thread_waits_for_the_logger(tmp_pat
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["done"]
     assert sorted(record["event"] for record in read_jsonl(jsonl)) == ["from_handler", "hold", "waiting"]
+
+
+def test_a_thread_emitting_without_pause_does_not_keep_another_waiting_until_it_stops(
+    tmp_path: Path,
+) -> None:
+    """A thread that emits back to back keeps the logger between its events; another thread's emit
+    still gets in while it goes on (it backs off for at most 0.2 s, then queues, and the busy thread
+    waits for it in turn)."""
+    jsonl = tmp_path / "m.jsonl"
+    done, started = threading.Event(), threading.Event()
+    limit = 200_000  # far more events than the busy thread emits in 0.2 s, even on a loaded machine
+    emitted = 0
+
+    def busy(logger: MetricLogger) -> None:
+        nonlocal emitted
+        while not done.is_set() and emitted < limit:
+            logger.emit("outer_step", {"step": emitted})
+            emitted += 1
+            started.set()
+
+    def other(logger: MetricLogger) -> None:
+        started.wait()
+        logger.emit("checkpoint", {"step": -1})
+        done.set()
+
+    with MetricLogger(file=tmp_path / "train.log", json_file=jsonl, hooks=[]) as logger:
+        threads = [
+            threading.Thread(target=busy, args=(logger,)),
+            threading.Thread(target=other, args=(logger,)),
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    assert emitted < limit, "the other thread's emit waited until the busy thread stopped"
+    events = [record["event"] for record in read_jsonl(jsonl)]
+    assert events.count("checkpoint") == 1
+    assert len(events) == emitted + 1
+
+
+INTERRUPTED_CHILD = (
+    HELD_LOGGER
+    + r"""
+class Interrupted(Exception):
+    pass
+
+def handler(signum, frame):
+    raise Interrupted
+
+signal.signal(signal.SIGUSR1, handler)
+holder.start()
+held.wait()
+
+def helper():
+    until_main_waits()
+    time.sleep(float(sys.argv[2]))  # 0: while it backs off; 1: once it has queued on the lock
+    signal.pthread_kill(main, signal.SIGUSR1)
+
+threading.Thread(target=helper).start()
+calling.set()
+try:
+    logger.emit("waiting", {})
+except Interrupted:
+    print("interrupted")
+release.set()
+holder.join()
+
+def others(n):
+    for step in range(n):
+        logger.emit("outer_step", {"step": step})
+
+workers = [threading.Thread(target=others, args=(500,)) for _ in range(2)]
+for worker in workers:
+    worker.start()
+others(500)
+for worker in workers:
+    worker.join()
+logger.close()
+print("done")
+"""
+)
+
+
+@pytest.mark.parametrize("after_s", [0.0, 1.0], ids=["backing-off", "queued"])
+def test_an_emit_interrupted_while_it_waits_for_another_thread_leaves_nothing_behind(
+    tmp_path: Path, after_s: float
+) -> None:
+    """A signal handler that raises in a thread waiting for the logger (another thread is inside
+    emit): that emit raises, writes nothing, and leaves no trace: three threads then emit 1,500
+    events between them (each would wait 0.2 s behind a thread left marked as waiting, 300 s in
+    all, past the 60 s timeout)."""
+    jsonl = tmp_path / "m.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-c", INTERRUPTED_CHILD, str(jsonl), str(after_s)],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["interrupted", "done"]
+    events = [record["event"] for record in read_jsonl(jsonl)]
+    assert "waiting" not in events
+    assert events.count("hold") == 1
+    assert events.count("outer_step") == 1_500

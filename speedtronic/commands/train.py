@@ -111,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
     with _one_line_warnings():
         try:
             with _stops_as_exceptions() as stops:  # first: a stop while starting is a stop too
-                from speedtronic import runtime  # inside: a stop during the import is such a stop
+                with stops.deferred():  # a stop inside an import would leave modules half made
+                    from speedtronic import runtime  # (asyncio's, seen): raised once it is done
 
                 config = runtime.load_config(args.config, overrides)
                 if config["train"]["resume"] and config["run_dir"] is None:
