@@ -6,10 +6,11 @@
 Each event is what ``MetricLogger.emit`` asks of the kernel with default options, and nothing else:
 a ``poll(2)`` and a ``write(2)`` of a text line, a ``poll(2)`` and a ``write(2)`` of a JSONL line
 (both pre-formatted), under one lock. Two ways of waiting for the lock are measured in turns:
-queueing on it (``threading.Lock`` and ``RLock``, as ``emit`` did before it backed off) and backing
-off (try, then sleep 50 µs doubling to 5 ms, as ``emit`` waits now). What four threads lose here is
-what waiting costs any Python code making those system calls, before any work of speedtronic's:
-``bench.py``'s threads goal is read against it (docs/performance.md, "Four threads, one lock").
+sleeping on it (``threading.Lock`` and ``RLock``, as ``emit`` does) and backing off (try, then sleep
+50 µs doubling to 5 ms: the scheme measured and not kept, as it makes an occasional emit wait behind
+a busy thread). What four threads lose here is what waiting costs any Python code making those
+system calls, before any work of speedtronic's: ``bench.py``'s threads goal is read against it
+(docs/performance.md, "Four threads, one lock").
 """
 
 from __future__ import annotations

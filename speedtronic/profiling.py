@@ -11,8 +11,7 @@ logger's own records (``hook_error``, ``logging_error``, the note where a file l
 through the same stages (``chain.run_own``), to the outputs each names, marked
 ``"_speedtronic": {"origin": "speedtronic"}``; no hook gets them. One lock serialises the chain, so
 ``emit`` is safe from several threads: lines never interleave, and hooks are never called concurrently
-and see events in emission order. A thread that finds another inside ``emit`` backs off for a while
-before it queues on the lock (``MetricLogger._wait_turn`` says why).
+and see events in emission order.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ import os
 import threading
 import time
 import weakref
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import IO, Any
@@ -59,11 +57,6 @@ from speedtronic.reporting import Reports
 from speedtronic.sinks import LineFile, TextStream, open_text_sink
 
 __all__ = ["MetricLogger", "build_processors", "memory_usage_bytes"]
-
-# emit's wait for another thread inside emit (MetricLogger._wait_turn)
-_FIRST_WAIT_S = 50e-6
-_LONGEST_WAIT_S = 0.005
-_QUEUE_AFTER_S = 0.2
 
 
 class MetricLogger:
@@ -176,8 +169,6 @@ class MetricLogger:
         called: Sequence[Any] = self._hooks if self._background is None else [self._background]
 
         self._lock = threading.RLock()
-        self._inside: deque[int] = deque()  # threads inside emit or queued for it: _wait_turn
-        self._waiting = threading.RLock()  # one thread at a time backs off: _wait_turn
         self._closed = False
         self._depth = 0  # emits in progress on the thread holding the lock (a hook may emit)
         self._close_requested = False
@@ -289,53 +280,27 @@ class MetricLogger:
         if type(payload) is not dict and not isinstance(payload, Mapping):
             raise TypeError(f"emit({event!r}): payload must be a mapping, got {type(payload).__name__}")
         method = method_for(event, level)
-        me = threading.get_ident()
-        inside = self._inside
-        if inside and me not in inside:  # another thread is inside emit or queued (not one of ours)
-            self._wait_turn()
-        try:
-            inside.append(me)
-            with self._lock:
-                if self._closed:
-                    raise LoggerClosedError(f"emit({event!r}) on a closed MetricLogger; create a new one")
-                self._depth += 1
-                self._owner = me
-                try:
-                    fields = event_fields(payload, key_text)  # a payload that can't be read: reported below
-                    fields["event"] = event if type(event) is str else str(event)
-                    self.chain.run(method, fields)
-                except (HookError, SpeedtronicWarning, EventPayloadError):
-                    raise
-                except Exception as error:
-                    self._reports.record_failed(error, f"rendering {event!r}")
-                finally:
-                    self._depth -= 1
-                    close_now = self._close_requested and not self._depth
-        finally:
-            inside.remove(me)
+        if self._closed:  # before the lock too: close() may have given up on an emit stuck holding it
+            raise LoggerClosedError(f"emit({event!r}) on a closed MetricLogger; create a new one")
+        with self._lock:
+            if self._closed:
+                raise LoggerClosedError(f"emit({event!r}) on a closed MetricLogger; create a new one")
+            self._depth += 1
+            self._owner = threading.get_ident()
+            try:
+                fields = event_fields(payload, key_text)  # a payload that can't be read: reported below
+                fields["event"] = event if type(event) is str else str(event)
+                self.chain.run(method, fields)
+            except (HookError, SpeedtronicWarning, EventPayloadError):
+                raise
+            except Exception as error:
+                self._reports.record_failed(error, f"rendering {event!r}")
+            finally:
+                self._depth -= 1
+                close_now = self._close_requested and not self._depth
         if close_now:  # a hook asked for close() during this event, which is now done
             self.close()
         return True
-
-    def _wait_turn(self) -> None:
-        """Wait, without queueing on the logger's lock, while another thread is inside ``emit`` or
-        queued for it: sleep 50 µs, then twice as long each time, at most 10 ms at a time; after
-        0.2 s of that, queue (the thread inside then waits for this one in turn). One waiting thread
-        at a time does this; the others wait for it on ``_waiting``.
-
-        Why: a thread queued on a lock takes it as it is released, before it has the GIL to run, so
-        the thread that released it, back with its next event, must queue too and hand over the GIL:
-        two thread switches per event, and four threads emitting at once kept 0.6 of one thread's
-        throughput (docs/performance.md, "Four threads, one lock"). ``_inside`` holds the threads
-        inside ``emit`` and those queued for it, so a thread that will take the lock before it runs
-        is seen, and no one queues behind it. The price: a thread that has waited ``t`` may find
-        the logger free up to ``min(t, 10 ms)`` late."""
-        inside = self._inside
-        with self._waiting:
-            delay, start = _FIRST_WAIT_S, time.monotonic()
-            while inside and time.monotonic() - start < _QUEUE_AFTER_S:
-                time.sleep(delay)
-                delay = min(2 * delay, _LONGEST_WAIT_S)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until background hooks (``background_hooks=True``, and each ``background(hook)`` among
@@ -433,13 +398,11 @@ class MetricLogger:
         return f"<MetricLogger {state} every_steps={self.every_steps} hooks={len(self._hooks)}>"
 
     def _forked(self) -> None:
-        """In a forked child: no thread of the parent is inside ``emit`` here, and the lock is new."""
-        self._depth, self._owner, self._close_requested = 0, 0, False
-        me = threading.get_ident()  # the thread that forked: its own emit, if any, removes its entry
-        mine = [thread for thread in self._inside if thread == me]
-        self._inside.clear()
-        self._inside.extend(mine)
-        self._waiting = threading.RLock()
+        """In a forked child: the lock is new, and no other thread of the parent is inside ``emit``
+        here. The thread that forked may be (a hook forked): its ``emit`` ends in the child too."""
+        if self._owner != threading.get_ident():
+            self._depth, self._owner = 0, 0
+        self._close_requested = False
         self._reports.forked(self._lock)
 
     # -- closing --------------------------------------------------------------------------------

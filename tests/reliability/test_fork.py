@@ -82,6 +82,45 @@ class TestForkWhileEmitting:
         assert len(text) == len(records)
 
 
+FORK_IN_A_HOOK = """
+import json, os, sys
+from speedtronic.profiling import MetricLogger
+
+out = {out!r}
+closed = []
+
+class Forker:
+    def on_event(self, event, payload):
+        if event == "fork_here" and os.fork() == 0:
+            os.environ["CHILD"] = "1"  # the child goes on from here: this hook returns, then emit
+    def close(self):
+        closed.append(os.getpid())
+
+logger = MetricLogger(file=out + "/t.log", json_file=out + "/m.jsonl", hooks=[Forker()])
+logger.emit("fork_here", {{}})
+if os.environ.get("CHILD"):
+    __import__("signal").alarm(10)
+    logger.emit("child_step", {{"who": os.getpid()}})
+    logger.close()
+    os._exit(0 if logger.closed and closed == [os.getpid()] else 3)
+_, status = os.wait()
+logger.emit("parent_step", {{}})
+logger.close()
+print(json.dumps({{"child": os.waitstatus_to_exitcode(status), "closed": logger.closed}}))
+"""
+
+
+class TestForkInsideAHook:
+    def test_the_child_of_a_hook_that_forks_logs_and_closes(self, tmp_path: Path) -> None:
+        """A hook forks inside emit (a worker pool started with fork): in the child the emit ends,
+        the child logs and close() closes its logger and hooks; the parent goes on as before."""
+        done = python(FORK_IN_A_HOOK.format(out=str(tmp_path)))
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout) == {"child": 0, "closed": True}
+        events = Counter(record["event"] for record in read_records(tmp_path / "m.jsonl"))
+        assert events == {"fork_here": 1, "child_step": 1, "parent_step": 1}
+
+
 STDOUT_PIPE = """
 import os, sys
 from speedtronic.profiling import MetricLogger

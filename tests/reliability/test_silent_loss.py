@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from speedtronic import HookFailureWarning, LoggingFailureWarning
+from speedtronic import HookFailureWarning, LoggerClosedError, LoggingFailureWarning
 from speedtronic.profiling import MetricLogger
 from tests.conftest import read_jsonl
 
@@ -175,7 +175,8 @@ class TestLifecycle:
 
     def test_close_honours_its_timeout_while_a_hook_is_stalled(self, jsonl_path: Path) -> None:
         """Another thread stuck in emit (a stalled inline hook): close() returns after close_timeout_s,
-        writes its totals, and never closes the hook that is still running."""
+        writes its totals, and never closes the hook that is still running; a later emit raises
+        LoggerClosedError at once instead of waiting for the stuck one."""
         import threading
 
         gate = threading.Event()
@@ -210,6 +211,19 @@ class TestLifecycle:
                 r for r in read_jsonl(jsonl_path) if r["event"] == "hook_error" and r["phase"] == "total"
             ]
             assert totals[0]["failures"] == 2  # the failure and the hook left open
+            raised: list[BaseException] = []
+
+            def emit_after_close() -> None:
+                try:
+                    logger.emit("after", {})
+                except LoggerClosedError as error:
+                    raised.append(error)
+
+            late = threading.Thread(target=emit_after_close)  # the stuck emit still holds the logger
+            late.start()
+            late.join(10)
+            assert not late.is_alive(), "an emit after close() waited for the stuck one"
+            assert len(raised) == 1
         finally:
             gate.set()
             emitter.join(10)
