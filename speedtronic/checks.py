@@ -6,7 +6,7 @@ numbers with these, so one rule says what a count or a number of seconds may be.
 
 from __future__ import annotations
 
-__all__ = ["check_count", "check_seconds"]
+__all__ = ["check_count", "check_seconds", "is_seconds"]
 
 
 def check_count(name: str, value: object) -> None:
@@ -15,7 +15,12 @@ def check_count(name: str, value: object) -> None:
         raise ValueError(f"{name} must be an int >= 1, got {value!r}")
 
 
+def is_seconds(value: object) -> bool:
+    """Whether ``value`` is a finite number of seconds > 0 (below 1e9: inf and 1e300 are not)."""
+    return not isinstance(value, bool) and isinstance(value, int | float) and 0 < value < 1e9
+
+
 def check_seconds(name: str, value: object) -> None:
     """``ValueError`` naming ``name`` unless ``value`` is a finite number of seconds > 0 (a timeout)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e9:
+    if not is_seconds(value):
         raise ValueError(f"{name} must be a number of seconds > 0 and finite, got {value!r}")

@@ -11,6 +11,12 @@ there are no GPU keys.
 
 Which probes run is decided once, when the monitor is made: a GPU query the device or driver doesn't
 support (power on some boards, everything but memory on a MIG slice) is left out of every sample.
+The process sampled is the one taking the sample: in a forked child (a DataLoader worker, a hook's
+subprocess) ``sample()`` measures the child, not the parent it was made in.
+
+``close()`` waits at most ``CLOSE_TIMEOUT_S`` (by default) for a sample being taken: a GPU query that
+hangs (a driver stuck in NVML) is left to the monitor's daemon thread, with a warning, and never holds
+up the end of training or the process's exit.
 """
 
 from __future__ import annotations
@@ -19,20 +25,22 @@ import contextlib
 import importlib
 import os
 import threading
-import warnings
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from speedtronic.checks import check_seconds
-from speedtronic.errors import LoggerClosedError, SpeedtronicWarning
+from speedtronic.errors import LoggerClosedError, SpeedtronicWarning, warn_at_caller
 from speedtronic.events import Event
 from speedtronic.extras import require
 from speedtronic.integrations._structlog import exception_text
 
-__all__ = ["DEFAULT_INTERVAL_S", "SystemMonitor", "gpu_probes", "visible_gpus"]
+__all__ = ["CLOSE_TIMEOUT_S", "DEFAULT_INTERVAL_S", "SystemMonitor", "gpu_probes", "visible_gpus"]
 
 DEFAULT_INTERVAL_S = 10.0
 """Seconds between two samples, by default (W&B samples every 10 s too)."""
+
+CLOSE_TIMEOUT_S = 10.0
+"""Longest ``SystemMonitor.close()`` waits, by default, for a sample being taken (a hung NVML call)."""
 
 _NEEDED_BY = "speedtronic.integrations.system.SystemMonitor"
 
@@ -47,10 +55,11 @@ class SystemMonitor:
     """Emits a ``system`` event into ``logger`` every ``interval_s`` seconds, from a thread of its own.
 
     ``start()`` starts the thread (the first sample comes one interval later, when the CPU share has
-    an interval to be measured over); ``close()`` stops it and waits for it; usable as a context
-    manager. ``sample()`` takes one sample on the caller's thread. The thread stops by itself when
-    the logger is closed. ``MetricLogger`` runs none by default; ``speedtronic train`` runs one while
-    it trains (``logging.system_interval_s``, default 10; ``null``: none).
+    an interval to be measured over); ``close()`` stops it and waits for it, at most
+    ``CLOSE_TIMEOUT_S`` by default; usable as a context manager. ``sample()`` takes one sample on the
+    caller's thread. The thread stops by itself when the logger is closed. ``MetricLogger`` runs
+    none by default; ``speedtronic train`` runs one while it trains (``logging.system_interval_s``,
+    default 10; ``null``: none).
 
     Args:
         logger: where the events go (a ``MetricLogger``, or anything with ``emit(event, payload)``).
@@ -63,7 +72,8 @@ class SystemMonitor:
         psutil = require("psutil", "system", needed_by=_NEEDED_BY)
         self.logger = logger
         self.interval_s = float(interval_s)
-        self._process = psutil.Process()
+        self._new_process = psutil.Process
+        self._process = self._new_process()
         self._process.cpu_percent(None)  # the first call starts the interval the next one measures
         self._memory = psutil.virtual_memory
         self._gpus = gpu_probes() if gpus else []
@@ -75,7 +85,11 @@ class SystemMonitor:
 
     def sample(self) -> dict[str, float | int]:
         """One ``system`` payload: the process's CPU share since the last sample and its RSS, the
-        host's memory, then each GPU's keys."""
+        host's memory, then each GPU's keys. In a forked child, the child's own (its first CPU share
+        is 0: its interval starts at that sample)."""
+        if self._process.pid != os.getpid():  # forked: psutil.Process() keeps the pid it was made with
+            self._process = self._new_process()
+            self._process.cpu_percent(None)
         with self._process.oneshot():
             payload: dict[str, float | int] = {
                 "cpu_percent": float(self._process.cpu_percent(None)),
@@ -96,12 +110,20 @@ class SystemMonitor:
             self._thread = threading.Thread(target=self._run, name="speedtronic-system", daemon=True)
             self._thread.start()
 
-    def close(self, timeout: float | None = None) -> None:
-        """Stop sampling and wait (at most ``timeout`` seconds) for a sample being emitted; idempotent."""
+    def close(self, timeout: float | None = CLOSE_TIMEOUT_S) -> None:
+        """Stop sampling and wait at most ``timeout`` seconds (``None``: as long as it takes) for a
+        sample being taken or emitted; idempotent. A sample still running then (a GPU query that
+        hangs) is left to the daemon thread, which ends once it returns, with a warning."""
         self._stop.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread() and os.getpid() == self._pid:
             thread.join(timeout)
+            if thread.is_alive():
+                warn_at_caller(
+                    f"speedtronic: SystemMonitor.close: a system sample was still running after "
+                    f"{timeout:g} s (a GPU query that hangs?); left to its daemon thread",
+                    SpeedtronicWarning,
+                )
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -112,11 +134,10 @@ class SystemMonitor:
             except Exception as error:  # a failing probe or hook costs its sample, never training
                 self.failures += 1
                 if self.failures == 1:  # said once; the count is in ``failures``
-                    warnings.warn(
+                    warn_at_caller(  # capped, as every warning: an error's text can be megabytes
                         f"speedtronic: a system sample failed (later failures are counted in "
                         f"SystemMonitor.failures): {exception_text(error)}",
                         SpeedtronicWarning,
-                        stacklevel=1,
                     )
 
     def __enter__(self) -> SystemMonitor:

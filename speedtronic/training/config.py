@@ -10,12 +10,14 @@ command line) against ``SCHEMA``; errors name the file, the key and what was exp
 
 from __future__ import annotations
 
+import difflib
 import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from speedtronic.checks import is_seconds
 from speedtronic.integrations.system import DEFAULT_INTERVAL_S
 from speedtronic.levels import LEVELS
 from speedtronic.processors.redact import redact_text
@@ -82,6 +84,7 @@ _STRING = Value("a string", lambda v: isinstance(v, str))
 _PATH = Value("a path", lambda v: isinstance(v, str) and v != "")
 _BOOL = Value("true or false", lambda v: type(v) is bool)
 _POSITIVE = _number("a number > 0", lambda v: v > 0)
+_SECONDS = Value("a number of seconds > 0 and finite", is_seconds)  # SystemMonitor's own rule
 _HOOKS = Value(
     "a list of hooks, each a mapping with a 'type' and the hook's arguments",
     lambda v: isinstance(v, list),
@@ -201,7 +204,7 @@ class LoggingConfig:
     )
     system_interval_s: float | None = _key(
         DEFAULT_INTERVAL_S,
-        _optional(_POSITIVE),
+        _optional(_SECONDS),
         "seconds between two `system` events (CPU, memory, GPUs; needs speedtronic[system]); null: none",
     )
 
@@ -281,7 +284,9 @@ def validate(layer: Any, section: Section, source: str, prefix: str = "") -> Non
         spec = section.get(key) if isinstance(key, str) else None
         if spec is None:
             known = ", ".join(sorted(section))
-            raise ConfigError(source, name, f"unknown key; known keys here: {known}")
+            close = difflib.get_close_matches(str(key), list(section), n=1)
+            guess = f"did you mean {close[0]!r}? " if close else ""
+            raise ConfigError(source, name, f"unknown key; {guess}known keys here: {known}")
         if isinstance(spec, Value):
             if not spec.check(value):
                 raise ConfigError(source, name, f"expected {spec.expected}, got {_shown(value)}")

@@ -162,3 +162,143 @@ def test_a_failing_sample_warns_once_and_never_stops_the_logger(tmp_path: Path) 
             logger.emit("probe", {"step": 1})
     assert monitor.failures >= 1
     assert [record["event"] for record in read_jsonl(jsonl)] == ["probe"]
+
+
+class HugeFailure(SystemMonitor):
+    """A monitor whose sample fails with a 100,000-character message (a driver dumping its state)."""
+
+    tried = threading.Event()
+
+    def sample(self) -> dict[str, float | int]:
+        self.tried.set()
+        raise OSError("NVML: " + "x" * 100_000)
+
+
+def test_a_failing_sample_warning_is_capped() -> None:
+    """The sample failure's warning is no longer than MAX_WARNING_BYTES, as every speedtronic warning."""
+    from speedtronic.errors import MAX_WARNING_BYTES, SpeedtronicWarning
+
+    with pytest.warns(SpeedtronicWarning, match="a system sample failed") as caught:
+        logger = MetricLogger(stream=io.StringIO())
+        monitor = HugeFailure(logger, 0.01, gpus=False)
+        with logger, monitor:
+            assert HugeFailure.tried.wait(WAIT_S)
+    (warning,) = [w for w in caught if "a system sample failed" in str(w.message)]
+    text = str(warning.message)
+    assert len(text.encode()) <= MAX_WARNING_BYTES
+    assert "OSError: NVML: xxx" in text
+    assert "<truncated: " in text
+
+
+FORKED = """
+import io, os
+from speedtronic.integrations.system import SystemMonitor
+from speedtronic.profiling import MetricLogger
+
+monitor = SystemMonitor(MetricLogger(stream=io.StringIO()), gpus=False)
+parent = monitor.sample()["rss_bytes"]
+read, write = os.pipe()
+child = os.fork()
+if child == 0:
+    held = bytearray(b"\\1") * (256 * 2**20)  # 256 MiB written, so resident in the child only
+    os.write(write, str(monitor.sample()["rss_bytes"]).encode())
+    os._exit(0)
+os.close(write)
+sampled = int(os.read(read, 100))
+os.waitpid(child, 0)
+print(parent, sampled, monitor.sample()["rss_bytes"])
+"""
+
+
+def test_a_forked_child_samples_itself() -> None:
+    """After os.fork(), the child's sample is the child's RSS (its 256 MiB in), not the parent's."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    out = subprocess.run([sys.executable, "-c", FORKED], capture_output=True, text=True, env=env, check=True)
+    parent, child, parent_after = (int(part) for part in out.stdout.split())
+    assert child >= parent + 200 * 2**20
+    assert parent_after < parent + 200 * 2**20  # the parent still samples itself
+
+
+class HangingNvml:
+    """A stand-in for nvidia-ml-py's ``pynvml`` (no GPU here): one GPU whose utilisation query, once
+    ``hang`` is set, blocks until ``release`` is set, as a driver stuck in NVML does."""
+
+    NVMLError = RuntimeError
+    NVML_TEMPERATURE_GPU = 0
+
+    def __init__(self) -> None:
+        self.hang = threading.Event()
+        self.hanging = threading.Event()
+        self.release = threading.Event()
+
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 1
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> str:
+        return f"gpu {index}"
+
+    def nvmlDeviceGetUtilizationRates(self, handle: str) -> Any:
+        if self.hang.is_set():
+            self.hanging.set()
+            self.release.wait()
+
+        class Rates:
+            gpu = 50
+
+        return Rates()
+
+    def nvmlDeviceGetMemoryInfo(self, handle: str, *args: Any) -> Any:
+        raise RuntimeError("not supported")
+
+    nvmlDeviceGetPowerUsage = nvmlDeviceGetMemoryInfo
+    nvmlDeviceGetTemperature = nvmlDeviceGetMemoryInfo
+
+
+def test_close_is_bounded_when_an_nvml_call_hangs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sample stuck in NVML: close(timeout) returns, with a warning, and the thread ends once freed."""
+    from speedtronic.errors import SpeedtronicWarning
+
+    nvml = HangingNvml()
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    logger = MetricLogger(stream=io.StringIO())
+    monitor = SystemMonitor(logger, 0.01)
+    assert monitor.sample()["gpu0_util_percent"] == 50
+    nvml.hang.set()
+    monitor.start()
+    assert nvml.hanging.wait(WAIT_S)
+    closed = threading.Event()
+    caught: list[Any] = []
+
+    def close() -> None:
+        with pytest.warns(SpeedtronicWarning, match=r"SystemMonitor.close: a system sample was still"):
+            monitor.close(timeout=0.05)
+        caught.append(True)
+        closed.set()
+
+    closer = threading.Thread(target=close)
+    closer.start()
+    try:
+        assert closed.wait(WAIT_S), "close() waited on the hung NVML call"
+        assert caught == [True]
+        assert monitor._thread is not None
+        assert monitor._thread.is_alive()  # still in NVML, on its own
+    finally:
+        nvml.release.set()
+        closer.join(WAIT_S)
+    monitor._thread.join(WAIT_S)
+    assert not monitor._thread.is_alive()
+    logger.close()
+
+
+def test_close_has_a_bound_by_default() -> None:
+    """close()'s default timeout is CLOSE_TIMEOUT_S, a finite number of seconds."""
+    import inspect
+
+    from speedtronic.integrations.system import CLOSE_TIMEOUT_S
+
+    assert inspect.signature(SystemMonitor.close).parameters["timeout"].default == CLOSE_TIMEOUT_S
+    assert 0 < CLOSE_TIMEOUT_S < 60

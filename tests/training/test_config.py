@@ -240,12 +240,30 @@ class TestConfigErrors:
         assert str(caught.value).startswith(f"{path}: {message}")
 
     def test_an_unknown_key_is_named_with_the_known_ones(self, tmp_path: Path) -> None:
-        """A typo names the key and lists what the section accepts."""
+        """A typo names the key, the known key nearest to it, and lists what the section accepts."""
         path = write(tmp_path / "bad.yaml", "train:\n  stpes: 10\n")
         with pytest.raises(
-            ConfigError, match=r"bad.yaml: train.stpes: unknown key; known keys here: batch_size, "
+            ConfigError,
+            match=r"bad.yaml: train.stpes: unknown key; did you mean 'steps'\? known keys here: batch_size, ",
         ):
             load_config(path)
+
+    def test_an_unknown_key_like_none_has_no_guess(self, tmp_path: Path) -> None:
+        """A key like no known one lists the known keys without a guess."""
+        path = write(tmp_path / "bad.yaml", "logging:\n  zzzz: 1\n")
+        with pytest.raises(ConfigError, match=r"logging.zzzz: unknown key; known keys here: ") as caught:
+            load_config(path)
+        assert "did you mean" not in str(caught.value)
+
+    @pytest.mark.parametrize("text", [".inf", "1e300", "1e9"])
+    def test_a_system_interval_past_any_run_names_its_key(self, tmp_path: Path, text: str) -> None:
+        """logging.system_interval_s of inf or 1e300: the error names that key, not train."""
+        path = write(tmp_path / "bad.yaml", f"logging:\n  system_interval_s: {text}\n")
+        with pytest.raises(ConfigError) as caught:
+            load_config(path)
+        assert str(caught.value).startswith(
+            f"{path}: logging.system_interval_s: expected a number of seconds > 0 and finite or null, got "
+        )
 
     def test_bad_yaml_names_the_line(self, tmp_path: Path) -> None:
         """A YAML syntax error names the file, the line and column, and the problem."""
