@@ -421,8 +421,10 @@ def paths(info: RunInfo, checkpoint: Path | None = None) -> str:
     return "\n".join(f"  {label:<12} {where}" for label, where in files.items())
 
 
-def _next_commands(info: RunInfo) -> list[str]:
-    """The commands that show the run: TensorBoard (when it logged there), summarize and plot."""
+def _next_commands(info: RunInfo, trackers: list[str]) -> list[str]:
+    """The commands that show the run, each only where it will work: TensorBoard (when it logged
+    there), the trackers' (``trackers``: ``wandb sync``...), summarize, and plot (with matplotlib, and
+    a record it can draw; without matplotlib, what to install)."""
     import shlex
 
     run_dir = shlex.quote(str(info.run_dir))
@@ -430,12 +432,33 @@ def _next_commands(info: RunInfo) -> list[str]:
     if "tensorboard" in info.files:
         tensorboard = typed("tensorboard")
         lines.append(f"  {'view':<12} {tensorboard} --logdir {shlex.quote(info.files['tensorboard'])}")
+    lines += trackers
     if "metrics" in info.files:
         speedtronic = typed("speedtronic")
         lines.append(f"  {'summarize':<12} {speedtronic} summarize {run_dir}")
-        plot = shlex.quote(str(info.run_dir / "loss.png"))
-        lines.append(f"  {'plot':<12} {speedtronic} plot {run_dir} -o {plot}")
+        if importlib.util.find_spec("matplotlib") is None:
+            lines.append(f"  {'plot':<12} needs matplotlib: pip install 'speedtronic[plot]'")
+        elif _has_plottable_records(Path(info.files["metrics"])):
+            plot = shlex.quote(str(info.run_dir / "loss.png"))
+            lines.append(f"  {'plot':<12} {speedtronic} plot {run_dir} -o {plot}")
     return lines
+
+
+_PLOTTED = (b'"event":"train_step"', b'"event":"eval"')
+"""What ``speedtronic plot`` draws by default, as a record's JSON line names its event."""
+
+
+def _has_plottable_records(metrics: Path) -> bool:
+    """Whether the run's JSONL holds a ``train_step`` or ``eval`` record (``plot`` exits 2 without
+    one: ``logging.every_steps`` past the steps trained, no eval). Scanned as bytes, stopping at
+    the first: a run's first ``train_step`` is near its file's start."""
+    import mmap
+
+    try:
+        with metrics.open("rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return any(data.find(marker) != -1 for marker in _PLOTTED)
+    except (OSError, ValueError):  # gone, unreadable, or empty (mmap refuses 0 bytes)
+        return False
 
 
 def typed(program: str) -> str:
@@ -455,8 +478,11 @@ def typed(program: str) -> str:
 
 
 def summary(result: FitResult, info: RunInfo) -> str:
-    """Steps, final and eval loss, throughput, where each file is, then the commands that show the
-    run (``tensorboard --logdir``, ``speedtronic summarize``, ``speedtronic plot``), as typed here."""
+    """Steps, final and eval loss, throughput, where each file and each tracker's run is (W&B's
+    offline directory or URL, MLflow's run id and tracking URI, the OTLP endpoint), then the commands
+    that show the run (``tensorboard --logdir``, ``wandb sync``, ``speedtronic summarize``,
+    ``speedtronic plot``), as typed here, each only where it will work."""
+    from speedtronic.commands._trackers import tracker_lines
     from speedtronic.training.rundir import describe_changes
 
     loss = "n/a" if result.final_loss is None else f"{result.final_loss:.4f}"
@@ -475,7 +501,9 @@ def summary(result: FitResult, info: RunInfo) -> str:
             f"  {'config':<12} revision {info.config_revision}: {describe_changes(info.config_changes)}"
         )
     lines.append(paths(info, result.checkpoint))
-    lines += _next_commands(info)
+    where, commands = tracker_lines(info.hooks, typed)
+    lines += where
+    lines += _next_commands(info, commands)
     files = info.files
     if info.write_errors:
         written = [files[label] for label in ("metrics", "text log") if label in files]

@@ -412,6 +412,9 @@ class RunInfo:
     monitor: SystemMonitor | None = field(default=None, repr=False, compare=False)
     """The sampler of ``system`` events (``logging.system_interval_s``), started when training starts;
     ``train_from_config`` stops it before closing the logger."""
+    hooks: tuple[Any, ...] = field(default=(), repr=False, compare=False)
+    """The hooks ``logging.hooks`` built (on the lead rank), in order: where each tracker's run went
+    (``speedtronic train``'s closing summary reads their ``run``, ``run_id``, ``endpoint``)."""
 
 
 def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[Trainer, RunInfo]:
@@ -530,6 +533,7 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
             config_changes=changes,
             run=opened,
             monitor=monitor,
+            hooks=tuple(logger.hooks),
         )
     except BaseException:
         _launch.shutdown(

@@ -1,0 +1,185 @@
+"""`speedtronic train`'s closing summary: where every tracker's run went, and only commands that work.
+
+Real runs: W&B offline (``WANDB_MODE=offline``), a real MLflow sqlite store, an OTLP/HTTP receiver on
+127.0.0.1, TensorBoard read back; each printed command is then typed as printed (W&B's ``sync`` with
+``--dry-run``: nothing can be uploaded from here).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ACTIVATED_PATH, tensorboard_scalars
+from tests.integrations.test_otel import Receiver
+from tests.torch_run import train_cli
+from tests.training.test_run_dirs import ROOT, write_config
+
+
+def summary_lines(stderr: str) -> dict[str, list[str]]:
+    """The summary's ``  label  text`` lines after its first line, by label (a label may repeat)."""
+    lines = stderr[stderr.index("speedtronic train: steps") :].splitlines()[1:]
+    found: dict[str, list[str]] = {}
+    for line in lines:
+        if line.startswith("  "):
+            found.setdefault(line[2:14].strip(), []).append(line[15:])
+    return found
+
+
+def typed_as_printed(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``command`` run as a user types it, in ``cwd``, with this venv's scripts on PATH."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": ACTIVATED_PATH, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        shlex.split(command), cwd=cwd, env=env, capture_output=True, text=True, timeout=180, check=False
+    )
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    running = Receiver()
+    yield running
+    running.close()
+
+
+class TestEveryTrackerSaysWhereItsRunWent:
+    def test_wandb_mlflow_otel_and_tensorboard(self, tmp_path: Path, receiver: Receiver) -> None:
+        """Each tracker's line names where its run is, and that place holds the run; every printed
+        command runs as typed."""
+        pytest.importorskip("wandb")
+        pytest.importorskip("mlflow")
+        pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
+        pytest.importorskip("tensorboard")
+        hooks = [
+            {"type": "wandb", "project": "summary"},
+            {"type": "mlflow", "tracking_uri": "sqlite:///{run_dir}/mlflow.db", "experiment": "summary"},
+            {"type": "otel", "endpoint": receiver.endpoint},
+            {"type": "tensorboard", "log_dir": "{run_dir}/tensorboard"},
+        ]
+        config = write_config(
+            tmp_path / "c.yaml",
+            train={"steps": 4, "checkpoint_every": 4},
+            logging={"every_steps": 2, "hooks": hooks, "system_interval_s": None},
+        )
+        done = train_cli(
+            "--config",
+            config,
+            "--run-dir",
+            "runs/a",
+            cwd=tmp_path,
+            env={"WANDB_MODE": "offline", "PATH": ACTIVATED_PATH},
+        )
+        assert done.returncode == 0, done.stderr
+        lines = summary_lines(done.stderr)
+
+        (wandb_line,) = lines["wandb"]
+        sync_dir, rest = wandb_line.split(" (offline run ", 1)
+        run_id = rest.removesuffix("; not uploaded)")
+        assert (tmp_path / sync_dir / f"run-{run_id}.wandb").is_file()
+        assert Path(sync_dir).parts[:2] == ("runs", "a")  # under the run dir, shown as the other paths
+        (upload,) = lines["upload"]
+        assert upload == f"wandb sync {sync_dir}"
+        dry = typed_as_printed(upload.replace(" sync ", " sync --dry-run ", 1), tmp_path)
+        assert dry.returncode == 0, dry.stderr
+        assert f"run-{run_id}.wandb" in dry.stdout + dry.stderr
+
+        (mlflow_line,) = lines["mlflow"]
+        mlflow_run, uri = mlflow_line.removeprefix("run ").split(" in ")
+        assert uri == "sqlite:///runs/a/mlflow.db"
+        cwd = Path.cwd()
+        os.chdir(tmp_path)  # the URI is relative to where train ran, as the user's shell is
+        try:
+            import mlflow
+
+            client = mlflow.MlflowClient(uri)
+            assert [m.step for m in client.get_metric_history(mlflow_run, "train_step/loss")] == [2, 4]
+        finally:
+            os.chdir(cwd)
+        has_server = importlib.util.find_spec("flask") is not None
+        assert ("mlflow ui" in lines) == has_server  # mlflow-skinny has no `mlflow ui` server
+
+        (otel_line,) = lines["otel"]
+        assert otel_line == f"{receiver.endpoint} (OTLP/HTTP logs)"
+        assert receiver.records()  # the endpoint named is the one that got the records
+
+        (view,) = lines["view"]
+        assert view == "tensorboard --logdir runs/a/tensorboard"
+        assert [
+            step for step, _ in tensorboard_scalars(tmp_path / "runs/a/tensorboard")["train_step/loss"]
+        ] == [
+            2,
+            4,
+        ]
+        for label in ("summarize", "plot"):
+            (command,) = lines[label]
+            assert typed_as_printed(command, tmp_path).returncode == 0, command
+
+    def test_a_disabled_wandb_run_says_nothing_was_recorded(self, tmp_path: Path) -> None:
+        """WANDB_MODE=disabled: the summary says so, and prints no sync command."""
+        pytest.importorskip("wandb")
+        config = write_config(
+            tmp_path / "c.yaml",
+            train={"steps": 2, "checkpoint_every": 0},
+            logging={
+                "every_steps": 1,
+                "hooks": [{"type": "wandb", "project": "p"}],
+                "system_interval_s": None,
+            },
+        )
+        done = train_cli("--config", config, "--run-dir", "r", cwd=tmp_path, env={"WANDB_MODE": "disabled"})
+        assert done.returncode == 0, done.stderr
+        lines = summary_lines(done.stderr)
+        assert lines["wandb"] == ["disabled (WANDB_MODE=disabled): nothing was recorded"]
+        assert "upload" not in lines
+
+
+class TestOnlyCommandsThatWork:
+    def test_without_matplotlib_plot_says_what_to_install(self, tmp_path: Path) -> None:
+        """matplotlib missing: no `speedtronic plot` command (it would exit 2), the install instead."""
+        config = write_config(
+            tmp_path / "c.yaml",
+            train={"steps": 2, "checkpoint_every": 0},
+            logging={"system_interval_s": None},
+        )
+        hide = "import sys; sys.modules['matplotlib'] = None; sys.argv[0] = 'speedtronic'\n"
+        code = hide + "from speedtronic.commands.cli import main; sys.exit(main())"
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PATH": ACTIVATED_PATH}
+        command = [
+            sys.executable,
+            "-c",
+            code,
+            "train",
+            "--no-progress",
+            "--config",
+            str(config),
+            "--run-dir",
+            "r",
+        ]
+        done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, done.stderr
+        lines = summary_lines(done.stderr)
+        assert lines["plot"] == ["needs matplotlib: pip install 'speedtronic[plot]'"]
+        assert typed_as_printed(lines["summarize"][0], tmp_path).returncode == 0
+
+    def test_a_run_with_nothing_to_plot_gets_no_plot_command(self, tmp_path: Path) -> None:
+        """No train_step or eval record (every_steps past the steps trained, no eval): no plot line,
+        since that plot exits 2; summarize is still offered, and works."""
+        pytest.importorskip("matplotlib")
+        config = write_config(
+            tmp_path / "c.yaml",
+            train={"steps": 2, "checkpoint_every": 0, "eval_every": 0},
+            logging={"every_steps": 1000, "system_interval_s": None},
+        )
+        done = train_cli("--config", config, "--run-dir", "r", cwd=tmp_path, env={"PATH": ACTIVATED_PATH})
+        assert done.returncode == 0, done.stderr
+        lines = summary_lines(done.stderr)
+        assert "plot" not in lines
+        assert typed_as_printed(lines["summarize"][0], tmp_path).returncode == 0
+        refused = typed_as_printed("speedtronic plot r -o r/loss.png", tmp_path)
+        assert refused.returncode == 2  # what the summary used to offer
