@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -183,3 +184,37 @@ class TestOnlyCommandsThatWork:
         assert typed_as_printed(lines["summarize"][0], tmp_path).returncode == 0
         refused = typed_as_printed("speedtronic plot r -o r/loss.png", tmp_path)
         assert refused.returncode == 2  # what the summary used to offer
+
+
+TIMED = re.compile(r"\b((?:\w+_per_s|elapsed_s|duration_s|save_s)=)[-+.\deE]+")
+"""A text log field whose value is the machine's speed, not the run's."""
+
+
+def machine_free(text: str) -> list[str]:
+    """``text`` with what depends on the machine's speed or the clock masked: timestamps, rates,
+    times, and the summary's duration and throughput."""
+    lines = []
+    for line in text.splitlines():
+        line = re.sub(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ", "<time> ", line)
+        line = TIMED.sub(r"\1<t>", line)
+        line = re.sub(r" in [\d.]+ s on ", " in <t> s on ", line)
+        line = re.sub(r", [\d,]+ samples/s, [\d,]+ tokens/s$", ", <t> samples/s, <t> tokens/s", line)
+        lines.append(line)
+    return lines
+
+
+class TestTheDocsSample:
+    def test_docs_training_sample_is_what_train_prints(self, tmp_path: Path) -> None:
+        """docs/training.md's sample run, typed as its first line says: the same lines, keys and
+        values, but for the clock and the machine's speed."""
+        pytest.importorskip("tensorboard")
+        pytest.importorskip("psutil")  # the default config samples the system (no warning line)
+        text = (ROOT / "docs" / "training.md").read_text()
+        start = text.index("```text\n$ speedtronic train ") + len("```text\n")
+        block = text[start : text.index("```", start)]
+        command, printed = block.split("\n", 1)
+        args = shlex.split(command.removeprefix("$ "))
+        assert args[:2] == ["speedtronic", "train"]
+        done = train_cli(*args[2:], cwd=tmp_path, env={"PATH": ACTIVATED_PATH})
+        assert done.returncode == 0, done.stderr
+        assert machine_free(done.stdout + done.stderr) == machine_free(printed)
