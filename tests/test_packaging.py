@@ -112,3 +112,45 @@ class TestProjectMetadata:
         assert {"pytorch", "logging", "structlog"} <= set(project["keywords"])
         assert "Typing :: Typed" in project["classifiers"]
         assert "License :: OSI Approved :: MIT License" not in project["classifiers"]  # SPDX says it
+
+
+def _requirement_names(project: dict[str, Any], extras: str) -> set[str]:
+    """The distributions ``pip install '.[extras]'`` pulls in from pyproject.toml, nested extras
+    (``speedtronic[wandb,tensorboard]``) expanded."""
+    names: set[str] = set()
+    for extra in extras.split(","):
+        for requirement in project["optional-dependencies"][extra.strip()]:
+            nested = re.fullmatch(r"speedtronic\[([^]]+)\]", requirement)
+            if nested:
+                names |= _requirement_names(project, nested[1])
+            else:
+                names.add(re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0].lower())
+    return names
+
+
+class TestTheMainJob:
+    def test_make_run_installs_what_the_default_config_uses(self, project: dict[str, Any]) -> None:
+        """`make run` installs psutil (the default config's system events), TensorBoard, tqdm and
+        matplotlib, so its first line is the log's, not a warning, and every printed command works."""
+        makefile = (ROOT / "Makefile").read_text()
+        recipe = makefile[makefile.index("$(VENV)/.run-installed:") :]
+        extras = re.search(r'-e "\.\[([^]]+)\]"', recipe)
+        assert extras is not None
+        assert {"psutil", "tensorboard", "tqdm", "matplotlib"} <= _requirement_names(project, extras[1])
+
+    def test_the_torch_extra_has_what_the_default_config_samples(self, project: dict[str, Any]) -> None:
+        """pip install 'speedtronic[torch]' gets psutil: `speedtronic train`'s default config samples the
+        process and the host (logging.system_interval_s: 10) without a warning."""
+        assert "psutil" in _requirement_names(project, "torch")
+
+    def test_make_test_says_how_long_it_takes_before_it_starts(self) -> None:
+        """`make test`'s first line says how long it usually takes on a 2-core machine; the README's
+        first screen says it once."""
+        makefile = (ROOT / "Makefile").read_text()
+        recipe = makefile[makefile.index("\ntest:\n") + len("\ntest:\n") :].splitlines()
+        assert recipe[0].startswith("\t@echo ")
+        assert re.search(r"about \d+ minutes on a 2-core machine", recipe[0])
+        readme = (ROOT / "README.md").read_text()
+        first_screen = readme[: readme.index("```python")]
+        assert len(re.findall(r"about \d+ minutes on 2 cores", readme)) == 1
+        assert re.search(r"about \d+ minutes on 2 cores", first_screen)

@@ -205,7 +205,7 @@ class LoggingConfig:
     system_interval_s: float | None = _key(
         DEFAULT_INTERVAL_S,
         _optional(_SECONDS),
-        "seconds between two `system` events (CPU, memory, GPUs; needs speedtronic[system]); null: none",
+        "seconds between two `system` events (CPU, memory: psutil; GPUs: speedtronic[system]); null: none",
     )
 
 
