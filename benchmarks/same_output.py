@@ -19,8 +19,11 @@ and values (non-finite and random-bit floats, huge ints, escapes, bidi controls,
 
 Deliberate changes are left out of the generator: a ``str`` subclass as a top-level key (written as its
 string value since the str-enum redaction fix), the secrets that fix added (``PassWord``-style keys,
-``api key: X`` text, ``--password X`` argument lists, an exception whose ``args`` hold a secret), and
-objects printed by the default ``repr`` (an address changes from run to run anyway).
+``api key: X`` text, ``--password X`` argument lists, an exception whose ``args`` hold a secret),
+objects printed by the default ``repr`` (an address changes from run to run anyway), and floats inside
+lists, tuples and dicts that the text line's float rule rounds (since the text line rounds them as it
+rounds a float alone, ``[0.5, 0.6]``, not ``[0.5, 0.6000000238418579]``): a container holds only
+floats its digits write whole.
 """
 
 from __future__ import annotations
@@ -80,10 +83,13 @@ def fuzzed(count, seed):
              "x" * rng.choice([0, 1, 100, 40000]), "=|= ", "1e5", "nan", "True"]
     floats = [0.0, -0.0, 0.1, 1e-7, 9999.5, 9999.4999, 10556.0, 1e20, -3.5, float("nan"), float("inf"),
               -float("inf"), 1234.5, 3e-4, 2.5e-300, 1.7976931348623157e308]
+    whole = [f for f in floats if f not in (9999.5, 9999.4999, 1234.5)]
 
     def value(depth):
         c = rng.random()
         if c < 0.35:
+            if depth > 0:  # in a container: a float its 4 significant digits write whole
+                return rng.choice(whole)
             if rng.random() < 0.5:
                 return rng.choice(floats)
             return rng.uniform(-1e6, 1e6) * 10 ** rng.randint(-12, 12)

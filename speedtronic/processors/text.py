@@ -184,7 +184,38 @@ class ValueFormat:
             return self.float(float.__float__(value))
         if isinstance(value, int) and not isinstance(value, bool):
             return int_text(int.__int__(value))
+        if type(value) in _NESTED:
+            return quote(self._nested(value, set()))
         return quote(value_text(value))
+
+    def _nested(self, value: Any, inside: set[int]) -> str:
+        """A list, tuple or dict as its ``str()`` writes it, but each float in it, at any depth, by
+        the float rule (``[0.5, 0.6]``, not ``[0.5, 0.6000000238418579]``); ``inside``: the ids of the
+        containers being written, so one that holds itself is ``[...]``, as ``str()`` writes it."""
+        kind = type(value)
+        if kind is float:
+            return self.float(value)
+        if kind in _NESTED:
+            if id(value) in inside:
+                return _NESTED[kind]
+            inside.add(id(value))
+            try:
+                if kind is dict:
+                    nested = self._nested
+                    items = [f"{nested(k, inside)}: {nested(v, inside)}" for k, v in value.items()]
+                    return "{" + ", ".join(items) + "}"
+                text = ", ".join([self._nested(item, inside) for item in value])
+            finally:
+                inside.discard(id(value))
+            if kind is list:
+                return f"[{text}]"
+            return f"({text},)" if len(value) == 1 else f"({text})"
+        if isinstance(value, float):
+            return self.float(float.__float__(value))
+        try:
+            return repr(value)  # as str() of a list writes its items
+        except Exception:  # a broken __repr__ costs its item, never the line
+            return value_text(value)
 
 
 def _rounding(digits: int) -> Callable[[float], str]:
@@ -205,6 +236,8 @@ def _float_repr(value: float) -> str:
     return repr(value)
 
 
+_NESTED: dict[type, str] = {list: "[...]", tuple: "(...)", dict: "{...}"}
+"""The containers whose floats the text line rounds, and how one written inside itself reads."""
 _MAX_KEYS = 4096  # distinct keys whose tokens a ValueFormat keeps
 _MAX_PLANS = 256  # key sets a ValueFormat keeps
 _MAX_FORMS = 8  # patterns of value types a key set keeps

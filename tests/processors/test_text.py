@@ -143,3 +143,38 @@ def test_a_wide_event_at_every_digit_setting_reads_as_each_value_alone(digits: i
     event = {f"k{i}": value for i, value in enumerate(floats)}
     alone = "".join(values.fields({f"k{i}": value}) for i, value in enumerate(floats))
     assert values.fields(event) == alone
+
+
+class TestFloatsInsideContainers:
+    def test_a_list_of_floats_is_rounded_as_a_float_alone(self) -> None:
+        """[0.5, 0.6000000238418579] reads [0.5, 0.6]: each item by the float rule, as a scalar."""
+        assert format_value([0.5, 0.6000000238418579]) == '"[0.5, 0.6]"'
+        assert format_value([0.5, 0.6000000238418579], None) == '"[0.5, 0.6000000238418579]"'
+
+    def test_nested_tuples_and_dicts_keep_their_shape(self) -> None:
+        """Tuples, dicts and lists inside each other read as str() writes them, floats rounded."""
+        value = {"k": (1.23456789, "x y", [2.0000001, True, None]), 2: float("nan")}
+        assert format_value(value) == "\"{'k': (1.235, 'x y', [2.0, True, None]), 2: nan}\""
+        assert format_value((0.1234567,)) == "(0.1235,)"
+        assert format_value([]) == "[]"
+
+    def test_a_list_holding_itself_is_written_as_str_writes_it(self) -> None:
+        """A list that holds itself ends: [1.0, [...]]."""
+        looped: list[Any] = [1.0]
+        looped.append(looped)
+        assert format_value(looped) == '"[1.0, [...]]"'
+
+    def test_the_text_line_rounds_and_the_jsonl_keeps_every_digit(self, tmp_path: Any) -> None:
+        """Through the logger: the text line rounds a float32 tensor's list; the JSONL keeps it exact."""
+        import io
+        import json
+
+        torch = pytest.importorskip("torch")
+        from speedtronic.profiling import MetricLogger
+
+        stream, jsonl = io.StringIO(), tmp_path / "m.jsonl"
+        with MetricLogger(stream=stream, json_file=jsonl) as logger:
+            logger.emit("probe", {"step": 1, "x": torch.tensor([0.5, 0.6]), "y": [0.5, 0.6000000238418579]})
+        assert ' x="[0.5, 0.6]" y="[0.5, 0.6]" ' in stream.getvalue()
+        record = json.loads(jsonl.read_text())
+        assert record["x"] == record["y"] == [0.5, 0.6000000238418579]
