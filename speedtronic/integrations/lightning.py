@@ -110,9 +110,13 @@ class SpeedtronicLogger(Logger):
 
     @property
     def version(self) -> int | str:
-        """The run's version: as given, else the next free ``version_<N>`` number (fixed on first use)."""
+        """The run's version: as given, else the next free ``version_<N>`` number (fixed on first use).
+        A number is an int whose float format is the number: the progress bar's ``v_num`` reads
+        ``0``, not ``0.000``."""
         if self._version is None:
             self._version = _next_version(os.path.join(self._save_dir, self._name))
+        if isinstance(self._version, int) and not isinstance(self._version, _RunVersion | bool):
+            self._version = _RunVersion(self._version)
         return self._version
 
     @property
@@ -163,6 +167,21 @@ class SpeedtronicLogger(Logger):
             return
         self._span.end(self._logger, _STATUS.get(status, status))
         self._logger.flush(FLUSH_TIMEOUT_S)
+
+
+class _RunVersion(int):
+    """A run's version number that a float format writes as the whole number it is.
+
+    Lightning's Rich progress bar writes every non-string value of its postfix with ``.3f``, so a
+    logger's ``version`` of 0 read ``v_num: 0.000``; this int reads ``v_num: 0`` there, and is the
+    plain int everywhere else (``version_0``, comparisons, JSON)."""
+
+    __slots__ = ()
+
+    def __format__(self, spec: str) -> str:
+        if spec and spec[-1] in "eEfFgG%":
+            return int.__repr__(self)
+        return super().__format__(spec)
 
 
 def _next_version(root: str) -> int:

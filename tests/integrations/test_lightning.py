@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import subprocess
 import sys
 from argparse import Namespace
@@ -351,3 +352,27 @@ def test_only_rank_zero_logs(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().endswith("DummyExperiment")  # Lightning's no-op experiment
     assert not (tmp_path / "metrics.jsonl").exists()
+
+
+class TestTheProgressBar:
+    @pytest.mark.parametrize("bar", ["rich", "tqdm"])
+    def test_v_num_is_the_run_number(
+        self, tmp_path: Path, bar: str, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Lightning's own progress bars (Rich and tqdm) show v_num: 0, not 0.000."""
+        if bar == "rich":
+            pytest.importorskip("rich")
+            console = io.StringIO()
+            callback: Any = pl.callbacks.RichProgressBar(
+                console_kwargs={"file": console, "force_terminal": True, "width": 250}
+            )
+        else:
+            callback = pl.callbacks.TQDMProgressBar()
+        speedtronic_logger = SpeedtronicLogger(save_dir=tmp_path, stream=io.StringIO())
+        fit(tmp_path, speedtronic_logger, enable_progress_bar=True, callbacks=[callback])
+        shown = console.getvalue() if bar == "rich" else capsys.readouterr().out + capsys.readouterr().err
+        assert re.search(r"v_num[:=] ?0\b(?!\.)", shown), shown[-500:]
+        assert "v_num: 0.000" not in shown
+        assert "v_num=0.000" not in shown
+        assert speedtronic_logger.version == 0
+        assert speedtronic_logger.log_dir == str(tmp_path / "speedtronic" / "version_0")
