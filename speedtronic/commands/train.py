@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from speedtronic.commands.cli import CommandError
+from speedtronic.errors import SpeedtronicWarning
 from speedtronic.extras import missing
 
 if TYPE_CHECKING:
@@ -389,7 +390,9 @@ def _first_line(error: BaseException) -> str:
 
 @contextlib.contextmanager
 def _one_line_warnings() -> Iterator[None]:
-    """Show warnings as ``speedtronic: warning: ...``: a user's run has no source line to point at."""
+    """Show warnings as ``speedtronic: warning: ...``: a user's run has no source line to point at.
+    Another package's warning says whose it is (``speedtronic: warning: from torch: Failed to
+    initialize NumPy: ...``): speedtronic did not say it."""
 
     def show(
         message: Warning | str,
@@ -399,12 +402,31 @@ def _one_line_warnings() -> Iterator[None]:
         file: TextIO | None = None,
         line: str | None = None,
     ) -> None:
-        text = str(message).removeprefix("speedtronic: ").removeprefix("speedtronic ")
+        text = str(message)
+        source = _package_of(filename)
+        if issubclass(category, SpeedtronicWarning) or source in (None, "speedtronic"):
+            text = text.removeprefix("speedtronic: ").removeprefix("speedtronic ")
+        else:
+            text = f"from {source}: {text}"
         print(f"speedtronic: warning: {text}", file=file or sys.stderr)
 
     with warnings.catch_warnings():
         warnings.showwarning = show
         yield
+
+
+def _package_of(filename: str) -> str | None:
+    """The top-level package (or module) whose file ``filename`` is, by the ``sys.path`` entry it is
+    under (``.../site-packages/torch/_tensor.py``: ``torch``); ``None`` when it is under none."""
+    try:
+        path = Path(filename).resolve()
+    except (OSError, ValueError):
+        return None
+    entries = sorted({Path(entry or ".").resolve() for entry in sys.path}, key=lambda p: len(p.parts))
+    for entry in reversed(entries):  # the deepest first: a venv's site-packages before its prefix
+        if entry in path.parents:
+            return path.relative_to(entry).parts[0].removesuffix(".py")
+    return None
 
 
 def paths(info: RunInfo, checkpoint: Path | None = None) -> str:

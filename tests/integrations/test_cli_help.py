@@ -29,3 +29,13 @@ class TestTopLevelOptions:
         for name in COMMANDS:
             assert f"  speedtronic {name} " in done.stdout  # an example of each
         assert "module" not in done.stdout
+
+    def test_the_plot_example_says_what_plot_draws(self) -> None:
+        """The plot example names the curves a plot draws by default (loss and lr), not throughput."""
+        from speedtronic.runs.plot import DEFAULT_KEYS
+
+        done = speedtronic_command("--help")
+        (line,) = [line for line in done.stdout.splitlines() if line.startswith("  speedtronic plot ")]
+        assert DEFAULT_KEYS == ("loss", "lr")
+        assert "loss and learning-rate curves" in line
+        assert "throughput" not in line
