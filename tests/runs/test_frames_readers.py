@@ -85,3 +85,20 @@ class TestPandasDtypes:
         verdicts = ["NaN", "Infinity", "-Infinity"]
         write_run(path, [("eval", {"step": step, "verdict": text}) for step, text in enumerate(verdicts)])
         assert list(read_frame(path, "eval")["verdict"]) == verdicts
+
+    def test_the_documented_read_json_recipe_keeps_every_digit(self, tmp_path: Path) -> None:
+        """docs/shipping.md's pandas.read_json recipe (precise_float=True) reads back 5,000 random
+        losses bit for bit, where pandas' default float parser misreads many of them."""
+        import random
+
+        pandas = pytest.importorskip("pandas")
+        rng = random.Random(0)
+        losses = [rng.uniform(0, 5) for _ in range(5_000)]
+        path = tmp_path / "m.jsonl"
+        write_run(path, [("train_step", {"step": step, "loss": loss}) for step, loss in enumerate(losses)])
+        recipe = pandas.read_json(path, lines=True, dtype={"loss": "float64"}, precise_float=True)
+        assert recipe["loss"].tolist() == losses
+        default = pandas.read_json(path, lines=True, dtype={"loss": "float64"})
+        assert default["loss"].tolist() != losses  # why the recipe names precise_float
+        docs = (Path(__file__).resolve().parents[2] / "docs" / "shipping.md").read_text()
+        assert 'dtype={"loss": "float64"}, precise_float=True)' in docs
