@@ -267,3 +267,42 @@ class TestWarningsSayWhoseTheyAre:
         warned = [line for line in done.stderr.splitlines() if "tracker down" in line]
         assert warned
         assert all(line.startswith("speedtronic: warning: hook ") for line in warned), warned
+
+
+class TestAddressesKeepNoSecrets:
+    def test_an_otlp_endpoint_with_a_password_is_shown_redacted(self, tmp_path: Path) -> None:
+        """An endpoint holding credentials is named with the password redacted; nothing is sent."""
+        pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
+        pytest.importorskip("torch")
+        from speedtronic.commands.train import summary
+        from speedtronic.integrations import OtelHook
+        from speedtronic.runtime import RunInfo
+        from speedtronic.training.trainer import FitResult
+
+        hook = OtelHook("http://user:s3cretpassw0rd@127.0.0.1:9/v1/logs", timeout_s=1)
+        try:
+            info = RunInfo(
+                run_dir=tmp_path,
+                config={},
+                device="cpu",
+                checkpoint_dir=tmp_path / "checkpoints",
+                files={"text log": "stdout"},
+                hooks=(hook,),
+            )
+            result = FitResult(
+                step=1,
+                start_step=0,
+                steps_run=1,
+                duration_s=1.0,
+                final_loss=1.0,
+                samples_per_s=1.0,
+                tokens_per_s=1.0,
+                checkpoint=None,
+            )
+            text = summary(result, info)
+        finally:
+            hook.close()
+        assert "s3cretpassw0rd" not in text
+        assert (
+            "  otel         http://user:[REDACTED]@127.0.0.1:9/v1/logs (OTLP/HTTP logs)" in text.splitlines()
+        )
