@@ -1,6 +1,7 @@
 """Where each tracker's run went, as ``speedtronic train``'s closing summary says it.
 
-W&B: an offline run's directory and the ``wandb sync`` command that uploads it, an online run's URL;
+W&B: an offline run's directory and the ``wandb sync`` command that uploads it (with the directories
+of its earlier starts, when it was resumed), an online run's URL;
 MLflow: the run's id and the tracking URI it is stored in (and ``mlflow ui`` for a local store, when
 MLflow's server is installed); OpenTelemetry: the OTLP endpoint the records were exported to, and how
 many failed (a hook given a ``LoggerProvider`` of your own, which no config can build, sends where
@@ -13,6 +14,7 @@ is a path, shown as it is.
 from __future__ import annotations
 
 import contextlib
+import glob
 import importlib.util
 import os
 import shlex
@@ -84,10 +86,22 @@ def _wandb(hook: WandbHook, where: list[str], commands: list[str], typed: Callab
             return
         shown = shown_path(sync_dir)
         where.append(_line("wandb", f"{shown} (offline run {run_id}; not uploaded)"))
-        commands.append(_line("upload", f"{typed('wandb')} sync {shlex.quote(shown)}"))
+        parts = " ".join(shlex.quote(shown_path(part)) for part in _offline_parts(Path(sync_dir), run_id))
+        commands.append(_line("upload", f"{typed('wandb')} sync {parts}"))
         return
     url = getattr(run, "url", None)
     where.append(_line("wandb", f"{url} (run {run_id})" if url else f"run {run_id}"))
+
+
+def _offline_parts(sync_dir: Path, run_id: object) -> list[Path]:
+    """Every offline directory of the run ``sync_dir`` is one of (a resumed run writes one per
+    start, all with its id: ``wandb sync`` joins them into one run), oldest first."""
+    found = sorted(
+        part
+        for part in sync_dir.parent.glob(f"offline-run-*-{glob.escape(str(run_id))}")
+        if part.is_dir() and part.name.endswith(f"-{run_id}")
+    )
+    return found if sync_dir in found else [*found, sync_dir]
 
 
 def _mlflow(hook: MlflowHook, where: list[str], commands: list[str], typed: Callable[[str], str]) -> None:

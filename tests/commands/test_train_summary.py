@@ -121,6 +121,27 @@ class TestEveryTrackerSaysWhereItsRunWent:
             (command,) = lines[label]
             assert typed_as_printed(command, tmp_path).returncode == 0, command
 
+        resumed = train_cli(
+            "--run-dir",
+            "runs/a",
+            "--resume",
+            "--steps",
+            "6",
+            cwd=tmp_path,
+            env={"WANDB_MODE": "offline", "PATH": ACTIVATED_PATH},
+        )
+        assert resumed.returncode == 0, resumed.stderr
+        again = summary_lines(resumed.stderr)
+        assert again["mlflow"] == [mlflow_line]  # the same MLflow run, continued
+        (upload,) = again["upload"]
+        parts = upload.removeprefix("wandb sync ").split()
+        assert len(parts) == 2  # both starts of the one W&B run: wandb sync joins them
+        assert parts[0] == sync_dir
+        assert again["wandb"] == [f"{parts[1]} (offline run {run_id}; not uploaded)"]
+        dry = typed_as_printed(upload.replace(" sync ", " sync --dry-run ", 1), tmp_path)
+        assert dry.returncode == 0, dry.stderr
+        assert "Would sync 2 run(s)" in dry.stdout + dry.stderr
+
     def test_a_disabled_wandb_run_says_nothing_was_recorded(self, tmp_path: Path) -> None:
         """WANDB_MODE=disabled: the summary says so, and prints no sync command."""
         pytest.importorskip("wandb")
