@@ -417,9 +417,12 @@ def _one_line_warnings() -> Iterator[None]:
 
 def _package_of(filename: str) -> str | None:
     """The top-level package (or module) whose file ``filename`` is, by the ``sys.path`` entry it is
-    under (``.../site-packages/torch/_tensor.py``: ``torch``); ``None`` when it is under none."""
+    under (``.../site-packages/torch/_tensor.py``: ``torch``); ``None`` when it is under none, or is
+    no file (``<string>``, ``<frozen importlib._bootstrap>``)."""
     try:
         path = Path(filename).resolve()
+        if not path.is_file():
+            return None
     except (OSError, ValueError):
         return None
     entries = sorted({Path(entry or ".").resolve() for entry in sys.path}, key=lambda p: len(p.parts))
