@@ -51,6 +51,7 @@ $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
 bench: $(VENV)/.dev-installed
 	$(BIN)/python benchmarks/bench.py
 	$(BIN)/python benchmarks/readback.py --goals
+	$(BIN)/python benchmarks/webhook.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
