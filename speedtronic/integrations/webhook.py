@@ -60,6 +60,16 @@ def alert_text(record: Mapping[str, Any], name: str | None = None) -> str:
     return f"{prefix}{severity} {record.get('rule')}{rank}: {message}"
 
 
+def _is_http(url: str) -> bool:
+    """Whether ``url`` is an ``http`` or ``https`` URL with a host (and a port that is a number)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        _ = parts.port  # raises ValueError for a port that is no number
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
 class _Undelivered(Exception):
     """A post that failed every try; its message says why."""
 
@@ -73,6 +83,8 @@ class WebhookHook:
 
     Args:
         url: the ``http://`` or ``https://`` URL to post to (a Slack incoming webhook's, yours).
+        url_env: instead of ``url``, the environment variable that holds it: the URL (a token) then
+            stays out of the config file and out of the run's recorded config.
         events: the events posted (default: ``alert`` only); every other event costs one set lookup.
         name: shown first in ``text`` (``[run-42] WARNING spike: ...``), to tell runs apart in a channel.
         headers: extra HTTP headers (a receiver's ``Authorization``); never written anywhere.
@@ -90,8 +102,9 @@ class WebhookHook:
 
     def __init__(
         self,
-        url: str,
+        url: str | None = None,
         *,
+        url_env: str | None = None,
         events: Collection[str] = ("alert",),
         name: str | None = None,
         headers: Mapping[str, str] | None = None,
@@ -102,9 +115,14 @@ class WebhookHook:
         close_timeout_s: float = 10.0,
         redact: bool | Iterable[str] = True,
     ) -> None:
-        parts = urllib.parse.urlsplit(url) if isinstance(url, str) else None
-        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError("WebhookHook: url must be an http:// or https:// URL with a host")
+        if (url is None) == (url_env is None):
+            raise ValueError("WebhookHook: pass either url= or url_env= (the environment variable with it)")
+        where = "url"
+        if url_env is not None:
+            url, where = os.environ.get(url_env, ""), f"the environment variable {url_env!r} (url_env)"
+        if not isinstance(url, str) or not _is_http(url):
+            raise ValueError(f"WebhookHook: {where} must be an http:// or https:// URL with a host")
+        parts = urllib.parse.urlsplit(url)
         self.shown_url = f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}/…"
         """The URL as the hook writes it: scheme and host only (its path or query may hold a token)."""
         if isinstance(events, str) or not all(isinstance(event, str) for event in events):

@@ -313,6 +313,12 @@ class TestOptions:
         [
             ({"url": "hooks.slack.com/services/x"}, "url must be an http:// or https:// URL"),
             ({"url": "ftp://host/x"}, "url must be an http:// or https:// URL"),
+            ({"url": "http://host:port/x"}, "url must be an http:// or https:// URL"),
+            ({"url": None}, "pass either url= or url_env="),
+            (
+                {"url_env": "SPEEDTRONIC_TEST_UNSET"},
+                "the environment variable 'SPEEDTRONIC_TEST_UNSET' \\(url_env\\)",
+            ),
             ({"events": "alert"}, "events must be a list of event names"),
             ({"retries": -1}, "retries must be an int >= 0"),
             ({"timeout_s": 0}, "timeout_s must be a number of seconds > 0"),
@@ -323,6 +329,24 @@ class TestOptions:
         """Each bad option is a ValueError naming it, before a thread is started."""
         with pytest.raises(ValueError, match=message):
             WebhookHook(**{"url": "http://127.0.0.1:9/x", **kwargs})
+
+    def test_both_url_and_url_env_are_refused(self) -> None:
+        """One place for the URL: both at once is a ValueError."""
+        with pytest.raises(ValueError, match="pass either url= or url_env="):
+            WebhookHook("http://127.0.0.1:9/x", url_env="SPEEDTRONIC_TEST_WEBHOOK")
+
+    def test_url_env_reads_the_url_from_the_environment(
+        self, serve: Any, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """url_env names the variable holding the URL, so the token stays out of the config."""
+        server = serve("ok")
+        monkeypatch.setenv("SPEEDTRONIC_TEST_WEBHOOK", server.url)
+        hook = build_hook(
+            "speedtronic.integrations.webhook:WebhookHook", {"url_env": "SPEEDTRONIC_TEST_WEBHOOK"}
+        )
+        hook.on_event("alert", alert())
+        hook.close()
+        assert server.requests[0]["path"] == f"/services/{TOKEN}"
 
     def test_a_config_entry_builds_it(self, serve: Any) -> None:
         """build_hook with the factory path (the type name 'webhook' once installed) posts alerts."""
