@@ -316,7 +316,7 @@ class TestOptions:
             ({"url": "http://host:port/x"}, "url must be an http:// or https:// URL"),
             ({"url": None}, "pass either url= or url_env="),
             (
-                {"url_env": "SPEEDTRONIC_TEST_UNSET"},
+                {"url": None, "url_env": "SPEEDTRONIC_TEST_UNSET"},
                 "the environment variable 'SPEEDTRONIC_TEST_UNSET' \\(url_env\\)",
             ),
             ({"events": "alert"}, "events must be a list of event names"),
