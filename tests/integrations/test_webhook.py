@@ -108,6 +108,12 @@ def serve() -> Iterator[Any]:
         server.server_close()
 
 
+def webhook(url: str, **options: Any) -> WebhookHook:
+    """A hook that waits up to 120 s at close and flush (a loaded machine is slow, never that slow),
+    unless the test bounds it itself."""
+    return WebhookHook(url, **{"close_timeout_s": 120, **options})
+
+
 def logger(tmp_path: Path, hook: WebhookHook, rank: RankInfo | None = None) -> MetricLogger:
     """A real logger writing ``metrics.jsonl`` (as rank ``rank`` of a job, when given)."""
     return MetricLogger(
@@ -119,7 +125,7 @@ class TestDelivered:
     def test_an_alert_is_posted_as_json_with_a_slack_text(self, serve: Any, tmp_path: Path) -> None:
         """The body is {text, record}: text is the one line Slack shows, record the alert's fields."""
         server = serve("ok")
-        hook = WebhookHook(server.url, name="run-42")
+        hook = webhook(server.url, name="run-42")
         with logger(tmp_path, hook, RankInfo(rank=1, world_size=2)) as log:
             log.emit("train_step", {"step": 120, "loss": 9.5})
             log.emit("alert", alert())
@@ -142,7 +148,7 @@ class TestDelivered:
     def test_the_request_is_a_json_post_to_the_url_with_your_headers(self, serve: Any) -> None:
         """POST to the URL's path, Content-Type application/json, a speedtronic User-Agent, extra headers."""
         server = serve("ok")
-        hook = WebhookHook(server.url, headers={"Authorization": "Bearer abc.def"})
+        hook = webhook(server.url, headers={"Authorization": "Bearer abc.def"})
         hook.on_event("alert", alert())
         hook.close()
         [request] = server.requests
@@ -155,7 +161,7 @@ class TestDelivered:
     def test_secrets_in_any_field_are_redacted_as_in_the_logs(self, serve: Any, tmp_path: Path) -> None:
         """A password in the message, an API key in a field: [REDACTED] in text and record alike."""
         server = serve("ok")
-        hook = WebhookHook(server.url)
+        hook = webhook(server.url)
         secret = "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789"
         with logger(tmp_path, hook) as log:
             log.emit(
@@ -171,7 +177,7 @@ class TestDelivered:
     def test_only_the_events_asked_for_are_posted(self, serve: Any) -> None:
         """Alerts by default; events= names others (a train_end), and everything else stays home."""
         server = serve("ok")
-        hook = WebhookHook(server.url, events=["alert", "train_end"])
+        hook = webhook(server.url, events=["alert", "train_end"])
         hook.on_event("train_step", {"step": 1, "loss": 0.5})
         hook.on_event("alert", alert())
         hook.on_event("train_end", {"step": 2, "status": "completed", "final_loss": 0.25})
@@ -183,7 +189,7 @@ class TestDelivered:
     def test_slack_control_characters_are_escaped_in_text_only(self, serve: Any) -> None:
         """<, > and & are &lt; &gt; &amp; in text (Slack's rule); the record keeps them as they are."""
         server = serve("ok")
-        hook = WebhookHook(server.url)
+        hook = webhook(server.url)
         hook.on_event("alert", alert(message="rate < 0.5 x median & falling"))
         hook.close()
         body = server.requests[0]["body"]
@@ -193,7 +199,7 @@ class TestDelivered:
     def test_a_non_finite_value_is_null_in_strict_json(self, serve: Any) -> None:
         """A NaN alert value arrives as null (the JSONL record's rule), so any JSON parser reads it."""
         server = serve("ok")
-        hook = WebhookHook(server.url)
+        hook = webhook(server.url)
         hook.on_event("alert", alert(rule="non_finite", severity="error", value=float("nan")))
         hook.close()
         assert server.requests[0]["body"]["record"]["value"] is None
@@ -202,7 +208,7 @@ class TestDelivered:
     def test_a_dropped_connection_is_tried_again(self, serve: Any) -> None:
         """The receiver closes the connection once; the second try is delivered, nothing failed."""
         server = serve("drop", "ok")
-        hook = WebhookHook(server.url, backoff_s=0.01)
+        hook = webhook(server.url, backoff_s=0.01)
         hook.on_event("alert", alert())
         hook.close()
         assert [request["mode"] for request in server.requests] == ["drop", "ok"]
@@ -213,7 +219,7 @@ class TestFailures:
     def test_a_server_that_never_answers_does_not_hold_up_emit(self, serve: Any, tmp_path: Path) -> None:
         """emit returns while the receiver holds the request; close gives up at its bound; counted."""
         server = serve("hang")
-        hook = WebhookHook(server.url, timeout_s=600, close_timeout_s=0.2)
+        hook = webhook(server.url, timeout_s=600, close_timeout_s=0.2)
         log = logger(tmp_path, hook)
         log.emit("alert", alert())
         assert server.received.wait(60)  # the worker posted it: emit had returned without an answer
@@ -231,7 +237,7 @@ class TestFailures:
     def test_a_500_is_retried_then_counted(self, serve: Any, tmp_path: Path) -> None:
         """retries=2: three posts, then one failure the logger counts, raised at the next event."""
         server = serve("500")
-        hook = WebhookHook(server.url, retries=2, backoff_s=0.01)
+        hook = webhook(server.url, retries=2, backoff_s=0.01)
         log = logger(tmp_path, hook)
         log.emit("alert", alert())
         with pytest.warns(
@@ -257,7 +263,7 @@ class TestFailures:
 
         server = serve("ok")
         server.RequestHandlerClass = Refuse
-        hook = WebhookHook(server.url, backoff_s=0.01)
+        hook = webhook(server.url, backoff_s=0.01)
         hook.on_event("alert", alert())
         with pytest.raises(RuntimeError, match="HTTP 404 Not Found: refused, not retried"):
             hook.close()
@@ -266,7 +272,7 @@ class TestFailures:
     def test_a_connection_closed_every_time_is_counted(self, serve: Any, tmp_path: Path) -> None:
         """Every try dropped: retries+1 posts, one failure counted, training went on."""
         server = serve("drop")
-        hook = WebhookHook(server.url, retries=1, backoff_s=0.01)
+        hook = webhook(server.url, retries=1, backoff_s=0.01)
         with logger(tmp_path, hook) as log, pytest.warns(UserWarning, match="2 tries failed"):
             log.emit("alert", alert())
             log.flush()
@@ -278,7 +284,7 @@ class TestFailures:
     def test_the_urls_token_is_never_written(self, serve: Any, tmp_path: Path) -> None:
         """Failures name the URL by scheme and host only: its path's token is in no log or warning."""
         server = serve("500")
-        hook = WebhookHook(server.url, retries=0)
+        hook = webhook(server.url, retries=0)
         text = io.StringIO()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -295,7 +301,7 @@ class TestFailures:
     def test_a_full_queue_drops_and_counts_without_waiting(self, serve: Any) -> None:
         """queue_size=1 behind a hung post: the third alert is dropped at once, counted, raised."""
         server = serve("hang")
-        hook = WebhookHook(server.url, queue_size=1, timeout_s=600, close_timeout_s=0.2)
+        hook = webhook(server.url, queue_size=1, timeout_s=600, close_timeout_s=0.2)
         hook.on_event("alert", alert(step=1))
         assert server.received.wait(60)  # the worker holds the first
         hook.on_event("alert", alert(step=2))  # queued
