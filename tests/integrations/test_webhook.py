@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
 import threading
 import warnings
 from collections.abc import Iterator
@@ -373,3 +376,34 @@ class TestOptions:
         """The text of an alert: severity, rule, rank, message; a name in brackets first."""
         record = {"event": "alert", **alert(severity="error"), "rank": 3}
         assert alert_text(record, "r1") == "[r1] ERROR spike (rank 3): " + alert()["message"]
+
+
+class TestReplay:
+    def test_replay_posts_a_finished_runs_alerts(self, serve: Any, tmp_path: Path) -> None:
+        """speedtronic replay RUN --hook webhook:url_env=VAR: the alerts the run recorded are posted."""
+        server = serve("ok")
+        with logger(tmp_path, webhook(server.url, events=["nothing"])) as log:
+            log.emit("train_step", {"step": 120, "loss": 9.5})
+            log.emit("alert", alert())
+        plugins = tmp_path / "plugins"  # the type name 'webhook' as the installed package registers it
+        (plugins / "webhook_name-0.1.dist-info").mkdir(parents=True)
+        (plugins / "webhook_name-0.1.dist-info" / "METADATA").write_text(
+            "Metadata-Version: 2.1\nName: webhook-name\nVersion: 0.1\n"
+        )
+        (plugins / "webhook_name-0.1.dist-info" / "entry_points.txt").write_text(
+            "[speedtronic.hooks]\nwebhook = speedtronic.integrations.webhook:WebhookHook\n"
+        )
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(plugins), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+            "SPEEDTRONIC_TEST_WEBHOOK": server.url,
+        }
+        done = subprocess.run(
+            [sys.executable, "-m", "speedtronic", "replay", str(tmp_path / "metrics.jsonl"),
+             "--hook", "webhook:url_env=SPEEDTRONIC_TEST_WEBHOOK,name=replayed"],
+            capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        [request] = server.requests
+        assert request["body"]["text"] == f"[replayed] WARNING spike: {alert()['message']}"
+        assert request["body"]["record"]["step"] == 120
