@@ -42,7 +42,6 @@ from typing import Any, NamedTuple
 from speedtronic.events import level_for
 from speedtronic.processors.text import quote
 from speedtronic.record import NOTE_KEY, non_finite_text
-from speedtronic.runs.alerts import RecordedAlerts, alert_rows
 from speedtronic.runs.reader import (
     CHUNK_BYTES,
     RankChoice,
@@ -58,6 +57,7 @@ from speedtronic.runs.reader import (
     not_a_run,
     run_files,
 )
+from speedtronic.runs.recorded_alerts import RecordedAlerts, alert_rows
 from speedtronic.runs.roles import Roles, eval_split
 
 __all__ = [
@@ -221,7 +221,7 @@ class RunSummary:
     undelivered: int = 0
     """Events that never reached the hooks (background delivery timed out at close)."""
     alerts: RecordedAlerts = field(default_factory=RecordedAlerts)
-    """The run's ``alert`` records per rank and rule (``speedtronic.runs.alerts``)."""
+    """The run's ``alert`` records per rank and rule (``speedtronic.runs.recorded_alerts``)."""
     skipped: Skipped = field(default_factory=Skipped)
     _read: int = field(default=0, repr=False)
     """Records read in this piece, of any rank (a file with lines and none of them is not a run)."""
