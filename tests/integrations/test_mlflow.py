@@ -353,9 +353,10 @@ class TestUnderTheConfig:
 
 
 class TestAlerts:
-    def test_an_alert_tags_the_run_and_is_kept_as_an_artifact(self, store: str) -> None:
+    def test_an_alert_tags_the_run_and_is_kept_as_an_artifact(self, store: str, tmp_path: Path) -> None:
         """Tags speedtronic.alert.<rule> and .last: the message; the alert an artifact; numbers metrics."""
-        hook = MlflowHook("speedtronic-tests", tracking_uri=store, run_name="alerts")
+        MlflowClient(store).create_experiment("alerts", artifact_location=(tmp_path / "artifacts").as_uri())
+        hook = MlflowHook("alerts", tracking_uri=store, run_name="alerts")
         with MetricLogger(stream=io.StringIO(), hooks=[hook]) as logger:
             logger.emit("train_step", {"step": 7, "loss": 9.5})
             spike = {"rule": "spike", "severity": "warning", "key": "loss", "step": 7, "value": 9.5}
@@ -381,3 +382,4 @@ class TestAlerts:
             "message": "loss is NaN; token=[REDACTED]",
         }  # fmt: skip
         assert saved["_speedtronic"]["non_finite"]["nan"] == ["/value"]
+        assert (tmp_path / "artifacts" / hook.run_id / "artifacts" / "alerts" / "step_7_spike.json").is_file()
