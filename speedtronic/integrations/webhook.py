@@ -25,11 +25,13 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import warnings
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from speedtronic._version import __version__
 from speedtronic.checks import check_count, check_seconds
+from speedtronic.errors import HookFailureWarning
 from speedtronic.integrations._structlog import exception_text
 from speedtronic.lifecycle import close_loggers_first_at_exit
 from speedtronic.processors.convert import json_safe_record
@@ -282,8 +284,14 @@ class WebhookHook:
             )
 
     def _close_at_exit(self) -> None:
-        if os.getpid() == self._pid:  # a forked child's copy has no worker: the parent's to close
+        """Close a hook nobody closed (no logger holds it) at exit; what failed is a warning, as no
+        logger is left to count it."""
+        if os.getpid() != self._pid:  # a forked child's copy has no worker: the parent's to close
+            return
+        try:
             self.close()
+        except RuntimeError as error:
+            warnings.warn(str(error), HookFailureWarning, stacklevel=1)
 
     def __repr__(self) -> str:
         return f"<WebhookHook {'closed' if self._closed else 'open'} url={self.shown_url!r}>"
