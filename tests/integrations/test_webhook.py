@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -407,3 +408,23 @@ class TestReplay:
         [request] = server.requests
         assert request["body"]["text"] == f"[replayed] WARNING spike: {alert()['message']}"
         assert request["body"]["record"]["step"] == 120
+
+
+class TestExit:
+    def test_a_hook_never_closed_is_closed_at_exit_with_a_warning(self, tmp_path: Path) -> None:
+        """A script that forgets close(): the queued alert is tried at exit; its failure is a warning,
+        not a traceback."""
+        refused = socket.create_server(("127.0.0.1", 0))
+        port = refused.getsockname()[1]
+        refused.close()  # nothing listens there now: every connection is refused
+        script = (
+            "from speedtronic.integrations.webhook import WebhookHook\n"
+            f"hook = WebhookHook('http://127.0.0.1:{port}/services/{TOKEN}', retries=0)\n"
+            "hook.on_event('alert', {'rule': 'spike', 'severity': 'warning', 'message': 'm'})\n"
+        )
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert "HookFailureWarning" in done.stderr
+        assert "'alert' not posted: 1 try failed" in done.stderr
+        assert "Traceback" not in done.stderr
+        assert "WEBHOOKTOKEN" not in done.stderr
