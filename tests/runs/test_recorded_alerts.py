@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from speedtronic.runs import summary
+from speedtronic.runs import RunClock, read_records, summary
 from speedtronic.runs.plot import plot_runs
 from speedtronic.runs.recorded_alerts import AlertMark
 from speedtronic.runs.summary import format_summaries, summarize_run
@@ -131,10 +131,14 @@ class TestPlot:
         assert out.read_text().count('id="alert-throughput_drop-7"') == 2
 
     def test_against_time_an_alert_is_at_its_records_time(self, two_ranks: Path, tmp_path: Path) -> None:
-        """x=elapsed_s: the mark is at the alert record's time since the run started."""
+        """x=elapsed_s: the mark is at the alert record's time since the run started (RunClock)."""
+        clock = RunClock()
+        times = [clock.add(record) for record in read_records(two_ranks)]
+        events = [record.event for record in read_records(two_ranks)]
+        expected = [at for at, event in zip(times, events, strict=True) if event == "alert"]
         result = plot_runs([two_ranks], tmp_path / "t.png", keys=["loss"], x="elapsed_s")
-        assert len(result.alerts) == 3
-        assert all(mark.x >= 0 for mark in result.alerts)
+        assert [mark.x for mark in result.alerts] == expected
+        assert len(expected) == 3
 
     def test_the_cli_plot_marks_them(self, two_ranks: Path, cli: CLI, tmp_path: Path) -> None:
         """speedtronic plot RUN -o run.svg: the markers are in the figure."""
