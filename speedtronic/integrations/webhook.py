@@ -46,7 +46,7 @@ RETRIED_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 
 _STOP = object()
 _MAX_BACKOFF_S = 30.0
-_NOT_IN_TEXT = ("event", "timestamp", NOTE_KEY)
+_NOT_IN_TEXT = ("event", "timestamp", "elapsed_s", "world_size", NOTE_KEY)
 _SLACK_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
 
 

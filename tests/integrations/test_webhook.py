@@ -184,7 +184,7 @@ class TestDelivered:
         hook = webhook(server.url, events=["alert", "train_end"])
         hook.on_event("train_step", {"step": 1, "loss": 0.5})
         hook.on_event("alert", alert())
-        hook.on_event("train_end", {"step": 2, "status": "completed", "final_loss": 0.25})
+        hook.on_event("train_end", {"step": 2, "status": "completed", "final_loss": 0.25, "elapsed_s": 9.5})
         hook.close()
         texts = [request["body"]["text"] for request in server.requests]
         assert texts[1] == "train_end: step=2 status=completed final_loss=0.25"
