@@ -72,12 +72,24 @@ def _is_http(url: str) -> bool:
     return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is an answer, not a new request: urllib would follow a 302 as a GET without the body."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
+"""How the hook posts: urllib's default handlers (its proxies from the environment included), no
+redirects followed (a 3xx is refused, not retried)."""
+
+
 class _Undelivered(Exception):
     """A post that failed every try; its message says why."""
 
 
 class _Refused(_Undelivered):
-    """A post the receiver refused for good (HTTP 4xx other than 408/429): not tried again."""
+    """A post the receiver refused for good (HTTP 3xx, and 4xx other than 408/429): not tried again."""
 
 
 class WebhookHook:
@@ -248,7 +260,7 @@ class WebhookHook:
                 raise TimeoutError("close() ran out of time")
             try:
                 request = urllib.request.Request(self._url, data=body, headers=self._headers, method="POST")
-                with urllib.request.urlopen(request, timeout=self._timeout_s) as response:
+                with _OPENER.open(request, timeout=self._timeout_s) as response:
                     response.read(65536)
                 return
             except urllib.error.HTTPError as error:

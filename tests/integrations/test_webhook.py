@@ -254,14 +254,17 @@ class TestFailures:
         assert (hook.sent, hook.failed) == (0, 1)
         assert log.hook_errors == {"WebhookHook": 1}
 
-    def test_a_refusal_is_not_retried(self, serve: Any) -> None:
-        """A 4xx other than 408/429 is the request's fault: one post, then the failure."""
+    @pytest.mark.parametrize(("status", "reason"), [(404, "Not Found"), (302, "Found")])
+    def test_a_refusal_is_not_retried(self, serve: Any, status: int, reason: str) -> None:
+        """A 4xx other than 408/429, or a redirect (never followed as a GET without the body): one
+        post, then the failure."""
 
         class Refuse(Handler):
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers["Content-Length"]))
                 self.server.requests.append({})
-                self.send_response(404)
+                self.send_response(status)
+                self.send_header("Location", "/elsewhere")
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
@@ -269,7 +272,7 @@ class TestFailures:
         server.RequestHandlerClass = Refuse
         hook = webhook(server.url, backoff_s=0.01)
         hook.on_event("alert", alert())
-        with pytest.raises(RuntimeError, match="HTTP 404 Not Found: refused, not retried"):
+        with pytest.raises(RuntimeError, match=f"HTTP {status} {reason}: refused, not retried"):
             hook.close()
         assert len(server.requests) == 1
 
