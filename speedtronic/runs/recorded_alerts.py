@@ -130,11 +130,12 @@ class RecordedAlerts:
 
 def alert_rows(alerts: Sequence[RecordedAlerts]) -> list[tuple[str, list[str]]]:
     """``summarize``'s rows for the alerts of each run (a column each): none when no run has one; one
-    row ``alerts`` when they come from one rank, else a row ``alerts rank <r>`` per rank."""
+    row ``alerts`` when they all come from rank 0 (or a single process), else a row
+    ``alerts rank <r>`` per rank that alerted."""
     if not any(one.counts for one in alerts):
         return []
     ranks = sorted({rank for one in alerts for rank in one.ranks})
-    if len(ranks) == 1:
+    if ranks == [0]:  # a single process's run, or rank 0's alone
         return [("alerts", [one.text() or _MISSING for one in alerts])]
     return [(f"alerts rank {rank}", [one.text(rank) or _MISSING for one in alerts]) for rank in ranks]
 

@@ -80,6 +80,12 @@ class TestSummarize:
             (0, "spike"), (0, "non_finite"), (1, "throughput_drop"),
         ]  # fmt: skip
 
+    def test_one_other_ranks_alerts_are_named_by_rank(self, two_ranks: Path) -> None:
+        """--rank 1: rank 1's alerts alone, in a row that says whose they are."""
+        table = format_summaries([summarize_run(two_ranks, rank=1)])
+        assert row(table, "alerts rank 1") == "throughput_drop 1 (step 7)"
+        assert row(table, "alerts") is None
+
     def test_a_run_without_alerts_has_no_alert_row(self, tmp_path: Path) -> None:
         """No alert record: no row (the table is as before), and an empty list in --json."""
         write_run(tmp_path / "m.jsonl", steps(1, 4))
