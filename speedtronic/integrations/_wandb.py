@@ -183,7 +183,7 @@ class WandbHook:
         key = payload.get("key")
         title = f"{payload.get('rule')}{f' on {key}' if key else ''}"[:63]  # W&B: under 64 characters
         rank = payload.get("rank")
-        text = f"{payload.get('message', title)}{f' (rank {rank})' if rank is not None else ''}"
+        text = f"{payload.get('message') or title}{f' (rank {rank})' if rank is not None else ''}"
         self.run.alert(title=title, text=text, level=_ALERT_LEVELS.get(str(payload.get("severity")), "INFO"))
 
     def _upload_checkpoint(self, path: str, step: int, config: Any) -> None:

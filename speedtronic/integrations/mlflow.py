@@ -220,7 +220,7 @@ class MlflowHook:
         message), and the whole alert as ``alerts/step_<step>_<rule>[_rank<r>].json`` in the artifacts."""
         rule = mlflow_name(str(payload.get("rule")))
         rank = payload.get("rank")
-        message = f"{payload.get('message', rule)}{f' (rank {rank})' if rank is not None else ''}"
+        message = f"{payload.get('message') or rule}{f' (rank {rank})' if rank is not None else ''}"
         tag = self._entities.RunTag
         text = message[:_TAG_LENGTH]
         self.client.log_batch(

@@ -87,7 +87,7 @@ def _alert_severity_and_body(payload: Mapping[Any, Any], level: str) -> tuple[st
     """An alert's record: its own severity (``warning``: ``WARNING``, ``error``: ``ERROR``) whatever
     the record's level, and its one-line message as the body, which log viewers show."""
     severity = _ALERT_SEVERITIES.get(str(payload.get("severity")), level)
-    return severity, safe_str(payload.get("message", "alert"))
+    return severity, safe_str(payload.get("message") or "alert")
 
 
 _ALERT_SEVERITIES = {"warning": "WARNING", "error": "ERROR"}
