@@ -34,6 +34,8 @@ class WandbOfflineRun:
     """The run's config (``run.config``), its updates applied in order."""
     summary: dict[str, Any] = field(default_factory=dict)
     """The run's summary: each key's last value (nested keys joined with ``/``), W&B's own included."""
+    alerts: list[dict[str, Any]] = field(default_factory=list)
+    """Each ``run.alert``: ``title``, ``text``, ``level`` and ``wait_duration`` (milliseconds)."""
     artifacts: list[dict[str, Any]] = field(default_factory=list)
     """Each logged artifact: ``name``, ``type``, ``aliases``, ``metadata`` and its ``files``
     (``{path in the artifact: the local file W&B staged}``)."""
@@ -110,6 +112,16 @@ def _read_wandb_run(location: Path) -> WandbOfflineRun:
                     "aliases": list(artifact.aliases),
                     "metadata": json.loads(artifact.metadata or "{}"),
                     "files": {entry.path: entry.local_path for entry in artifact.manifest.contents},
+                }
+            )
+        elif kind == "alert":
+            alert = record.alert
+            run.alerts.append(
+                {
+                    "title": alert.title,
+                    "text": alert.text,
+                    "level": alert.level,
+                    "wait_duration": alert.wait_duration,
                 }
             )
         elif kind == "exit":

@@ -20,6 +20,10 @@ STEP = "step"
 """The one x-axis of every metric the hook logs: the training step."""
 
 
+_ALERT_LEVELS = {"warning": "WARN", "error": "ERROR"}
+"""An alert's severity and its ``wandb.AlertLevel`` (by value; any other severity is ``INFO``)."""
+
+
 class _Run(Protocol):
     """The part of ``wandb.Run`` the hook uses."""
 
@@ -32,6 +36,7 @@ class _Run(Protocol):
     def log(self, data: dict[str, Any]) -> None: ...
     def define_metric(self, name: str, step_metric: str | None = None) -> Any: ...
     def finish(self, exit_code: int | None = None) -> None: ...
+    def alert(self, title: str, text: str, level: str | None = None) -> None: ...
 
 
 class WandbHook:
@@ -75,6 +80,12 @@ class WandbHook:
     each keeps its x-axis. With Lightning, hand the hook the ``WandbLogger``'s run
     (``run=wandb_logger.experiment``): Lightning defines its ``trainer/global_step`` axis only for a
     run it starts.
+
+    **Alerts**: an ``alert`` event is a row like any other (``alert/value``, ``alert/threshold``...)
+    and also W&B's own alert, ``run.alert(title, text, level)``: title ``<rule> on <key>``, text the
+    alert's message (and rank), level ``WARN`` or ``ERROR`` from its severity. W&B sends it to the
+    Slack or email set up in the user's W&B settings; an offline run keeps it in its log, and
+    ``wandb sync`` sends it.
 
     **The run's config** is ``train_start``'s or ``hyperparams``' ``config`` (``speedtronic train``
     emits the run's resolved config as ``hyperparams``): ``run.config.update(config)``, not a history
@@ -159,10 +170,21 @@ class WandbHook:
                 self.run.define_metric(name, step_metric=STEP)
                 self._defined.add(name)
             self.run.log(row)
+        if event == "alert":
+            self._alert(payload)
         if self._uploads is not None:
             if event == "checkpoint" and "path" in payload:
                 self._uploads.submit(self._upload_checkpoint, str(payload["path"]), x, self._config)
             self._uploads.raise_failures()
+
+    def _alert(self, payload: Mapping[Any, Any]) -> None:
+        """An ``alert`` event as W&B's own alert too: ``run.alert(title, text, level)``, which W&B sends
+        to the Slack or email its user set up (offline: kept in the run's log, sent by ``wandb sync``)."""
+        key = payload.get("key")
+        title = f"{payload.get('rule')}{f' on {key}' if key else ''}"[:63]  # W&B: under 64 characters
+        rank = payload.get("rank")
+        text = f"{payload.get('message') or title}{f' (rank {rank})' if rank is not None else ''}"
+        self.run.alert(title=title, text=text, level=_ALERT_LEVELS.get(str(payload.get("severity")), "INFO"))
 
     def _upload_checkpoint(self, path: str, step: int, config: Any) -> None:
         """On the uploads' thread: one version of the run's checkpoint artifact."""

@@ -14,7 +14,7 @@ from speedtronic.extras import require
 from speedtronic.integrations._names import SKIPPED_KEYS, StepAxis, metric_name, tracked
 from speedtronic.integrations._uploads import Uploads
 from speedtronic.lifecycle import close_loggers_first_at_exit
-from speedtronic.processors.convert import to_python
+from speedtronic.processors.convert import json_safe_record, to_python
 from speedtronic.record import timestamp_ns
 
 __all__ = ["MlflowHook", "mlflow_name"]
@@ -24,6 +24,10 @@ END_STATUSES = ("FINISHED", "FAILED", "KILLED")
 
 _END_STATUS = {"failed": "FAILED", "interrupted": "KILLED"}
 """A ``train_end`` status and the run status it ends the run with (any other: ``FINISHED``)."""
+
+_LAST_ALERT = "speedtronic.alert.last"
+_TAG_LENGTH = 5000
+"""The longest tag value kept (MLflow's limit is 5000 or 8000 characters, by version)."""
 
 _REFUSED = re.compile(r"[^\w./ -]")
 _PER_BATCH = 100
@@ -67,6 +71,12 @@ class MlflowHook:
     ``"8"``). MLflow params can't change: a param the run already has with another value (a resumed
     run whose config changed) keeps the run's value, and the event raises ``ValueError`` naming it
     once everything else is logged, so the logger reports it.
+
+    **Alerts**: an ``alert`` event's numbers are metrics like any event's (``alert/value``,
+    ``alert/threshold``...); it also sets the run tags ``speedtronic.alert.<rule>`` and
+    ``speedtronic.alert.last`` to its message (and rank), so the runs table can show and filter on
+    them, and writes the whole alert as ``alerts/step_<step>_<rule>[_rank<r>].json`` in the run's
+    artifacts.
 
     **Which run**: ``run_id=`` resumes that run (a resumed run logs on from where it was); else the
     active run (your ``mlflow.start_run()``) is joined; else the hook creates a run in ``experiment``
@@ -189,6 +199,8 @@ class MlflowHook:
                 metric_key = mlflow_name(metric_name(event, key))
                 metrics.append(self._entities.Metric(metric_key, value, millis, at))
         changed = self._log(metrics, params)
+        if event == "alert":
+            self._alert(payload, at)
         if event == "train_start":
             self._status = "FAILED"  # until its train_end: training that never ends failed
         elif event == "train_end":
@@ -202,6 +214,20 @@ class MlflowHook:
                 f"MlflowHook: run {self.run_id} already has the params {changed} with other values; "
                 "MLflow params can't change, so the run's are kept"
             )
+
+    def _alert(self, payload: Mapping[Any, Any], at: int) -> None:
+        """An ``alert``: the tags ``speedtronic.alert.<rule>`` and ``speedtronic.alert.last`` (its
+        message), and the whole alert as ``alerts/step_<step>_<rule>[_rank<r>].json`` in the artifacts."""
+        rule = mlflow_name(str(payload.get("rule")))
+        rank = payload.get("rank")
+        message = f"{payload.get('message') or rule}{f' (rank {rank})' if rank is not None else ''}"
+        tag = self._entities.RunTag
+        text = message[:_TAG_LENGTH]
+        self.client.log_batch(
+            self.run_id, tags=[tag(f"speedtronic.alert.{rule}", text), tag(_LAST_ALERT, text)]
+        )
+        where = f"alerts/step_{at}_{rule}{f'_rank{rank}' if rank is not None else ''}.json"
+        self.client.log_dict(self.run_id, json_safe_record({"event": "alert", **payload}), where)
 
     def _upload_checkpoint(self, path: str, step: int, config: Any) -> None:
         """On the uploads' thread: the checkpoint and the config into ``checkpoints/step_<step>/``."""

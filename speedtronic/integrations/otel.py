@@ -83,6 +83,16 @@ def _put(out: dict[str, Any], name: str, value: Any) -> None:
         out[name] = safe_str(value)
 
 
+def _alert_severity_and_body(payload: Mapping[Any, Any], level: str) -> tuple[str, str]:
+    """An alert's record: its own severity (``warning``: ``WARNING``, ``error``: ``ERROR``) whatever
+    the record's level, and its one-line message as the body, which log viewers show."""
+    severity = _ALERT_SEVERITIES.get(str(payload.get("severity")), level)
+    return severity, safe_str(payload.get("message") or "alert")
+
+
+_ALERT_SEVERITIES = {"warning": "WARNING", "error": "ERROR"}
+
+
 def _handled_exception(error: object) -> dict[str, str]:
     """``exception_attributes`` of the exception being handled on this thread, when the ``error`` text
     is that exception on one line (``"ZeroDivisionError: ..."``); else none."""
@@ -138,6 +148,10 @@ class OtelHook:
     (``attributes()``: ``step``, ``loss``, ``elapsed_s``..., nested mappings flattened with ``.``).
     The current span's context is the record's, so a record emitted inside your span carries its
     trace and span ids. Logger (instrumentation scope): ``speedtronic``, at speedtronic's version.
+
+    **Alerts**: an ``alert`` event's record has the alert's own severity (``WARNING`` or ``ERROR``,
+    from its ``severity``) and its message as the ``body``; ``event_name`` is ``alert`` and the
+    attributes are its fields (``rule``, ``key``, ``step``, ``value``, ``threshold``, ``rank``...).
 
     **Exceptions** carry OpenTelemetry's semantic-convention attributes ``exception.type``,
     ``exception.message`` and ``exception.stacktrace`` (``exception_attributes``), as the OTel SDK's
@@ -233,6 +247,9 @@ class OtelHook:
         if self._closed:
             raise RuntimeError(f"OtelHook.on_event({event!r}) after close()")
         severity = LEVEL_NAMES.get(level, "INFO")
+        body = event
+        if event == "alert":
+            severity, body = _alert_severity_and_body(payload, severity)
         stamp = timestamp_ns(payload.get("timestamp"))
         described = attributes(payload)
         if "error" in payload and "exception.type" not in described:
@@ -241,7 +258,7 @@ class OtelHook:
             timestamp=time.time_ns() if stamp is None else stamp,
             severity_number=self._severities[severity],
             severity_text=severity,
-            body=event,
+            body=body,
             attributes=described,
             event_name=event,
         )

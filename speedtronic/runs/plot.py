@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from speedtronic.extras import require
-from speedtronic.runs.reader import RankChoice, RunClock, Skipped, as_number, read_records, run_files
+from speedtronic.runs.reader import RankChoice, Record, RunClock, Skipped, as_number, read_records, run_files
+from speedtronic.runs.recorded_alerts import ALERT_EVENT, AlertMark, alert_mark
 from speedtronic.runs.roles import Roles, eval_split
 
 __all__ = [
@@ -259,6 +260,8 @@ class PlotResult:
     skipped: dict[str, Skipped]
     ranks_not_drawn: dict[str, int] = field(default_factory=dict)
     """Per run, with ``rank="all"``: ranks beyond ``MAX_RANK_SERIES`` that had points but were not drawn."""
+    alerts: list[AlertMark] = field(default_factory=list)
+    """The alerts marked (``speedtronic.runs.recorded_alerts``), in record order, every run's."""
 
     def empty_keys(self) -> list[str]:
         """Keys for which no run had a single point."""
@@ -292,11 +295,13 @@ def _collect(
     rank: RankChoice,
     smooth: float = 0.0,
     roles: Roles | None = None,
+    alerts: list[AlertMark] | None = None,
 ) -> tuple[list[Series], Skipped, int]:
     """The run's series, one per key read, event and split (per rank too with ``rank="all"`` or a list
     of ranks, up to ``MAX_RANK_SERIES`` ranks), read in one pass; what the read skipped, and how many
     more ranks had points but are not drawn. The keys ``loss`` and ``lr`` are roles
-    (``speedtronic.runs.roles``): the run's loss, whatever its name, and each of its learning rates."""
+    (``speedtronic.runs.roles``): the run's loss, whatever its name, and each of its learning rates.
+    The run's ``alert`` records that can be placed on ``x`` are added to ``alerts``, when given."""
     finder = _KeyFinder(keys, roles if roles is not None else Roles(), held_out="eval" in events)
     per_rank: dict[int, dict[tuple[str, str | None], _Group]] = {}
     by_rank = rank == "all" or not isinstance(rank, int | str)  # every rank, or a list: a series each
@@ -305,6 +310,8 @@ def _collect(
     clock = RunClock()
     for record in read_records(path, skipped, rank=rank):
         since_start = clock.add(record)  # every record: a segment's time counts even without points
+        if record.event == ALERT_EVENT and alerts is not None:
+            _add_mark(alerts, record, label, x, since_start)
         if record.event not in events:
             continue
         xv = since_start if x == "elapsed_s" else as_number(record.payload.get(x))
@@ -347,6 +354,14 @@ def _collect(
             for one in group.values() if len(one.y)
         ]  # fmt: skip
     return drawn, skipped, len(not_drawn)
+
+
+def _add_mark(alerts: list[AlertMark], record: Record, label: str, x: str, since_start: float | None) -> None:
+    """An alert's mark, on a ``step`` or ``elapsed_s`` axis (no other x places it)."""
+    if x == "step" or (x == "elapsed_s" and since_start is not None):
+        mark = alert_mark(record, label, since_start if x == "elapsed_s" else None)
+        if mark is not None:
+            alerts.append(mark)
 
 
 class _KeyFinder:
@@ -457,9 +472,10 @@ def plot_runs(
     series: list[Series] = []
     skipped: dict[str, Skipped] = {}
     not_drawn: dict[str, int] = {}
+    alerts: list[AlertMark] = []
     events = [event, "eval"] if with_eval and event == "train_step" else [event]
     for run, name in zip(runs, names, strict=True):
-        run_series, skipped[name], more = _collect(run, name, keys, x, events, rank, smooth, roles)
+        run_series, skipped[name], more = _collect(run, name, keys, x, events, rank, smooth, roles, alerts)
         series += run_series
         if more:
             not_drawn[name] = more
@@ -475,6 +491,7 @@ def plot_runs(
     colors = {name: f"C{index % 10}" for index, name in enumerate(labels_drawn)}
     for ax, key in zip(axes, keys, strict=True):
         _panel(ax, key, [s for s in series if s.key == key], event, colors, smooth, log_y)
+        _mark_alerts(ax, key, alerts, roles if roles is not None else Roles())
     axes[-1].set_xlabel(x)
     figure.suptitle(title if title is not None else _title(names, event))
     if not_drawn:
@@ -483,7 +500,7 @@ def plot_runs(
         )
     path = Path(out)
     figure.savefig(path, format=fmt)
-    return PlotResult(path, series, skipped, not_drawn)
+    return PlotResult(path, series, skipped, not_drawn, alerts)
 
 
 def _not_drawn_note(not_drawn: dict[str, int]) -> str:
@@ -513,6 +530,29 @@ def _panel(
     if log_y:
         ax.set_yscale("log")
     ax.legend(loc="best", fontsize="small")
+
+
+_ALERT_COLORS = {"warning": "tab:orange", "error": "tab:red"}
+
+
+def _mark_alerts(ax: Any, key: str, alerts: list[AlertMark], roles: Roles) -> None:
+    """A dotted vertical line at each alert on the loss panel, the rate panels and the panel of the
+    alert's own key; orange for a warning, red for an error; ``gid`` ``alert-<rule>-<x>`` (in an SVG)."""
+    if not alerts:
+        return
+    every = key == "loss" or roles.is_rate(key)
+    labelled: set[str] = set()
+    for mark in alerts:
+        if every or mark.key == key:
+            label = None if mark.severity in labelled else f"alert ({mark.severity})"
+            labelled.add(mark.severity)
+            line = ax.axvline(
+                mark.x, color=_ALERT_COLORS.get(mark.severity, "tab:orange"), linestyle=":", linewidth=1,
+                alpha=0.8, label=label,
+            )  # fmt: skip
+            line.set_gid(f"alert-{mark.rule}-{mark.x:g}")
+    if labelled:
+        ax.legend(loc="best", fontsize="small")
 
 
 def _title(names: list[str], event: str) -> str:

@@ -57,6 +57,7 @@ from speedtronic.runs.reader import (
     not_a_run,
     run_files,
 )
+from speedtronic.runs.recorded_alerts import RecordedAlerts, alert_rows
 from speedtronic.runs.roles import Roles, eval_split
 
 __all__ = [
@@ -219,6 +220,8 @@ class RunSummary:
     """Failures per hook, added up over the run's segments and ranks (each logger counts its own)."""
     undelivered: int = 0
     """Events that never reached the hooks (background delivery timed out at close)."""
+    alerts: RecordedAlerts = field(default_factory=RecordedAlerts)
+    """The run's ``alert`` records per rank and rule (``speedtronic.runs.recorded_alerts``)."""
     skipped: Skipped = field(default_factory=Skipped)
     _read: int = field(default=0, repr=False)
     """Records read in this piece, of any rank (a file with lines and none of them is not a run)."""
@@ -541,6 +544,9 @@ class RunSummary:
     def _add_nothing(self, record: Record) -> None:
         pass
 
+    def _add_alert(self, record: Record) -> None:
+        self.alerts.add(record)
+
     def update(self, later: RunSummary) -> None:
         """Merge the summary of the piece read after this one's records (``_times``, the bitmap,
         segments and hook failures aside: ``_Merge`` puts them together)."""
@@ -581,6 +587,7 @@ class RunSummary:
         self.warnings.update(later.warnings)
         self.errors.update(later.errors)
         self.undelivered += later.undelivered
+        self.alerts.update(later.alerts)
         self.skipped.update(later.skipped)
 
     def _settle(self) -> None:
@@ -653,6 +660,7 @@ class RunSummary:
             "errors": dict(self.errors),
             "hook_failures": self.hook_failures,
             "undelivered": self.undelivered,
+            "alerts": self.alerts.as_dict(),
             "skipped": self.skipped.as_dict(),
         }
 
@@ -671,6 +679,7 @@ def _fold_for(event: str) -> _Fold:
         "eval": RunSummary._add_eval,
         "hook_error": RunSummary._add_hook_error,
         "system": RunSummary._add_system,
+        "alert": RunSummary._add_alert,
     }
     if event in folds:
         return folds[event]
@@ -931,6 +940,7 @@ def format_summaries(summaries: Sequence[RunSummary]) -> str:
     rows.append(("hook failures", [_counts(s.hook_failures) for s in summaries]))
     if any(s.undelivered for s in summaries):
         rows.append(("undelivered", [_count(s.undelivered) for s in summaries]))
+    rows.extend(alert_rows([s.alerts for s in summaries]))
     rows.append(("skipped", [_skipped(s.skipped) for s in summaries]))
     label_width = max(len(label) for label, _ in rows)
     widths = [max(len(cells[i]) for _, cells in rows) for i in range(len(summaries))]

@@ -350,3 +350,36 @@ class TestUnderTheConfig:
         assert (run.info.run_name, run.data.metrics["train_step/loss"], run.info.status) == (
             "from-config", 0.5, "FINISHED",
         )  # fmt: skip
+
+
+class TestAlerts:
+    def test_an_alert_tags_the_run_and_is_kept_as_an_artifact(self, store: str, tmp_path: Path) -> None:
+        """Tags speedtronic.alert.<rule> and .last: the message; the alert an artifact; numbers metrics."""
+        MlflowClient(store).create_experiment("alerts", artifact_location=(tmp_path / "artifacts").as_uri())
+        hook = MlflowHook("alerts", tracking_uri=store, run_name="alerts")
+        with MetricLogger(stream=io.StringIO(), hooks=[hook]) as logger:
+            logger.emit("train_step", {"step": 7, "loss": 9.5})
+            spike = {"rule": "spike", "severity": "warning", "key": "loss", "step": 7, "value": 9.5}
+            logger.emit(
+                "alert", {**spike, "threshold": 4.25, "message": "loss 9.5 above 4.25", "window": 128}
+            )
+            nan = {"rule": "non_finite", "severity": "error", "key": "loss", "step": 8, "value": float("nan")}
+            logger.emit("alert", {**nan, "threshold": None, "message": "loss is NaN; token=abc123"})
+            assert dict(logger.hook_errors) == {}
+        client = MlflowClient(store)
+        tags = client.get_run(hook.run_id).data.tags
+        assert tags["speedtronic.alert.spike"] == "loss 9.5 above 4.25"
+        assert tags["speedtronic.alert.non_finite"] == "loss is NaN; token=[REDACTED]"
+        assert tags["speedtronic.alert.last"] == "loss is NaN; token=[REDACTED]"
+        assert same(history(client, hook.run_id, "alert/value"), [(7, 9.5), (8, math.nan)])
+        assert history(client, hook.run_id, "alert/threshold") == [(7, 4.25)]
+        paths = sorted(f.path for f in client.list_artifacts(hook.run_id, "alerts"))
+        assert paths == ["alerts/step_7_spike.json", "alerts/step_8_non_finite.json"]
+        artifacts = client.get_run(hook.run_id).info.artifact_uri
+        saved = mlflow.artifacts.load_dict(f"{artifacts}/alerts/step_8_non_finite.json")
+        assert {key: saved[key] for key in ("event", "rule", "severity", "value", "message")} == {
+            "event": "alert", "rule": "non_finite", "severity": "error", "value": None,
+            "message": "loss is NaN; token=[REDACTED]",
+        }  # fmt: skip
+        assert saved["_speedtronic"]["non_finite"]["nan"] == ["/value"]
+        assert (tmp_path / "artifacts" / hook.run_id / "artifacts" / "alerts" / "step_7_spike.json").is_file()

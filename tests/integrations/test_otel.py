@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import math
 import os
 import socket
 import subprocess
@@ -29,6 +30,7 @@ from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogR
 from opentelemetry.sdk.trace import TracerProvider
 
 import speedtronic
+import speedtronic.distributed
 from speedtronic.errors import HookFailureWarning
 from speedtronic.integrations import OtelHook
 from speedtronic.integrations.otel import attributes
@@ -362,3 +364,36 @@ class TestBadInput:
         """timeout_s must be a positive number of seconds."""
         with pytest.raises((ValueError, TypeError), match="OtelHook: timeout_s"):
             OtelHook(timeout_s=0)
+
+
+class TestAlerts:
+    def test_an_alert_is_a_record_with_its_severity_message_and_fields(self, tmp_path: Path) -> None:
+        """WARNING/13 or ERROR/17 from the alert's severity, its message the body, its fields attributes."""
+        provider, exporter = in_memory()
+        rank = speedtronic.distributed.RankInfo(rank=1, world_size=2)
+        with MetricLogger(
+            stream=io.StringIO(), hooks=[OtelHook(logger_provider=provider)], rank=rank, lead_rank=None
+        ) as log:
+            log.emit("train_step", {"step": 7, "loss": 9.5})
+            spike = {"rule": "spike", "severity": "warning", "key": "loss", "step": 7, "value": 9.5}
+            log.emit("alert", {**spike, "threshold": 4.25, "window": 128, "message": "loss 9.5 above 4.25"})
+            nan = {"rule": "non_finite", "severity": "error", "key": "loss", "step": 8, "value": float("nan")}
+            log.emit("alert", {**nan, "threshold": None, "message": "loss is NaN; password=hunter2"})
+            assert dict(log.hook_errors) == {}
+        _, warning, error = [finished.log_record for finished in exporter.get_finished_logs()]
+        assert (warning.event_name, warning.severity_text, warning.severity_number.value) == (
+            "alert",
+            "WARNING",
+            13,
+        )
+        assert (error.event_name, error.severity_text, error.severity_number.value) == ("alert", "ERROR", 17)
+        assert (warning.body, error.body) == ("loss 9.5 above 4.25", "loss is NaN; password=[REDACTED]")
+        fields = dict(warning.attributes)
+        shown = ("rule", "severity", "key", "step", "value", "threshold", "window")
+        assert {key: fields[key] for key in shown} == {
+            "rule": "spike", "severity": "warning", "key": "loss", "step": 7, "value": 9.5,
+            "threshold": 4.25, "window": 128,
+        }  # fmt: skip
+        assert (fields["rank"], fields["world_size"]) == (1, 2)
+        assert math.isnan(dict(error.attributes)["value"])
+        assert "threshold" not in dict(error.attributes)  # None is left out, as for every record

@@ -22,6 +22,7 @@ import pytest
 import torch
 import wandb
 
+from speedtronic.distributed import RankInfo
 from speedtronic.integrations import WandbHook
 from speedtronic.profiling import MetricLogger
 from tests.wandb_files import WandbOfflineRun, read_wandb_run
@@ -370,3 +371,32 @@ class TestUnderTheCLI:
         one_offs = ("train_start/", "hyperparams/")  # in the summary: no single-point charts
         assert not any(key.startswith(one_offs) for row in recorded.history for key in row)
         assert recorded.exit_code == 0
+
+
+@pytest.fixture(scope="module")
+def alerted(wandb_dir: Path) -> WandbOfflineRun:
+    """Two alerts (a warning, an error) on rank 1 of a job, through a MetricLogger into an offline run."""
+    hook = make_hook(wandb_dir)
+    rank = RankInfo(rank=1, world_size=2)
+    with MetricLogger(stream=io.StringIO(), hooks=[hook], rank=rank, lead_rank=None) as logger:
+        logger.emit("train_step", {"step": 7, "loss": 9.5})
+        spike = {"rule": "spike", "severity": "warning", "key": "loss", "step": 7, "value": 9.5}
+        logger.emit("alert", {**spike, "threshold": 4.25, "message": "loss 9.5 above 4.25; password=hunter2"})
+        nan = {"rule": "non_finite", "severity": "error", "key": "loss", "step": 8, "value": float("nan")}
+        logger.emit("alert", {**nan, "threshold": None, "message": "loss is NaN at step 8"})
+        assert dict(logger.hook_errors) == {}
+    return read_wandb_run(run_dir(hook.run))
+
+
+class TestAlerts:
+    def test_an_alert_is_w_and_bs_own_alert_kept_offline(self, alerted: WandbOfflineRun) -> None:
+        """run.alert(title, text, level), redacted, naming the rank: in the offline log, for wandb sync."""
+        assert [(a["title"], a["text"], a["level"]) for a in alerted.alerts] == [
+            ("spike on loss", "loss 9.5 above 4.25; password=[REDACTED] (rank 1)", "WARN"),
+            ("non_finite on loss", "loss is NaN at step 8 (rank 1)", "ERROR"),
+        ]
+
+    def test_an_alert_is_also_a_row_at_its_step(self, alerted: WandbOfflineRun) -> None:
+        """Its numbers are charted like any event's: alert/value, alert/threshold at the alert's step."""
+        rows = [row for row in alerted.history if "alert/value" in row]
+        assert (rows[0]["step"], rows[0]["alert/value"], rows[0]["alert/threshold"]) == (7, 9.5, 4.25)

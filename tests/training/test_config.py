@@ -342,7 +342,8 @@ class TestHookTypes:
         """The built-in types are registered in speedtronic's metadata, the group third parties use."""
         own = importlib.metadata.distribution("speedtronic").entry_points.select(group=ENTRY_POINT_GROUP)
         registered = {entry_point.name: entry_point.value for entry_point in own}
-        assert set(registered) == {"mlflow", "otel", "progress", "structlog", "tensorboard", "wandb"}
+        builtins = {"mlflow", "otel", "progress", "structlog", "tensorboard", "wandb", "webhook"}
+        assert set(registered) == builtins
         assert {name: hook_types()[name] for name in registered} == registered
 
     def test_config_and_the_registry_resolve_the_same_factory(self) -> None:
