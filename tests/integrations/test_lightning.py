@@ -379,7 +379,9 @@ class TestFabric:
         records = read_jsonl(tmp_path / "metrics.jsonl")
         assert steps_of(records, "train_step") == csv_steps
         assert [r["loss"] for r in records if r["event"] == "train_step"] == [0.5, 0.25, 1.0 / 6]
-        assert [(r["step"], r["split"], r["val_loss"]) for r in records if r["event"] == "eval"] == [(6, "val", 0.5)]
+        assert [(r["step"], r["split"], r["val_loss"]) for r in records if r["event"] == "eval"] == [
+            (6, "val", 0.5)
+        ]
         assert [int(row["step"]) for row in rows if row["val_loss"]] == [6]
         assert records[-1]["event"] == "train_end"
         assert records[-1]["step"] == 6

@@ -85,3 +85,32 @@ def test_a_killed_run_resumed_is_one_wandb_run_and_one_mlflow_run(
     assert run.info.status == "FINISHED"
     points = client.get_metric_history(run.info.run_id, "train_step/loss")
     assert sorted(point.step for point in points) == STEPS
+
+
+def test_a_killed_run_resumed_shows_each_step_once_in_tensorboard(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """SIGTERM at step 6 (checkpoint 4), then --resume from 4: TensorBoard read back with
+    EventAccumulator holds steps 1-8 once each, in order (steps 5 and 6 of the killed run purged)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    def tb_config(path: Path, *extra_hooks: dict[str, Any]) -> Path:
+        hooks = [{"type": "tensorboard", "log_dir": "{run_dir}/tensorboard"}, *extra_hooks]
+        settings = {"steps": 8, "checkpoint_every": 4, "batch_size": 4, "device": "cpu"}
+        logging = {"every_steps": 1, "hooks": hooks, "system_interval_s": None}
+        path.write_text(yaml.safe_dump({"model": {"hidden": 24}, "train": settings, "logging": logging}))
+        return path
+
+    killer = {"type": "tests.training.recording:SignalAt", "event": "train_step", "step": 6}
+    first = train("--config", tb_config(tmp_path / "a.yaml", killer), "--run-dir", "r", cwd=tmp_path, env=env)
+    assert first.returncode == 143, first.stderr
+    resumed = train(
+        "--config", tb_config(tmp_path / "b.yaml"), "--run-dir", "r", "--resume", cwd=tmp_path, env=env
+    )
+    assert resumed.returncode == 0, resumed.stderr
+
+    files = sorted((tmp_path / "r" / "tensorboard").glob("events.out.tfevents.*"))
+    assert len(files) == 2  # one per process: the killed run's file keeps its steps 5 and 6
+    events = EventAccumulator(str(tmp_path / "r" / "tensorboard"))
+    events.Reload()
+    assert [point.step for point in events.Scalars("train_step/loss")] == STEPS
