@@ -51,6 +51,7 @@ import os
 import sys
 from argparse import Namespace
 from collections.abc import Mapping
+from types import FrameType
 from typing import Any
 
 from speedtronic.extras import missing
@@ -177,10 +178,10 @@ def _from_trainer() -> bool:
     callbacks such as ``LearningRateMonitor``), whose step is one behind during a ``fit()``, rather
     than by Fabric's ``log_dict`` or the user, whose step is the one to record. Read from the caller's
     module: Lightning gives a logger no other sign of who calls it."""
-    frame = sys._getframe(2)  # what called log_metrics (or its rank_zero_only wrapper)
-    while frame is not None and frame.f_globals.get("__name__", "").startswith(_PASSING_THROUGH):
+    frame: FrameType | None = sys._getframe(2)  # what called log_metrics (or rank_zero_only's wrapper)
+    while frame is not None and str(frame.f_globals.get("__name__", "")).startswith(_PASSING_THROUGH):
         frame = frame.f_back
-    return frame is not None and frame.f_globals.get("__name__", "").startswith("lightning.pytorch.")
+    return frame is not None and str(frame.f_globals.get("__name__", "")).startswith("lightning.pytorch.")
 
 
 def _next_version(root: str) -> int:

@@ -692,9 +692,11 @@ class TestAPlainStdlibLogger:
         record's attributes are the strict-JSON values, with no _speedtronic note."""
         stream = io.StringIO()
         hook = StructlogHook(logging.getLogger("speedtronic_tests.nan"))
-        with caplog.at_level(logging.INFO, logger="speedtronic_tests.nan"):
-            with MetricLogger(stream=stream, hooks=[hook], strict_hooks=True) as log:
-                log.emit("train_step", {"step": 2, "loss": float("nan"), "grad_norm": float("-inf")})
+        with (
+            caplog.at_level(logging.INFO, logger="speedtronic_tests.nan"),
+            MetricLogger(stream=stream, hooks=[hook], strict_hooks=True) as log,
+        ):
+            log.emit("train_step", {"step": 2, "loss": float("nan"), "grad_norm": float("-inf")})
         (record,) = caplog.records
         assert record.getMessage().startswith("train_step step=2 loss=nan grad_norm=-inf elapsed_s=")
         assert " loss=nan grad_norm=-inf " in stream.getvalue()  # what the text log writes
