@@ -82,7 +82,8 @@ def write_batch(writer: Any, batch: Sequence[Point | ConfigPoint | Restart]) -> 
                 hparams = hparams_pb(dict(values), start_time_secs=wall_time)
                 writer.add_event(Event(wall_time=wall_time, step=step, summary=hparams))
             continue
-        assert values is not None and not isinstance(values, Mapping)
+        assert values is not None
+        assert not isinstance(values, Mapping)
         summary = Summary(
             value=[
                 Summary.Value(tag=metric_name(event, key), simple_value=_as_float(value))
