@@ -17,7 +17,7 @@ from speedtronic.lifecycle import close_loggers_first_at_exit
 from speedtronic.processors.convert import to_python
 from speedtronic.record import timestamp_ns
 
-__all__ = ["MlflowHook", "mlflow_name"]
+__all__ = ["CHANGED_PREFIX", "MlflowHook", "mlflow_name"]
 
 END_STATUSES = ("FINISHED", "FAILED", "KILLED")
 """What ``close(status=...)`` accepts: MLflow's statuses of an ended run."""
@@ -28,6 +28,10 @@ _END_STATUS = {"failed": "FAILED", "interrupted": "KILLED"}
 _REFUSED = re.compile(r"[^\w./ -]")
 _PER_BATCH = 100
 """MLflow takes at most 100 params and tags, and 1000 entities in all, per ``log_batch``."""
+
+CHANGED_PREFIX = "changed."
+"""A param whose value changed (a resumed run's new ``train.steps``) keeps the run's first value; the
+new one is the tag ``changed.<param>`` (``changed.train.steps``)."""
 
 
 def mlflow_name(name: str) -> str:
@@ -65,8 +69,11 @@ class MlflowHook:
     **Params**: ``train_start``'s or ``hyperparams``' ``config`` (``speedtronic train`` puts the run's
     resolved config there), flattened (``{"model": {"hidden": 8}}`` is the param ``model.hidden``,
     ``"8"``). MLflow params can't change: a param the run already has with another value (a resumed
-    run whose config changed) keeps the run's value, and the event raises ``ValueError`` naming it
-    once everything else is logged, so the logger reports it.
+    run whose config changed: ``--steps 40`` after ``20``) keeps the run's first value, and the new
+    value is set as the tag ``changed.<param>`` (``changed.train.steps``: ``"40"``; tags can change,
+    so it holds the latest value). No error: a resume that changes its config is a run going on. A
+    param another writer logged into the same run in the meantime (Hugging Face's ``MLflowCallback``
+    beside the hook) is read back and treated the same way, whoever logged first.
 
     **Which run**: ``run_id=`` resumes that run (a resumed run logs on from where it was); else the
     active run (your ``mlflow.start_run()``) is joined; else the hook creates a run in ``experiment``
@@ -132,6 +139,9 @@ class MlflowHook:
         self.run_id: str = run.info.run_id
         """The MLflow run the events go to."""
         self._params: dict[str, str] = dict(run.data.params)
+        self._changed = {
+            key[len(CHANGED_PREFIX) :] for key in run.data.tags if key.startswith(CHANGED_PREFIX)
+        }
         self._finish = started if finish is None else finish
         self._axis = StepAxis()  # the x of each point: the rule W&B and TensorBoard follow too
         self._skip = frozenset(skip)
@@ -188,7 +198,7 @@ class MlflowHook:
             if type(value) is float or type(value) is int:
                 metric_key = mlflow_name(metric_name(event, key))
                 metrics.append(self._entities.Metric(metric_key, value, millis, at))
-        changed = self._log(metrics, params)
+        self._log(metrics, params)
         if event == "train_start":
             self._status = "FAILED"  # until its train_end: training that never ends failed
         elif event == "train_end":
@@ -197,11 +207,6 @@ class MlflowHook:
             if event == "checkpoint" and "path" in payload:
                 self._uploads.submit(self._upload_checkpoint, str(payload["path"]), at, self._config)
             self._uploads.raise_failures()
-        if changed:
-            raise ValueError(
-                f"MlflowHook: run {self.run_id} already has the params {changed} with other values; "
-                "MLflow params can't change, so the run's are kept"
-            )
 
     def _upload_checkpoint(self, path: str, step: int, config: Any) -> None:
         """On the uploads' thread: the checkpoint and the config into ``checkpoints/step_<step>/``."""
@@ -210,16 +215,29 @@ class MlflowHook:
         if config is not None:
             self.client.log_dict(self.run_id, config, f"{where}/config.json")
 
-    def _log(self, metrics: list[Any], params: dict[str, str]) -> list[str]:
-        """Log ``metrics`` and the params the run lacks; return the params it has with other values."""
-        changed = sorted(key for key, value in params.items() if self._params.get(key, value) != value)
+    def _log(self, metrics: list[Any], params: dict[str, str]) -> None:
+        """Log ``metrics``, the params the run lacks, and ``changed.<param>`` for each it has with
+        another value (or had: a value changed back is set too)."""
         new = [self._entities.Param(key, value) for key, value in params.items() if key not in self._params]
         for chunk in _chunks(new):
-            self.client.log_batch(self.run_id, params=chunk)
+            try:
+                self.client.log_batch(self.run_id, params=chunk)
+            except Exception:  # another writer logged some of them first: read the run's, log the rest
+                self._params = dict(self.client.get_run(self.run_id).data.params)
+                chunk = [param for param in chunk if param.key not in self._params]
+                if chunk:
+                    self.client.log_batch(self.run_id, params=chunk)
             self._params.update((param.key, param.value) for param in chunk)
+        changed = [
+            self._entities.RunTag(f"{CHANGED_PREFIX}{key}", value)
+            for key, value in params.items()
+            if self._params.get(key, value) != value or key in self._changed
+        ]
+        for chunk in _chunks(changed):
+            self.client.log_batch(self.run_id, tags=chunk)
+        self._changed.update(tag.key[len(CHANGED_PREFIX) :] for tag in changed)
         for chunk in _chunks(metrics):
             self.client.log_batch(self.run_id, metrics=chunk)
-        return changed
 
     def close(self, status: str | None = None) -> None:
         """End the run (when the hook started it, or ``finish=True``); idempotent.

@@ -414,6 +414,12 @@ class RunInfo:
     ``train_from_config`` stops it before closing the logger."""
 
 
+def _settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's settings as trackers record them: the config without ``train.resume``, which says how
+    this process started, not what the run is (a resume would change an MLflow param that can't)."""
+    return {**config, "train": {key: value for key, value in config["train"].items() if key != "resume"}}
+
+
 def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[Trainer, RunInfo]:
     """A ``Trainer`` for the config, its ``logger`` built by ``build_logger``, and where the run goes.
 
@@ -503,7 +509,7 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
             if monitor is not None:
                 trainer.at_fit_start.append(lambda _: monitor.start())
             trainer.start_notes["lr_schedule_steps"] = train["schedule_steps"]
-            trainer.hyperparams = config  # the run's settings, for trackers (W&B's run config)
+            trainer.hyperparams = _settings(config)  # for trackers (W&B's run config, MLflow's params)
             if changes:
                 trainer.start_notes["config_changes"] = list(changes)
             if train["outer_every"]:

@@ -196,25 +196,28 @@ class TestWhichRun:
         assert (run.info.status, run.data.params) == ("FINISHED", {"lr": "0.1"})
         assert history(client, first.run_id, "train_step/loss") == [(1, 1.0), (2, 0.5), (3, 1 / 3), (4, 0.25)]
 
-    def test_a_changed_param_keeps_the_runs_value_and_is_reported(
+    def test_a_changed_param_keeps_the_runs_value_and_tags_the_new_one(
         self, store: str, client: MlflowClient
     ) -> None:
-        """MLflow params can't change: the logger counts a ValueError naming the param; the new param and
-        the event's metrics are still logged, and training goes on."""
+        """MLflow params can't change: the run keeps its first value, the new one is the tag
+        changed.<param>, with no hook failure; a second change updates the tag."""
         first = MlflowHook(tracking_uri=store)
         first.on_event("train_start", {"config": {"lr": 0.1}})
         first.close()
         resumed = MlflowHook(tracking_uri=store, run_id=first.run_id)
-        with (
-            pytest.warns(HookFailureWarning, match=r"params \['lr'\] with other values"),
-            MetricLogger(stream=io.StringIO(), hooks=[resumed]) as logger,
-        ):
+        with MetricLogger(stream=io.StringIO(), hooks=[resumed], strict_hooks=True) as logger:
             logger.emit("train_start", {"target_step": 9, "config": {"lr": 0.2, "seed": 1}})
             logger.emit("train_step", {"step": 1, "loss": 0.5})
-            assert dict(logger.hook_errors) == {"MlflowHook": 1}
         run = client.get_run(first.run_id)
         assert run.data.params == {"lr": "0.1", "seed": "1"}
+        assert run.data.tags["changed.lr"] == "0.2"
+        assert "changed.seed" not in run.data.tags
         assert (run.data.metrics["train_start/target_step"], run.data.metrics["train_step/loss"]) == (9, 0.5)
+        again = MlflowHook(tracking_uri=store, run_id=first.run_id)
+        again.on_event("hyperparams", {"config": {"lr": 0.1, "seed": 1}})  # back to the first value
+        again.close()
+        run = client.get_run(first.run_id)
+        assert (run.data.params["lr"], run.data.tags["changed.lr"]) == ("0.1", "0.1")
 
     def test_an_active_run_is_joined_and_left_to_its_owner(self, store: str, client: MlflowClient) -> None:
         """Inside mlflow.start_run(), the hook logs into that run and close() doesn't end it."""
