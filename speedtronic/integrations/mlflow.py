@@ -8,6 +8,7 @@ import os
 import re
 import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from speedtronic.extras import require
@@ -49,6 +50,17 @@ def _params(config: Mapping[Any, Any], prefix: str = "") -> Iterator[tuple[str, 
             yield from _params(value, f"{name}.")
         else:
             yield mlflow_name(name), value if isinstance(value, str) else str(value)
+
+
+def _artifact_uri(location: str | os.PathLike[str]) -> str:
+    """A local directory (``runs/r/mlartifacts``, ``file:///...``) as an absolute ``file://`` URI;
+    any other URI (``s3://...``) as it is."""
+    text = os.fspath(location)
+    if text.startswith("file://"):
+        text = text[len("file://") :]
+    elif "://" in text:
+        return text
+    return Path(text).expanduser().resolve().as_uri()
 
 
 def _chunks(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
@@ -98,6 +110,11 @@ class MlflowHook:
             worker thread of the hook's own: a failed upload is a hook failure, raised by the next
             ``on_event`` or ``close()``, never a stop to training. ``close()`` waits for the uploads
             before ending the run.
+        artifact_location: where the artifacts of a run the hook creates go (a directory or a URI,
+            ``{run_dir}/mlartifacts``), instead of the experiment's (a SQLite store's ``Default`` is
+            ``./mlruns`` of the working directory). MLflow fixes an experiment's artifact location
+            when the experiment is created, so this needs ``experiment``: created here with it, or
+            an existing one with the same location (else ``ValueError`` naming both).
         log_system_metrics: also start MLflow's own system-metrics monitor on the run (its
             ``system/...`` metrics in MLflow's System Metrics tab; needs psutil, and nvidia-ml-py for
             GPUs). Off by default: ``speedtronic train``'s ``system`` events already reach the run as
@@ -116,14 +133,25 @@ class MlflowHook:
         skip: Collection[str] = SKIPPED_KEYS,
         log_checkpoints: bool = False,
         log_system_metrics: bool = False,
+        artifact_location: str | os.PathLike[str] | None = None,
     ) -> None:
         mlflow = require("mlflow", "mlflow", needed_by="speedtronic.integrations.MlflowHook")
         self._entities = require("mlflow.entities", "mlflow", needed_by="speedtronic.integrations.MlflowHook")
         active = mlflow.active_run() if run_id is None else None
-        if (run_id is not None or active is not None) and (experiment is not None or run_name is not None):
+        creates = {"experiment": experiment, "run_name": run_name, "artifact_location": artifact_location}
+        if (run_id is not None or active is not None) and any(
+            value is not None for value in creates.values()
+        ):
             which = f"run_id={run_id!r}" if active is None else f"the active run {active.info.run_id!r}"
             raise ValueError(
-                f"MlflowHook: experiment= and run_name= describe a run the hook creates; it logs into {which}"
+                "MlflowHook: experiment=, run_name= and artifact_location= describe a run the hook "
+                f"creates; it logs into {which}"
+            )
+        if artifact_location is not None and experiment is None:
+            raise ValueError(
+                f"MlflowHook(artifact_location={os.fspath(artifact_location)!r}): name the experiment "
+                "(experiment=...) whose artifact location it is; MLflow's Default experiment keeps the "
+                "location it was created with"
             )
         self.client: Any = mlflow.MlflowClient(tracking_uri)
         """The ``MlflowClient`` the hook logs with (public: log your own artifacts into ``run_id``)."""
@@ -135,7 +163,9 @@ class MlflowHook:
         elif active is not None:
             run, started = self._existing_run(active.info.run_id), False
         else:
-            run = self.client.create_run(self._experiment_id(experiment), run_name=run_name)
+            run = self.client.create_run(
+                self._experiment_id(experiment, artifact_location), run_name=run_name
+            )
         self.run_id: str = run.info.run_id
         """The MLflow run the events go to."""
         self._params: dict[str, str] = dict(run.data.params)
@@ -174,12 +204,21 @@ class MlflowHook:
         except Exception as error:  # MlflowException: no such run (or the store can't be read)
             raise ValueError(f"MlflowHook(run_id={run_id!r}): can't read the run: {error}") from None
 
-    def _experiment_id(self, name: str | None) -> str:
+    def _experiment_id(self, name: str | None, artifacts: str | os.PathLike[str] | None = None) -> str:
         name = name or os.environ.get("MLFLOW_EXPERIMENT_NAME")
         if name is None:
             return os.environ.get("MLFLOW_EXPERIMENT_ID", "0")  # MLflow's Default experiment
+        location = None if artifacts is None else _artifact_uri(artifacts)
         found = self.client.get_experiment_by_name(name)
-        return str(found.experiment_id if found is not None else self.client.create_experiment(name))
+        if found is None:
+            return str(self.client.create_experiment(name, artifact_location=location))
+        if location is not None and _artifact_uri(found.artifact_location) != location:
+            raise ValueError(
+                f"MlflowHook(artifact_location={location!r}): the experiment {name!r} keeps its artifacts "
+                f"in {found.artifact_location!r} (MLflow fixes it when the experiment is created); pass "
+                "that location, a new experiment name, or a tracking store of the run's own"
+            )
+        return str(found.experiment_id)
 
     def on_event(self, event: str, payload: Mapping[Any, Any]) -> None:
         """Log the event's numbers as metrics at its step, and its ``config`` (see the class) as params."""

@@ -329,6 +329,10 @@ def _tracker_runs(run_dir: Path) -> dict[str, list[str]]:
     return recorded
 
 
+_CREATES_RUN = ("experiment", "run_name", "artifact_location")
+"""An ``mlflow`` entry's keys that describe the run its hook creates: a resume continues that run."""
+
+
 def _continuing(spec: Mapping[str, Any], run_id: str | None) -> Mapping[str, Any]:
     """``spec`` continuing the tracker run ``run_id``: W&B's ``id`` with ``resume="allow"``, MLflow's
     ``run_id`` (the run keeps its own experiment and name); as it is without one, or when the entry
@@ -338,9 +342,7 @@ def _continuing(spec: Mapping[str, Any], run_id: str | None) -> Mapping[str, Any
     if spec["type"] == "wandb" and not {"id", "run", "resume"} & spec.keys():
         return {**spec, "id": run_id, "resume": "allow"}
     if spec["type"] == "mlflow" and "run_id" not in spec:
-        return {key: value for key, value in spec.items() if key not in ("experiment", "run_name")} | {
-            "run_id": run_id
-        }
+        return {key: value for key, value in spec.items() if key not in _CREATES_RUN} | {"run_id": run_id}
     return spec
 
 

@@ -301,10 +301,25 @@ class TestBadInput:
 
     def test_a_new_runs_options_with_an_existing_run_are_refused(self, store: str) -> None:
         """experiment= or run_name= with run_id= (or an active run) would be ignored: refused instead."""
-        with pytest.raises(ValueError, match="experiment= and run_name= describe a run the hook creates"):
+        with pytest.raises(ValueError, match="experiment=, run_name= and artifact_location= describe a run"):
             MlflowHook("x", tracking_uri=store, run_id="0123abc")
         with mlflow.start_run(), pytest.raises(ValueError, match="the active run"):
             MlflowHook(run_name="mine")
+
+    def test_artifact_location_needs_an_experiment_that_can_have_it(self, store: str, tmp_path: Path) -> None:
+        """artifact_location= without experiment= is refused (Default's location is fixed), and so is an
+        existing experiment whose artifacts are elsewhere; the same location is accepted."""
+        with pytest.raises(ValueError, match=r"artifact_location='.*'\): name the experiment"):
+            MlflowHook(tracking_uri=store, artifact_location=tmp_path / "a")
+        hook = MlflowHook("located", tracking_uri=store, artifact_location=tmp_path / "a")
+        hook.close()
+        assert (
+            MlflowClient(store).get_run(hook.run_id).info.artifact_uri.startswith((tmp_path / "a").as_uri())
+        )
+        again = MlflowHook("located", tracking_uri=store, artifact_location=f"file://{tmp_path / 'a'}")
+        again.close()
+        with pytest.raises(ValueError, match=r"the experiment 'located' keeps its artifacts in"):
+            MlflowHook("located", tracking_uri=store, artifact_location=tmp_path / "b")
 
     def test_close_refuses_an_unknown_status(self, store: str, client: MlflowClient) -> None:
         """close(status='DONE') names the statuses MLflow knows and leaves the run open."""

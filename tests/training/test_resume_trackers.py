@@ -147,3 +147,40 @@ def test_a_resume_that_extends_the_run_is_no_mlflow_hook_failure(tmp_path: Path,
     assert "train.resume" not in run.data.params
     points = client.get_metric_history(run_id, "train_step/loss")
     assert sorted(point.step for point in points) == list(range(1, 13))
+
+
+def test_mlflow_checkpoint_artifacts_stay_in_the_run_directory(tmp_path: Path, env: dict[str, str]) -> None:
+    """A store in the run directory with artifact_location: {run_dir}/mlartifacts: every checkpoint
+    uploaded lands there, before and after a resume, and nothing in ./mlruns of the working directory."""
+    entry = {
+        "type": "mlflow",
+        "tracking_uri": "sqlite:///{run_dir}/mlflow.db",
+        "experiment": "in-run-dir",
+        "artifact_location": "{run_dir}/mlartifacts",
+        "log_checkpoints": True,
+    }
+
+    def artifacts_config(path: Path, *extra_hooks: dict[str, Any]) -> Path:
+        settings = {"steps": 8, "checkpoint_every": 4, "batch_size": 4, "device": "cpu"}
+        logging = {"every_steps": 4, "hooks": [entry, *extra_hooks], "system_interval_s": None}
+        path.write_text(yaml.safe_dump({"model": {"hidden": 24}, "train": settings, "logging": logging}))
+        return path
+
+    killer = {"type": "tests.training.recording:SignalAt", "event": "checkpoint", "step": 4}
+    first = train(
+        "--config", artifacts_config(tmp_path / "a.yaml", killer), "--run-dir", "r", cwd=tmp_path, env=env
+    )
+    assert first.returncode == 143, first.stderr
+    resumed = train(
+        "--config", artifacts_config(tmp_path / "b.yaml"), "--run-dir", "r", "--resume", cwd=tmp_path, env=env
+    )
+    assert resumed.returncode == 0, resumed.stderr
+
+    assert not (tmp_path / "mlruns").exists()
+    uploaded = sorted(
+        path.parent.name for path in (tmp_path / "r" / "mlartifacts").glob("*/artifacts/checkpoints/*/*.pt")
+    )
+    assert uploaded == ["step_4", "step_8"]
+    (run_id,) = json.loads((tmp_path / "r" / "trackers.json").read_text())["mlflow"]
+    run = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'r' / 'mlflow.db'}").get_run(run_id)
+    assert run.info.artifact_uri == (tmp_path / "r" / "mlartifacts" / run_id / "artifacts").resolve().as_uri()
