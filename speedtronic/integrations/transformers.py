@@ -46,7 +46,8 @@ except ModuleNotFoundError as error:
     raise missing(error, "transformers", "transformers", needed_by=needed_by) from None
 
 from speedtronic.events import Event
-from speedtronic.integrations._metrics import FLUSH_TIMEOUT_S, emit_metrics
+from speedtronic.integrations import emit_metrics
+from speedtronic.integrations._metrics import FLUSH_TIMEOUT_S
 from speedtronic.profiling import MetricLogger
 
 __all__ = ["SpeedtronicCallback"]
