@@ -4,14 +4,28 @@ Importing this package never imports wandb, tensorboard, mlflow or opentelemetry
 its SDK when it is constructed, and a missing one raises ``ModuleNotFoundError`` naming the extra to
 install (``pip install 'speedtronic[wandb]'``, ``'speedtronic[tensorboard]'``, ``'speedtronic[mlflow]'``,
 ``'speedtronic[otel]'``).
+
+``emit_metrics`` and ``TrainSpan`` are the framework adapters' shared rules (a logging call becomes a
+``train_step``, or an ``eval`` per split; ``train_start``/``train_end`` around training), for an
+adapter of your own.
 """
 
 from __future__ import annotations
 
+from speedtronic.integrations._metrics import TrainSpan, emit_metrics
 from speedtronic.integrations._structlog import StructlogHook
 from speedtronic.integrations._tensorboard import TensorboardHook, TensorboardWarning
 from speedtronic.integrations._wandb import WandbHook
 from speedtronic.integrations.mlflow import MlflowHook
 from speedtronic.integrations.otel import OtelHook
 
-__all__ = ["MlflowHook", "OtelHook", "StructlogHook", "TensorboardHook", "TensorboardWarning", "WandbHook"]
+__all__ = [
+    "MlflowHook",
+    "OtelHook",
+    "StructlogHook",
+    "TensorboardHook",
+    "TensorboardWarning",
+    "TrainSpan",
+    "WandbHook",
+    "emit_metrics",
+]

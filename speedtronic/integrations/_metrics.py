@@ -61,11 +61,15 @@ def split_metrics(metrics: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str,
 
 
 def emit_metrics(
-    logger: MetricLogger, step: int, metrics: Mapping[str, Any], span: TrainSpan | None = None
+    logger: MetricLogger, step: int | None, metrics: Mapping[str, Any], span: TrainSpan | None = None
 ) -> None:
     """Emit one framework logging call: an ``eval`` per split when it holds evaluation metrics, else a
     ``train_step`` (``span`` opened first, when given); every metric under the name it was logged
-    with. ``step`` comes first, and wins over a metric named ``step``."""
+    with. ``step`` comes first, and wins over a metric named ``step``; ``None``: the record has no
+    ``step`` (trackers draw it at the last step seen).
+
+    Public as ``speedtronic.integrations.emit_metrics``: the one routing every framework adapter uses
+    (Hugging Face, Lightning, torchtune, Accelerate), for an adapter of your own."""
     other, by_split = split_metrics(metrics)
     if not by_split:
         payload = _with_step(step, other)
@@ -80,7 +84,8 @@ def emit_metrics(
 class TrainSpan:
     """``train_start`` before a framework's first ``train_step``, ``train_end`` when it says training
     ended: for frameworks whose logger API has no start (Lightning's ``Logger``, torchtune's
-    ``MetricLoggerInterface``). ``speedtronic summarize`` reads both."""
+    ``MetricLoggerInterface``, Accelerate's ``GeneralTracker``). ``speedtronic summarize`` reads both.
+    Public as ``speedtronic.integrations.TrainSpan``."""
 
     __slots__ = ("_last", "_loss", "_started")
 
@@ -100,7 +105,7 @@ class TrainSpan:
         if self._started is None:
             self._started, self._loss = time.perf_counter(), None
             logger.emit(Event.TRAIN_START, {})
-        self._last = payload["step"]
+        self._last = payload.get("step", self._last)
         self._loss = next((payload[name] for name in LOSS_KEYS if name in payload), self._loss)
 
     def end(self, logger: MetricLogger, status: str) -> None:
@@ -121,7 +126,7 @@ class TrainSpan:
         self._started = None
 
 
-def _with_step(step: int, metrics: Mapping[str, Any]) -> dict[str, Any]:
-    payload: dict[str, Any] = {"step": step}
+def _with_step(step: int | None, metrics: Mapping[str, Any]) -> dict[str, Any]:
+    payload: dict[str, Any] = {} if step is None else {"step": step}
     payload.update((key, value) for key, value in metrics.items() if key != "step")
     return payload

@@ -119,6 +119,10 @@ class StructlogHook:
     as the text log writes them (``train_step step=5 loss=0.5 elapsed_s=0.01``), so any formatter
     shows them (``basicConfig``'s ``%(message)s``, loguru's ``InterceptHandler``), and the payload is
     also its ``extra`` (``logger.log(level, message, extra=..., exc_info=...)``), for a JSON formatter.
+    The message keeps NaN and infinities as the text log writes them (``loss=nan``); the ``extra``
+    holds the strict-JSON values (``loss=None``) without the ``_speedtronic`` note, which a console
+    formatter (structlog's ``ProcessorFormatter`` with ``ExtraAdder`` and ``ConsoleRenderer``) would
+    print: the message already says what was NaN.
 
     **The call site is the user's.** A stdlib record's ``pathname``, ``lineno`` and ``funcName`` are
     the line that called ``emit`` (the first frame outside speedtronic: ``stacklevel``), not the
@@ -202,11 +206,12 @@ class StructlogHook:
                 fields[name] = exception_text(value)
             else:
                 fields[name] = to_python(value)
+        plain = fields  # the values as the text log writes them (nan, inf), for a stdlib message
         if self._strict_json:
             fields = json_safe_record(fields)
         if isinstance(stamp, str):
             fields["timestamp"] = stamp
-        self._log(level or level_for(event), event, fields, raised)
+        self._log(level or level_for(event), event, fields, raised, plain)
 
     def _to_structlog(
         self,
@@ -214,6 +219,7 @@ class StructlogHook:
         event: str,
         fields: dict[str, Any],
         raised: BaseException | None,
+        plain: dict[str, Any],
     ) -> None:
         if raised is not None:
             fields["exc_info"] = raised
@@ -225,11 +231,13 @@ class StructlogHook:
         event: str,
         fields: dict[str, Any],
         raised: BaseException | None,
+        plain: dict[str, Any],
     ) -> None:
         levelno = logging.getLevelName(LEVEL_NAMES.get(level, level.upper()))
         if not self._logger.isEnabledFor(levelno):
             return
-        message = event + format_fields(fields, skip=_NOT_IN_MESSAGE)
+        message = event + format_fields(plain, skip=_NOT_IN_MESSAGE)  # loss=nan, as the text log
+        fields.pop(NOTE_KEY, None)  # the message says what was NaN: no note for a console to show
         self._logger.log(levelno, "%s", message, exc_info=raised, extra=fields, stacklevel=_caller_level())
 
     def __repr__(self) -> str:

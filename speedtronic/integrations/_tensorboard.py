@@ -28,7 +28,7 @@ from speedtronic.integrations._names import (
 from speedtronic.processors.convert import to_python
 
 if TYPE_CHECKING:
-    from speedtronic.integrations._tensorboard_process import ConfigPoint, Point
+    from speedtronic.integrations._tensorboard_process import ConfigPoint, Point, Restart
 
 __all__ = ["TensorboardHook", "TensorboardWarning"]
 
@@ -73,6 +73,12 @@ class TensorboardHook:
     **The x is W&B's**: the payload's whole-number ``step`` (``5``, ``5.0``, a 0-d tensor), else the
     last step seen (0 before the first), so an ``outer_step`` is drawn at the training step it
     happened at, in TensorBoard as in ``WandbHook``'s charts (``speedtronic.integrations._names``).
+
+    **A resumed run's curve never runs backwards.** A ``train_start`` whose ``start_step`` is above 0
+    (a run resumed from the checkpoint of that step) first writes TensorBoard's restart marker at
+    ``start_step + 1`` (what ``SummaryWriter(purge_step=...)`` writes): TensorBoard drops the points
+    at that step and after that earlier event files in ``log_dir`` hold (the steps a killed run logged
+    after its last checkpoint), so the steps the resumed run logs again are shown once.
 
     **Hyperparameters**: the ``config`` mapping of ``train_start`` and ``hyperparams`` (when ``events``
     chooses it: by default) goes to the HParams dashboard (nested keys joined with ``/``; values other
@@ -163,7 +169,9 @@ class TensorboardHook:
             if process
             else InProcessWriter(self.log_dir, flush_secs=flush_secs)
         )
-        self._points: list[Point | ConfigPoint] = []  # appended by on_event, taken by the writer thread
+        self._points: list[
+            Point | ConfigPoint | Restart
+        ] = []  # appended by on_event, taken by the writer thread
         self._sending = 0  # points the writer thread has taken and not yet handed over
         self._axis = StepAxis()
         self._full_drops = 0  # the training thread's count...
@@ -196,6 +204,10 @@ class TensorboardHook:
         if self._closed:
             raise RuntimeError(f"TensorboardHook({self.log_dir!r}) is closed; create a new hook")
         step = step_of(payload["step"]) if "step" in payload else None
+        if event == "train_start" and "start_step" in payload:
+            start = step_of(payload["start_step"])
+            if start is not None and start > 0:  # resumed: earlier files' later points are purged
+                self._gather(("", time.time(), start + 1, None, None))
         x = self._axis.at(step)
         keys = self._events.get(event, self._other)
         config = payload.get("config") if event in CONFIG_EVENTS else None
@@ -228,7 +240,7 @@ class TensorboardHook:
         if self._failure is not None:  # the writer failed: the logger counts it, training goes on
             self._raise_failure()
 
-    def _gather(self, point: Point | ConfigPoint) -> None:
+    def _gather(self, point: Point | ConfigPoint | Restart) -> None:
         if len(self._points) + self._sending >= self.max_queue:
             self._drop()
             return

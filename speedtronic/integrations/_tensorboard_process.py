@@ -1,7 +1,8 @@
 """TensorBoard event files from batches of scalars: in this process, or in a child process of their own.
 
 ``TensorboardHook`` hands its writer batches of points, each ``(event, wall_time, step, keys,
-values)``, or a run's config, ``(event, wall_time, step, text, hparams)``. Turning a point into an
+values)``, or a run's config, ``(event, wall_time, step, text, hparams)``, or a restart,
+``("", wall_time, step, None, None)``. Turning a point into an
 ``Event`` record (protobuf), checksumming it (tensorboard's CRC32C runs in pure Python) and writing
 it holds the GIL: on a thread of the training process it competes with training for it. So by
 default a child interpreter does all of it: ``ProcessWriter`` sends each batch as one ``marshal``
@@ -33,7 +34,7 @@ from typing import IO, Any
 
 from speedtronic.integrations._names import metric_name
 
-__all__ = ["ConfigPoint", "InProcessWriter", "Point", "ProcessWriter", "main", "write_batch"]
+__all__ = ["ConfigPoint", "InProcessWriter", "Point", "ProcessWriter", "Restart", "main", "write_batch"]
 
 Point = tuple[str, float, int, Sequence[str], Sequence[float]]
 """One event's scalars: ``(event, wall_time, step, keys, values)``; each key is written as the tag
@@ -42,6 +43,9 @@ ConfigPoint = tuple[str, float, int, str, Mapping[str, "bool | int | float | str
 """One text: ``(tag, wall_time, step, text, hparams)``: ``text`` (Markdown) for the Text dashboard's
 ``tag`` (``<event>/config``, ``<event>/values``), ``hparams`` (flat; none: no HParams session) for the
 HParams dashboard."""
+Restart = tuple[str, float, int, None, None]
+"""A resumed run's restart, ``("", wall_time, step, None, None)``: TensorBoard drops the points at
+``step`` and after that earlier files hold (what ``SummaryWriter(purge_step=step)`` writes)."""
 
 _POINTS, _FLUSH, _CLOSE = b"S", b"F", b"C"
 _HEADER = struct.Struct(">I")
@@ -54,14 +58,19 @@ def _as_float(value: float) -> float:
         return math.inf if value > 0 else -math.inf
 
 
-def write_batch(writer: Any, batch: Sequence[Point | ConfigPoint]) -> None:
+def write_batch(writer: Any, batch: Sequence[Point | ConfigPoint | Restart]) -> None:
     """Add one TensorBoard ``Event`` per point to ``writer`` (an ``EventFileWriter``): a float32
     ``simple_value`` per tag, what ``SummaryWriter.add_scalar`` writes; for a config, a text summary
-    and the HParams plugin's session start (what ``SummaryWriter.add_text`` and ``add_hparams`` write)."""
-    from tensorboard.compat.proto.event_pb2 import Event
+    and the HParams plugin's session start (what ``SummaryWriter.add_text`` and ``add_hparams`` write);
+    for a restart, the session start ``SummaryWriter(purge_step=...)`` writes."""
+    from tensorboard.compat.proto.event_pb2 import Event, SessionLog
     from tensorboard.compat.proto.summary_pb2 import Summary
 
     for event, wall_time, step, keys, values in batch:
+        if keys is None:
+            start = SessionLog(status=SessionLog.START)
+            writer.add_event(Event(wall_time=wall_time, step=step, session_log=start))
+            continue
         if isinstance(keys, str):
             from tensorboard.plugins.hparams.summary_v2 import hparams_pb
             from tensorboard.plugins.text.summary_v2 import text_pb
@@ -73,6 +82,7 @@ def write_batch(writer: Any, batch: Sequence[Point | ConfigPoint]) -> None:
                 hparams = hparams_pb(dict(values), start_time_secs=wall_time)
                 writer.add_event(Event(wall_time=wall_time, step=step, summary=hparams))
             continue
+        assert values is not None
         assert not isinstance(values, Mapping)
         summary = Summary(
             value=[
@@ -91,7 +101,7 @@ class InProcessWriter:
 
         self._writer = EventFileWriter(log_dir, flush_secs=flush_secs)
 
-    def write(self, batch: Sequence[Point | ConfigPoint]) -> None:
+    def write(self, batch: Sequence[Point | ConfigPoint | Restart]) -> None:
         write_batch(self._writer, batch)
 
     def flush(self) -> None:
@@ -125,7 +135,7 @@ class ProcessWriter:
         self._started = False
         self._ended = False
 
-    def write(self, batch: Sequence[Point | ConfigPoint]) -> None:
+    def write(self, batch: Sequence[Point | ConfigPoint | Restart]) -> None:
         """Send the points; the child writes them (see ``write_batch``)."""
         self._start()
         self._send(_POINTS, marshal.dumps(list(batch)))

@@ -30,7 +30,9 @@ What Lightning hands a logger and the records it becomes:
 and CSV loggers write 1, 3, 5, 7 for ``log_every_n_steps=2``); the adapter adds that batch, so a
 ``train_step``, the ``checkpoint`` saved after it and ``train_end`` agree (2, 4, 6, 8; ``train_end``
 at 8 after 8 optimizer steps). Outside a ``fit()`` (``validate()``, ``test()``) Lightning's step is
-already ``global_step``.
+already ``global_step``. A step the Trainer didn't hand over is kept as given: Lightning Fabric's
+``fabric.log_dict(metrics, step=...)`` (and a user's own ``log_metrics`` call) is recorded at the step
+it names, as Fabric's ``CSVLogger`` and ``TensorBoardLogger`` record it.
 
 **A directory per run**, as Lightning's loggers: ``log_dir`` is ``<save_dir>/<name>/version_<N>``
 (``version=None``: the next free number there; a string: that directory name), where Lightning puts
@@ -46,8 +48,10 @@ Lightning's loggers do; ``experiment`` is the ``MetricLogger`` there and a dummy
 from __future__ import annotations
 
 import os
+import sys
 from argparse import Namespace
 from collections.abc import Mapping
+from types import FrameType
 from typing import Any
 
 from speedtronic.extras import missing
@@ -141,7 +145,7 @@ class SpeedtronicLogger(Logger):
     @rank_zero_only
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         step = 0 if step is None else step
-        if self._span.open or not is_eval(metrics):  # in a fit(): Lightning's step is one behind
+        if _from_trainer() and (self._span.open or not is_eval(metrics)):  # fit(): one step behind
             step += 1
         emit_metrics(self.experiment, step, metrics, self._span)
 
@@ -182,6 +186,21 @@ class _RunVersion(int):
         if spec and spec[-1] in "eEfFgG%":
             return int.__repr__(self)
         return super().__format__(spec)
+
+
+_PASSING_THROUGH = ("speedtronic.", "lightning_utilities.", "lightning.fabric.utilities.rank_zero")
+"""Modules between ``log_metrics`` and whoever called it: this package, ``rank_zero_only``'s wrapper."""
+
+
+def _from_trainer() -> bool:
+    """Whether ``log_metrics`` was called by Lightning's ``Trainer`` (its logger connector, its
+    callbacks such as ``LearningRateMonitor``), whose step is one behind during a ``fit()``, rather
+    than by Fabric's ``log_dict`` or the user, whose step is the one to record. Read from the caller's
+    module: Lightning gives a logger no other sign of who calls it."""
+    frame: FrameType | None = sys._getframe(2)  # what called log_metrics (or rank_zero_only's wrapper)
+    while frame is not None and str(frame.f_globals.get("__name__", "")).startswith(_PASSING_THROUGH):
+        frame = frame.f_back
+    return frame is not None and str(frame.f_globals.get("__name__", "")).startswith("lightning.pytorch.")
 
 
 def _next_version(root: str) -> int:

@@ -8,6 +8,7 @@ import os
 import re
 import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from speedtronic.extras import require
@@ -17,7 +18,7 @@ from speedtronic.lifecycle import close_loggers_first_at_exit
 from speedtronic.processors.convert import json_safe_record, to_python
 from speedtronic.record import timestamp_ns
 
-__all__ = ["MlflowHook", "mlflow_name"]
+__all__ = ["CHANGED_PREFIX", "MlflowHook", "mlflow_name"]
 
 END_STATUSES = ("FINISHED", "FAILED", "KILLED")
 """What ``close(status=...)`` accepts: MLflow's statuses of an ended run."""
@@ -32,6 +33,10 @@ _TAG_LENGTH = 5000
 _REFUSED = re.compile(r"[^\w./ -]")
 _PER_BATCH = 100
 """MLflow takes at most 100 params and tags, and 1000 entities in all, per ``log_batch``."""
+
+CHANGED_PREFIX = "changed."
+"""A param whose value changed (a resumed run's new ``train.steps``) keeps the run's first value; the
+new one is the tag ``changed.<param>`` (``changed.train.steps``)."""
 
 
 def mlflow_name(name: str) -> str:
@@ -49,6 +54,17 @@ def _params(config: Mapping[Any, Any], prefix: str = "") -> Iterator[tuple[str, 
             yield from _params(value, f"{name}.")
         else:
             yield mlflow_name(name), value if isinstance(value, str) else str(value)
+
+
+def _artifact_uri(location: str | os.PathLike[str]) -> str:
+    """A local directory (``runs/r/mlartifacts``, ``file:///...``) as an absolute ``file://`` URI;
+    any other URI (``s3://...``) as it is."""
+    text = os.fspath(location)
+    if text.startswith("file://"):
+        text = text[len("file://") :]
+    elif "://" in text:
+        return text
+    return Path(text).expanduser().resolve().as_uri()
 
 
 def _chunks(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
@@ -69,8 +85,11 @@ class MlflowHook:
     **Params**: ``train_start``'s or ``hyperparams``' ``config`` (``speedtronic train`` puts the run's
     resolved config there), flattened (``{"model": {"hidden": 8}}`` is the param ``model.hidden``,
     ``"8"``). MLflow params can't change: a param the run already has with another value (a resumed
-    run whose config changed) keeps the run's value, and the event raises ``ValueError`` naming it
-    once everything else is logged, so the logger reports it.
+    run whose config changed: ``--steps 40`` after ``20``) keeps the run's first value, and the new
+    value is set as the tag ``changed.<param>`` (``changed.train.steps``: ``"40"``; tags can change,
+    so it holds the latest value). No error: a resume that changes its config is a run going on. A
+    param another writer logged into the same run in the meantime (Hugging Face's ``MLflowCallback``
+    beside the hook) is read back and treated the same way, whoever logged first.
 
     **Alerts**: an ``alert`` event's numbers are metrics like any event's (``alert/value``,
     ``alert/threshold``...); it also sets the run tags ``speedtronic.alert.<rule>`` and
@@ -101,6 +120,11 @@ class MlflowHook:
             worker thread of the hook's own: a failed upload is a hook failure, raised by the next
             ``on_event`` or ``close()``, never a stop to training. ``close()`` waits for the uploads
             before ending the run.
+        artifact_location: where the artifacts of a run the hook creates go (a directory or a URI,
+            ``{run_dir}/mlartifacts``), instead of the experiment's (a SQLite store's ``Default`` is
+            ``./mlruns`` of the working directory). MLflow fixes an experiment's artifact location
+            when the experiment is created, so this needs ``experiment``: created here with it, or
+            an existing one with the same location (else ``ValueError`` naming both).
         log_system_metrics: also start MLflow's own system-metrics monitor on the run (its
             ``system/...`` metrics in MLflow's System Metrics tab; needs psutil, and nvidia-ml-py for
             GPUs). Off by default: ``speedtronic train``'s ``system`` events already reach the run as
@@ -119,14 +143,25 @@ class MlflowHook:
         skip: Collection[str] = SKIPPED_KEYS,
         log_checkpoints: bool = False,
         log_system_metrics: bool = False,
+        artifact_location: str | os.PathLike[str] | None = None,
     ) -> None:
         mlflow = require("mlflow", "mlflow", needed_by="speedtronic.integrations.MlflowHook")
         self._entities = require("mlflow.entities", "mlflow", needed_by="speedtronic.integrations.MlflowHook")
         active = mlflow.active_run() if run_id is None else None
-        if (run_id is not None or active is not None) and (experiment is not None or run_name is not None):
+        creates = {"experiment": experiment, "run_name": run_name, "artifact_location": artifact_location}
+        if (run_id is not None or active is not None) and any(
+            value is not None for value in creates.values()
+        ):
             which = f"run_id={run_id!r}" if active is None else f"the active run {active.info.run_id!r}"
             raise ValueError(
-                f"MlflowHook: experiment= and run_name= describe a run the hook creates; it logs into {which}"
+                "MlflowHook: experiment=, run_name= and artifact_location= describe a run the hook "
+                f"creates; it logs into {which}"
+            )
+        if artifact_location is not None and experiment is None:
+            raise ValueError(
+                f"MlflowHook(artifact_location={os.fspath(artifact_location)!r}): name the experiment "
+                "(experiment=...) whose artifact location it is; MLflow's Default experiment keeps the "
+                "location it was created with"
             )
         self.client: Any = mlflow.MlflowClient(tracking_uri)
         """The ``MlflowClient`` the hook logs with (public: log your own artifacts into ``run_id``)."""
@@ -138,10 +173,15 @@ class MlflowHook:
         elif active is not None:
             run, started = self._existing_run(active.info.run_id), False
         else:
-            run = self.client.create_run(self._experiment_id(experiment), run_name=run_name)
+            run = self.client.create_run(
+                self._experiment_id(experiment, artifact_location), run_name=run_name
+            )
         self.run_id: str = run.info.run_id
         """The MLflow run the events go to."""
         self._params: dict[str, str] = dict(run.data.params)
+        self._changed = {
+            key[len(CHANGED_PREFIX) :] for key in run.data.tags if key.startswith(CHANGED_PREFIX)
+        }
         self._finish = started if finish is None else finish
         self._axis = StepAxis()  # the x of each point: the rule W&B and TensorBoard follow too
         self._skip = frozenset(skip)
@@ -174,12 +214,21 @@ class MlflowHook:
         except Exception as error:  # MlflowException: no such run (or the store can't be read)
             raise ValueError(f"MlflowHook(run_id={run_id!r}): can't read the run: {error}") from None
 
-    def _experiment_id(self, name: str | None) -> str:
+    def _experiment_id(self, name: str | None, artifacts: str | os.PathLike[str] | None = None) -> str:
         name = name or os.environ.get("MLFLOW_EXPERIMENT_NAME")
         if name is None:
             return os.environ.get("MLFLOW_EXPERIMENT_ID", "0")  # MLflow's Default experiment
+        location = None if artifacts is None else _artifact_uri(artifacts)
         found = self.client.get_experiment_by_name(name)
-        return str(found.experiment_id if found is not None else self.client.create_experiment(name))
+        if found is None:
+            return str(self.client.create_experiment(name, artifact_location=location))
+        if location is not None and _artifact_uri(found.artifact_location) != location:
+            raise ValueError(
+                f"MlflowHook(artifact_location={location!r}): the experiment {name!r} keeps its artifacts "
+                f"in {found.artifact_location!r} (MLflow fixes it when the experiment is created); pass "
+                "that location, a new experiment name, or a tracking store of the run's own"
+            )
+        return str(found.experiment_id)
 
     def on_event(self, event: str, payload: Mapping[Any, Any]) -> None:
         """Log the event's numbers as metrics at its step, and its ``config`` (see the class) as params."""
@@ -198,7 +247,7 @@ class MlflowHook:
             if type(value) is float or type(value) is int:
                 metric_key = mlflow_name(metric_name(event, key))
                 metrics.append(self._entities.Metric(metric_key, value, millis, at))
-        changed = self._log(metrics, params)
+        self._log(metrics, params)
         if event == "alert":
             self._alert(payload, at)
         if event == "train_start":
@@ -209,11 +258,6 @@ class MlflowHook:
             if event == "checkpoint" and "path" in payload:
                 self._uploads.submit(self._upload_checkpoint, str(payload["path"]), at, self._config)
             self._uploads.raise_failures()
-        if changed:
-            raise ValueError(
-                f"MlflowHook: run {self.run_id} already has the params {changed} with other values; "
-                "MLflow params can't change, so the run's are kept"
-            )
 
     def _alert(self, payload: Mapping[Any, Any], at: int) -> None:
         """An ``alert``: the tags ``speedtronic.alert.<rule>`` and ``speedtronic.alert.last`` (its
@@ -236,16 +280,29 @@ class MlflowHook:
         if config is not None:
             self.client.log_dict(self.run_id, config, f"{where}/config.json")
 
-    def _log(self, metrics: list[Any], params: dict[str, str]) -> list[str]:
-        """Log ``metrics`` and the params the run lacks; return the params it has with other values."""
-        changed = sorted(key for key, value in params.items() if self._params.get(key, value) != value)
+    def _log(self, metrics: list[Any], params: dict[str, str]) -> None:
+        """Log ``metrics``, the params the run lacks, and ``changed.<param>`` for each it has with
+        another value (or had: a value changed back is set too)."""
         new = [self._entities.Param(key, value) for key, value in params.items() if key not in self._params]
         for chunk in _chunks(new):
-            self.client.log_batch(self.run_id, params=chunk)
+            try:
+                self.client.log_batch(self.run_id, params=chunk)
+            except Exception:  # another writer logged some of them first: read the run's, log the rest
+                self._params = dict(self.client.get_run(self.run_id).data.params)
+                chunk = [param for param in chunk if param.key not in self._params]
+                if chunk:
+                    self.client.log_batch(self.run_id, params=chunk)
             self._params.update((param.key, param.value) for param in chunk)
+        changed = [
+            self._entities.RunTag(f"{CHANGED_PREFIX}{key}", value)
+            for key, value in params.items()
+            if self._params.get(key, value) != value or key in self._changed
+        ]
+        for chunk in _chunks(changed):
+            self.client.log_batch(self.run_id, tags=chunk)
+        self._changed.update(tag.key[len(CHANGED_PREFIX) :] for tag in changed)
         for chunk in _chunks(metrics):
             self.client.log_batch(self.run_id, metrics=chunk)
-        return changed
 
     def close(self, status: str | None = None) -> None:
         """End the run (when the hook started it, or ``finish=True``); idempotent.

@@ -7,7 +7,10 @@ Importing this module imports transformers (``pip install 'speedtronic[transform
 What the ``Trainer`` does and the records it becomes:
 
 - ``on_train_begin``: ``hyperparams`` at DEBUG (``config``: the ``TrainingArguments`` as a dict:
-  in the JSONL and the hooks, not as a long first line of the text log), then ``train_start``
+  in the JSONL and the hooks, not as a long first line of the text log; without the ``*_token``
+  placeholders, ``hub_token='<HUB_TOKEN>'``, that ``to_dict()`` puts for its tokens: they hold no
+  value, and a redacted copy would clash, as an MLflow param, with the one ``report_to="mlflow"``
+  logs into the same run), then ``train_start``
   (the catalog's keys, from the trainer's state and arguments).
 - ``on_log``: each logging call, every ``logging_steps`` steps: a ``train_step`` with ``step`` =
   ``state.global_step`` and the keys as Hugging Face logs them (``loss``, ``grad_norm``,
@@ -43,7 +46,8 @@ except ModuleNotFoundError as error:
     raise missing(error, "transformers", "transformers", needed_by=needed_by) from None
 
 from speedtronic.events import Event
-from speedtronic.integrations._metrics import FLUSH_TIMEOUT_S, emit_metrics
+from speedtronic.integrations import emit_metrics
+from speedtronic.integrations._metrics import FLUSH_TIMEOUT_S
 from speedtronic.profiling import MetricLogger
 
 __all__ = ["SpeedtronicCallback"]
@@ -68,7 +72,11 @@ class SpeedtronicCallback(TrainerCallback):
         self._last_loss, self._summary = None, {}
         if not state.is_world_process_zero:
             return
-        config = args.to_dict()  # type: ignore[no-untyped-call]  # transformers leaves it unannotated
+        config = {
+            key: value
+            for key, value in args.to_dict().items()  # type: ignore[no-untyped-call]  # unannotated
+            if value != f"<{key.upper()}>"  # to_dict()'s placeholder for a token: no value
+        }
         self.logger.emit(Event.HYPERPARAMS, {"config": config}, level="debug")
         model = kwargs.get("model")
         start: dict[str, Any] = {

@@ -329,6 +329,10 @@ def _tracker_runs(run_dir: Path) -> dict[str, list[str]]:
     return recorded
 
 
+_CREATES_RUN = ("experiment", "run_name", "artifact_location")
+"""An ``mlflow`` entry's keys that describe the run its hook creates: a resume continues that run."""
+
+
 def _continuing(spec: Mapping[str, Any], run_id: str | None) -> Mapping[str, Any]:
     """``spec`` continuing the tracker run ``run_id``: W&B's ``id`` with ``resume="allow"``, MLflow's
     ``run_id`` (the run keeps its own experiment and name); as it is without one, or when the entry
@@ -338,9 +342,7 @@ def _continuing(spec: Mapping[str, Any], run_id: str | None) -> Mapping[str, Any
     if spec["type"] == "wandb" and not {"id", "run", "resume"} & spec.keys():
         return {**spec, "id": run_id, "resume": "allow"}
     if spec["type"] == "mlflow" and "run_id" not in spec:
-        return {key: value for key, value in spec.items() if key not in ("experiment", "run_name")} | {
-            "run_id": run_id
-        }
+        return {key: value for key, value in spec.items() if key not in _CREATES_RUN} | {"run_id": run_id}
     return spec
 
 
@@ -415,6 +417,12 @@ class RunInfo:
     hooks: tuple[Any, ...] = field(default=(), repr=False, compare=False)
     """The hooks ``logging.hooks`` built (on the lead rank), in order: where each tracker's run went
     (``speedtronic train``'s closing summary reads their ``run``, ``run_id``, ``endpoint``)."""
+
+
+def _settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's settings as trackers record them: the config without ``train.resume``, which says how
+    this process started, not what the run is (a resume would change an MLflow param that can't)."""
+    return {**config, "train": {key: value for key, value in config["train"].items() if key != "resume"}}
 
 
 def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[Trainer, RunInfo]:
@@ -506,7 +514,7 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
             if monitor is not None:
                 trainer.at_fit_start.append(lambda _: monitor.start())
             trainer.start_notes["lr_schedule_steps"] = train["schedule_steps"]
-            trainer.hyperparams = config  # the run's settings, for trackers (W&B's run config)
+            trainer.hyperparams = _settings(config)  # for trackers (W&B's run config, MLflow's params)
             if changes:
                 trainer.start_notes["config_changes"] = list(changes)
             if train["outer_every"]:

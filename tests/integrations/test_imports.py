@@ -109,6 +109,10 @@ def test_a_broken_sdk_install_is_not_reported_as_missing() -> None:
             "speedtronic.integrations.transformers requires transformers: "
             "pip install 'speedtronic[transformers]'",
         ),
+        (
+            "accelerate",
+            "speedtronic.integrations.accelerate requires Accelerate: pip install 'speedtronic[accelerate]'",
+        ),
     ],
 )
 def test_an_adapter_without_its_framework_names_the_extra(framework: str, message: str) -> None:

@@ -376,3 +376,37 @@ class TestTheProgressBar:
         assert "v_num=0.000" not in shown
         assert speedtronic_logger.version == 0
         assert speedtronic_logger.log_dir == str(tmp_path / "speedtronic" / "version_0")
+
+
+class TestFabric:
+    def test_fabric_log_dict_is_recorded_at_the_step_it_names(self, tmp_path: Path) -> None:
+        """fabric.log_dict(step=...) beside Fabric's own CSVLogger: train_step and eval records at
+        the steps the CSV holds (no one-step shift meant for Trainer.fit())."""
+        import csv
+
+        from lightning.fabric import Fabric
+        from lightning.fabric.loggers import CSVLogger
+
+        speedtronic_logger = SpeedtronicLogger(json_file=tmp_path / "metrics.jsonl", stream=io.StringIO())
+        csv_logger = CSVLogger(tmp_path / "csv", name="fabric")
+        fabric = Fabric(accelerator="cpu", devices=1, loggers=[csv_logger, speedtronic_logger])
+        for step in (2, 4, 6):
+            fabric.log_dict({"loss": 1.0 / step}, step=step)
+        fabric.log("val_loss", 0.5, step=6)
+        csv_logger.finalize("success")
+        speedtronic_logger.finalize("success")
+        speedtronic_logger.experiment.close()
+
+        with open(Path(csv_logger.log_dir) / "metrics.csv", newline="") as file:
+            rows = list(csv.DictReader(file))
+        csv_steps = [int(row["step"]) for row in rows if row["loss"]]
+        assert csv_steps == [2, 4, 6]
+        records = read_jsonl(tmp_path / "metrics.jsonl")
+        assert steps_of(records, "train_step") == csv_steps
+        assert [r["loss"] for r in records if r["event"] == "train_step"] == [0.5, 0.25, 1.0 / 6]
+        assert [(r["step"], r["split"], r["val_loss"]) for r in records if r["event"] == "eval"] == [
+            (6, "val", 0.5)
+        ]
+        assert [int(row["step"]) for row in rows if row["val_loss"]] == [6]
+        assert records[-1]["event"] == "train_end"
+        assert records[-1]["step"] == 6

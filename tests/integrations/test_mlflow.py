@@ -196,25 +196,28 @@ class TestWhichRun:
         assert (run.info.status, run.data.params) == ("FINISHED", {"lr": "0.1"})
         assert history(client, first.run_id, "train_step/loss") == [(1, 1.0), (2, 0.5), (3, 1 / 3), (4, 0.25)]
 
-    def test_a_changed_param_keeps_the_runs_value_and_is_reported(
+    def test_a_changed_param_keeps_the_runs_value_and_tags_the_new_one(
         self, store: str, client: MlflowClient
     ) -> None:
-        """MLflow params can't change: the logger counts a ValueError naming the param; the new param and
-        the event's metrics are still logged, and training goes on."""
+        """MLflow params can't change: the run keeps its first value, the new one is the tag
+        changed.<param>, with no hook failure; a second change updates the tag."""
         first = MlflowHook(tracking_uri=store)
         first.on_event("train_start", {"config": {"lr": 0.1}})
         first.close()
         resumed = MlflowHook(tracking_uri=store, run_id=first.run_id)
-        with (
-            pytest.warns(HookFailureWarning, match=r"params \['lr'\] with other values"),
-            MetricLogger(stream=io.StringIO(), hooks=[resumed]) as logger,
-        ):
+        with MetricLogger(stream=io.StringIO(), hooks=[resumed], strict_hooks=True) as logger:
             logger.emit("train_start", {"target_step": 9, "config": {"lr": 0.2, "seed": 1}})
             logger.emit("train_step", {"step": 1, "loss": 0.5})
-            assert dict(logger.hook_errors) == {"MlflowHook": 1}
         run = client.get_run(first.run_id)
         assert run.data.params == {"lr": "0.1", "seed": "1"}
+        assert run.data.tags["changed.lr"] == "0.2"
+        assert "changed.seed" not in run.data.tags
         assert (run.data.metrics["train_start/target_step"], run.data.metrics["train_step/loss"]) == (9, 0.5)
+        again = MlflowHook(tracking_uri=store, run_id=first.run_id)
+        again.on_event("hyperparams", {"config": {"lr": 0.1, "seed": 1}})  # back to the first value
+        again.close()
+        run = client.get_run(first.run_id)
+        assert (run.data.params["lr"], run.data.tags["changed.lr"]) == ("0.1", "0.1")
 
     def test_an_active_run_is_joined_and_left_to_its_owner(self, store: str, client: MlflowClient) -> None:
         """Inside mlflow.start_run(), the hook logs into that run and close() doesn't end it."""
@@ -298,10 +301,25 @@ class TestBadInput:
 
     def test_a_new_runs_options_with_an_existing_run_are_refused(self, store: str) -> None:
         """experiment= or run_name= with run_id= (or an active run) would be ignored: refused instead."""
-        with pytest.raises(ValueError, match="experiment= and run_name= describe a run the hook creates"):
+        with pytest.raises(ValueError, match="experiment=, run_name= and artifact_location= describe a run"):
             MlflowHook("x", tracking_uri=store, run_id="0123abc")
         with mlflow.start_run(), pytest.raises(ValueError, match="the active run"):
             MlflowHook(run_name="mine")
+
+    def test_artifact_location_needs_an_experiment_that_can_have_it(self, store: str, tmp_path: Path) -> None:
+        """artifact_location= without experiment= is refused (Default's location is fixed), and so is an
+        existing experiment whose artifacts are elsewhere; the same location is accepted."""
+        with pytest.raises(ValueError, match=r"artifact_location='.*'\): name the experiment"):
+            MlflowHook(tracking_uri=store, artifact_location=tmp_path / "a")
+        hook = MlflowHook("located", tracking_uri=store, artifact_location=tmp_path / "a")
+        hook.close()
+        assert (
+            MlflowClient(store).get_run(hook.run_id).info.artifact_uri.startswith((tmp_path / "a").as_uri())
+        )
+        again = MlflowHook("located", tracking_uri=store, artifact_location=f"file://{tmp_path / 'a'}")
+        again.close()
+        with pytest.raises(ValueError, match=r"the experiment 'located' keeps its artifacts in"):
+            MlflowHook("located", tracking_uri=store, artifact_location=tmp_path / "b")
 
     def test_close_refuses_an_unknown_status(self, store: str, client: MlflowClient) -> None:
         """close(status='DONE') names the statuses MLflow knows and leaves the run open."""

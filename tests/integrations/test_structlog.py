@@ -685,6 +685,52 @@ class TestAPlainStdlibLogger:
         )
         assert record["name"] == "speedtronic_tests.plain_stdlib"
 
+    def test_nan_and_inf_show_in_the_message_as_the_text_log_writes_them(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Through pytest's caplog: the message says loss=nan grad_norm=inf, as the text log; the
+        record's attributes are the strict-JSON values, with no _speedtronic note."""
+        stream = io.StringIO()
+        hook = StructlogHook(logging.getLogger("speedtronic_tests.nan"))
+        with (
+            caplog.at_level(logging.INFO, logger="speedtronic_tests.nan"),
+            MetricLogger(stream=stream, hooks=[hook], strict_hooks=True) as log,
+        ):
+            log.emit("train_step", {"step": 2, "loss": float("nan"), "grad_norm": float("-inf")})
+        (record,) = caplog.records
+        assert record.getMessage().startswith("train_step step=2 loss=nan grad_norm=-inf elapsed_s=")
+        assert " loss=nan grad_norm=-inf " in stream.getvalue()  # what the text log writes
+        assert (vars(record)["loss"], vars(record)["grad_norm"]) == (None, None)
+        assert "_speedtronic" not in vars(record)
+
+    def test_a_structlog_console_renderer_formatter_shows_no_note(self) -> None:
+        """stdlib logging with structlog's ProcessorFormatter (ExtraAdder, ConsoleRenderer): loss=nan
+        in the line, and no _speedtronic={...} dict."""
+        out = io.StringIO()
+        handler = logging.StreamHandler(out)
+        handler.setFormatter(
+            structlog.stdlib.ProcessorFormatter(
+                processors=[
+                    structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    structlog.dev.ConsoleRenderer(colors=False),
+                ],
+                foreign_pre_chain=[structlog.stdlib.ExtraAdder()],
+            )
+        )
+        logger = logging.getLogger("speedtronic_tests.console")
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+        try:
+            with MetricLogger(stream=io.StringIO(), hooks=[StructlogHook(logger)], strict_hooks=True) as log:
+                log.emit("train_step", {"step": 2, "loss": float("nan"), "grad_norm": float("inf")})
+        finally:
+            logger.removeHandler(handler)
+            logger.propagate = True
+        line = out.getvalue()
+        assert "train_step step=2 loss=nan grad_norm=inf " in line
+        assert "_speedtronic" not in line
+
     def test_its_level_filters_and_exceptions_keep_their_traceback(
         self, stdlib_logger: tuple[logging.Logger, list[logging.LogRecord]]
     ) -> None:

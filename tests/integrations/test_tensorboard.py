@@ -477,6 +477,31 @@ class TestHandOff:
         assert [step for step, _ in tensorboard_scalars(log_dir)["train_step/loss"]] == list(range(1, 201))
 
 
+class TestResumedRun:
+    @pytest.mark.parametrize("process", [True, False])
+    def test_a_resumed_train_start_drops_the_killed_runs_later_points(
+        self, log_dir: Path, process: bool
+    ) -> None:
+        """A second hook in the same log_dir whose train_start says start_step=4: TensorBoard reads
+        steps 1-8 once (the first run's 5 and 6 purged); a start_step of 0 purges nothing."""
+        first = TensorboardHook(log_dir, process=process)
+        first.on_event("train_start", {"start_step": 0, "target_step": 8})
+        for step in range(1, 7):
+            first.on_event("train_step", {"step": step, "loss": 1.0 / step})
+        first.close()
+        resumed = TensorboardHook(log_dir, process=process)
+        resumed.on_event("train_start", {"start_step": 4, "target_step": 8})
+        for step in range(5, 9):
+            resumed.on_event("train_step", {"step": step, "loss": 2.0 / step})
+        resumed.close()
+        assert len(event_files(log_dir)) == 2
+        points = tensorboard_scalars(log_dir)["train_step/loss"]
+        assert [step for step, _ in points] == list(range(1, 9))
+        assert [value for step, value in points if step > 4] == [
+            pytest.approx(2.0 / step) for step in range(5, 9)
+        ]
+
+
 class TestDefaults:
     def test_default_log_dir_is_runs_tensorboard(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -214,6 +214,61 @@ class TestSpeedtronicCallback:
         assert [row["step"] for row in ours if "train_step/loss" in row] == [2, 4, 6]
         assert recorded.exit_code == 0
 
+    @pytest.mark.parametrize("first", ["hugging_face", "speedtronic"])
+    def test_report_to_mlflow_beside_an_mlflow_hook_in_one_run(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first: str
+    ) -> None:
+        """Trainer(report_to="mlflow") and an MlflowHook inside the user's mlflow.start_run(), with
+        either callback first: one run, FINISHED, with no hook failure (strict_hooks) and no failed
+        Hugging Face batch; HF's params (hub_token its placeholder) and both tools' metrics in it."""
+        import mlflow
+        from transformers.integrations import MLflowCallback
+
+        from speedtronic.integrations import MlflowHook
+
+        store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+        monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "beside-hf")
+        mlflow.set_tracking_uri(store)
+        mlflow.set_experiment("beside-hf")
+        try:
+            with mlflow.start_run() as run:
+                logger = MetricLogger(stream=io.StringIO(), hooks=[MlflowHook()], strict_hooks=True)
+                trainer = Trainer(
+                    model=TinyRegressor(),
+                    args=TrainingArguments(
+                        str(tmp_path / "out"),
+                        max_steps=4,
+                        logging_steps=2,
+                        eval_strategy="steps",
+                        eval_steps=2,
+                        save_strategy="no",
+                        learning_rate=0.05,
+                        report_to="mlflow",
+                        use_cpu=True,
+                        disable_tqdm=True,
+                    ),
+                    train_dataset=dataset(32, seed=0),
+                    eval_dataset=dataset(8, seed=1),
+                    callbacks=[SpeedtronicCallback(logger)],
+                )
+                if first == "speedtronic":  # Hugging Face's callback after ours: its params land last
+                    trainer.pop_callback(MLflowCallback)
+                    trainer.add_callback(MLflowCallback)
+                trainer.train()
+                trainer.evaluate()
+                logger.close()
+                assert dict(logger.hook_errors) == {}
+        finally:
+            mlflow.set_tracking_uri(None)  # back to the default (MLFLOW_TRACKING_URI)
+        client = mlflow.MlflowClient(store)
+        experiment = client.get_experiment_by_name("beside-hf")
+        (only,) = client.search_runs([experiment.experiment_id])
+        assert (only.info.run_id, only.info.status) == (run.info.run_id, "FINISHED")
+        assert (only.data.params["hub_token"], only.data.params["learning_rate"]) == ("<HUB_TOKEN>", "0.05")
+        assert not [key for key in only.data.tags if key.startswith("changed.")]
+        assert {"train_step/loss", "eval/eval_loss", "loss", "eval_loss"} <= only.data.metrics.keys()
+
     def test_train_and_evaluate_leave_the_tensorboard_file_complete(self, tmp_path: Path) -> None:
         """Right after trainer.train() and trainer.evaluate() return (the logger still open), the
         TensorboardHook's event file holds every point: the callback flushes the hooks."""

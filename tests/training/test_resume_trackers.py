@@ -85,3 +85,102 @@ def test_a_killed_run_resumed_is_one_wandb_run_and_one_mlflow_run(
     assert run.info.status == "FINISHED"
     points = client.get_metric_history(run.info.run_id, "train_step/loss")
     assert sorted(point.step for point in points) == STEPS
+
+
+def test_a_killed_run_resumed_shows_each_step_once_in_tensorboard(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """SIGTERM at step 6 (checkpoint 4), then --resume from 4: TensorBoard read back with
+    EventAccumulator holds steps 1-8 once each, in order (steps 5 and 6 of the killed run purged)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    def tb_config(path: Path, *extra_hooks: dict[str, Any]) -> Path:
+        hooks = [{"type": "tensorboard", "log_dir": "{run_dir}/tensorboard"}, *extra_hooks]
+        settings = {"steps": 8, "checkpoint_every": 4, "batch_size": 4, "device": "cpu"}
+        logging = {"every_steps": 1, "hooks": hooks, "system_interval_s": None}
+        path.write_text(yaml.safe_dump({"model": {"hidden": 24}, "train": settings, "logging": logging}))
+        return path
+
+    killer = {"type": "tests.training.recording:SignalAt", "event": "train_step", "step": 6}
+    first = train("--config", tb_config(tmp_path / "a.yaml", killer), "--run-dir", "r", cwd=tmp_path, env=env)
+    assert first.returncode == 143, first.stderr
+    resumed = train(
+        "--config", tb_config(tmp_path / "b.yaml"), "--run-dir", "r", "--resume", cwd=tmp_path, env=env
+    )
+    assert resumed.returncode == 0, resumed.stderr
+
+    files = sorted((tmp_path / "r" / "tensorboard").glob("events.out.tfevents.*"))
+    assert len(files) == 2  # one per process: the killed run's file keeps its steps 5 and 6
+    events = EventAccumulator(str(tmp_path / "r" / "tensorboard"))
+    events.Reload()
+    assert [point.step for point in events.Scalars("train_step/loss")] == STEPS
+
+
+def test_a_resume_that_extends_the_run_is_no_mlflow_hook_failure(tmp_path: Path, env: dict[str, str]) -> None:
+    """--resume --steps 12 after a run of 8 killed at checkpoint 4, with strict_hooks: exit 0; the MLflow
+    run keeps train.steps=8 as its param, the tag changed.train.steps says 12, and no train.resume param."""
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+    def mlflow_config(path: Path, *extra_hooks: dict[str, Any]) -> Path:
+        hooks = [{"type": "mlflow", "tracking_uri": store, "experiment": "extended"}, *extra_hooks]
+        settings = {"steps": 8, "checkpoint_every": 4, "batch_size": 4, "device": "cpu"}
+        logging = {"every_steps": 1, "hooks": hooks, "system_interval_s": None, "strict_hooks": True}
+        path.write_text(yaml.safe_dump({"model": {"hidden": 24}, "train": settings, "logging": logging}))
+        return path
+
+    killer = {"type": "tests.training.recording:SignalAt", "event": "checkpoint", "step": 4}
+    first = train(
+        "--config", mlflow_config(tmp_path / "a.yaml", killer), "--run-dir", "r", cwd=tmp_path, env=env
+    )
+    assert first.returncode == 143, first.stderr
+    rest = mlflow_config(tmp_path / "b.yaml")
+    resumed = train("--config", rest, "--run-dir", "r", "--resume", "--steps", "12", cwd=tmp_path, env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "Traceback" not in resumed.stderr
+
+    client = mlflow.MlflowClient(store)
+    (run_id,) = json.loads((tmp_path / "r" / "trackers.json").read_text())["mlflow"]
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.params["train.steps"] == "8"
+    assert run.data.tags["changed.train.steps"] == "12"
+    assert "train.resume" not in run.data.params
+    points = client.get_metric_history(run_id, "train_step/loss")
+    assert sorted(point.step for point in points) == list(range(1, 13))
+
+
+def test_mlflow_checkpoint_artifacts_stay_in_the_run_directory(tmp_path: Path, env: dict[str, str]) -> None:
+    """A store in the run directory with artifact_location: {run_dir}/mlartifacts: every checkpoint
+    uploaded lands there, before and after a resume, and nothing in ./mlruns of the working directory."""
+    entry = {
+        "type": "mlflow",
+        "tracking_uri": "sqlite:///{run_dir}/mlflow.db",
+        "experiment": "in-run-dir",
+        "artifact_location": "{run_dir}/mlartifacts",
+        "log_checkpoints": True,
+    }
+
+    def artifacts_config(path: Path, *extra_hooks: dict[str, Any]) -> Path:
+        settings = {"steps": 8, "checkpoint_every": 4, "batch_size": 4, "device": "cpu"}
+        logging = {"every_steps": 4, "hooks": [entry, *extra_hooks], "system_interval_s": None}
+        path.write_text(yaml.safe_dump({"model": {"hidden": 24}, "train": settings, "logging": logging}))
+        return path
+
+    killer = {"type": "tests.training.recording:SignalAt", "event": "checkpoint", "step": 4}
+    first = train(
+        "--config", artifacts_config(tmp_path / "a.yaml", killer), "--run-dir", "r", cwd=tmp_path, env=env
+    )
+    assert first.returncode == 143, first.stderr
+    resumed = train(
+        "--config", artifacts_config(tmp_path / "b.yaml"), "--run-dir", "r", "--resume", cwd=tmp_path, env=env
+    )
+    assert resumed.returncode == 0, resumed.stderr
+
+    assert not (tmp_path / "mlruns").exists()
+    uploaded = sorted(
+        path.parent.name for path in (tmp_path / "r" / "mlartifacts").glob("*/artifacts/checkpoints/*/*.pt")
+    )
+    assert uploaded == ["step_4", "step_8"]
+    (run_id,) = json.loads((tmp_path / "r" / "trackers.json").read_text())["mlflow"]
+    run = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'r' / 'mlflow.db'}").get_run(run_id)
+    assert run.info.artifact_uri == (tmp_path / "r" / "mlartifacts" / run_id / "artifacts").resolve().as_uri()
