@@ -102,7 +102,10 @@ class TestSpike:
         base = [step(i, samples_per_s=1000 + (i % 3)) for i in range(64)]
         assert run(rule, [*base, step(64, samples_per_s=5000)]) == []
         rule = Spike(keys=["samples_per_s"])
-        assert [a.threshold is not None and a.value < a.threshold for a in run(rule, [*base, step(64, samples_per_s=10)])] == [True]  # fmt: skip
+        (alert,) = run(rule, [*base, step(64, samples_per_s=10)])
+        assert alert.threshold is not None
+        assert alert.value is not None
+        assert alert.value < alert.threshold
 
     def test_only_train_steps_by_default(self) -> None:
         """An eval loss far above the train loss is another series: no alert."""
@@ -119,7 +122,8 @@ class TestSpike:
         values.append(4.0)
         alerts = run(Spike(), [step(i, loss=v) for i, v in enumerate(values)])
         assert [a.step for a in alerts] == [100]
-        assert alerts[0].threshold is not None and alerts[0].threshold < 4.0
+        assert alerts[0].threshold is not None
+        assert alerts[0].threshold < 4.0
 
 
 class TestThroughputDrop:
@@ -222,10 +226,14 @@ class TestFromConfig:
 
     def test_entries_build_rules_with_their_options(self) -> None:
         """Each entry's keys are the rule's keyword arguments."""
-        rules = rules_from_config([{"rule": "spike", "keys": ["loss"], "k": 4}, {"rule": "threshold", "key": "x", "below": 0}])  # fmt: skip
+        entries = [{"rule": "spike", "keys": ["loss"], "k": 4}, {"rule": "threshold", "key": "x", "below": 0}]
+        rules = rules_from_config(entries)
         spike, threshold = rules
-        assert isinstance(spike, Spike) and spike.k == 4 and spike.keys == ("loss",)
-        assert isinstance(threshold, Threshold) and threshold.below == 0
+        assert isinstance(spike, Spike)
+        assert spike.k == 4
+        assert spike.keys == ("loss",)
+        assert isinstance(threshold, Threshold)
+        assert threshold.below == 0
 
     def test_an_unknown_rule_lists_the_rules(self) -> None:
         """One line naming the entry, the unknown rule and every built-in one."""
@@ -238,8 +246,12 @@ class TestFromConfig:
 
     def test_an_unknown_key_lists_the_rules_keys(self) -> None:
         """An option the rule doesn't take is named, with the ones it does."""
-        with pytest.raises(AlertConfigError, match="alerts\\[0\\]: spike: unknown key 'sigma'; its keys: cooldown, events, k, keys, min_std, name, warmup, window"):  # fmt: skip
+        with pytest.raises(AlertConfigError) as caught:
             rules_from_config([{"rule": "spike", "sigma": 3}])
+        assert str(caught.value) == (
+            "alerts: alerts[0]: spike: unknown key 'sigma'; its keys: cooldown, events, k, keys, min_std, "
+            "name, warmup, window"
+        )
 
     def test_a_bad_value_names_the_entry(self) -> None:
         """A value the rule refuses: the entry, the rule and its own message."""
@@ -254,9 +266,10 @@ class TestFromConfig:
     def test_a_file_section_with_on_alert(self) -> None:
         """alerts_section reads alerts and on_alert; anything else is refused with what exists."""
         rules, on_alert = alerts_section({"alerts": [{"rule": "non_finite"}], "on_alert": "stop"}, "f.yaml")
-        assert on_alert == "stop" and len(rules) == 1
+        assert on_alert == "stop"
+        assert len(rules) == 1
         with pytest.raises(
-            AlertConfigError, match="f.yaml: unknown key 'rules'; known keys: alerts, on_alert"
+            AlertConfigError, match=r"f\.yaml: unknown key 'rules'; known keys: alerts, on_alert"
         ):
             alerts_section({"alerts": [], "rules": []}, "f.yaml")
         with pytest.raises(AlertConfigError, match="on_alert: expected one of log, stop"):
