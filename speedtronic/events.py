@@ -191,10 +191,13 @@ class TrainEndPayload(_TrainEndRequired, total=False):
 
     samples_per_s: float
     tokens_per_s: float
-    status: Literal["completed", "interrupted", "failed"]
-    """How ``fit()`` ended: reached its target, stopped by the user (Ctrl-C, SIGTERM), or raised."""
+    status: Literal["completed", "interrupted", "failed", "stopped"]
+    """How ``fit()`` ended: reached its target, stopped by the user (Ctrl-C, SIGTERM), or raised;
+    ``stopped``: an alert stopped it cleanly (``on_alert: stop``)."""
     error: str
     """``failed`` and ``interrupted``: the exception, on one line (``"DistBackendError: ..."``)."""
+    reason: str
+    """``stopped``: the alert's message."""
 
 
 class _CompileRequired(TypedDict):

@@ -55,7 +55,12 @@ ON_ALERT = ("log", "stop")
 
 
 class AlertConfigError(ValueError):
-    """An ``alerts:`` entry that can't be built: ``"<source>: alerts[<i>]: <problem>"``."""
+    """An ``alerts:`` entry that can't be built: ``"<source>: alerts[<i>]: <problem>"`` (``source``,
+    ``key`` and ``problem`` apart, as ``speedtronic.training.config.ConfigError`` has them)."""
+
+    def __init__(self, source: str, key: str, problem: str) -> None:
+        self.source, self.key, self.problem = source, key, problem
+        super().__init__(": ".join(part for part in (source, key, problem) if part))
 
 
 def default_rules() -> list[Rule]:
@@ -67,16 +72,15 @@ def rules_from_config(entries: Any, source: str = "alerts") -> list[Rule]:
     """New rules for the entries of an ``alerts:`` list; ``AlertConfigError`` names the first that
     is wrong (an unknown rule lists the built-in ones, an unknown key the rule's keys)."""
     if not isinstance(entries, list | tuple):
-        raise AlertConfigError(f"{source}: alerts: expected a list of rules, got {entries!r}")
+        raise AlertConfigError(source, "alerts", f"expected a list of rules, got {entries!r}")
     rules: list[Rule] = []
     for index, entry in enumerate(entries):
-        where = f"{source}: alerts[{index}]"
+        where = f"alerts[{index}]"
         if not isinstance(entry, Mapping) or not isinstance(entry.get("rule"), str):
-            raise AlertConfigError(
-                f"{where}: expected a mapping with a 'rule' (one of {', '.join(RULES)}), got {entry!r}"
-            )
+            problem = f"expected a mapping with a 'rule' (one of {', '.join(RULES)}), got {entry!r}"
+            raise AlertConfigError(source, where, problem)
         name = entry["rule"]
-        factory = _factory(name, where)
+        factory = _factory(name, source, where)
         options = {key: value for key, value in entry.items() if key != "rule"}
         known = _parameters(factory)
         unknown = [
@@ -84,11 +88,11 @@ def rules_from_config(entries: Any, source: str = "alerts") -> list[Rule]:
         ]
         if unknown:
             listed = ", ".join(sorted(known or ()))
-            raise AlertConfigError(f"{where}: {name}: unknown key {unknown[0]!r}; its keys: {listed}")
+            raise AlertConfigError(source, where, f"{name}: unknown key {unknown[0]!r}; its keys: {listed}")
         try:
             rule = factory(**options)
         except (TypeError, ValueError) as error:
-            raise AlertConfigError(f"{where}: {name}: {error}") from None
+            raise AlertConfigError(source, where, f"{name}: {error}") from None
         rules.append(rule)
     return rules
 
@@ -97,32 +101,31 @@ def alerts_section(data: Any, source: str) -> tuple[list[Rule], str]:
     """The rules and the ``on_alert`` of a mapping holding an ``alerts:`` list (an ``--alerts`` file);
     ``AlertConfigError`` for any other key, a missing ``alerts:`` or an unknown ``on_alert``."""
     if not isinstance(data, Mapping) or "alerts" not in data:
-        raise AlertConfigError(f"{source}: expected a mapping with an 'alerts:' list of rules")
+        raise AlertConfigError(source, "", "expected a mapping with an 'alerts:' list of rules")
     other = [key for key in data if key not in ("alerts", "on_alert")]
     if other:
-        raise AlertConfigError(f"{source}: unknown key {other[0]!r}; known keys: alerts, on_alert")
+        raise AlertConfigError(source, str(other[0]), "unknown key; known keys: alerts, on_alert")
     on_alert = data.get("on_alert", "log")
     if on_alert not in ON_ALERT:
-        raise AlertConfigError(f"{source}: on_alert: expected one of {', '.join(ON_ALERT)}, got {on_alert!r}")
+        raise AlertConfigError(source, "on_alert", f"expected one of {', '.join(ON_ALERT)}, got {on_alert!r}")
     return rules_from_config(data["alerts"], source), on_alert
 
 
-def _factory(name: str, where: str) -> Callable[..., Rule]:
+def _factory(name: str, source: str, where: str) -> Callable[..., Rule]:
     if name in RULES:
         return RULES[name]
     module_name, colon, attribute = name.partition(":")
     if not colon:
-        raise AlertConfigError(
-            f"{where}: unknown rule {name!r}; rules: {', '.join(RULES)} (or 'package.module:factory')"
-        )
+        problem = f"unknown rule {name!r}; rules: {', '.join(RULES)} (or 'package.module:factory')"
+        raise AlertConfigError(source, where, problem)
     try:
         found: Any = importlib.import_module(module_name.strip())
         for part in attribute.strip().split("."):
             found = getattr(found, part)
     except (ImportError, AttributeError) as error:
-        raise AlertConfigError(f"{where}: rule {name!r} can't be imported: {error}") from None
+        raise AlertConfigError(source, where, f"rule {name!r} can't be imported: {error}") from None
     if not callable(found):
-        raise AlertConfigError(f"{where}: rule {name!r} is not a class or factory")
+        raise AlertConfigError(source, where, f"rule {name!r} is not a class or factory")
     return found  # type: ignore[no-any-return]  # a callable the user named
 
 

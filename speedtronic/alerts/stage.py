@@ -35,7 +35,7 @@ class CheckAlerts:
     logger's own records are not checked. ``check`` returns the alerts; called as a processor, the
     stage hands each alert's fields to ``on_alert`` (when given) and returns the event dict as it is."""
 
-    __slots__ = ("on_alert", "rules")
+    __slots__ = ("last", "on_alert", "raised", "rules")
 
     def __init__(
         self,
@@ -45,12 +45,20 @@ class CheckAlerts:
     ) -> None:
         self.rules = as_rule_set(rules)
         self.on_alert = on_alert
+        self.raised = 0
+        """Alerts raised so far (a trainer that stops on an alert watches it)."""
+        self.last: Alert | None = None
+        """The latest alert raised."""
 
     def check(self, record: Mapping[str, Any]) -> list[Alert]:
         """The alerts ``record`` raises (none for an ``alert`` or the logger's own record)."""
         if record.get("event") == ALERT or is_own_record(record):
             return []
-        return self.rules.check(record)
+        alerts = self.rules.check(record)
+        if alerts:
+            self.raised += len(alerts)
+            self.last = alerts[-1]
+        return alerts
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
         alerts = self.check(event_dict)

@@ -13,6 +13,7 @@ with only what this command line passes applied on top); without it, a directory
 refused. Mistakes a user can make (a bad config, a path that can't be used) are one line
 ``speedtronic: error: ...`` and exit code 2; warnings are one line ``speedtronic: warning: ...``.
 Records the logger could not write are counted in the closing summary, and the exit code is then 1.
+A run an alert stopped (``on_alert: stop``) exits 3 (``STOPPED_BY_ALERT``).
 """
 
 from __future__ import annotations
@@ -37,7 +38,20 @@ if TYPE_CHECKING:
     from speedtronic.training.config import ConfigError
     from speedtronic.training.trainer import FitResult
 
-__all__ = ["add_parser", "paths", "run", "summary", "typed", "with_progress", "with_structlog_console"]
+STOPPED_BY_ALERT = 3
+"""The exit code of a run an alert stopped (``on_alert: stop``): checkpointed, ``train_end`` status
+``stopped``."""
+
+__all__ = [
+    "STOPPED_BY_ALERT",
+    "add_parser",
+    "paths",
+    "run",
+    "summary",
+    "typed",
+    "with_progress",
+    "with_structlog_console",
+]
 
 
 def add_parser(subparsers: Any) -> None:
@@ -164,6 +178,13 @@ def run(args: argparse.Namespace) -> int:
         except OSError as error:  # a file the run writes, made impossible by the user's file system
             where = error.filename if error.filename is not None else args.run_dir
             raise CommandError(f"{where}: {error.strerror or error}") from None
+    if result.stopped is not None:  # on_alert: stop
+        if info.rank.rank == 0:
+            print(summary(result, info), file=sys.stderr)
+            print(
+                f"speedtronic: stopped by an alert at step {result.step}: {result.stopped}", file=sys.stderr
+            )
+        return STOPPED_BY_ALERT
     if info.rank.rank != 0:  # one summary per job
         return 1 if info.write_errors else 0
     if config["train"]["resume"] and result.resumed_from is None:

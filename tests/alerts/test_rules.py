@@ -269,7 +269,7 @@ class TestFromConfig:
         assert on_alert == "stop"
         assert len(rules) == 1
         with pytest.raises(
-            AlertConfigError, match=r"f\.yaml: unknown key 'rules'; known keys: alerts, on_alert"
+            AlertConfigError, match=r"f\.yaml: rules: unknown key; known keys: alerts, on_alert"
         ):
             alerts_section({"alerts": [], "rules": []}, "f.yaml")
         with pytest.raises(AlertConfigError, match="on_alert: expected one of log, stop"):
