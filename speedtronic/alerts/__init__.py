@@ -19,7 +19,7 @@ from speedtronic.alerts.config import (
     rules_from_config,
 )
 from speedtronic.alerts.rule import DEFAULT_COOLDOWN, SEVERITIES, Alert, Rule, RuleSet
-from speedtronic.alerts.stage import ALERT, CheckAlerts, alert_fields, derive_alerts
+from speedtronic.alerts.stage import ALERT, AlertWatch, CheckAlerts, alert_fields, derive_alerts
 
 __all__ = [
     "ALERT",
@@ -30,6 +30,7 @@ __all__ = [
     "SEVERITIES",
     "Alert",
     "AlertConfigError",
+    "AlertWatch",
     "CheckAlerts",
     "Memory",
     "NonFinite",

@@ -83,7 +83,8 @@ def _severity(value: Any, rule: str) -> Severity:
 class NonFinite:
     """The onset of a NaN or an infinity: one alert (``error``) for a record where a watched key is
     non-finite and was not in the record before that had it; the keys are ``keys`` (default: the loss
-    keys, ``LOSS_KEYS``), in every event (or those of ``events``)."""
+    keys, ``LOSS_KEYS``) of ``events`` (default ``train_step`` and ``eval``: a summary at the end, such
+    as Hugging Face's ``train_loss`` in ``train_end``, repeats what was alerted; ``None``: every event)."""
 
     __slots__ = ("_bad", "_events", "cooldown", "keys", "name")
 
@@ -91,7 +92,7 @@ class NonFinite:
         self,
         keys: str | Iterable[str] | None = None,
         *,
-        events: str | Iterable[str] | None = None,
+        events: str | Iterable[str] | None = ("train_step", "eval"),
         cooldown: int = DEFAULT_COOLDOWN,
         name: str = "non_finite",
     ) -> None:

@@ -17,7 +17,7 @@ from structlog.typing import EventDict, WrappedLogger
 from speedtronic.alerts.rule import Alert, Rule, RuleSet, as_rule_set
 from speedtronic.record import is_own_record
 
-__all__ = ["ALERT", "CheckAlerts", "alert_fields", "derive_alerts"]
+__all__ = ["ALERT", "AlertWatch", "CheckAlerts", "alert_fields", "derive_alerts"]
 
 ALERT = "alert"
 """The event name of an alert's record."""
@@ -69,6 +69,25 @@ class CheckAlerts:
 
     def __repr__(self) -> str:
         return f"CheckAlerts({self.rules!r})"
+
+
+class AlertWatch:
+    """Whether a chain's rules raised an alert since the last look: what a trainer that stops on an
+    alert asks after each step (``fired()``: the newest alert since then, or ``None``). A chain
+    without rules (``None``) never fires."""
+
+    __slots__ = ("_check", "_seen")
+
+    def __init__(self, check: CheckAlerts | None) -> None:
+        self._check = check
+        self._seen = check.raised if check is not None else 0
+
+    def fired(self) -> Alert | None:
+        check = self._check
+        if check is None or check.raised == self._seen:
+            return None
+        self._seen = check.raised
+        return check.last
 
 
 def derive_alerts(

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
+from speedtronic.alerts import Alert, AlertWatch
 from speedtronic.extras import missing
 
 try:
@@ -268,8 +269,8 @@ class Trainer:
         self.resume_group = resume_group
         self.logger = logger if logger is not None else MetricLogger(device=self.device)
         self.stop_on_alert = stop_on_alert
-        self._alerts = self.logger.chain.alerts  # the logger's rules (MetricLogger(alerts=...)), if any
-        self._alerts_seen = 0
+        self._alerts = AlertWatch(self.logger.chain.alerts)  # the logger's rules (alerts=...), if any
+        self._alert: Alert | None = None
         self.after_optimizer_step: list[Callable[[Trainer], None]] = []
         """Called with the trainer after each optimizer step, before its ``train_step`` event."""
         self.at_fit_start: list[Callable[[Trainer], None]] = []
@@ -448,10 +449,9 @@ class Trainer:
     def _alerted(self) -> bool:
         """Whether the logger's rules raised an alert since the last look, on any rank (every rank
         stops at the same step, or none does)."""
-        raised = self._alerts.raised if self._alerts is not None else 0
-        alerted = raised > self._alerts_seen
-        self._alerts_seen = raised
-        return not self._all_ranks(not alerted)
+        fired = self._alerts.fired()
+        self._alert = fired or self._alert
+        return not self._all_ranks(fired is None)
 
     def _stop(
         self, started: float, start_step: int, start_samples: int, start_tokens: int, loss: Tensor | None
@@ -459,8 +459,7 @@ class Trainer:
         """The clean stop an alert asked for (``stop_on_alert``): a checkpoint of this step (when the
         trainer has a ``checkpoint_dir``), then ``train_end`` with ``status: stopped`` and the alert's
         message as ``reason``."""
-        last = self._alerts.last if self._alerts is not None else None
-        reason = last.message if last is not None else "an alert on another rank"
+        reason = self._alert.message if self._alert is not None else "an alert on another rank"
         if self.checkpoint_dir is not None:
             self.save_checkpoint()
         duration = time.perf_counter() - started
