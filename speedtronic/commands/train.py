@@ -74,6 +74,11 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--no-progress", action="store_true", help="plain text log on stdout even on a terminal"
     )
+    parser.add_argument(
+        "--alerts",
+        metavar="RULES",
+        help="a YAML file with an 'alerts:' list of rules (and on_alert): replaces the config's",
+    )
     parser.set_defaults(func=run)
 
 
@@ -122,6 +127,11 @@ def run(args: argparse.Namespace) -> int:
         train["resume"] = True
     if train:
         overrides["train"] = train
+    if args.alerts is not None:
+        from speedtronic.commands._runs import read_alerts_file
+
+        rules = read_alerts_file(args.alerts)
+        overrides["alerts"], overrides["on_alert"] = rules.entries, rules.on_alert
     with _one_line_warnings():
         try:
             with _stops_as_exceptions() as stops:  # first: a stop while starting is a stop too

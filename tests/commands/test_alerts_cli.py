@@ -167,3 +167,21 @@ class TestReDerived:
             cli("summarize", "m.jsonl", "--alerts", "rules.yaml", "--json", cwd=tmp_path).stdout
         )
         assert [a["step"] for a in as_json[0]["derived_alerts"]] == [2]
+
+
+class TestTrainAlertsOption:
+    def test_alerts_file_replaces_the_configs_rules(self, tmp_path: Path) -> None:
+        """--alerts RULES: its rules and on_alert, whatever the config says."""
+        config = write_config(
+            tmp_path / "c.yaml",
+            train={"steps": 30, "lr": 1e30, "warmup_steps": 0, "max_grad_norm": None, "checkpoint_every": 0},
+        )
+        config.write_text(config.read_text() + "alerts: []\n")
+        (tmp_path / "rules.yaml").write_text(
+            "alerts:\n- rule: non_finite\n  keys: [grad_norm]\non_alert: stop\n"
+        )
+        done = train_cli("--config", config, "--run-dir", "r", "--alerts", "rules.yaml", cwd=tmp_path)
+        assert done.returncode == 3, done.stderr
+        assert [(r["key"], r["step"]) for r in records(tmp_path / "r") if r["event"] == "alert"] == [
+            ("grad_norm", 2)
+        ]
