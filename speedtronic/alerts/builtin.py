@@ -9,7 +9,6 @@ its note (``speedtronic.record.restore_non_finite``). Keys default to roles of t
 from __future__ import annotations
 
 import bisect
-import itertools
 import math
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -21,6 +20,7 @@ from speedtronic.events import LOSS_KEYS, is_rate
 __all__ = ["Memory", "NonFinite", "Spike", "Threshold", "ThroughputDrop"]
 
 _NOTHING: tuple[Alert, ...] = ()
+_INF, _NEG_INF = math.inf, -math.inf
 _TRAIN_STEP = ("train_step",)
 
 
@@ -106,18 +106,18 @@ class NonFinite:
         event = record.get("event")
         if self._events is not None and event not in self._events:
             return _NOTHING
-        onset: list[tuple[str, float]] = []
+        onset: list[tuple[str, float]] | None = None
+        bad = self._bad
         for key in self.keys:
             value = record.get(key)
-            if type(value) is not float:
-                continue
-            if math.isfinite(value):
-                if self._bad:
-                    self._bad.discard((event, key))
-            elif (event, key) not in self._bad:
-                self._bad.add((event, key))
-                onset.append((key, value))
-        if not onset:
+            if type(value) is float and not _NEG_INF < value < _INF:
+                if (event, key) not in bad:
+                    bad.add((event, key))
+                    onset = onset or []
+                    onset.append((key, value))
+            elif bad and value is not None:
+                bad.discard((event, key))  # finite again: the next NaN is a new onset
+        if onset is None:
             return _NOTHING
         step = _step(record)
         listed = ", ".join(f"{key} ({value})" for key, value in onset)
@@ -128,44 +128,38 @@ class NonFinite:
 
 
 class _Window:
-    """The last ``size`` values of a key: their mean, and their noise (``std``) estimated from the
-    differences between neighbours, so a loss that falls steadily does not hide a spike behind its
-    own trend. Running sums, recomputed exactly every ``size`` values."""
+    """The last ``size`` values of a key, with their running sum and sum of squares (recomputed
+    exactly every ``size`` values, so rounding never builds up)."""
 
-    __slots__ = ("fresh", "jumps", "size", "total", "values")
+    __slots__ = ("fresh", "size", "squares", "total", "values")
 
     def __init__(self, size: int) -> None:
         self.size = size
         self.values: deque[float] = deque()
         self.total = 0.0
-        self.jumps = 0.0  # sum of squared differences between neighbours
+        self.squares = 0.0
         self.fresh = 0
 
     def add(self, value: float) -> None:
         values = self.values
-        if values:
-            jump = value - values[-1]
-            self.jumps += jump * jump
         values.append(value)
         self.total += value
+        self.squares += value * value
         if len(values) > self.size:
             old = values.popleft()
             self.total -= old
-            jump = values[0] - old
-            self.jumps -= jump * jump
+            self.squares -= old * old
         self.fresh += 1
         if self.fresh >= self.size:
             self.fresh = 0
-            listed = list(values)
-            self.total = math.fsum(listed)
-            self.jumps = math.fsum((b - a) * (b - a) for a, b in itertools.pairwise(listed))
+            self.total = math.fsum(values)
+            self.squares = math.fsum(v * v for v in values)
 
-    def mean(self) -> float:
-        return self.total / len(self.values)
-
-    def std(self) -> float:
-        pairs = len(self.values) - 1
-        return math.sqrt(max(self.jumps, 0.0) / (2 * pairs)) if pairs > 0 else 0.0
+    def figures(self) -> tuple[float, float]:
+        """The window's mean and (population) standard deviation."""
+        n = len(self.values)
+        mean = self.total / n
+        return mean, math.sqrt(max(self.squares / n - mean * mean, 0.0))
 
 
 class Spike:
@@ -173,21 +167,12 @@ class Spike:
     rate: a key ``is_rate`` names), once ``warmup`` values are in; ``warning``.
 
     ``keys``: default the loss keys and ``grad_norm``; ``events``: default ``train_step`` only (an
-    ``eval`` loss is another series). ``std`` is the noise between neighbouring values, at least
-    ``min_std`` times ``|mean|``, so a flat series does not alert on its last digit."""
+    ``eval`` loss is another series). ``std`` is at least ``min_std`` times ``|mean|``, so a flat
+    series does not alert on its last digit. A steady trend, up or down, never alerts: the newest
+    value of a straight line is 1.7 standard deviations from its window's mean."""
 
-    __slots__ = (
-        "_down",
-        "_events",
-        "_windows",
-        "cooldown",
-        "k",
-        "keys",
-        "min_std",
-        "name",
-        "warmup",
-        "window",
-    )
+    __slots__ = ("_events", "_k2", "_watched", "cooldown", "k", "keys", "min_std", "name", "warmup",
+                 "window")  # fmt: skip
 
     def __init__(
         self,
@@ -204,40 +189,43 @@ class Spike:
         self.name = name
         self.keys = _keys(keys, (*LOSS_KEYS, "grad_norm"), "Spike")
         self.k = _positive(k, "Spike", "k")
+        self._k2 = self.k * self.k
         self.window = _positive_int(window, "Spike", "window", 2)
         self.warmup = _positive_int(warmup, "Spike", "warmup", 2)
         self.min_std = _positive(min_std, "Spike", "min_std")
         self._events = _events(events, "Spike")
         self.cooldown = cooldown
-        self._down = {key: is_rate(key) for key in self.keys}
-        self._windows: dict[str, _Window] = {}
+        self._watched = [(key, _Window(self.window), is_rate(key)) for key in self.keys]
 
     def check(self, record: Mapping[str, Any]) -> Sequence[Alert]:
         if self._events is not None and record.get("event") not in self._events:
             return _NOTHING
         found: list[Alert] | None = None
-        for key in self.keys:
-            value = _number(record.get(key))
+        warmup, k2, floor = self.warmup, self._k2, self.min_std
+        for key, window, down in self._watched:
+            value = record.get(key)
             if value is None:
                 continue
-            window = self._windows.get(key)
-            if window is None:
-                window = self._windows[key] = _Window(self.window)
-            if len(window.values) >= self.warmup:
-                alert = self._test(key, value, window, record)
-                if alert is not None:
-                    found = found or []
-                    found.append(alert)
+            kind = type(value)
+            if (kind is not float and kind is not int) or not _NEG_INF < value < _INF:
+                continue  # not a number, or not finite (NonFinite's)
+            n = len(window.values)
+            if n >= warmup:  # the test, without a square root: (value - mean)^2 > k^2 variance
+                mean = window.total / n
+                deviation = mean - value if down else value - mean
+                if deviation > 0.0:
+                    variance = window.squares / n - mean * mean
+                    least = floor * mean
+                    if deviation * deviation > k2 * max(variance, least * least):
+                        found = found or []
+                        found.append(self._alert(key, float(value), window, down, record))
             window.add(value)
         return found or _NOTHING
 
-    def _test(self, key: str, value: float, window: _Window, record: Mapping[str, Any]) -> Alert | None:
-        mean = window.mean()
-        std = max(window.std(), self.min_std * abs(mean))
-        down = self._down[key]
+    def _alert(self, key: str, value: float, window: _Window, down: bool, record: Mapping[str, Any]) -> Alert:
+        mean, spread = window.figures()
+        std = max(spread, self.min_std * abs(mean))
         threshold = mean - self.k * std if down else mean + self.k * std
-        if (value >= threshold) if down else (value <= threshold):
-            return None
         step = _step(record)
         side = "below" if down else "above"
         message = (

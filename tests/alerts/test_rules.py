@@ -114,16 +114,19 @@ class TestSpike:
         ]
         assert run(Spike(), records) == []
 
-    def test_a_fall_in_the_window_does_not_hide_a_spike(self) -> None:
-        """The window's noise is measured between neighbours: the fall before a plateau does not
-        widen it (its plain standard deviation, 0.6, would put the threshold at 7)."""
-        values = [5.0 - 0.04 * i for i in range(50)]
-        values += [3.0 + random.Random(i).gauss(0, 0.002) for i in range(50)]
-        values.append(4.0)
-        alerts = run(Spike(), [step(i, loss=v) for i, v in enumerate(values)])
-        assert [a.step for a in alerts] == [100]
-        assert alerts[0].threshold is not None
-        assert alerts[0].threshold < 4.0
+    def test_a_steady_trend_does_not_alert(self) -> None:
+        """A loss falling, or a grad norm climbing, in a straight line (or a smooth curve) is no spike."""
+        climbing = [step(i, grad_norm=0.1 + 0.01 * i) for i in range(400)]
+        curving = [step(i, grad_norm=1.0 + (i / 100) ** 2) for i in range(400)]
+        falling = [step(i, loss=5.0 - 0.01 * i) for i in range(400)]
+        assert run(Spike(), climbing + falling) == []
+        assert run(Spike(), curving) == []
+
+    def test_a_spike_on_a_trend_still_alerts(self) -> None:
+        """A jump of many window deviations on top of a falling loss."""
+        values = [5.0 - 0.01 * i for i in range(100)]
+        values.append(values[-1] + 3.0)  # window std 0.29: 10 deviations above the mean
+        assert [a.step for a in run(Spike(), [step(i, loss=v) for i, v in enumerate(values)])] == [100]
 
 
 class TestThroughputDrop:
