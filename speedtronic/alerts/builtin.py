@@ -21,6 +21,8 @@ __all__ = ["Memory", "NonFinite", "Spike", "Threshold", "ThroughputDrop"]
 
 _NOTHING: tuple[Alert, ...] = ()
 _INF, _NEG_INF = math.inf, -math.inf
+_EXACT_EVERY = 1024
+"""Values a window adds between two exact recomputations of its running sums."""
 _TRAIN_STEP = ("train_step",)
 
 
@@ -129,7 +131,7 @@ class NonFinite:
 
 class _Window:
     """The last ``size`` values of a key, with their running sum and sum of squares (recomputed
-    exactly every ``size`` values, so rounding never builds up)."""
+    exactly every ``_EXACT_EVERY`` values, so rounding never builds up)."""
 
     __slots__ = ("fresh", "size", "squares", "total", "values")
 
@@ -143,14 +145,15 @@ class _Window:
     def add(self, value: float) -> None:
         values = self.values
         values.append(value)
-        self.total += value
-        self.squares += value * value
         if len(values) > self.size:
             old = values.popleft()
-            self.total -= old
-            self.squares -= old * old
+            self.total += value - old
+            self.squares += value * value - old * old
+        else:
+            self.total += value
+            self.squares += value * value
         self.fresh += 1
-        if self.fresh >= self.size:
+        if self.fresh >= _EXACT_EVERY:
             self.fresh = 0
             self.total = math.fsum(values)
             self.squares = math.fsum(v * v for v in values)
