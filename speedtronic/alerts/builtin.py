@@ -142,21 +142,11 @@ class _Window:
         self.squares = 0.0
         self.fresh = 0
 
-    def add(self, value: float) -> None:
-        values = self.values
-        values.append(value)
-        if len(values) > self.size:
-            old = values.popleft()
-            self.total += value - old
-            self.squares += value * value - old * old
-        else:
-            self.total += value
-            self.squares += value * value
-        self.fresh += 1
-        if self.fresh >= _EXACT_EVERY:
-            self.fresh = 0
-            self.total = math.fsum(values)
-            self.squares = math.fsum(v * v for v in values)
+    def exact(self) -> None:
+        """The running sums recomputed from the values (``Spike.check`` adds each value itself)."""
+        self.fresh = 0
+        self.total = math.fsum(self.values)
+        self.squares = math.fsum(v * v for v in self.values)
 
     def figures(self) -> tuple[float, float]:
         """The window's mean and (population) standard deviation."""
@@ -212,17 +202,27 @@ class Spike:
             kind = type(value)
             if (kind is not float and kind is not int) or not _NEG_INF < value < _INF:
                 continue  # not a number, or not finite (NonFinite's)
-            n = len(window.values)
+            values = window.values
+            n = len(values)
+            total, squares = window.total, window.squares
             if n >= warmup:  # the test, without a square root: (value - mean)^2 > k^2 variance
-                mean = window.total / n
+                mean = total / n
                 deviation = mean - value if down else value - mean
                 if deviation > 0.0:
-                    variance = window.squares / n - mean * mean
                     least = floor * mean
-                    if deviation * deviation > k2 * max(variance, least * least):
+                    if deviation * deviation > k2 * max(squares / n - mean * mean, least * least):
                         found = found or []
                         found.append(self._alert(key, float(value), window, down, record))
-            window.add(value)
+            # the window takes the value (_Window.add, inline: this runs for every logged step)
+            values.append(value)
+            if n >= window.size:
+                old = values.popleft()
+                window.total, window.squares = total + value - old, squares + value * value - old * old
+            else:
+                window.total, window.squares = total + value, squares + value * value
+            window.fresh += 1
+            if window.fresh >= _EXACT_EVERY:
+                window.exact()
         return found or _NOTHING
 
     def _alert(self, key: str, value: float, window: _Window, down: bool, record: Mapping[str, Any]) -> Alert:
