@@ -2,7 +2,7 @@
 #   make run    runs the main job (then `.venv/bin/speedtronic summarize runs/...`: nothing is activated)
 #   make test   runs ruff (lint and format check), mypy --strict and every test, and prints its wall time
 #   make bench  prints every speed goal and any missed (emit: bench.py; read-back: readback.py --goals;
-#               a webhook that never answers: webhook.py)
+#               a webhook that never answers: webhook.py; alerts: alerts.py)
 PYTHON ?= python3
 VENV ?= .venv
 # A CPU build is on these machines' disk; an unpinned torch pulls a multi-GB CUDA build.
@@ -58,6 +58,7 @@ bench: $(VENV)/.dev-installed
 	$(BIN)/python benchmarks/bench.py
 	$(BIN)/python benchmarks/readback.py --goals
 	$(BIN)/python benchmarks/webhook.py
+	$(BIN)/python benchmarks/alerts.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

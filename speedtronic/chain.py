@@ -9,6 +9,8 @@ A chain is structlog processors, in this order (``docs/processors.md`` describes
                 [AddRank], AddTimestamp          processes), the record's one timestamp
     extra       your processors                  see and change what every output gets
     outputs     WriteLines(text), WriteLines(jsonl)  the text line, the JSONL record
+    [alerts]    CheckAlerts                      the rules (``alerts=``): an ``alert`` record per
+                                                 alert, after this record reaches the hooks
     dispatch    DispatchHooks                    the hooks; raises DropEvent (final stage)
 
 ``build_chain`` is the one way to build it, and ``build_processors`` its list of stages
@@ -38,6 +40,7 @@ from typing import Any, TypeVar, cast
 import structlog
 from structlog.typing import EventDict, Processor
 
+from speedtronic.alerts import CheckAlerts, Rule, RuleSet, alert_fields
 from speedtronic.distributed import RankInfo
 from speedtronic.hooks.dispatch import DispatchHooks
 from speedtronic.processors import (
@@ -79,6 +82,9 @@ class Chain:
     reserved: RenameReserved = field(default_factory=RenameReserved)
     """The payload's reserved keys renamed: in ``processors`` only (``emit`` builds its event dict
     with ``event_fields``, which does the same)."""
+    alerts: CheckAlerts | None = None
+    """The rules, when the chain has any: each alert is an ``alert`` record, written and delivered
+    right after the record that raised it."""
     _to_outputs: tuple[Processor, ...] = field(init=False, repr=False, compare=False)
     _logger: Any = field(init=False, repr=False, compare=False)
 
@@ -96,14 +102,32 @@ class Chain:
     @property
     def processors(self) -> list[Processor]:
         """Every stage, in order: a list for any structlog chain."""
-        return [self.cadence, self.reserved, *self.enrichment, *self.extra, *self.outputs, self.dispatch]
+        alerts = [self.alerts] if self.alerts is not None else []
+        return [
+            self.cadence,
+            self.reserved,
+            *self.enrichment,
+            *self.extra,
+            *self.outputs,
+            *alerts,
+            self.dispatch,
+        ]
 
     def run(self, method_name: str, event_dict: EventDict) -> None:
         """Run an event that passed the cadence, its fields from ``event_fields``, through every
         later stage, to the outputs and hooks."""
         passed = self._through(self._to_outputs, method_name, event_dict)
-        if passed is not None:
+        if passed is None:
+            return
+        if self.alerts is None:
             self.dispatch.deliver(method_name, passed)  # the last stage, without its DropEvent
+            return
+        alerts = self.alerts.check(passed)
+        self.dispatch.deliver(method_name, passed)
+        for alert in alerts:  # each an alert record, through the same stages, to the same hooks
+            fields = self._through(self._to_outputs, alert.severity, alert_fields(alert))
+            if fields is not None:
+                self.dispatch.deliver(alert.severity, fields)
 
     def run_own(self, method_name: str, event_dict: EventDict, outputs: Sequence[WriteLines]) -> bool:
         """Run a record of the logger's own through the stages to ``outputs`` only (never to a hook);
@@ -138,6 +162,7 @@ class _Stages:
     text_level: int
     redact_text: Callable[[str], str] | None
     """What hides secrets in a failure's text (``redact_text``), when the chain redacts."""
+    alerts: CheckAlerts | None = None
 
     def chain(
         self,
@@ -156,6 +181,7 @@ class _Stages:
             text=WriteLines(text, self.text_renderer, self.text_level) if text is not None else None,
             json=WriteLines(json, self.json_renderer) if json is not None else None,
             dispatch=DispatchHooks(hooks, on_error=on_hook_error),
+            alerts=self.alerts,
         )
 
 
@@ -171,18 +197,23 @@ def _prepare(
     max_line_bytes: int | None = DEFAULT_MAX_LINE_BYTES,
     float_digits: int | None = DEFAULT_FLOAT_DIGITS,
     local_time: bool = False,
+    alerts: RuleSet | Iterable[Rule] | None = None,
     caller: str = "build_chain",
 ) -> _Stages:
     """The stages for these options, each option checked by the stage it configures; an error names
     ``caller`` and says what was expected. ``rank`` adds ``rank``/``world_size`` when the job has more
-    than one process. ``MetricLogger`` calls it before it opens a file, and assembles the chain once
-    they are open."""
+    than one process. ``alerts`` (rules, or a ``RuleSet``) adds the ``CheckAlerts`` stage. ``MetricLogger``
+    calls it before it opens a file, and assembles the chain once they are open."""
     cadence = _checked(caller, lambda: CadenceFilter(every_steps))
     enrichment: list[Processor] = [ConvertValues()]
     if redact is not False:
         enrichment.append(_checked(caller, lambda: Redact() if redact is True else Redact(redact)))
+    check = _checked(caller, lambda: CheckAlerts(alerts)) if alerts is not None else None
+    if check is not None and not check.rules.rules:
+        check = None  # alerts=[]: no rule, no stage
+    allocator = check is not None and any(getattr(r, "reads_allocator", False) for r in check.rules.rules)
     try:
-        enrichment += [AddElapsed(), AddMemory(device)]
+        enrichment += [AddElapsed(), AddMemory(device, allocator=allocator)]
     except Exception as error:  # torch refused the device
         raise ValueError(f"{caller}(device={device!r}): {type(error).__name__}: {error}") from None
     if rank is not None and rank.distributed:
@@ -202,7 +233,7 @@ def _prepare(
         caller, lambda: JSONLRenderer(clock, as_bytes=True, max_line_bytes=max_line_bytes)
     )
     hide = redact_text if redact is not False else None
-    return _Stages(cadence, tuple(enrichment), extra, text_renderer, json_renderer, text_level, hide)
+    return _Stages(cadence, tuple(enrichment), extra, text_renderer, json_renderer, text_level, hide, check)
 
 
 def build_chain(

@@ -25,6 +25,7 @@ __all__ = [
     "LOSS_KEYS",
     "PAYLOADS",
     "RATE_SUFFIXES",
+    "AlertPayload",
     "CheckpointPayload",
     "CheckpointSkippedPayload",
     "CompilePayload",
@@ -59,6 +60,7 @@ EVENT_LEVELS: Mapping[str, str] = {
     "checkpoint_skipped": "warning",
     "hook_error": "warning",
     "logging_error": "error",
+    "alert": "warning",
 }
 """Events that signal trouble and the level (structlog method name) their record uses; every other
 event is ``info`` unless the producer passes a level (``MetricLogger.emit(..., level="debug")``)."""
@@ -101,6 +103,7 @@ class Event(StrEnum):
     EVAL = "eval"
     HYPERPARAMS = "hyperparams"
     SYSTEM = "system"
+    ALERT = "alert"
 
 
 class DeviceScalar(Protocol):
@@ -188,10 +191,13 @@ class TrainEndPayload(_TrainEndRequired, total=False):
 
     samples_per_s: float
     tokens_per_s: float
-    status: Literal["completed", "interrupted", "failed"]
-    """How ``fit()`` ended: reached its target, stopped by the user (Ctrl-C, SIGTERM), or raised."""
+    status: Literal["completed", "interrupted", "failed", "stopped"]
+    """How ``fit()`` ended: reached its target, stopped by the user (Ctrl-C, SIGTERM), or raised;
+    ``stopped``: an alert stopped it cleanly (``on_alert: stop``)."""
     error: str
     """``failed`` and ``interrupted``: the exception, on one line (``"DistBackendError: ..."``)."""
+    reason: str
+    """``stopped``: the alert's message."""
 
 
 class _CompileRequired(TypedDict):
@@ -404,6 +410,40 @@ class SystemPayload(TypedDict):
     """The machine's physical memory."""
 
 
+# -- alerts (speedtronic.alerts) ---------------------------------------------------------------------
+
+
+class _AlertRequired(TypedDict):
+    rule: str
+    """The rule's name (``non_finite``, ``spike``, ``throughput_drop``, ``memory``, ``threshold``, yours)."""
+    severity: Literal["warning", "error"]
+    """Also the record's level: an ``error`` alert is written at ``error``, a ``warning`` at ``warning``."""
+    key: str | None
+    """The key the rule watched, when it watched one."""
+    step: int | None
+    """The step of the record that tripped it."""
+    value: float | None
+    """The value that tripped it."""
+    threshold: float | None
+    """The bound the value crossed, when the rule has one."""
+    message: str
+    """One human line saying what happened."""
+
+
+class AlertPayload(_AlertRequired, total=False):
+    """``alert``: a rule fired on the record just before (``MetricLogger(alerts=...)``), in the same
+    ``emit``; level ``warning`` or ``error``, by ``severity``. The rule's figures follow."""
+
+    window: int
+    """Values in the rule's window when it fired."""
+    mean: float
+    std: float
+    median: float
+    k: float
+    keys: list[str]
+    """``non_finite``: every key that turned non-finite in that record."""
+
+
 PAYLOADS: Mapping[Event, type[Mapping[str, Any]]] = {
     Event.TRAIN_START: TrainStartPayload,
     Event.TRAIN_STEP: TrainStepPayload,
@@ -423,5 +463,6 @@ PAYLOADS: Mapping[Event, type[Mapping[str, Any]]] = {
     Event.EVAL: EvalPayload,
     Event.HYPERPARAMS: HyperparamsPayload,
     Event.SYSTEM: SystemPayload,
+    Event.ALERT: AlertPayload,
 }
 """Each event's payload ``TypedDict``."""

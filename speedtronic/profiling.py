@@ -28,6 +28,7 @@ from typing import IO, Any
 from structlog.typing import Processor
 
 from speedtronic import _exit_and_fork
+from speedtronic.alerts import Rule, RuleSet
 from speedtronic.chain import Chain, _prepare, build_processors
 from speedtronic.distributed import RankInfo, detect_rank, is_lead
 from speedtronic.errors import (
@@ -98,6 +99,9 @@ class MetricLogger:
             (``2026-01-01 07:00:00-05:00``); by default both the text line and the JSONL record are
             in UTC, and name the same instant.
         clock: the wall clock, seconds since the epoch (``time.time``): for tests needing fixed time.
+        alerts: rules run on every logged record (``speedtronic.alerts``: built-in rules, your own,
+            or a ``RuleSet``); each alert is an ``alert`` record written and delivered right after
+            the record that raised it, in the same ``emit``. None by default.
 
     Use it as a context manager, or call ``close()``; loggers left open are closed at exit.
     """
@@ -125,6 +129,7 @@ class MetricLogger:
         float_digits: int | None = DEFAULT_FLOAT_DIGITS,
         local_time: bool = False,
         clock: Callable[[], float] = time.time,
+        alerts: RuleSet | Iterable[Rule] | None = None,
     ) -> None:
         # Every argument is checked before any file is opened.
         levelno = threshold(level)
@@ -150,6 +155,7 @@ class MetricLogger:
             max_line_bytes=max_line_bytes,
             float_digits=float_digits,
             local_time=local_time,
+            alerts=alerts,
             caller="MetricLogger",
         )
         self._hooks = HookList(hooks or ())

@@ -202,10 +202,10 @@ class TestTextLine:
         """A payload's own level is data; only a level repeating the record's is left out."""
         text = io.StringIO()
         with MetricLogger(stream=text) as logger:
-            logger.emit("alert", {"level": "high"})
-            logger.emit("alert", {"level": "info"})
+            logger.emit("notice", {"level": "high"})
+            logger.emit("notice", {"level": "info"})
         first, second = text.getvalue().splitlines()
-        assert first.endswith("| INFO | alert level=high elapsed_s=" + first.rsplit("=", 1)[1])
+        assert first.endswith("| INFO | notice level=high elapsed_s=" + first.rsplit("=", 1)[1])
         assert " level=" not in second
 
     @pytest.mark.parametrize(

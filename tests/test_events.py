@@ -30,6 +30,7 @@ CATALOG = [
     "eval",
     "hyperparams",
     "system",
+    "alert",
 ]
 
 

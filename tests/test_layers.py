@@ -23,6 +23,7 @@ LAYERS = [
         "_version",
     ],
     ["processors"],  # the stages
+    ["alerts"],  # rules over records, their chain stage, rules from config
     ["sinks", "lifecycle"],  # where lines go, and the process's signals and exit
     ["hooks"],  # the hook contract, dispatch, background hooks, hooks from config
     ["chain", "reporting", "profiling", "testing", "pytest_plugin"],  # the logger

@@ -6,17 +6,22 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
+from speedtronic.alerts import AlertConfigError, Rule, alerts_section, rules_from_config
 from speedtronic.commands.cli import CommandError
 from speedtronic.runs.reader import RankChoice, Skipped
 from speedtronic.runs.roles import Roles
 
 __all__ = [
+    "AlertsFile",
+    "add_alerts_argument",
     "add_rank_argument",
     "add_role_arguments",
     "rank_choice",
+    "read_alerts_file",
     "report_skipped",
     "roles_chosen",
     "runs_in",
@@ -32,6 +37,48 @@ def add_rank_argument(parser: argparse.ArgumentParser, *, several: bool = False)
         help=f"read the records of rank N{', of the ranks listed' if several else ''}, or of every rank "
         "(default: the rank of the first record; records without a rank are rank 0)",
     )
+
+
+def add_alerts_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--alerts RULES``: a YAML file with an ``alerts:`` section (docs/alerts.md)."""
+    parser.add_argument(
+        "--alerts",
+        metavar="RULES",
+        help=f"a YAML file with an 'alerts:' list of rules (as in a train config): {what}",
+    )
+
+
+@dataclass(frozen=True)
+class AlertsFile:
+    """An ``--alerts`` file, read and checked: its entries, and its ``on_alert``."""
+
+    path: str
+    entries: list[Any]
+    on_alert: str
+
+    def rules(self) -> list[Rule]:
+        """New rules for the file's entries (each rank and segment of a run gets its own)."""
+        return rules_from_config(self.entries, self.path)
+
+
+def read_alerts_file(path: str) -> AlertsFile:
+    """The ``--alerts`` file at ``path``, every rule built once to check it; a ``CommandError`` (one
+    line, exit 2) naming the file and what is wrong: an unknown rule or key lists what exists."""
+    import yaml
+
+    from speedtronic.training.config import yaml_loader
+
+    try:
+        data = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=yaml_loader())
+    except OSError as error:
+        raise CommandError(f"--alerts {path}: can't read it: {error.strerror or error}") from None
+    except (UnicodeDecodeError, yaml.YAMLError) as error:
+        raise CommandError(f"--alerts {path}: can't read it: {str(error).splitlines()[0]}") from None
+    try:
+        _, on_alert = alerts_section(data, path)
+    except AlertConfigError as error:
+        raise CommandError(f"--alerts {error}") from None
+    return AlertsFile(path, list(data["alerts"]), on_alert)
 
 
 def add_role_arguments(parser: argparse.ArgumentParser) -> None:

@@ -2,7 +2,10 @@
 
 ``--hook`` takes any registered hook type (``speedtronic.hooks.hook_types()``: speedtronic's own and
 every installed package's ``speedtronic.hooks`` entry point). ``--tensorboard DIR`` and ``--wandb
-PROJECT`` are shortcuts for the two built-in trackers.
+PROJECT`` are shortcuts for the two built-in trackers. ``--alerts RULES`` re-derives the alerts the
+run would have raised with those rules: each alert's payload is one JSON line on stdout (byte for byte
+the payload a live logger with those rules wrote), and the hooks get them in place of the run's own
+``alert`` records.
 """
 
 from __future__ import annotations
@@ -16,7 +19,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from speedtronic.commands._runs import add_rank_argument, rank_choice, report_skipped, runs_in
+import orjson
+
+from speedtronic.commands._runs import (
+    AlertsFile,
+    add_alerts_argument,
+    add_rank_argument,
+    rank_choice,
+    read_alerts_file,
+    report_skipped,
+    runs_in,
+)
 from speedtronic.commands.cli import CommandError
 from speedtronic.hooks import HookConfigError, close_hook, hook_type
 from speedtronic.hooks.registry import hook_argument_problem
@@ -64,6 +77,9 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("--wandb-dir", metavar="DIR", help="where W&B keeps its files (wandb.init dir=)")
     parser.add_argument("--name", help="the W&B run's name (default: W&B's)")
+    add_alerts_argument(
+        parser, "re-derive the alerts the run would have raised, one JSON line each on stdout"
+    )
     add_rank_argument(parser)
     parser.set_defaults(func=run)
 
@@ -94,10 +110,12 @@ def _value(text: str) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    alerts = read_alerts_file(args.alerts) if args.alerts is not None else None
     runs = runs_in([args.run])
     folder = runs != [args.run]  # a folder of runs: each run gets targets of its own
-    plan = [(one, _targets(args, Path(one).name if folder else None)) for one in runs]
-    rank = rank_choice(args.rank)
+    plan = [(one, _targets(args, Path(one).name if folder else None, alerts)) for one in runs]
+    only_alerts = alerts is not None and not any(targets for _, targets in plan)
+    rank = "all" if only_alerts and args.rank == "first" else rank_choice(args.rank)  # every rank's alerts
     for one, targets in plan:  # every run readable, every target valid, before any is created
         try:
             next(read_records(one, rank="all"), None)  # a file that is no run is refused up front
@@ -106,11 +124,13 @@ def run(args: argparse.Namespace) -> int:
         except (RunError, LookupError, ModuleNotFoundError) as error:
             raise CommandError(str(error)) from None
     for one, targets in plan:
-        _replay(one, targets, rank, append=args.append)
+        _replay(one, targets, rank, append=args.append, alerts=alerts)
     return 0
 
 
-def _targets(args: argparse.Namespace, run_name: str | None) -> list[tuple[str, str, dict[str, Any]]]:
+def _targets(
+    args: argparse.Namespace, run_name: str | None, alerts: AlertsFile | None = None
+) -> list[tuple[str, str, dict[str, Any]]]:
     """``(description, type, options)`` of each target the options name; for ``run_name`` (a run of a
     folder), a ``log_dir`` is ``<log_dir>/<run_name>`` and a W&B run is named ``run_name`` unless
     ``--name`` says otherwise."""
@@ -128,9 +148,10 @@ def _targets(args: argparse.Namespace, run_name: str | None) -> list[tuple[str, 
             targets.append((f"hook {name}", name, options))
     except ValueError as error:
         raise CommandError(f"replay: {error}") from None
-    if not targets:
+    if not targets and alerts is None:
         raise CommandError(
             "replay: name a target, --hook NAME[:KEY=VALUE,...], --tensorboard DIR and/or --wandb PROJECT"
+            " (or --alerts RULES)"
         )
     if run_name is not None:
         for at, (description, name, options) in enumerate(targets):
@@ -140,7 +161,14 @@ def _targets(args: argparse.Namespace, run_name: str | None) -> list[tuple[str, 
     return targets
 
 
-def _replay(path: str, targets: list[tuple[str, str, dict[str, Any]]], rank: Any, *, append: bool) -> None:
+def _replay(
+    path: str,
+    targets: list[tuple[str, str, dict[str, Any]]],
+    rank: Any,
+    *,
+    append: bool,
+    alerts: AlertsFile | None = None,
+) -> None:
     """Create ``targets``, replay the run at ``path`` into them and close them; say what was done."""
     hooks: list[Any] = []
     new_dirs = [one for one in _target_dirs(targets) if not one.exists()]
@@ -155,9 +183,12 @@ def _replay(path: str, targets: list[tuple[str, str, dict[str, Any]]], rank: Any
             shutil.rmtree(one, ignore_errors=True)
         raise CommandError(str(error)) from None
     try:
-        result = replay_run(path, hooks, rank=rank)  # closes the hooks, whatever happens
+        result = replay_run(path, hooks, rank=rank, alerts=alerts.rules if alerts else None)  # closes them
     except RunError as error:
         raise CommandError(str(error)) from None
+    for payload in result.alerts:
+        sys.stdout.write(orjson.dumps(payload).decode() + "\n")
+    sys.stdout.flush()
     report_skipped(path, result.skipped)
     if result.not_replayed:
         counts = ", ".join(f"{event} {n:,}" for event, n in result.not_replayed.items())
@@ -165,8 +196,15 @@ def _replay(path: str, targets: list[tuple[str, str, dict[str, Any]]], rank: Any
             f"speedtronic: not replayed (the logger's own records, never sent to hooks): {counts}",
             file=sys.stderr,
         )
-    described = " and ".join(description for description, _, _ in targets)
-    print(f"replayed {result.replayed.total():,} records of {path} to {described}", file=sys.stderr)
+    if alerts is not None:
+        print(
+            f"{len(result.alerts):,} alerts re-derived from {path} with {alerts.path} (the run recorded "
+            f"{result.recorded_alerts:,})",
+            file=sys.stderr,
+        )
+    if targets:
+        described = " and ".join(description for description, _, _ in targets)
+        print(f"replayed {result.replayed.total():,} records of {path} to {described}", file=sys.stderr)
 
 
 def _check(name: str, options: dict[str, Any]) -> None:

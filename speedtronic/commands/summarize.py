@@ -9,15 +9,19 @@ from typing import Any
 import orjson
 
 from speedtronic.commands._runs import (
+    AlertsFile,
+    add_alerts_argument,
     add_rank_argument,
     add_role_arguments,
     rank_choice,
+    read_alerts_file,
     report_skipped,
     roles_chosen,
     runs_in,
 )
 from speedtronic.commands.cli import CommandError
-from speedtronic.runs.reader import RunError
+from speedtronic.runs.alerts import run_alerts
+from speedtronic.runs.reader import RankChoice, RunError
 from speedtronic.runs.summary import available_workers, format_summaries, summarize_run
 
 __all__ = ["add_parser", "run"]
@@ -36,6 +40,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--json", action="store_true", help="print a JSON array, one object per run")
     add_rank_argument(parser)
     add_role_arguments(parser)
+    add_alerts_argument(parser, "list the alerts each run would have raised (and each rank's)")
     parser.add_argument(
         "--workers",
         type=int,
@@ -54,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     if args.workers is not None and args.workers < 1:
         raise CommandError(f"--workers: expected a positive integer, got {args.workers}")
     workers = args.workers if args.workers is not None else available_workers()
+    alerts = read_alerts_file(args.alerts) if args.alerts is not None else None
     summaries, unreadable = [], []
     for path in runs_in(args.runs):
         try:
@@ -66,13 +72,40 @@ def run(args: argparse.Namespace) -> int:
         for problem in unreadable:
             print(f"speedtronic: {problem}", file=sys.stderr)
         raise CommandError(f"none of the {len(unreadable)} runs could be read")
+    derived = {s.run: _derived(s.run, alerts, rank) for s in summaries} if alerts is not None else {}
     if args.json:
-        print(orjson.dumps([s.as_dict() for s in summaries], option=orjson.OPT_INDENT_2).decode())
+        rows = [s.as_dict() for s in summaries]
+        if alerts is not None:
+            for row, summary in zip(rows, summaries, strict=True):
+                row["derived_alerts"] = derived[summary.run]
+        print(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode())
     else:
         print(format_summaries(summaries))
+        if alerts is not None:
+            print(_alerts_text(derived, alerts))
     sys.stdout.flush()  # the table first, then what was skipped, also on a terminal
     for summary in summaries:
         report_skipped(summary.run, summary.skipped)
     for problem in unreadable:
         print(f"speedtronic: warning: not summarised: {problem}", file=sys.stderr)
     return 0
+
+
+def _derived(run: str, alerts: AlertsFile, rank: RankChoice) -> list[dict[str, Any]]:
+    """The alert payloads ``alerts``' rules raise over ``run`` (every rank unless ``--rank`` says)."""
+    chosen: RankChoice = "all" if rank == "first" else rank
+    try:
+        return [payload for _, payload in run_alerts(run, alerts.rules, rank=chosen)]
+    except RunError as error:
+        raise CommandError(str(error)) from None
+
+
+def _alerts_text(derived: dict[str, list[dict[str, Any]]], alerts: AlertsFile) -> str:
+    """One block per run: its re-derived alerts, one line each, with the rank where the run has several."""
+    lines = []
+    for run, payloads in derived.items():
+        lines.append(f"\nalerts re-derived with {alerts.path}: {run}: {len(payloads)}")
+        for payload in payloads:
+            rank = f"rank {payload['rank']} " if "rank" in payload else ""
+            lines.append(f"  {rank}{payload['severity']:<7} {payload['rule']}: {payload['message']}")
+    return "\n".join(lines)

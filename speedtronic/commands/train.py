@@ -13,6 +13,7 @@ with only what this command line passes applied on top); without it, a directory
 refused. Mistakes a user can make (a bad config, a path that can't be used) are one line
 ``speedtronic: error: ...`` and exit code 2; warnings are one line ``speedtronic: warning: ...``.
 Records the logger could not write are counted in the closing summary, and the exit code is then 1.
+A run an alert stopped (``on_alert: stop``) exits 3 (``STOPPED_BY_ALERT``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,20 @@ if TYPE_CHECKING:
     from speedtronic.training.config import ConfigError
     from speedtronic.training.trainer import FitResult
 
-__all__ = ["add_parser", "paths", "run", "summary", "typed", "with_progress", "with_structlog_console"]
+STOPPED_BY_ALERT = 3
+"""The exit code of a run an alert stopped (``on_alert: stop``): checkpointed, ``train_end`` status
+``stopped``."""
+
+__all__ = [
+    "STOPPED_BY_ALERT",
+    "add_parser",
+    "paths",
+    "run",
+    "summary",
+    "typed",
+    "with_progress",
+    "with_structlog_console",
+]
 
 
 def add_parser(subparsers: Any) -> None:
@@ -60,6 +74,11 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--no-progress", action="store_true", help="plain text log on stdout even on a terminal"
+    )
+    parser.add_argument(
+        "--alerts",
+        metavar="RULES",
+        help="a YAML file with an 'alerts:' list of rules (and on_alert): replaces the config's",
     )
     parser.set_defaults(func=run)
 
@@ -109,6 +128,11 @@ def run(args: argparse.Namespace) -> int:
         train["resume"] = True
     if train:
         overrides["train"] = train
+    if args.alerts is not None:
+        from speedtronic.commands._runs import read_alerts_file
+
+        rules = read_alerts_file(args.alerts)
+        overrides["alerts"], overrides["on_alert"] = rules.entries, rules.on_alert
     with _one_line_warnings():
         try:
             with _stops_as_exceptions() as stops:  # first: a stop while starting is a stop too
@@ -165,6 +189,13 @@ def run(args: argparse.Namespace) -> int:
         except OSError as error:  # a file the run writes, made impossible by the user's file system
             where = error.filename if error.filename is not None else args.run_dir
             raise CommandError(f"{where}: {error.strerror or error}") from None
+    if result.stopped is not None:  # on_alert: stop
+        if info.rank.rank == 0:
+            print(summary(result, info), file=sys.stderr)
+            print(
+                f"speedtronic: stopped by an alert at step {result.step}: {result.stopped}", file=sys.stderr
+            )
+        return STOPPED_BY_ALERT
     if info.rank.rank != 0:  # one summary per job
         return 1 if info.write_errors else 0
     if config["train"]["resume"] and result.resumed_from is None:

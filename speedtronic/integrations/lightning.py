@@ -57,6 +57,7 @@ from typing import Any
 from speedtronic.extras import missing
 
 try:
+    from lightning.pytorch.callbacks import Callback
     from lightning.pytorch.loggers import Logger
 
     # Where Lightning's guide to custom loggers imports it from (it lives in lightning.fabric).
@@ -66,11 +67,12 @@ except ModuleNotFoundError as error:
     needed_by = "speedtronic.integrations.lightning"
     raise missing(error, "lightning.pytorch", "lightning", needed_by=needed_by, package="Lightning") from None
 
+from speedtronic.alerts import Alert, AlertWatch, default_rules
 from speedtronic.events import Event
 from speedtronic.integrations._metrics import FLUSH_TIMEOUT_S, TrainSpan, emit_metrics, is_eval
 from speedtronic.profiling import MetricLogger
 
-__all__ = ["SpeedtronicLogger"]
+__all__ = ["SpeedtronicLogger", "StopOnAlert"]
 
 _STATUS = {"success": "completed", "failed": "failed", "finished": "interrupted"}
 """Lightning's ``finalize`` status → ``train_end``'s."""
@@ -139,6 +141,7 @@ class SpeedtronicLogger(Logger):
             if "json_file" not in kwargs:
                 os.makedirs(self.log_dir, exist_ok=True)
                 kwargs["json_file"] = os.path.join(self.log_dir, "metrics.jsonl")
+            kwargs.setdefault("alerts", default_rules())
             self._logger = MetricLogger(**kwargs)
         return self._logger
 
@@ -201,6 +204,42 @@ def _from_trainer() -> bool:
     while frame is not None and str(frame.f_globals.get("__name__", "")).startswith(_PASSING_THROUGH):
         frame = frame.f_back
     return frame is not None and str(frame.f_globals.get("__name__", "")).startswith("lightning.pytorch.")
+
+
+class StopOnAlert(Callback):
+    """A Lightning callback: ``trainer.should_stop = True`` once ``logger``'s alert rules fire (checked
+    after each training batch and each validation), so ``fit()`` stops cleanly at the end of that
+    step, its checkpoint callbacks and ``finalize`` included. ``logger``: the ``SpeedtronicLogger``
+    (or a ``MetricLogger``) the trainer logs to."""
+
+    def __init__(self, logger: SpeedtronicLogger | MetricLogger) -> None:
+        if not isinstance(logger, SpeedtronicLogger | MetricLogger):
+            raise TypeError(
+                f"StopOnAlert(logger=...): expected a SpeedtronicLogger or MetricLogger, got {logger!r}"
+            )
+        self._logger = logger
+        self._watch: AlertWatch | None = None
+        self.alert: Alert | None = None
+        """The alert that stopped training, once one did."""
+
+    def _check(self, trainer: Any) -> None:
+        if self._watch is None:
+            metric_logger = (
+                self._logger.experiment if isinstance(self._logger, SpeedtronicLogger) else self._logger
+            )
+            self._watch = AlertWatch(metric_logger.chain.alerts)
+        fired = self._watch.fired()
+        if fired is not None:
+            self.alert = fired
+            trainer.should_stop = True
+
+    def on_train_batch_end(
+        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        self._check(trainer)
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        self._check(trainer)
 
 
 def _next_version(root: str) -> int:

@@ -42,6 +42,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from speedtronic.alerts import ON_ALERT, AlertWatch, default_rules
 from speedtronic.events import Event
 from speedtronic.hooks import close_hook
 from speedtronic.hooks.registry import HookConfigError, build_hook
@@ -64,8 +65,14 @@ class SpeedtronicMetricLogger:
         entity: str | None = None,
         group: str | None = None,
         hooks: Iterable[Any] = (),
+        on_alert: str = "log",
         **logger_kwargs: Any,
     ) -> None:
+        if on_alert not in ON_ALERT:
+            raise ValueError(
+                f"SpeedtronicMetricLogger(on_alert={on_alert!r}): expected one of {', '.join(ON_ALERT)}"
+            )
+        self.on_alert = on_alert
         hooks = list(hooks)
         torchtune_kwargs = {
             "log_dir": log_dir,
@@ -87,7 +94,10 @@ class SpeedtronicMetricLogger:
         self._owns_logger = logger is None
         if logger is not None:
             self.logger = logger
+            self._watch = AlertWatch(logger.chain.alerts)
+            self._stop = False
             return
+        logger_kwargs.setdefault("alerts", default_rules())
         if log_dir is not None or filename is not None:
             json_file = os.path.join(log_dir or "", filename or "metrics.jsonl")
             logger_kwargs.setdefault("json_file", json_file)
@@ -101,10 +111,20 @@ class SpeedtronicMetricLogger:
                 built.append(WandbHook(project, **{key: v for key, v in init.items() if v is not None}))
             logger_kwargs["hooks"] = built
             self.logger = MetricLogger(**logger_kwargs)
+            self._watch = AlertWatch(self.logger.chain.alerts)
+            self._stop = False
         except BaseException:
             for hook in built:
                 close_hook(hook)
             raise
+
+    @property
+    def should_stop(self) -> bool:
+        """``on_alert="stop"``: whether an alert has fired since training began (the recipe checks it
+        after each ``log_dict`` and leaves its loop: torchtune has no stop mechanism of its own)."""
+        if self.on_alert == "stop" and not self._stop and self._watch.fired() is not None:
+            self._stop = True
+        return self._stop
 
     def log(self, name: str, data: Any, step: int) -> None:
         """Log one scalar (a number, a 0-d tensor or numpy value) at ``step``."""

@@ -25,6 +25,11 @@ What the ``Trainer`` does and the records it becomes:
 - ``on_train_end`` and ``on_evaluate`` end with ``MetricLogger.flush()``: when ``train()`` or
   ``evaluate()`` returns, every hook that can flush (TensorBoard) has its output on disk.
 
+Alerts: a logger built here (``SpeedtronicCallback(json_file=...)``: MetricLogger's arguments) runs
+the default rules (non-finite onset, spike) unless ``alerts=`` says otherwise; a logger passed in runs
+its own. ``on_alert="stop"`` sets ``control.should_training_stop`` when what ``on_log`` logged raised
+an alert: the Trainer stops after that step as at its last (checkpoint, ``on_train_end``).
+
 ``logging_steps`` already sets the cadence, so the logger should keep ``every_steps=1`` (its
 default). Only the main process (``state.is_world_process_zero``) emits: one record per event in a
 multi-process job, as Hugging Face's own reporting callbacks do. The callback never closes the logger:
@@ -45,6 +50,7 @@ except ModuleNotFoundError as error:
     needed_by = "speedtronic.integrations.transformers"
     raise missing(error, "transformers", "transformers", needed_by=needed_by) from None
 
+from speedtronic.alerts import ON_ALERT, Alert, AlertWatch, default_rules
 from speedtronic.events import Event
 from speedtronic.integrations import emit_metrics
 from speedtronic.integrations._metrics import FLUSH_TIMEOUT_S
@@ -56,10 +62,27 @@ __all__ = ["SpeedtronicCallback"]
 class SpeedtronicCallback(TrainerCallback):
     """Sends a ``transformers.Trainer``'s logs, saves and start/end to ``logger`` (see the module)."""
 
-    def __init__(self, logger: MetricLogger) -> None:
-        if not isinstance(logger, MetricLogger):
+    def __init__(
+        self, logger: MetricLogger | None = None, *, on_alert: str = "log", **logger_kwargs: Any
+    ) -> None:
+        if logger is not None and logger_kwargs:
+            raise TypeError(
+                "SpeedtronicCallback: pass either logger= (a MetricLogger you close) or MetricLogger's "
+                f"arguments, not both; got logger= and {', '.join(sorted(logger_kwargs))}"
+            )
+        if logger is not None and not isinstance(logger, MetricLogger):
             raise TypeError(f"SpeedtronicCallback(logger=...): expected a MetricLogger, got {logger!r}")
+        if on_alert not in ON_ALERT:
+            raise ValueError(
+                f"SpeedtronicCallback(on_alert={on_alert!r}): expected one of {', '.join(ON_ALERT)}"
+            )
+        if logger is None:  # built here: the default alert rules on unless alerts= says otherwise
+            logger = MetricLogger(**{"alerts": default_rules(), **logger_kwargs})
         self.logger = logger
+        self.on_alert = on_alert
+        self._watch = AlertWatch(logger.chain.alerts)
+        self.alert: Alert | None = None
+        """``on_alert="stop"``: the alert that stopped training, once one did."""
         self._start_step = 0
         self._started = 0.0
         self._last_loss: float | None = None
@@ -106,6 +129,16 @@ class SpeedtronicCallback(TrainerCallback):
         if "loss" in logs:
             self._last_loss = float(logs["loss"])
         emit_metrics(self.logger, state.global_step, logs)
+        self._stop_on_alert(control)
+
+    def _stop_on_alert(self, control: TrainerControl) -> None:
+        """``on_alert="stop"``: an alert raised by what was just logged stops training cleanly
+        (``control.should_training_stop``: the Trainer saves and ends as at its last step)."""
+        if self.on_alert == "stop":
+            fired = self._watch.fired()
+            if fired is not None:
+                self.alert = fired
+                control.should_training_stop = True
 
     def on_save(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any

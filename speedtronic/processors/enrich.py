@@ -12,7 +12,13 @@ from typing import Any
 from structlog.typing import EventDict, WrappedLogger
 
 from speedtronic.errors import LoggingFailureWarning, capped, warn_at_caller
-from speedtronic.processors.memory import MemoryProbe, no_reading, resolve_probe
+from speedtronic.processors.memory import (
+    AllocatorProbe,
+    MemoryProbe,
+    no_reading,
+    resolve_allocator_probe,
+    resolve_probe,
+)
 from speedtronic.record import iso_timestamp, second_text, split_time, timestamp_ns
 
 __all__ = ["AddElapsed", "AddMemory", "AddRank", "AddTimestamp", "iso_timestamp", "timestamp_ns"]
@@ -87,20 +93,29 @@ class AddMemory:
     MPS ``torch.mps.current_allocated_memory()``. With no accelerator, or torch never imported, the key
     is not added: a CPU build's ``memory_allocated()`` of 0 is not a reading. A device refused at the
     first event is warned about once (``LoggingFailureWarning``) and reports nothing.
+
+    ``allocator=True`` (a logger whose alert rules read them: ``speedtronic.alerts.Memory``) also adds,
+    on CUDA, the caching allocator's ``alloc_retries`` and ``ooms`` (``torch.cuda.memory_stats``:
+    host-side counters, no device sync).
     """
 
-    __slots__ = ("_device", "_probe")
+    __slots__ = ("_allocator", "_counts", "_device", "_probe")
 
-    def __init__(self, device: Any = None) -> None:
+    def __init__(self, device: Any = None, *, allocator: bool = False) -> None:
         self._device = device
+        self._allocator = allocator
         self._probe: MemoryProbe | None = None  # chosen at the first event
+        self._counts: AllocatorProbe | None = None
         if (device is not None and "torch" in sys.modules) or (device is None and _cuda_initialised()):
             self._probe = resolve_probe(device)  # now, on the creating thread: its current device
+            self._counts = resolve_allocator_probe(device) if allocator else None
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
         probe = self._probe
         if probe is None:
             probe = self._probe = self._first_probe()
+            if self._allocator and probe is not no_reading:
+                self._counts = resolve_allocator_probe(self._device)
         if probe is not no_reading and "memory_bytes" not in event_dict:
             try:
                 reading = probe()
@@ -114,6 +129,8 @@ class AddMemory:
                 return event_dict
             if reading is not None:
                 event_dict["memory_bytes"] = reading
+            if self._counts is not None and "alloc_retries" not in event_dict:
+                event_dict["alloc_retries"], event_dict["ooms"] = self._counts()
         return event_dict
 
     def _first_probe(self) -> MemoryProbe:

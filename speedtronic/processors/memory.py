@@ -9,9 +9,18 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["MemoryProbe", "memory_usage_bytes", "no_reading", "resolve_probe"]
+__all__ = [
+    "AllocatorProbe",
+    "MemoryProbe",
+    "memory_usage_bytes",
+    "no_reading",
+    "resolve_allocator_probe",
+    "resolve_probe",
+]
 
 MemoryProbe = Callable[[], "int | None"]
+AllocatorProbe = Callable[[], "tuple[int, int]"]
+"""Reads the CUDA caching allocator's ``(num_alloc_retries, num_ooms)``."""
 
 
 def no_reading() -> int | None:
@@ -79,3 +88,28 @@ def _mps_probe(torch: Any) -> MemoryProbe:
         return int(current_allocated_memory())
 
     return mps_memory
+
+
+def resolve_allocator_probe(device: Any = None) -> AllocatorProbe | None:
+    """A zero-argument callable reading the CUDA caching allocator's retries and out-of-memory count
+    on ``device`` (as ``resolve_probe`` picks it), or ``None`` off CUDA. It reads
+    ``torch.cuda.memory_stats``: host-side counters, no device sync."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return None
+    if device is None:
+        if not torch.cuda.is_initialized():
+            return None
+        index = torch.cuda.current_device()
+    else:
+        target = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
+        if target.type != "cuda":
+            return None
+        index = target.index if target.index is not None else torch.cuda.current_device()
+    memory_stats = torch.cuda.memory_stats
+
+    def allocator_counts() -> tuple[int, int]:
+        stats = memory_stats(index)
+        return int(stats.get("num_alloc_retries", 0)), int(stats.get("num_ooms", 0))
+
+    return allocator_counts

@@ -18,12 +18,14 @@ from __future__ import annotations
 import inspect
 import os
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from speedtronic.alerts import ALERT, Rule
 from speedtronic.hooks import CallbackList, DispatchHooks, build_hook, hook_type
+from speedtronic.runs.alerts import RunAlerts
 from speedtronic.runs.reader import RankChoice, Skipped, read_records
 
 __all__ = [
@@ -49,6 +51,10 @@ class ReplayResult:
     not_replayed: Counter[str] = field(default_factory=Counter)
     """The logger's own records, per event: they were never delivered to hooks."""
     skipped: Skipped = field(default_factory=Skipped)
+    recorded_alerts: int = 0
+    """The run's own ``alert`` records, left out for the re-derived ones (``replay_run(alerts=...)``)."""
+    alerts: list[dict[str, Any]] = field(default_factory=list)
+    """The alerts re-derived (``replay_run(alerts=...)``), each the payload of its ``alert`` record."""
 
 
 def replay_run(
@@ -57,6 +63,7 @@ def replay_run(
     *,
     rank: RankChoice = "first",
     close: bool = True,
+    alerts: Callable[[], Iterable[Rule]] | None = None,
 ) -> ReplayResult:
     """Deliver every record of the run at ``path`` to ``hooks``, then close them (unless ``close=False``).
 
@@ -64,17 +71,30 @@ def replay_run(
     A hook's exception stops the replay and propagates, after the hooks are closed: a replay that
     silently lost points would not look like the live run. Raises ``speedtronic.runs.RunError`` for a
     run that can't be read.
+
+    ``alerts`` (a function returning new rules) re-derives the run's alerts: the ``alert`` records in
+    the run are left out, and each alert the rules raise is delivered right after the record that
+    raised it (with that record's ``timestamp``), as a live logger given those rules would have.
     """
     checked = CallbackList(hooks)  # checks each hook; closes all of them even after one fails
     result = ReplayResult()
     dispatch = DispatchHooks(checked.callbacks, on_error=_reraise, consume=False)
+    derive = RunAlerts(alerts) if alerts is not None else None
     try:
         for record in read_records(path, result.skipped, rank=rank):
             if record.own:  # the logger's own report; a user event of the same name is replayed
                 result.not_replayed[record.event] += 1
                 continue
+            if derive is not None and record.event == ALERT:  # re-derived below instead
+                result.recorded_alerts += 1
+                continue
             dispatch(None, "info", {**record.hook_payload, "event": record.event})
             result.replayed[record.event] += 1
+            for payload in derive.check(record) if derive is not None else ():
+                stamped = {**payload, "timestamp": record.timestamp} if record.timestamp else payload
+                dispatch(None, payload["severity"], {**stamped, "event": ALERT})
+                result.replayed[ALERT] += 1
+                result.alerts.append(payload)
     finally:
         if close:
             checked.close()

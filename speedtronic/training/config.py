@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from speedtronic.alerts import DEFAULT_ALERTS, ON_ALERT, RULES
 from speedtronic.checks import is_seconds
 from speedtronic.integrations.system import DEFAULT_INTERVAL_S
 from speedtronic.levels import LEVELS
@@ -89,6 +90,11 @@ _HOOKS = Value(
     "a list of hooks, each a mapping with a 'type' and the hook's arguments",
     lambda v: isinstance(v, list),
     items={"type": Value("a hook type name or 'package.module:factory'", _PATH.check)},
+)
+_ALERTS = Value(
+    "a list of rules, each a mapping with a 'rule' and its options",
+    lambda v: isinstance(v, list),
+    items={"rule": Value(f"one of {', '.join(RULES)}, or 'package.module:factory'", _PATH.check)},
 )
 _LEVEL = Value(f"one of {', '.join(LEVELS)}", lambda v: isinstance(v, str) and v.upper() in LEVELS)
 
@@ -223,6 +229,21 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    alerts: list[dict[str, Any]] = field(
+        default_factory=lambda: [dict(entry) for entry in DEFAULT_ALERTS],
+        metadata=_meta(
+            _ALERTS,
+            "rules run on every logged record, each an `alert` record when it fires (docs/alerts.md); "
+            "`[]`: none",
+            shown="`non_finite`, `spike`",
+        ),
+    )
+    on_alert: str = _key(
+        "log",
+        _choice(*ON_ALERT),
+        "log: alerts are records only; stop: the trainer stops cleanly at the step that alerted "
+        "(checkpoint, `train_end` status `stopped`, exit code 3)",
+    )
 
 
 def default_values() -> dict[str, Any]:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from speedtronic.alerts import AlertConfigError, rules_from_config
 from speedtronic.distributed import RankInfo, detect_rank, is_lead
 from speedtronic.errors import SpeedtronicWarning
 from speedtronic.extras import require
@@ -156,6 +157,10 @@ def load_config(
         except LookupError as error:
             raise ConfigError(name, f"logging.hooks[{index}].type", str(error)) from None
         config["logging"]["hooks"][index] = {**HOOK_DEFAULTS.get(spec["type"], {}), **spec}
+    try:
+        rules_from_config(config["alerts"], name)
+    except AlertConfigError as error:
+        raise ConfigError(name, error.key, error.problem) from None
     return _resolve_run_dir(config) if config["run_dir"] is not None else config
 
 
@@ -287,6 +292,7 @@ def build_logger(config: Mapping[str, Any], *, device: Any = None) -> MetricLogg
                 rank=rank,
                 lead_rank=logging["lead_rank"],
                 processors=[ValidatePayloads()] if logging["validate"] else [],
+                alerts=rules_from_config(config["alerts"]),
             )
         except OSError as error:
             raise _logging_file_error(logging, error) from None
@@ -508,6 +514,7 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
                 eval_data=task.held_out(train["eval_batches"]) if train["eval_every"] else None,
                 eval_every=train["eval_every"],
                 resume_group=start_group,
+                stop_on_alert=config["on_alert"] == "stop",
             )
             trainer.at_fit_start.insert(0, _train_at(train["lr"]))
             monitor = _system_monitor(config["logging"]["system_interval_s"], logger, rank)

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
+from speedtronic.alerts import Alert, AlertWatch
 from speedtronic.extras import missing
 
 try:
@@ -146,6 +147,9 @@ class FitResult:
     """The checkpoint ``fit()`` resumed from; ``None`` when it started from scratch."""
     eval_loss: float | None = None
     """The last ``eval``'s loss in this ``fit()``; ``None`` when it evaluated nothing."""
+    stopped: str | None = None
+    """Why ``fit()`` stopped before its target (``stop_on_alert``: the alert's message); ``None`` when
+    it reached it."""
 
 
 class _Step(NamedTuple):
@@ -229,6 +233,7 @@ class Trainer:
         eval_data: Iterable[Batch] | None = None,
         eval_every: int = 0,
         resume_group: Any = None,
+        stop_on_alert: bool = False,
     ) -> None:
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
@@ -263,6 +268,9 @@ class Trainer:
         self.eval_every = eval_every
         self.resume_group = resume_group
         self.logger = logger if logger is not None else MetricLogger(device=self.device)
+        self.stop_on_alert = stop_on_alert
+        self._alerts = AlertWatch(self.logger.chain.alerts)  # the logger's rules (alerts=...), if any
+        self._alert: Alert | None = None
         self.after_optimizer_step: list[Callable[[Trainer], None]] = []
         """Called with the trainer after each optimizer step, before its ``train_step`` event."""
         self.at_fit_start: list[Callable[[Trainer], None]] = []
@@ -397,6 +405,8 @@ class Trainer:
                 window.restart()
             if self.eval_every and self.step % self.eval_every == 0:
                 self.evaluate()
+            if self.stop_on_alert and self._alerted():
+                return self._stop(started, start_step, start_samples, start_tokens, loss)
             if self.checkpoint_every and self.step % self.checkpoint_every == 0:
                 self.save_checkpoint()
         for callback in self.before_fit_end:
@@ -434,6 +444,52 @@ class Trainer:
         )
         self._ended = True
         self.logger.flush()  # hooks run on the logger's thread: when fit() returns, they have it all
+        return result
+
+    def _alerted(self) -> bool:
+        """Whether the logger's rules raised an alert since the last look, on any rank (every rank
+        stops at the same step, or none does)."""
+        fired = self._alerts.fired()
+        self._alert = fired or self._alert
+        return not self._all_ranks(fired is None)
+
+    def _stop(
+        self, started: float, start_step: int, start_samples: int, start_tokens: int, loss: Tensor | None
+    ) -> FitResult:
+        """The clean stop an alert asked for (``stop_on_alert``): a checkpoint of this step (when the
+        trainer has a ``checkpoint_dir``), then ``train_end`` with ``status: stopped`` and the alert's
+        message as ``reason``."""
+        reason = self._alert.message if self._alert is not None else "an alert on another rank"
+        if self.checkpoint_dir is not None:
+            self.save_checkpoint()
+        duration = time.perf_counter() - started
+        final_loss = None
+        with contextlib.suppress(Exception):  # a NaN is a value; a failed device gives nothing back
+            final_loss = float(loss.item()) if loss is not None else None
+        result = FitResult(
+            step=self.step,
+            start_step=start_step,
+            steps_run=self.step - start_step,
+            duration_s=round(duration, 6),
+            final_loss=final_loss,
+            samples_per_s=round((self.samples - start_samples) / duration, 3),
+            tokens_per_s=round((self.tokens - start_tokens) / duration, 3),
+            checkpoint=self.checkpoint,
+            resumed_from=self.resumed_from,
+            eval_loss=self._eval_loss,
+            stopped=reason,
+        )
+        end: TrainEndPayload = {
+            "step": result.step,
+            "steps_run": result.steps_run,
+            "duration_s": result.duration_s,
+            "final_loss": final_loss,
+            "status": "stopped",
+            "reason": reason,
+        }
+        self.emit(Event.TRAIN_END, end, level="warning")
+        self._ended = True
+        self.logger.flush()
         return result
 
     def _optimizer_step(self, batches: Iterator[Batch]) -> _Step:

@@ -291,3 +291,44 @@ def test_an_interrupted_outer_loop_job_resumed_ends_as_the_uninterrupted_one(tmp
         ends = [lines(tmp_path / run / name)[-1] for run in ("whole", "cut")]
         assert [end["event"] for end in ends] == ["train_end", "train_end"]
         assert ends[0]["final_loss"] == ends[1]["final_loss"], name
+
+
+def test_an_alert_stops_every_rank_at_the_same_step(tmp_path: Path) -> None:
+    """on_alert: stop under torchrun x2: rank 1's rules alert only in its own JSONL (no hooks there),
+    yet both ranks agree, checkpoint and end with status stopped at the NaN's step; each exits 3."""
+    run_dir = tmp_path / "run"
+    config = write_config(
+        tmp_path,
+        {
+            "run_dir": str(run_dir),
+            "train": {
+                "steps": 20,
+                "lr": 1e30,
+                "warmup_steps": 0,
+                "max_grad_norm": None,
+                "device": "cpu",
+                "checkpoint_every": 0,
+                "eval_every": 0,
+            },
+            "logging": {"every_steps": 1, "hooks": [], "validate": True},
+            "on_alert": "stop",
+        },
+    )
+    result = torchrun(
+        tmp_path, "-m", "speedtronic", "train", "--no-progress", "--config", str(config), check=False
+    )
+    assert result.returncode != 0  # torchrun reports its workers' exit code 3 as a failure
+    assert (
+        "exitcode  : 3" in result.stderr or "exit code 3" in result.stderr or "exitcode: 3" in result.stderr
+    )
+    records = by_rank(run_dir)
+    ends = {rank: named(mine, "train_end")[-1] for rank, mine in records.items()}
+    assert {rank: (end["status"], end["step"]) for rank, end in ends.items()} == {
+        0: ("stopped", 2),
+        1: ("stopped", 2),
+    }
+    assert all(named(mine, "alert") for mine in records.values())
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [
+        "step_00000002.pt",
+        "step_00000002.rank1.pt",
+    ]

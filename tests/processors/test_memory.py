@@ -128,3 +128,36 @@ def test_real_cuda_reading() -> None:
     with MetricLogger(stream=io.StringIO(), device="cuda:0", hooks=[lambda e, p: seen.append(p)]) as lg:
         lg.emit("train_step", {"step": 1})
     assert seen[0]["memory_bytes"] == torch.cuda.memory_allocated(0) >= x.numel() * 4
+
+
+@pytest.mark.skipif(
+    "not __import__('torch').cuda.is_available()", reason="needs a CUDA GPU: real memory_stats"
+)
+def test_real_cuda_allocator_counters_with_the_memory_rule() -> None:
+    """A logger running the memory rule adds the allocator's alloc_retries and ooms on CUDA (what
+    torch.cuda.memory_stats says); one without it adds neither."""
+    import torch
+
+    from speedtronic.alerts import Memory
+
+    torch.ones(1024, device="cuda")
+    seen: list[dict[str, Any]] = []
+    with MetricLogger(stream=io.StringIO(), device="cuda:0", hooks=[lambda e, p: seen.append(p)],
+                      alerts=[Memory()]) as lg:  # fmt: skip
+        lg.emit("train_step", {"step": 1})
+    with MetricLogger(stream=io.StringIO(), device="cuda:0", hooks=[lambda e, p: seen.append(p)]) as lg:
+        lg.emit("train_step", {"step": 2})
+    stats = torch.cuda.memory_stats(0)
+    assert (seen[0]["alloc_retries"], seen[0]["ooms"]) == (stats["num_alloc_retries"], stats["num_ooms"])
+    assert "alloc_retries" not in seen[1]
+
+
+def test_no_allocator_counters_without_an_accelerator() -> None:
+    """On the CPU the memory rule adds nothing to the records (no allocator to read)."""
+    from speedtronic.alerts import Memory
+
+    seen: list[dict[str, Any]] = []
+    with MetricLogger(stream=io.StringIO(), hooks=[lambda e, p: seen.append(p)], alerts=[Memory()]) as lg:
+        lg.emit("train_step", {"step": 1})
+    assert "alloc_retries" not in seen[0]
+    assert "ooms" not in seen[0]

@@ -1,0 +1,141 @@
+"""Rules from configuration: the ``alerts:`` section of a ``speedtronic train`` config or an
+``--alerts`` file, checked once where it enters.
+
+An ``alerts:`` section is a list of rules, each a mapping with a ``rule`` (a built-in rule's name, or
+``package.module:factory`` for your own) and that rule's keyword arguments::
+
+    alerts:
+      - rule: non_finite
+      - rule: spike
+        keys: [loss]
+        k: 6
+      - rule: threshold
+        key: grad_norm
+        above: 100
+    on_alert: stop      # log (default): the alert records only; stop: the trainer stops cleanly
+
+``alerts: []`` runs no rule. An unknown rule or key is a ``AlertConfigError`` naming it and listing
+what exists.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from speedtronic.alerts.builtin import Memory, NonFinite, Spike, Threshold, ThroughputDrop
+from speedtronic.alerts.rule import Rule
+
+__all__ = [
+    "DEFAULT_ALERTS",
+    "ON_ALERT",
+    "RULES",
+    "AlertConfigError",
+    "alerts_section",
+    "default_rules",
+    "rules_from_config",
+]
+
+RULES: Mapping[str, Callable[..., Rule]] = {
+    "memory": Memory,
+    "non_finite": NonFinite,
+    "spike": Spike,
+    "threshold": Threshold,
+    "throughput_drop": ThroughputDrop,
+}
+"""The built-in rules by the name a config gives them."""
+
+DEFAULT_ALERTS: tuple[Mapping[str, Any], ...] = ({"rule": "non_finite"}, {"rule": "spike"})
+"""The rules ``speedtronic train`` and the framework adapters run unless told otherwise."""
+
+ON_ALERT = ("log", "stop")
+"""What a trainer does on an alert: ``log`` (the alert records only) or ``stop`` (a clean stop)."""
+
+
+class AlertConfigError(ValueError):
+    """An ``alerts:`` entry that can't be built: ``"<source>: alerts[<i>]: <problem>"`` (``source``,
+    ``key`` and ``problem`` apart, as ``speedtronic.training.config.ConfigError`` has them)."""
+
+    def __init__(self, source: str, key: str, problem: str) -> None:
+        self.source, self.key, self.problem = source, key, problem
+        super().__init__(": ".join(part for part in (source, key, problem) if part))
+
+
+def default_rules() -> list[Rule]:
+    """New rules for ``DEFAULT_ALERTS``: non-finite onset and spike, with their defaults."""
+    return rules_from_config(DEFAULT_ALERTS)
+
+
+def rules_from_config(entries: Any, source: str = "alerts") -> list[Rule]:
+    """New rules for the entries of an ``alerts:`` list; ``AlertConfigError`` names the first that
+    is wrong (an unknown rule lists the built-in ones, an unknown key the rule's keys)."""
+    if not isinstance(entries, list | tuple):
+        raise AlertConfigError(source, "alerts", f"expected a list of rules, got {entries!r}")
+    rules: list[Rule] = []
+    for index, entry in enumerate(entries):
+        where = f"alerts[{index}]"
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("rule"), str):
+            problem = f"expected a mapping with a 'rule' (one of {', '.join(RULES)}), got {entry!r}"
+            raise AlertConfigError(source, where, problem)
+        name = entry["rule"]
+        factory = _factory(name, source, where)
+        options = {key: value for key, value in entry.items() if key != "rule"}
+        known = _parameters(factory)
+        unknown = [
+            key for key in options if not isinstance(key, str) or (known is not None and key not in known)
+        ]
+        if unknown:
+            listed = ", ".join(sorted(known or ()))
+            raise AlertConfigError(source, where, f"{name}: unknown key {unknown[0]!r}; its keys: {listed}")
+        try:
+            rule = factory(**options)
+        except (TypeError, ValueError) as error:
+            raise AlertConfigError(source, where, f"{name}: {error}") from None
+        rules.append(rule)
+    return rules
+
+
+def alerts_section(data: Any, source: str) -> tuple[list[Rule], str]:
+    """The rules and the ``on_alert`` of a mapping holding an ``alerts:`` list (an ``--alerts`` file);
+    ``AlertConfigError`` for any other key, a missing ``alerts:`` or an unknown ``on_alert``."""
+    if not isinstance(data, Mapping) or "alerts" not in data:
+        raise AlertConfigError(source, "", "expected a mapping with an 'alerts:' list of rules")
+    other = [key for key in data if key not in ("alerts", "on_alert")]
+    if other:
+        raise AlertConfigError(source, str(other[0]), "unknown key; known keys: alerts, on_alert")
+    on_alert = data.get("on_alert", "log")
+    if on_alert not in ON_ALERT:
+        raise AlertConfigError(source, "on_alert", f"expected one of {', '.join(ON_ALERT)}, got {on_alert!r}")
+    return rules_from_config(data["alerts"], source), on_alert
+
+
+def _factory(name: str, source: str, where: str) -> Callable[..., Rule]:
+    if name in RULES:
+        return RULES[name]
+    module_name, colon, attribute = name.partition(":")
+    if not colon:
+        problem = f"unknown rule {name!r}; rules: {', '.join(RULES)} (or 'package.module:factory')"
+        raise AlertConfigError(source, where, problem)
+    try:
+        found: Any = importlib.import_module(module_name.strip())
+        for part in attribute.strip().split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError) as error:
+        raise AlertConfigError(source, where, f"rule {name!r} can't be imported: {error}") from None
+    if not callable(found):
+        raise AlertConfigError(source, where, f"rule {name!r} is not a class or factory")
+    return found  # type: ignore[no-any-return]  # a callable the user named
+
+
+def _parameters(factory: Callable[..., Any]) -> set[str] | None:
+    """The keyword arguments ``factory`` takes; ``None`` when it takes any (``**options``) or has no
+    signature."""
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return None
+    return {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}

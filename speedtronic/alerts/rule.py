@@ -1,0 +1,153 @@
+"""What an alert is (``Alert``), what a rule is (``Rule``), and ``RuleSet``: rules with their cooldown.
+
+A rule is any object with a ``name`` and a ``check(record)`` method: a record in (a mapping, as the
+chain holds it after enrichment or as a reader yields it back), the alerts it raises out (an empty
+sequence almost always). Whatever the rule needs to remember between records (a window, an onset
+flag) lives in the rule object, so a rule is unit-tested by calling ``check`` on a few dicts.
+
+``RuleSet`` runs rules in order and applies each one's cooldown: after an alert of a rule on a key, the
+same rule and key stay quiet for ``cooldown`` steps (one incident, one alert). The logger's chain stage
+(``speedtronic.alerts.CheckAlerts``) and the readers (``derive_alerts``) run the same ``RuleSet``, so a
+finished run re-derives the alerts it raised live.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from speedtronic.errors import LoggingFailureWarning
+
+__all__ = ["DEFAULT_COOLDOWN", "SEVERITIES", "Alert", "Rule", "RuleSet"]
+
+DEFAULT_COOLDOWN = 100
+"""Steps a rule stays quiet on a key after alerting on it, unless the rule says otherwise."""
+
+SEVERITIES = ("warning", "error")
+"""An alert's severities; each is also the level (structlog method name) of its ``alert`` record."""
+
+Severity = Literal["warning", "error"]
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One alert: which rule fired, on which key and step, the value and the threshold it crossed, one
+    human line, and the rule's figures (``window``, ``mean``, ``std``, ``median``...).
+
+    ``payload()`` is the ``alert`` record's payload (``speedtronic.events.AlertPayload``)."""
+
+    rule: str
+    severity: Severity
+    key: str | None
+    step: int | None
+    value: float | None
+    threshold: float | None
+    message: str
+    figures: Mapping[str, Any] = field(default_factory=dict)
+    """Optional payload keys after the fixed ones, in order."""
+
+    def __post_init__(self) -> None:
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"Alert(severity={self.severity!r}): expected one of {', '.join(SEVERITIES)}")
+        if not isinstance(self.rule, str) or not self.rule:
+            raise ValueError(f"Alert(rule={self.rule!r}): expected the rule's name")
+
+    def payload(self) -> dict[str, Any]:
+        """The ``alert`` record's payload: the fixed keys in order, then the figures."""
+        return {
+            "rule": self.rule,
+            "severity": self.severity,
+            "key": self.key,
+            "step": self.step,
+            "value": self.value,
+            "threshold": self.threshold,
+            "message": self.message,
+            **self.figures,
+        }
+
+
+@runtime_checkable
+class Rule(Protocol):
+    """A rule: ``name`` (the ``rule`` of its alerts) and ``check``, a record in, its alerts out.
+
+    ``cooldown`` (steps), when a rule has it, replaces ``DEFAULT_COOLDOWN`` for that rule."""
+
+    name: str
+
+    def check(self, record: Mapping[str, Any]) -> Iterable[Alert]: ...
+
+
+class RuleSet:
+    """Rules run in order on each record, each alert kept unless its rule alerted on the same key less
+    than the rule's cooldown (steps) ago. A rule that raises is counted in ``errors`` and warned about
+    once (``LoggingFailureWarning``); the other rules still run."""
+
+    __slots__ = ("_at", "_cooldowns", "_last", "errors", "rules")
+
+    def __init__(self, rules: Iterable[Rule]) -> None:
+        self.rules: tuple[Rule, ...] = tuple(rules)
+        for at, rule in enumerate(self.rules):
+            if not callable(getattr(rule, "check", None)) or not isinstance(getattr(rule, "name", None), str):
+                raise TypeError(
+                    f"alerts[{at}]: {rule!r} is not a rule: expected an object with a 'name' (str) and "
+                    "a check(record) method returning its alerts"
+                )
+        cooldowns = [getattr(rule, "cooldown", DEFAULT_COOLDOWN) for rule in self.rules]
+        for rule, cooldown in zip(self.rules, cooldowns, strict=True):
+            if type(cooldown) is not int or cooldown < 0:
+                raise ValueError(
+                    f"rule {rule.name!r}: cooldown must be an int >= 0 (steps), got {cooldown!r}"
+                )
+        self._cooldowns = tuple(cooldowns)
+        self._last: dict[tuple[int, str | None], int] = {}
+        self._at = 0  # the last step seen: where an alert without a step happened
+        self.errors: dict[str, int] = {}
+        """Failures per rule name."""
+
+    def check(self, record: Mapping[str, Any]) -> list[Alert]:
+        """The alerts ``record`` raises, after cooldown; in rule order."""
+        step = record.get("step")
+        if type(step) is int:
+            self._at = step
+        raised: list[Alert] = []
+        for index, rule in enumerate(self.rules):
+            try:
+                found = rule.check(record)
+                if not found:
+                    continue
+                for alert in found:
+                    if self._admits(index, alert):
+                        raised.append(alert)
+            except Exception as error:
+                self._failed(rule, error)
+        return raised
+
+    def _admits(self, index: int, alert: Alert) -> bool:
+        at = alert.step if alert.step is not None else self._at
+        key = (index, alert.key)
+        last = self._last.get(key)
+        if last is not None and 0 <= at - last < self._cooldowns[index]:
+            return False
+        self._last[key] = at
+        return True
+
+    def _failed(self, rule: Rule, error: Exception) -> None:
+        name = rule.name
+        self.errors[name] = self.errors.get(name, 0) + 1
+        if self.errors[name] == 1:
+            warnings.warn(
+                f"speedtronic: alert rule {name!r} failed ({type(error).__name__}: {error}); "
+                "its failures are counted in RuleSet.errors and the run goes on",
+                LoggingFailureWarning,
+                stacklevel=2,
+            )
+
+    def __repr__(self) -> str:
+        return f"RuleSet([{', '.join(rule.name for rule in self.rules)}])"
+
+
+def as_rule_set(alerts: RuleSet | Sequence[Rule] | Iterable[Rule]) -> RuleSet:
+    """``alerts`` as a ``RuleSet`` (one given is used as it is: its state is the run's)."""
+    return alerts if isinstance(alerts, RuleSet) else RuleSet(alerts)

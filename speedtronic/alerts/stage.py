@@ -1,0 +1,106 @@
+"""``CheckAlerts``: the chain stage that runs a ``RuleSet`` on each record, and ``derive_alerts``, the
+same rules over records read back.
+
+In a ``MetricLogger`` the stage sits after the outputs and before the hooks' dispatch: the chain asks
+it for the alerts of each record that passed the cadence (``check``), delivers the record to the hooks,
+then writes and delivers one ``alert`` record per alert (``alert_fields``) in the same ``emit``. In a
+stock structlog chain, give it ``on_alert``: it is called with each alert's fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from structlog.typing import EventDict, WrappedLogger
+
+from speedtronic.alerts.rule import Alert, Rule, RuleSet, as_rule_set
+from speedtronic.record import is_own_record
+
+__all__ = ["ALERT", "AlertWatch", "CheckAlerts", "alert_fields", "derive_alerts"]
+
+ALERT = "alert"
+"""The event name of an alert's record."""
+
+_RANK_KEYS = ("rank", "world_size")
+
+
+def alert_fields(alert: Alert) -> dict[str, Any]:
+    """The event dict of ``alert``'s record: ``event`` first, then its payload."""
+    return {"event": ALERT, **alert.payload()}
+
+
+class CheckAlerts:
+    """Runs ``rules`` (a ``RuleSet``, or rules made one) on each record; alerts' own records and the
+    logger's own records are not checked. ``check`` returns the alerts; called as a processor, the
+    stage hands each alert's fields to ``on_alert`` (when given) and returns the event dict as it is."""
+
+    __slots__ = ("last", "on_alert", "raised", "rules")
+
+    def __init__(
+        self,
+        rules: RuleSet | Iterable[Rule],
+        *,
+        on_alert: Callable[[dict[str, Any]], object] | None = None,
+    ) -> None:
+        self.rules = as_rule_set(rules)
+        self.on_alert = on_alert
+        self.raised = 0
+        """Alerts raised so far (a trainer that stops on an alert watches it)."""
+        self.last: Alert | None = None
+        """The latest alert raised."""
+
+    def check(self, record: Mapping[str, Any]) -> list[Alert]:
+        """The alerts ``record`` raises (none for an ``alert`` or the logger's own record)."""
+        if record.get("event") == ALERT or is_own_record(record):
+            return []
+        alerts = self.rules.check(record)
+        if alerts:
+            self.raised += len(alerts)
+            self.last = alerts[-1]
+        return alerts
+
+    def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+        alerts = self.check(event_dict)
+        if alerts and self.on_alert is not None:
+            for alert in alerts:
+                self.on_alert(alert_fields(alert))
+        return event_dict
+
+    def __repr__(self) -> str:
+        return f"CheckAlerts({self.rules!r})"
+
+
+class AlertWatch:
+    """Whether a chain's rules raised an alert since the last look: what a trainer that stops on an
+    alert asks after each step (``fired()``: the newest alert since then, or ``None``). A chain
+    without rules (``None``) never fires."""
+
+    __slots__ = ("_check", "_seen")
+
+    def __init__(self, check: CheckAlerts | None) -> None:
+        self._check = check
+        self._seen = check.raised if check is not None else 0
+
+    def fired(self) -> Alert | None:
+        check = self._check
+        if check is None or check.raised == self._seen:
+            return None
+        self._seen = check.raised
+        return check.last
+
+
+def derive_alerts(
+    records: Iterable[Mapping[str, Any]], rules: RuleSet | Iterable[Rule]
+) -> Iterator[tuple[Mapping[str, Any], dict[str, Any]]]:
+    """Each alert ``rules`` raise over ``records`` (read back, non-finite numbers put back), as
+    ``(record that tripped it, alert payload)``: the payload the live ``alert`` record carried, with
+    the tripping record's ``rank`` and ``world_size`` where it has them, as the logger adds them."""
+    stage = CheckAlerts(rules)
+    for record in records:
+        for alert in stage.check(record):
+            payload = alert.payload()
+            for key in _RANK_KEYS:
+                if key in record:
+                    payload[key] = record[key]
+            yield record, payload
