@@ -272,11 +272,11 @@ class TestStepsOffTheBitmapScale:
         real MetricLogger; its distinct steps counted independently from the file's lines."""
         for start in (0, 10):
             steps = [first + stride * i for i in range(start, start + 20)]
-            write_run(path, [("train_start", {"start_step": steps[0]})] + [
-                ("train_step", {"step": step, "loss": 1.0, "elapsed_s": 0.5 * n}) for n, step in enumerate(steps)
-            ])  # fmt: skip
-        records = [json.loads(line) for line in path.read_text().splitlines()]
-        return len({record["step"] for record in records if record["event"] == "train_step"})
+            records = [("train_step", {"step": step, "loss": 1.0, "elapsed_s": 0.5 * n})
+                       for n, step in enumerate(steps)]  # fmt: skip
+            write_run(path, [("train_start", {"start_step": steps[0]}), *records])
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        return len({line["step"] for line in lines if line["event"] == "train_step"})
 
     @pytest.mark.parametrize(
         ("first", "stride"),
