@@ -164,19 +164,25 @@ def _recorded_config(config: Mapping[str, Any]) -> dict[str, Any] | None:
     if not config["train"]["resume"] or config["run_dir"] is None:
         return None
     path = Path(config["run_dir"]) / _rundir.CONFIG_NAME
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None
     recorded = default_config()
-    values = _read_yaml(path)
+    values = _read_yaml(path, _rundir.read_text)
     validate(values, SCHEMA, str(path))
     _merge(recorded, values)
     return recorded
 
 
-def _read_yaml(path: Path) -> Any:
+def _plain_text(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+def _read_yaml(path: Path, read: Callable[[Path], str] = _plain_text) -> Any:
+    """The YAML document in ``path``, read by ``read`` (a run's own file: ``rundir.read_text``, which
+    refuses a link, FIFO or device there rather than block on it; a ``--config`` may be a pipe)."""
     yaml = require("yaml", "torch", needed_by="reading a YAML config", package="PyYAML")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read(path)
     except OSError as error:
         raise ConfigError(str(path), "", f"can't read it: {_rundir.describe_os_error(error)}") from None
     except UnicodeDecodeError as error:
@@ -317,9 +323,11 @@ def _tracker_runs(run_dir: Path) -> dict[str, list[str]]:
     "mlflow": [run id, ...]}``, one per entry of the type, in order); ``{}`` when there is none."""
     path = run_dir / TRACKERS_NAME
     try:
-        recorded = json.loads(path.read_text(encoding="utf-8"))
+        recorded = json.loads(_rundir.read_text(path))
     except FileNotFoundError:
         return {}
+    except _rundir.RunDirError:
+        raise
     except (OSError, ValueError) as error:
         raise ConfigError(str(path), "", f"can't read the trackers' run ids: {error}") from None
     if not isinstance(recorded, dict) or not all(
@@ -358,9 +366,11 @@ def _record_tracker_runs(
         return
     found = {**recorded, **found}
     path = run_dir / TRACKERS_NAME
-    partial = path.with_name(f".{TRACKERS_NAME}.{os.getpid()}")
-    partial.write_text(json.dumps(found, indent=2) + "\n", encoding="utf-8")
-    os.replace(partial, path)
+    try:
+        _rundir.write_text(path, json.dumps(found, indent=2) + "\n")
+    except OSError as error:
+        reason = _rundir.describe_os_error(error)
+        raise _rundir.RunDirError(path, f"can't write the trackers' run ids: {reason}") from None
 
 
 def _tracker_run_id(type_name: str, hook: Any) -> str | None:
@@ -449,7 +459,10 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
         rank = detect_rank()
         start, start_group, opened = _agree_on_start(config, rank)
         config, train = start.config, start.config["train"]
-        _rundir.refuse_links(Path(config["run_dir"]), _own_files(config, rank))
+        run_dir = Path(config["run_dir"])
+        _rundir.check_files(
+            run_dir, [run_dir / TRACKERS_NAME], appended=_own_files(config, rank), rank=rank.rank
+        )
         resumed = train["resume"] and rank.rank == 0  # the config's one writer says what changed
         previous = _read_recorded(Path(config["run_dir"])) if resumed else None
         changes = tuple(_rundir.config_changes(previous, config)) if previous is not None else ()
@@ -624,9 +637,9 @@ def _agree_on_start(
 
 def _read_recorded(run_dir: Path) -> dict[str, Any] | None:
     path = run_dir / _rundir.CONFIG_NAME
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None
-    recorded = _read_yaml(path)
+    recorded = _read_yaml(path, _rundir.read_text)
     return recorded if isinstance(recorded, dict) else None
 
 
