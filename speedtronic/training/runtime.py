@@ -268,7 +268,14 @@ def build_logger(config: Mapping[str, Any], *, device: Any = None) -> MetricLogg
         for index, spec in enumerate(specs):
             nth = of_type[spec["type"]] = of_type.get(spec["type"], -1) + 1
             ids = recorded.get(spec["type"], [])
-            hooks.append(_build_hook(index, _continuing(spec, ids[nth] if nth < len(ids) else None)))
+            run_id = ids[nth] if nth < len(ids) else None
+            continuing = _continuing(spec, run_id)
+            try:
+                hooks.append(_build_hook(index, continuing))
+            except ConfigError as error:
+                if continuing is spec:
+                    raise
+                raise _not_continued(run_dir, spec["type"], nth, run_id, index, error) from error.__cause__
         if specs:
             _record_tracker_runs(run_dir, specs, hooks, recorded)
         if logging["file"] is not None:
@@ -350,6 +357,21 @@ def _continuing(spec: Mapping[str, Any], run_id: str | None) -> Mapping[str, Any
             "run_id": run_id
         }
     return spec
+
+
+def _not_continued(
+    run_dir: Path, type_name: str, nth: int, run_id: str | None, index: int, error: ConfigError
+) -> ConfigError:
+    """The hook continuing the tracker run ``trackers.json`` recorded could not be made: the error
+    names that file first (the id there may be what the tracker refused), and what to do either way."""
+    path = run_dir / TRACKERS_NAME
+    return ConfigError(
+        str(path),
+        f"{type_name}[{nth}]",
+        f"logging.hooks[{index}] can't continue the run {run_id!r} recorded here: {error.problem}; if "
+        f"the tracker refused this run id, correct it, or remove it from {path} to start a new "
+        f"{type_name} run; otherwise fix logging.hooks[{index}]",
+    )
 
 
 def _record_tracker_runs(

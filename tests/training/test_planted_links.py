@@ -1,14 +1,20 @@
-"""A symbolic link planted in a run directory in place of a file the run writes: refused with one
-line naming it, and the file it points to is never written, truncated or emptied."""
+"""Something planted in a run directory in place of a file the run opens (a symbolic or hard link, a
+FIFO, a socket, a directory): refused with one line naming it, or replaced; never waited on, and the
+file a link points to is never written, truncated or emptied."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import socket
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import ACTIVATED_PATH
 from tests.runs.conftest import assert_one_line_error
+from tests.torch_run import train_cli
 
 from .test_checkpoints import finished, train  # noqa: F401  # `finished` is a fixture used below
 from .test_run_dirs import write_config
@@ -56,3 +62,119 @@ def test_a_linked_file_of_a_resumed_run_is_refused(name: str, finished: Path, tm
     done = train("--run-dir", "r", "--resume", "--steps", "10", cwd=tmp_path)
     assert_one_line_error(done, f"r/{name}: is a symbolic link (to ../victim.txt)")
     assert victim.read_text() == before
+
+
+# -- each kind of file planted in place of each file a resumed run opens ---------------------------
+
+STEP_8 = "checkpoints/step_00000008.pt"
+FILES = [
+    "trackers.json",
+    "config.yaml",
+    STEP_8,  # the newest checkpoint
+    "metrics.jsonl",
+    "train.log",
+    ".speedtronic.lock",
+    "config.yaml.partial",  # the temporary name config.yaml is written under
+    "checkpoints/step_00000012.pt.partial",  # the temporary name of the checkpoint this run writes
+]
+KINDS = ["fifo", "symlink", "hardlink", "socket", "directory"]
+HUNG = 180
+"""Seconds after which a run that has not ended counts as hung: a guard that fails the test (the run
+blocked on an open), not a timing assertion: a refused run ends before training."""
+
+
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run trained to step 8 (checkpoints at 4 and 8) whose text log is `{run_dir}/train.log`."""
+    base = tmp_path_factory.mktemp("logged")
+    config = write_config(base / "c.yaml", logging={"file": "{run_dir}/train.log"}, train={"steps": 8})
+    done = train_cli(
+        "--config", config, "--run-dir", "r", cwd=base, env={"PATH": ACTIVATED_PATH}, timeout=HUNG
+    )
+    assert done.returncode == 0, done.stderr
+    (base / "r" / "trackers.json").write_text("{}\n")  # as a run with trackers that have no run yet
+    return base / "r"
+
+
+def plant_kind(kind: str, path: Path, victim: Path) -> None:
+    """``kind`` in place of ``path``: a FIFO, a symbolic link or a hard link to ``victim`` (a file
+    outside the run), a bound Unix socket, or a directory."""
+    if path.is_dir() and not path.is_symlink():
+        path.rmdir()
+    path.unlink(missing_ok=True)
+    path.parent.mkdir(exist_ok=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "symlink":
+        path.symlink_to(os.path.relpath(victim, path.parent))
+    elif kind == "hardlink":
+        os.link(victim, path)
+    elif kind == "socket":
+        here = os.getcwd()
+        os.chdir(path.parent)  # a relative name: a socket's path is limited to about 100 bytes
+        try:
+            with socket.socket(socket.AF_UNIX) as server:
+                server.bind(path.name)
+        finally:
+            os.chdir(here)
+    else:
+        path.mkdir()
+
+
+def refused(kind: str, name: str) -> bool:
+    """Whether a run refuses ``kind`` in place of ``name``: anything but a plain file of its own is
+    refused, except under a temporary name (removed, and the file made anew there) and a hard link
+    to a file it only reads or replaces whole (renamed over, never written through)."""
+    if name.endswith(".partial"):
+        return kind == "directory"  # the one thing the run can't remove and won't
+    if kind == "hardlink":
+        return name in ("metrics.jsonl", "train.log", ".speedtronic.lock")  # written in place
+    return True
+
+
+EXPECTED = {
+    "fifo": "is a FIFO, expected a regular file",
+    "socket": "is a socket, expected a regular file",
+    "directory": "is a directory, expected",
+    "symlink": "is a symbolic link (to ",
+    "hardlink": "has 2 hard links, expected 1",
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("name", FILES)
+def test_a_planted_file_is_refused_or_replaced_never_waited_on_or_written_through(
+    name: str, kind: str, logged: Path, tmp_path: Path
+) -> None:
+    """`train --resume` with a FIFO, socket, directory, symbolic or hard link in place of one of the
+    run's files: it never blocks; refused in one line naming the file and what was expected (exit 2),
+    or, for a temporary name or a file renamed over, replaced (exit 0); the file outside untouched."""
+    run = shutil.copytree(logged, tmp_path / "r")
+    victim = tmp_path / "victim.txt"
+    if (run / name).is_file():  # a hard link's other name holds what the run's file held
+        shutil.copyfile(run / name, victim)
+    else:
+        victim.write_text(VICTIM)
+    before = victim.read_bytes()
+    plant_kind(kind, run / name, victim)
+    try:
+        done = train_cli(
+            "--run-dir",
+            "r",
+            "--resume",
+            "--steps",
+            "12",
+            cwd=tmp_path,
+            env={"PATH": ACTIVATED_PATH},
+            timeout=HUNG,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"train --resume with a {kind} in place of {name} did not end in {HUNG} s: it hung")
+    if refused(kind, name):
+        assert_one_line_error(done, f"r/{name}: {EXPECTED[kind]}")
+    else:
+        assert done.returncode == 0, done.stderr
+        assert "Traceback" not in done.stderr
+        if name == "config.yaml":
+            assert (run / name).stat().st_nlink == 1  # renamed over: the run's own file now
+    assert victim.read_bytes() == before

@@ -85,3 +85,20 @@ def test_a_killed_run_resumed_is_one_wandb_run_and_one_mlflow_run(
     assert run.info.status == "FINISHED"
     points = client.get_metric_history(run.info.run_id, "train_step/loss")
     assert sorted(point.step for point in points) == STEPS
+
+
+def test_a_run_id_the_tracker_refuses_names_trackers_json(tmp_path: Path, env: dict[str, str]) -> None:
+    """A W&B run id in trackers.json that W&B refuses: one line naming trackers.json, the id and what
+    to do, exit 2; not an error blamed on the config.yaml that lists the hook."""
+    run = tmp_path / "r"
+    run.mkdir()
+    recorded = yaml.safe_load(config(tmp_path / "a.yaml", f"sqlite:///{tmp_path / 'mlflow.db'}").read_text())
+    recorded["logging"]["hooks"] = recorded["logging"]["hooks"][:1]  # the wandb hook
+    (run / "config.yaml").write_text(yaml.safe_dump(recorded))
+    (run / "trackers.json").write_text(json.dumps({"wandb": ["bad/id"]}))
+    done = train("--run-dir", "r", "--resume", cwd=tmp_path, env=env)
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("speedtronic: error: r/trackers.json: wandb[0]: "), line
+    assert "'bad/id'" in line
+    assert "remove it from r/trackers.json to start a new wandb run" in line
