@@ -7,11 +7,14 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import stat
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
 
+from speedtronic.training import rundir
 from tests.conftest import ACTIVATED_PATH
 from tests.runs.conftest import assert_one_line_error
 from tests.torch_run import train_cli
@@ -178,3 +181,51 @@ def test_a_planted_file_is_refused_or_replaced_never_waited_on_or_written_throug
         if name == "config.yaml":
             assert (run / name).stat().st_nlink == 1  # renamed over: the run's own file now
     assert victim.read_bytes() == before
+
+
+class TestRunFileHelpers:
+    """`rundir.write_text` and `rundir.read_text`, every write and read of a run's own file."""
+
+    @pytest.mark.parametrize(
+        ("at", "kind"),
+        [("trackers.json", "symlink"), ("trackers.json", "hardlink")]
+        + [("trackers.json.partial", kind) for kind in ("symlink", "hardlink", "fifo", "socket")],
+    )
+    def test_a_file_written_whole_is_never_written_through_what_is_planted(
+        self, at: str, kind: str, tmp_path: Path
+    ) -> None:
+        """A link at the file's name, or a link, FIFO or socket at its temporary name: replaced, the
+        file outside untouched."""
+        run = tmp_path / "r"
+        run.mkdir()
+        victim = tmp_path / "victim.txt"
+        victim.write_text(VICTIM)
+        plant_kind(kind, run / at, victim)
+        rundir.write_text(run / "trackers.json", '{"wandb": ["abc"]}\n')
+        assert victim.read_text() == VICTIM
+        info = os.lstat(run / "trackers.json")
+        assert (stat.S_ISREG(info.st_mode), info.st_nlink) == (True, 1)
+        assert (run / "trackers.json").read_text() == '{"wandb": ["abc"]}\n'
+        assert not os.path.lexists(run / "trackers.json.partial")
+
+    @pytest.mark.parametrize("kind", ["fifo", "socket", "directory", "symlink"])
+    def test_reading_what_is_planted_is_refused_at_once(self, kind: str, tmp_path: Path) -> None:
+        """read_text of a FIFO nobody writes, a socket, a directory or a link: RunDirError naming it."""
+        victim = tmp_path / "victim.txt"
+        victim.write_text(VICTIM)
+        plant_kind(kind, tmp_path / "config.yaml", victim)
+        got: list[BaseException] = []
+
+        def read() -> None:
+            try:
+                rundir.read_text(tmp_path / "config.yaml")
+            except BaseException as error:  # handed to the test thread to check
+                got.append(error)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(HUNG)  # a guard: a read that blocks fails the test instead of hanging the suite
+        assert not reader.is_alive(), f"read_text of a {kind} blocked"
+        (error,) = got
+        assert isinstance(error, rundir.RunDirError)
+        assert str(error).startswith(f"{tmp_path / 'config.yaml'}: {EXPECTED[kind]}")
