@@ -426,7 +426,9 @@ def _kind(mode: int) -> str:
     return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
-def open_file(path: Path, flags: int = os.O_RDONLY, *, in_place: bool = False, mode: int = 0o644) -> int:
+def open_file(
+    path: Path, flags: int = os.O_RDONLY, *, in_place: bool = False, follow: bool = False, mode: int = 0o644
+) -> int:
     """A descriptor of the run's file ``path`` (``os.open`` with ``flags``), which is a regular file:
     the one way a run opens a file in its directory.
 
@@ -434,13 +436,14 @@ def open_file(path: Path, flags: int = os.O_RDONLY, *, in_place: bool = False, m
     blocking): a FIFO, socket or device in its place never blocks the open; it, a directory or a
     symbolic link is a ``RunDirError`` naming ``path`` and what was expected. ``in_place``: the
     file is written in place (the lock), so one with another name (a hard link) is refused too.
+    ``follow``: a symbolic link is followed (a file a user names, ``Trainer.load_checkpoint``).
     Other failures are the ``OSError``.
     """
     try:
-        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC | _NOFOLLOW, mode)
+        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else _NOFOLLOW), mode)
     except OSError:
         with contextlib.suppress(OSError):
-            info = os.lstat(path)
+            info = os.stat(path) if follow else os.lstat(path)
             if stat.S_ISLNK(info.st_mode):
                 raise _linked(path) from None
             if not stat.S_ISREG(info.st_mode):  # a FIFO nobody reads, a socket, a directory

@@ -572,7 +572,7 @@ class Trainer:
         """Restore everything ``state_dict`` holds from a checkpoint file; one that can't be read, is
         damaged inside or does not fit this trainer raises ``ConfigError`` naming it, before anything
         is restored."""
-        state, problem = _read_checkpoint(Path(path), self.device)
+        state, problem = _read_checkpoint(Path(path), self.device, follow=True)
         if state is not None and problem is None:
             problem = self._fit_problem(state)
         if problem is None and state is not None:
@@ -828,11 +828,14 @@ def _os_error_in(error: BaseException) -> OSError | None:
 _CHECKPOINT_KEYS = ("step", "samples", "tokens", "model", "optimizer", "scheduler", "rng")
 
 
-def _read_checkpoint(path: Path, device: torch.device) -> tuple[dict[str, Any] | None, str | None]:
+def _read_checkpoint(
+    path: Path, device: torch.device, *, follow: bool = False
+) -> tuple[dict[str, Any] | None, str | None]:
     """The checkpoint's state, or why it can't be used (torn, corrupt, not a checkpoint, damaged
-    inside): checked whole before anything is restored from it."""
+    inside, not a plain file of the run): checked whole before anything is restored from it.
+    ``follow``: a file the user named, whose symbolic link is followed."""
     try:  # opened by the run directory's open_file: a FIFO there is refused, never waited on
-        with open(_rundir.open_file(path), "rb") as file:
+        with open(_rundir.open_file(path, follow=follow), "rb") as file:
             state = torch.load(file, map_location=device, weights_only=True)
     except _rundir.RunDirError as error:
         return None, error.problem

@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import yaml
 
 from speedtronic.training import rundir
 from tests.conftest import ACTIVATED_PATH
@@ -153,6 +154,10 @@ def test_a_planted_file_is_refused_or_replaced_never_waited_on_or_written_throug
     run's files: it never blocks; refused in one line naming the file and what was expected (exit 2),
     or, for a temporary name or a file renamed over, replaced (exit 0); the file outside untouched."""
     run = shutil.copytree(logged, tmp_path / "r")
+    if name == "config.yaml":  # the config this resume records, so it is rewritten, not kept aside
+        recorded = yaml.safe_load((run / name).read_text())
+        recorded["train"]["steps"] = 12
+        (run / name).write_text("# as written by hand\n" + yaml.safe_dump(recorded))
     victim = tmp_path / "victim.txt"
     if (run / name).is_file():  # a hard link's other name holds what the run's file held
         shutil.copyfile(run / name, victim)
