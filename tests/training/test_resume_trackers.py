@@ -102,3 +102,32 @@ def test_a_run_id_the_tracker_refuses_names_trackers_json(tmp_path: Path, env: d
     assert line.startswith("speedtronic: error: r/trackers.json: wandb[0]: "), line
     assert "'bad/id'" in line
     assert "remove it from r/trackers.json to start a new wandb run" in line
+
+
+def test_trackers_json_is_never_written_through_a_link(tmp_path: Path, env: dict[str, str]) -> None:
+    """A symbolic link at trackers.json's temporary name and a hard link at trackers.json, both to
+    files outside the run: the run writes its own trackers.json, the files outside untouched."""
+    run = tmp_path / "r"
+    run.mkdir()
+    outside = [tmp_path / "victim1.txt", tmp_path / "victim2.txt"]
+    for victim in outside:
+        victim.write_text("someone else's file\n")
+    (run / "trackers.json.partial").symlink_to(Path("..") / "victim1.txt")
+    os.link(outside[1], run / "trackers.json")
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "model": {"hidden": 24},
+                "train": {"steps": 2, "checkpoint_every": 0, "batch_size": 4, "device": "cpu"},
+                "logging": {"hooks": [{"type": "mlflow", "tracking_uri": store}], "system_interval_s": None},
+            }
+        )
+    )
+    done = train("--config", path, "--run-dir", "r", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    assert [victim.read_text() for victim in outside] == ["someone else's file\n"] * 2
+    assert (run / "trackers.json").stat().st_nlink == 1
+    assert list(json.loads((run / "trackers.json").read_text())) == ["mlflow"]
+    assert not os.path.lexists(run / "trackers.json.partial")
