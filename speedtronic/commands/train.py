@@ -263,21 +263,26 @@ def _source_of(key: str, args: argparse.Namespace) -> str:
     path = key.split("[", 1)[0].split(".")
     if path in (["run_dir"], ["train", "steps"]) and getattr(args, path[-1], None) is not None:
         return "command line"
-    files = [Path(args.config)] if args.config is not None else []
+    files = [(Path(args.config), False)] if args.config is not None else []
     if args.resume and args.run_dir is not None:
-        files.append(Path(args.run_dir) / CONFIG_NAME)
-    for file in files:
-        if _sets(file, path):
+        files.append((Path(args.run_dir) / CONFIG_NAME, True))
+    for file, own in files:
+        if _sets(file, path, own=own):
             return str(file)
     return "the default config"
 
 
-def _sets(file: Path, path: list[str]) -> bool:
+def _sets(file: Path, path: list[str], *, own: bool) -> bool:
+    """Whether ``file`` sets the key at ``path``; ``own``: the run's own config.yaml, read as every
+    file of a run is (``rundir.read_text``: never blocking on a FIFO there)."""
     import yaml
 
+    from speedtronic.training.rundir import read_text
+
     try:
-        values: Any = yaml.safe_load(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        text = read_text(file) if own else file.read_text(encoding="utf-8")
+        values: Any = yaml.safe_load(text)
+    except (OSError, ValueError, yaml.YAMLError):  # ValueError: not UTF-8, or not a plain file
         return False
     for part in path:
         if not isinstance(values, dict) or part not in values:

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from speedtronic.extras import require
 from speedtronic.integrations._names import ONE_OFF_EVENTS, SKIPPED_KEYS, StepAxis, metric_name, tracked
-from speedtronic.integrations._uploads import Uploads
+from speedtronic.integrations._uploads import UPLOAD_TIMEOUT_S, Uploads, check_timeout
 from speedtronic.lifecycle import close_loggers_first_at_exit
 from speedtronic.processors.convert import to_python
 
@@ -106,7 +106,10 @@ class WandbHook:
             ``step``), with the run's config as ``config.json`` beside it, on a worker thread of the
             hook's own (see ``speedtronic.integrations._uploads``): a failed upload is a hook
             failure, raised by the next ``on_event`` or ``close()``, never a stop to training.
-            ``close()`` waits for the uploads before finishing the run.
+            ``close()`` waits for the uploads before finishing the run, at most ``upload_timeout_s``.
+        upload_timeout_s: how long ``close()`` waits for the checkpoint uploads (default 600 s): the
+            uploads not done by then are given up and reported as a failed upload (a hook failure),
+            and the run is finished all the same.
     """
 
     def __init__(
@@ -117,10 +120,12 @@ class WandbHook:
         finish: bool | None = None,
         skip: Collection[str] = SKIPPED_KEYS,
         log_checkpoints: bool = False,
+        upload_timeout_s: float = UPLOAD_TIMEOUT_S,
         **init_kwargs: Any,
     ) -> None:
         if run is not None and (project is not None or init_kwargs):
             raise ValueError("WandbHook: pass either run= or project=/wandb.init arguments, not both")
+        upload_timeout_s = check_timeout("WandbHook", upload_timeout_s)
         created = False
         if run is None:
             wandb = require("wandb", "wandb", needed_by="speedtronic.integrations.WandbHook")
@@ -143,7 +148,7 @@ class WandbHook:
         self._uploads: Uploads | None = None
         if log_checkpoints:
             self._artifact = require("wandb", "wandb", needed_by="WandbHook(log_checkpoints=True)").Artifact
-            self._uploads = Uploads("WandbHook")
+            self._uploads = Uploads("WandbHook", upload_timeout_s)
         self._config: Any = None  # the run's config, uploaded beside each checkpoint
         atexit.register(self._close_at_exit)
         close_loggers_first_at_exit()  # a logger still holding events for this hook closes first

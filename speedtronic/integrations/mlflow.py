@@ -13,7 +13,7 @@ from typing import Any
 
 from speedtronic.extras import require
 from speedtronic.integrations._names import SKIPPED_KEYS, StepAxis, metric_name, tracked
-from speedtronic.integrations._uploads import Uploads
+from speedtronic.integrations._uploads import UPLOAD_TIMEOUT_S, Uploads, check_timeout
 from speedtronic.lifecycle import close_loggers_first_at_exit
 from speedtronic.processors.convert import json_safe_record, to_python
 from speedtronic.record import timestamp_ns
@@ -119,12 +119,15 @@ class MlflowHook:
             ``checkpoints/step_<step>/``, with the run's config as ``config.json`` beside it, on a
             worker thread of the hook's own: a failed upload is a hook failure, raised by the next
             ``on_event`` or ``close()``, never a stop to training. ``close()`` waits for the uploads
-            before ending the run.
+            before ending the run, at most ``upload_timeout_s``.
         artifact_location: where the artifacts of a run the hook creates go (a directory or a URI,
             ``{run_dir}/mlartifacts``), instead of the experiment's (a SQLite store's ``Default`` is
             ``./mlruns`` of the working directory). MLflow fixes an experiment's artifact location
             when the experiment is created, so this needs ``experiment``: created here with it, or
             an existing one with the same location (else ``ValueError`` naming both).
+        upload_timeout_s: how long ``close()`` waits for the checkpoint uploads (default 600 s): the
+            uploads not done by then are given up and reported as a failed upload (a hook failure),
+            and the run is ended all the same.
         log_system_metrics: also start MLflow's own system-metrics monitor on the run (its
             ``system/...`` metrics in MLflow's System Metrics tab; needs psutil, and nvidia-ml-py for
             GPUs). Off by default: ``speedtronic train``'s ``system`` events already reach the run as
@@ -144,7 +147,9 @@ class MlflowHook:
         log_checkpoints: bool = False,
         log_system_metrics: bool = False,
         artifact_location: str | os.PathLike[str] | None = None,
+        upload_timeout_s: float = UPLOAD_TIMEOUT_S,
     ) -> None:
+        upload_timeout_s = check_timeout("MlflowHook", upload_timeout_s)
         mlflow = require("mlflow", "mlflow", needed_by="speedtronic.integrations.MlflowHook")
         self._entities = require("mlflow.entities", "mlflow", needed_by="speedtronic.integrations.MlflowHook")
         active = mlflow.active_run() if run_id is None else None
@@ -192,7 +197,7 @@ class MlflowHook:
             tag = self._entities.RunTag
             for chunk in _chunks([tag(str(key), str(value)) for key, value in tags.items()]):
                 self.client.log_batch(self.run_id, tags=chunk)
-        self._uploads = Uploads("MlflowHook") if log_checkpoints else None
+        self._uploads = Uploads("MlflowHook", upload_timeout_s) if log_checkpoints else None
         self._config: Any = None  # the run's config, uploaded beside each checkpoint
         self._monitor: Any = None
         if log_system_metrics:

@@ -239,6 +239,9 @@ class RunSummary:
     _seen: bytearray = field(default_factory=bytearray, repr=False)
     """One bit per step from byte ``_seen_at`` on: whether a ``train_step`` of it was seen."""
     _seen_at: int = field(default=0, repr=False)
+    _far: set[int] = field(default_factory=set, repr=False)
+    """The steps off the bitmap's scale (negative, or ``_STEP_BITS`` on: counted in samples or
+    tokens) seen in this piece, so that one recorded again counts once here and across pieces."""
     _folds: dict[str, _Fold] = field(default_factory=dict, repr=False)
     _plans: dict[tuple[str, ...], _Plan] = field(default_factory=dict, repr=False)
     """What ``_fold_step`` reads of a payload, per tuple of its keys (``_plan``)."""
@@ -459,9 +462,11 @@ class RunSummary:
                     self._add_eval_loss(named, float(value), step)
 
     def _count_step(self, step: int) -> None:
-        if not 0 <= step < _STEP_BITS:  # a step number off the scale is counted, not remembered
-            self.steps_recorded += 1
-            self._step_range(step, step)
+        if not 0 <= step < _STEP_BITS:  # a step number off the scale is remembered in a set
+            if step not in self._far:
+                self._far.add(step)
+                self.steps_recorded += 1
+                self._step_range(step, step)
             return
         index = (step >> 3) - self._seen_at
         if not 0 <= index < len(self._seen):
@@ -576,7 +581,8 @@ class RunSummary:
             self.target_step = later.target_step
         for key, rate in later.rates.items():
             self.rates.setdefault(key, RateStats()).merge(rate)
-        self.steps_recorded += later.steps_recorded
+        self.steps_recorded += later.steps_recorded - len(self._far & later._far)
+        self._far |= later._far
         self.checkpoints += later.checkpoints
         if later.checkpoints:
             self.last_checkpoint = later.last_checkpoint

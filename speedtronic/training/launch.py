@@ -202,7 +202,7 @@ def agree_on_start(
     if rank.rank == 0:
         try:
             path = _rundir.claim(config["run_dir"], resume=config["train"]["resume"])
-            (path / LAUNCH_NAME).write_text(launch, encoding="utf-8")
+            _rundir.write_text(path / LAUNCH_NAME, launch)
         except _rundir.RunDirError as error:
             lead["error"] = str(error)
         except OSError as error:
@@ -271,8 +271,8 @@ def _facts(node: Node, path: Path, resume: bool, launch: str, *, claim: bool) ->
 
 def _read(path: Path) -> str | None:
     try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+        return _rundir.read_text(path)
+    except (OSError, ValueError):  # ValueError: not UTF-8, or not a plain file (rundir.RunDirError)
         return None
 
 

@@ -10,9 +10,14 @@ there stays. ``claim`` makes a directory without the lock. ``record_config`` wri
 and, when a resumed run changes it, keeps the previous one as ``config.<n>.yaml``.
 Every file-system problem is a ``RunDirError`` naming the path and what was expected.
 
-A run never writes through a symbolic link planted in its directory: the lock and the config are
-opened with ``O_NOFOLLOW`` (a link there is refused, naming it), and ``refuse_links`` refuses a link
-in place of any other file the run writes there (its logs, ``checkpoints/``) before it is opened.
+A run opens only plain files of its own there, and never in a way that can block or write through a
+link: every open of a run file is ``open_file`` (``O_NOFOLLOW|O_NONBLOCK``, then ``fstat``: a symbolic
+link, FIFO, socket, device or directory in its place is a ``RunDirError`` naming it, never a wait for
+a writer that does not come); a file rewritten whole goes through ``replacing`` (a new file made with
+``O_EXCL|O_NOFOLLOW`` under ``<name>.partial``, renamed over the old name: a link or hard link there is
+replaced, never written through); and ``check_files`` refuses, before the run opens anything,
+a link or odd file in place of any file it reads or writes there, and a hard link in place of a file
+it writes in place (its lock and logs: the other name may be outside the run).
 """
 
 from __future__ import annotations
@@ -23,10 +28,11 @@ import fcntl
 import os
 import re
 import shutil
+import stat
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import IO, Any, TypedDict
 
 from speedtronic.training.config import ConfigError
 
@@ -37,6 +43,7 @@ __all__ = [
     "ConfigChange",
     "OpenRun",
     "RunDirError",
+    "check_files",
     "checkpoint_name",
     "checkpoint_steps",
     "claim",
@@ -44,10 +51,12 @@ __all__ = [
     "describe_changes",
     "describe_os_error",
     "holds_run",
+    "open_file",
     "open_run",
     "rank_checkpoints",
+    "read_text",
     "record_config",
-    "refuse_links",
+    "replacing",
     "write_text",
 ]
 
@@ -180,10 +189,8 @@ def _lock(path: Path) -> int:
     """An exclusive ``flock`` on ``path/LOCK_NAME`` (the holder's pid written in it), or ``RunDirError``."""
     lock_path = path / LOCK_NAME
     try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | _NOFOLLOW, 0o644)
+        fd = open_file(lock_path, os.O_RDWR | os.O_CREAT, in_place=True)
     except OSError as error:
-        if lock_path.is_symlink():
-            raise _linked(lock_path) from None
         raise _error(path, error, "can't lock the run directory") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -297,7 +304,9 @@ def _shown(value: Any) -> str:
 def record_config(run_dir: Path, config: Mapping[str, Any]) -> int:
     """Write ``config.yaml``; if it holds a different config, keep that one as ``config.<n>.yaml``.
 
-    Returns the revision now in ``config.yaml`` (1 for a run's first config).
+    Returns the revision now in ``config.yaml`` (1 for a run's first config). Each file is written
+    anew and renamed into place (``replacing``): ``config.yaml`` always holds a whole config, and a
+    hard link in its place is replaced, never written through.
     """
     import yaml
 
@@ -306,34 +315,71 @@ def record_config(run_dir: Path, config: Mapping[str, Any]) -> int:
     revisions = sorted(run_dir.glob("config.*.yaml"))
     revision = len(revisions) + 1
     kept: Path | None = None
-    if path.is_symlink():
-        raise _linked(path)
     try:
-        if path.exists():
-            previous = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        if os.path.lexists(path):
+            previous_text = read_text(path)
+            previous = yaml.safe_load(previous_text) or {}
             if config_changes(previous, config):
                 kept = run_dir / f"config.{revision}.yaml"
-                path.replace(kept)  # a link named config.<n>.yaml is replaced, never followed
+                write_text(kept, previous_text)  # a link named config.<n>.yaml is replaced, never followed
                 revision += 1
         write_text(path, text)
     except OSError as error:
-        if kept is not None:  # the previous config stays the run's config
+        if kept is not None:  # config.yaml still holds the previous config: no revision kept twice
             with contextlib.suppress(OSError):
-                kept.replace(path)
-        reason = error.strerror or str(error)
+                kept.unlink()
+        reason = describe_os_error(error)
         raise RunDirError(error.filename or path, f"can't write the config: {reason}") from None
     return revision
 
 
-def refuse_links(run_dir: Path, files: Iterable[str | os.PathLike[str] | None] = ()) -> None:
-    """``RunDirError`` naming the first of the run's files in ``run_dir`` that is a symbolic link:
-    its config, ``checkpoints/``, and each of ``files`` (its text log and JSONL) that lies inside
-    ``run_dir``. A run writes, truncates and deletes only inside its own directory, never where a
-    link someone planted there points (``../victim.txt`` would be appended to, or emptied)."""
+def check_files(
+    run_dir: Path,
+    files: Iterable[str | os.PathLike[str] | None] = (),
+    *,
+    appended: Iterable[str | os.PathLike[str] | None] = (),
+    rank: int = 0,
+) -> None:
+    """``RunDirError`` naming the first of the run's files in ``run_dir`` that the run can't take as
+    its own, before it opens any: its config, ``checkpoints/`` and ``rank``'s checkpoints there, and
+    each of ``files`` (read, or replaced whole) and ``appended`` (written in place: its logs) that lies
+    inside ``run_dir``.
+
+    Refused: a symbolic link (a run writes, truncates and deletes only inside its own directory, never
+    where a link someone planted points); anything but a plain file (a FIFO, socket or device would
+    block the open or swallow the writes; ``checkpoints/`` must be a directory); a leftover
+    ``<name>.partial`` that is a directory (``replacing`` could not remove it); and a file written in
+    place that has another name (a hard link: the other name may lie outside the run).
+    A missing file is fine: the run creates it.
+    """
+    checkpoints = run_dir / CHECKPOINTS
+    own = [checkpoints, run_dir / CONFIG_NAME]
+    if checkpoints.is_dir() and not checkpoints.is_symlink():
+        own += sorted(rank_checkpoints(checkpoints, rank).values())
+        own += sorted(checkpoints.glob("step_*.partial"))
     inside = [Path(file) for file in files if file is not None and _inside(Path(file), run_dir)]
-    for path in [run_dir / CONFIG_NAME, run_dir / CHECKPOINTS, *inside]:
-        if path.is_symlink():
+    inside += [path.with_name(f"{path.name}.partial") for path in [run_dir / CONFIG_NAME, *inside]]
+    written = [Path(file) for file in appended if file is not None and _inside(Path(file), run_dir)]
+    for path in [*own, *inside, *written]:
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        except OSError as error:
+            raise _error(path, error, "can't use it") from None
+        if path.name.endswith(".partial"):
+            if stat.S_ISDIR(info.st_mode):
+                raise _odd(path, "a directory", "nothing, or a file left by a write that failed")
+            continue
+        if stat.S_ISLNK(info.st_mode):
             raise _linked(path)
+        if path == checkpoints:
+            if not stat.S_ISDIR(info.st_mode):
+                raise _odd(path, _kind(info.st_mode), "a directory")
+        elif not stat.S_ISREG(info.st_mode):
+            raise _odd(path, _kind(info.st_mode))
+        elif path in written and info.st_nlink > 1:
+            raise _shared(path, info.st_nlink)
 
 
 def _inside(path: Path, run_dir: Path) -> bool:
@@ -350,12 +396,107 @@ def _linked(path: Path) -> RunDirError:
     )
 
 
+def _odd(path: Path, kind: str, expected: str = "a regular file") -> RunDirError:
+    return RunDirError(
+        path,
+        f"is {kind}, expected {expected}: a run opens only plain files of its own in its directory; "
+        "remove it, or pass another --run-dir",
+    )
+
+
+def _shared(path: Path, links: int) -> RunDirError:
+    return RunDirError(
+        path,
+        f"has {links} hard links, expected 1: a run writes only a file of its own, and another name "
+        f"for this one may lie outside the run; replace it with a copy (cp {path.name} "
+        f"{path.name}.copy && mv {path.name}.copy {path.name}), or remove it",
+    )
+
+
+def _kind(mode: int) -> str:
+    """What a file of ``mode`` is, in words: ``"a FIFO"``, ``"a socket"``, ``"a directory"``..."""
+    kinds = (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISLNK, "a symbolic link"),
+    )
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+def open_file(
+    path: Path, flags: int = os.O_RDONLY, *, in_place: bool = False, follow: bool = False, mode: int = 0o644
+) -> int:
+    """A descriptor of the run's file ``path`` (``os.open`` with ``flags``), which is a regular file:
+    the one way a run opens a file in its directory.
+
+    Opened with ``O_NOFOLLOW|O_NONBLOCK`` and checked with ``fstat`` before it is used (then set
+    blocking): a FIFO, socket or device in its place never blocks the open; it, a directory or a
+    symbolic link is a ``RunDirError`` naming ``path`` and what was expected. ``in_place``: the
+    file is written in place (the lock), so one with another name (a hard link) is refused too.
+    ``follow``: a symbolic link is followed (a file a user names, ``Trainer.load_checkpoint``).
+    Other failures are the ``OSError``.
+    """
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else _NOFOLLOW), mode)
+    except OSError:
+        with contextlib.suppress(OSError):
+            info = os.stat(path) if follow else os.lstat(path)
+            if stat.S_ISLNK(info.st_mode):
+                raise _linked(path) from None
+            if not stat.S_ISREG(info.st_mode):  # a FIFO nobody reads, a socket, a directory
+                raise _odd(path, _kind(info.st_mode)) from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _odd(path, _kind(info.st_mode))
+        if in_place and info.st_nlink > 1:
+            raise _shared(path, info.st_nlink)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_text(path: Path) -> str:
+    """The UTF-8 text of the run's file ``path``, opened by ``open_file`` (never blocking, never
+    through a link)."""
+    with open(open_file(path), encoding="utf-8") as file:
+        return file.read()
+
+
+@contextlib.contextmanager
+def replacing(path: Path) -> Iterator[IO[bytes]]:
+    """A new file to write the run's file ``path`` into, renamed over ``path`` once written and
+    synced; on failure it is removed and ``path`` is left as it was.
+
+    The new file is ``<name>.partial``, created anew (``O_EXCL|O_NOFOLLOW``) after whatever is left
+    under that name is removed: never written through a link. The rename replaces a symbolic or
+    hard link named ``path``, rather than write where it points."""
+    partial = path.with_name(path.name + ".partial")
+    try:
+        partial.unlink(missing_ok=True)
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | _NOFOLLOW, 0o644)
+        with open(fd, "wb") as file:
+            yield file
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(partial, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
+        raise
+
+
 def write_text(path: Path, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path``, created or truncated, without following a symbolic link
-    in its place (``OSError`` ``ELOOP``): a run's own file in its own directory."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | _NOFOLLOW, 0o644)
-    with os.fdopen(fd, "w", encoding="utf-8") as file:
-        file.write(text)
+    """Write ``text`` (UTF-8) as the run's file ``path``, through ``replacing``: never through a
+    symbolic or hard link in its place."""
+    with replacing(path) as file:
+        file.write(text.encode("utf-8"))
 
 
 def checkpoint_name(step: int, rank: int) -> str:

@@ -169,19 +169,25 @@ def _recorded_config(config: Mapping[str, Any]) -> dict[str, Any] | None:
     if not config["train"]["resume"] or config["run_dir"] is None:
         return None
     path = Path(config["run_dir"]) / _rundir.CONFIG_NAME
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None
     recorded = default_config()
-    values = _read_yaml(path)
+    values = _read_yaml(path, _rundir.read_text)
     validate(values, SCHEMA, str(path))
     _merge(recorded, values)
     return recorded
 
 
-def _read_yaml(path: Path) -> Any:
+def _plain_text(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+def _read_yaml(path: Path, read: Callable[[Path], str] = _plain_text) -> Any:
+    """The YAML document in ``path``, read by ``read`` (a run's own file: ``rundir.read_text``, which
+    refuses a link, FIFO or device there rather than block on it; a ``--config`` may be a pipe)."""
     yaml = require("yaml", "torch", needed_by="reading a YAML config", package="PyYAML")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read(path)
     except OSError as error:
         raise ConfigError(str(path), "", f"can't read it: {_rundir.describe_os_error(error)}") from None
     except UnicodeDecodeError as error:
@@ -267,7 +273,14 @@ def build_logger(config: Mapping[str, Any], *, device: Any = None) -> MetricLogg
         for index, spec in enumerate(specs):
             nth = of_type[spec["type"]] = of_type.get(spec["type"], -1) + 1
             ids = recorded.get(spec["type"], [])
-            hooks.append(_build_hook(index, _continuing(spec, ids[nth] if nth < len(ids) else None)))
+            run_id = ids[nth] if nth < len(ids) else None
+            continuing = _continuing(spec, run_id)
+            try:
+                hooks.append(_build_hook(index, continuing))
+            except ConfigError as error:
+                if continuing is spec:
+                    raise
+                raise _not_continued(run_dir, spec["type"], nth, run_id, index, error) from error.__cause__
         if specs:
             _record_tracker_runs(run_dir, specs, hooks, recorded)
         if logging["file"] is not None:
@@ -323,9 +336,11 @@ def _tracker_runs(run_dir: Path) -> dict[str, list[str]]:
     "mlflow": [run id, ...]}``, one per entry of the type, in order); ``{}`` when there is none."""
     path = run_dir / TRACKERS_NAME
     try:
-        recorded = json.loads(path.read_text(encoding="utf-8"))
+        recorded = json.loads(_rundir.read_text(path))
     except FileNotFoundError:
         return {}
+    except _rundir.RunDirError:
+        raise
     except (OSError, ValueError) as error:
         raise ConfigError(str(path), "", f"can't read the trackers' run ids: {error}") from None
     if not isinstance(recorded, dict) or not all(
@@ -352,6 +367,21 @@ def _continuing(spec: Mapping[str, Any], run_id: str | None) -> Mapping[str, Any
     return spec
 
 
+def _not_continued(
+    run_dir: Path, type_name: str, nth: int, run_id: str | None, index: int, error: ConfigError
+) -> ConfigError:
+    """The hook continuing the tracker run ``trackers.json`` recorded could not be made: the error
+    names that file first (the id there may be what the tracker refused), and what to do either way."""
+    path = run_dir / TRACKERS_NAME
+    return ConfigError(
+        str(path),
+        f"{type_name}[{nth}]",
+        f"logging.hooks[{index}] can't continue the run {run_id!r} recorded here: {error.problem}; if "
+        f"the tracker refused this run id, correct it, or remove it from {path} to start a new "
+        f"{type_name} run; otherwise fix logging.hooks[{index}]",
+    )
+
+
 def _record_tracker_runs(
     run_dir: Path, specs: list[Mapping[str, Any]], hooks: list[Any], recorded: Mapping[str, list[str]]
 ) -> None:
@@ -366,9 +396,11 @@ def _record_tracker_runs(
         return
     found = {**recorded, **found}
     path = run_dir / TRACKERS_NAME
-    partial = path.with_name(f".{TRACKERS_NAME}.{os.getpid()}")
-    partial.write_text(json.dumps(found, indent=2) + "\n", encoding="utf-8")
-    os.replace(partial, path)
+    try:
+        _rundir.write_text(path, json.dumps(found, indent=2) + "\n")
+    except OSError as error:
+        reason = _rundir.describe_os_error(error)
+        raise _rundir.RunDirError(path, f"can't write the trackers' run ids: {reason}") from None
 
 
 def _tracker_run_id(type_name: str, hook: Any) -> str | None:
@@ -466,7 +498,10 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
         rank = detect_rank()
         start, start_group, opened = _agree_on_start(config, rank)
         config, train = start.config, start.config["train"]
-        _rundir.refuse_links(Path(config["run_dir"]), _own_files(config, rank))
+        run_dir = Path(config["run_dir"])
+        _rundir.check_files(
+            run_dir, [run_dir / TRACKERS_NAME], appended=_own_files(config, rank), rank=rank.rank
+        )
         resumed = train["resume"] and rank.rank == 0  # the config's one writer says what changed
         previous = _read_recorded(Path(config["run_dir"])) if resumed else None
         changes = tuple(_rundir.config_changes(previous, config)) if previous is not None else ()
@@ -643,9 +678,9 @@ def _agree_on_start(
 
 def _read_recorded(run_dir: Path) -> dict[str, Any] | None:
     path = run_dir / _rundir.CONFIG_NAME
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None
-    recorded = _read_yaml(path)
+    recorded = _read_yaml(path, _rundir.read_text)
     return recorded if isinstance(recorded, dict) else None
 
 

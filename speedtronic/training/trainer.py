@@ -628,7 +628,7 @@ class Trainer:
         """Restore everything ``state_dict`` holds from a checkpoint file; one that can't be read, is
         damaged inside or does not fit this trainer raises ``ConfigError`` naming it, before anything
         is restored."""
-        state, problem = _read_checkpoint(Path(path), self.device)
+        state, problem = _read_checkpoint(Path(path), self.device, follow=True)
         if state is not None and problem is None:
             problem = self._fit_problem(state)
         if problem is None and state is not None:
@@ -843,7 +843,6 @@ def _check_precision(device: torch.device, precision: str) -> None:
 
 
 _checkpoint_name = _rundir.checkpoint_name
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 class CheckpointWriteError(OSError):
@@ -859,21 +858,13 @@ def _write_checkpoint(state: dict[str, Any], path: Path) -> None:
     is removed and ``CheckpointWriteError`` names ``path`` with the OS's reason.
 
     Written through a Python file, so the OS's error (ENOSPC, EFBIG) is seen: torch's own writer
-    reports one only as ``basic_ios::clear: iostream error``. A ``.partial`` left as a symbolic link is
-    removed first and the file is created anew (``O_EXCL``, never through a link); the rename replaces
+    reports one only as ``basic_ios::clear: iostream error``. The file is the run directory's
+    ``replacing``: created anew (``O_EXCL|O_NOFOLLOW``, never through a link), and the rename replaces
     a link named ``path`` rather than write where it points, so the write stays in the directory."""
-    partial = path.with_name(path.name + ".partial")
     try:
-        partial.unlink(missing_ok=True)
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | _NOFOLLOW, 0o644)
-        with open(fd, "wb") as file:
+        with _rundir.replacing(path) as file:
             torch.save(state, file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(partial, path)
     except (OSError, RuntimeError) as error:
-        with contextlib.suppress(OSError):
-            partial.unlink(missing_ok=True)
         cause = _os_error_in(error)
         reason = _rundir.describe_os_error(cause) if cause is not None else _one_line(error)
         raise CheckpointWriteError(cause.errno if cause is not None else 0, reason, str(path)) from error
@@ -893,11 +884,17 @@ def _os_error_in(error: BaseException) -> OSError | None:
 _CHECKPOINT_KEYS = ("step", "samples", "tokens", "model", "optimizer", "scheduler", "rng")
 
 
-def _read_checkpoint(path: Path, device: torch.device) -> tuple[dict[str, Any] | None, str | None]:
+def _read_checkpoint(
+    path: Path, device: torch.device, *, follow: bool = False
+) -> tuple[dict[str, Any] | None, str | None]:
     """The checkpoint's state, or why it can't be used (torn, corrupt, not a checkpoint, damaged
-    inside): checked whole before anything is restored from it."""
-    try:
-        state = torch.load(path, map_location=device, weights_only=True)
+    inside, not a plain file of the run): checked whole before anything is restored from it.
+    ``follow``: a file the user named, whose symbolic link is followed."""
+    try:  # opened by the run directory's open_file: a FIFO there is refused, never waited on
+        with open(_rundir.open_file(path, follow=follow), "rb") as file:
+            state = torch.load(file, map_location=device, weights_only=True)
+    except _rundir.RunDirError as error:
+        return None, error.problem
     except Exception as error:  # torch reports a torn or corrupt file in many ways
         return None, f"{type(error).__name__}: {_first_line(error)}"
     if not isinstance(state, dict) or not {"step", "model", "optimizer"} <= state.keys():

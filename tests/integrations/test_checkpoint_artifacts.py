@@ -65,7 +65,7 @@ class TestWandb:
         with MetricLogger(stream=io.StringIO(), hooks=[hook, threads]) as logger:
             emit_run(logger, checkpoints)
             assert dict(logger.hook_errors) == {}
-        assert threads.seen == {"speedtronic-WandbHook-uploads_0"}  # the uploads' own thread
+        assert threads.seen == {"speedtronic-WandbHook-uploads"}  # the uploads' own thread
         (offline,) = (wandb_dir / "wandb").glob("offline-run-*")
         artifacts = read_wandb_run(offline).artifacts
         assert [(a["name"], a["type"], sorted(a["aliases"]), a["metadata"]) for a in artifacts] == [
@@ -76,6 +76,63 @@ class TestWandb:
             assert sorted(artifact["files"]) == ["config.json", checkpoint.name]
             assert Path(artifact["files"][checkpoint.name]).read_bytes() == checkpoint.read_bytes()
             assert json.loads(Path(artifact["files"]["config.json"]).read_text()) == CONFIG
+
+
+class StuckRun:
+    """A W&B run (injected with ``run=``) whose artifact upload never returns, as on a network that
+    does not answer; it journals what the hook calls. ``release`` lets the stuck upload end."""
+
+    def __init__(self) -> None:
+        self.id, self.config, self.summary = "stuck", {}, {}
+        self.journal: list[str] = []
+        self.release = threading.Event()
+
+    def define_metric(self, name: str, step_metric: str | None = None) -> None:
+        pass
+
+    def log(self, data: dict[str, Any]) -> None:
+        pass
+
+    def log_artifact(self, artifact: Any, aliases: list[str] | None = None) -> None:
+        self.journal.append(f"upload {aliases}")
+        self.release.wait()
+
+    def finish(self, exit_code: int | None = None) -> None:
+        self.journal.append(f"finish {exit_code}")
+
+
+class TestUploadTimeout:
+    def test_close_gives_up_uploads_stuck_past_the_bound_and_finishes_the_run(
+        self, checkpoints: list[Path]
+    ) -> None:
+        """An upload that never returns: close() returns once upload_timeout_s is spent, the queued
+        upload is never started, the failure is counted, the run is finished all the same."""
+        pytest.importorskip("wandb")
+        from speedtronic.integrations import WandbHook
+
+        run = StuckRun()
+        hook = WandbHook(run=run, finish=True, log_checkpoints=True, upload_timeout_s=0.2)
+        logger = MetricLogger(stream=io.StringIO(), hooks=[hook])
+        try:
+            emit_run(logger, checkpoints)
+            closing = threading.Thread(target=logger.close, daemon=True)
+            with pytest.warns(UserWarning, match=r"not done within upload_timeout_s=0.2 s"):
+                closing.start()
+                closing.join(120)  # a guard: a close that waits for ever fails the test, not the suite
+            assert not closing.is_alive(), "close() waited for a stuck upload"
+        finally:
+            run.release.set()
+        assert run.journal == ["upload ['step_4']", "finish None"]  # the step 8 upload: given up
+        assert dict(logger.hook_errors) == {"WandbHook": 1}
+
+    @pytest.mark.parametrize("bad", [0, -1.0, float("inf"), float("nan"), "10", True])
+    def test_the_bound_must_be_a_positive_number(self, bad: Any) -> None:
+        """upload_timeout_s that is not a positive finite number: ValueError naming it, for both hooks."""
+        pytest.importorskip("wandb")
+        from speedtronic.integrations import WandbHook
+
+        with pytest.raises(ValueError, match=r"WandbHook: upload_timeout_s must be a positive number"):
+            WandbHook(run=StuckRun(), log_checkpoints=True, upload_timeout_s=bad)
 
 
 class TestMlflow:

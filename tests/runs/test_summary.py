@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from speedtronic.runs import RunError, read_frame
+from speedtronic.runs import RunError, read_frame, summary
 from speedtronic.runs.summary import format_summaries, summarize_run
 from tests.runs.conftest import CLI, FailsOnCheckpoint, append, assert_one_line_error, log_run, write_run
 
@@ -261,3 +261,45 @@ class TestCountsAcrossSegments:
         result = cli("summarize", run, "--rank", "all")
         assert result.returncode == 0, result.stderr
         assert "segments" not in result.stdout
+
+
+class TestStepsOffTheBitmapScale:
+    """Steps counted in samples or tokens (2**27 on) or negative: a step recorded again counts once."""
+
+    @staticmethod
+    def resumed(path: Path, first: int, stride: int) -> int:
+        """A run of 20 steps resumed 10 steps back for 20 more (40 records, 30 steps), written by a
+        real MetricLogger; its distinct steps counted independently from the file's lines."""
+        for start in (0, 10):
+            steps = [first + stride * i for i in range(start, start + 20)]
+            records = [("train_step", {"step": step, "loss": 1.0, "elapsed_s": 0.5 * n})
+                       for n, step in enumerate(steps)]  # fmt: skip
+            write_run(path, [("train_start", {"start_step": steps[0]}), *records])
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        return len({line["step"] for line in lines if line["event"] == "train_step"})
+
+    @pytest.mark.parametrize(
+        ("first", "stride"),
+        [(2**27, 1), (2**27 - 15, 1), (2**40, 4096), (-50, 1), (-100_000, 8192), (-25, 3)],
+    )
+    @pytest.mark.parametrize("pieces", [False, True])
+    def test_a_step_recorded_again_counts_once(
+        self, tmp_path: Path, first: int, stride: int, pieces: bool, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """30 distinct steps recorded 40 times over a resume: 30, in one pass and in pieces of a line."""
+        path = tmp_path / "m.jsonl"
+        distinct = self.resumed(path, first, stride)
+        assert distinct == 30
+        if pieces:
+            monkeypatch.setattr(summary, "PIECE_BYTES", 1)
+        got = summarize_run(path, workers=2 if pieces else 1)
+        assert got.steps_recorded == distinct
+        assert (got.step_min, got.step_max) == (first, first + 29 * stride)
+
+    def test_the_table_counts_them_once(self, tmp_path: Path, cli: CLI) -> None:
+        """`speedtronic summarize --json` of such a run: steps.recorded is the distinct count."""
+        path = tmp_path / "m.jsonl"
+        distinct = self.resumed(path, 2**33, 1_000_000)
+        result = cli("summarize", path, "--json")
+        assert result.returncode == 0, result.stderr
+        assert [run["steps"]["recorded"] for run in json.loads(result.stdout)] == [distinct]

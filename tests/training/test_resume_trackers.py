@@ -184,3 +184,49 @@ def test_mlflow_checkpoint_artifacts_stay_in_the_run_directory(tmp_path: Path, e
     (run_id,) = json.loads((tmp_path / "r" / "trackers.json").read_text())["mlflow"]
     run = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'r' / 'mlflow.db'}").get_run(run_id)
     assert run.info.artifact_uri == (tmp_path / "r" / "mlartifacts" / run_id / "artifacts").resolve().as_uri()
+
+
+def test_a_run_id_the_tracker_refuses_names_trackers_json(tmp_path: Path, env: dict[str, str]) -> None:
+    """A W&B run id in trackers.json that W&B refuses: one line naming trackers.json, the id and what
+    to do, exit 2; not an error blamed on the config.yaml that lists the hook."""
+    run = tmp_path / "r"
+    run.mkdir()
+    recorded = yaml.safe_load(config(tmp_path / "a.yaml", f"sqlite:///{tmp_path / 'mlflow.db'}").read_text())
+    recorded["logging"]["hooks"] = recorded["logging"]["hooks"][:1]  # the wandb hook
+    (run / "config.yaml").write_text(yaml.safe_dump(recorded))
+    (run / "trackers.json").write_text(json.dumps({"wandb": ["bad/id"]}))
+    done = train("--run-dir", "r", "--resume", cwd=tmp_path, env=env)
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("speedtronic: error: r/trackers.json: wandb[0]: "), line
+    assert "'bad/id'" in line
+    assert "remove it from r/trackers.json to start a new wandb run" in line
+
+
+def test_trackers_json_is_never_written_through_a_link(tmp_path: Path, env: dict[str, str]) -> None:
+    """A symbolic link at trackers.json's temporary name and a hard link at trackers.json, both to
+    files outside the run: the run writes its own trackers.json, the files outside untouched."""
+    run = tmp_path / "r"
+    run.mkdir()
+    outside = [tmp_path / "victim1.txt", tmp_path / "victim2.txt"]
+    for victim in outside:
+        victim.write_text("someone else's file\n")
+    (run / "trackers.json.partial").symlink_to(Path("..") / "victim1.txt")
+    os.link(outside[1], run / "trackers.json")
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "model": {"hidden": 24},
+                "train": {"steps": 2, "checkpoint_every": 0, "batch_size": 4, "device": "cpu"},
+                "logging": {"hooks": [{"type": "mlflow", "tracking_uri": store}], "system_interval_s": None},
+            }
+        )
+    )
+    done = train("--config", path, "--run-dir", "r", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    assert [victim.read_text() for victim in outside] == ["someone else's file\n"] * 2
+    assert (run / "trackers.json").stat().st_nlink == 1
+    assert list(json.loads((run / "trackers.json").read_text())) == ["mlflow"]
+    assert not os.path.lexists(run / "trackers.json.partial")
