@@ -60,7 +60,7 @@ from speedtronic.processors.convert import (
 from speedtronic.record import free_name
 from speedtronic.strings import safe_repr, safe_str
 
-__all__ = ["REDACTED", "Redact", "is_secret_key", "redact_text"]
+__all__ = ["MAX_REDACTED_CHARS", "REDACTED", "Redact", "is_secret_key", "redact_text"]
 
 REDACTED = "[REDACTED]"
 
@@ -143,29 +143,32 @@ _RUN_END = re.compile(r'[\s"<>]')
 _PATH_END = re.compile(r'[\s/?#"<>]')
 
 
-def _next_url(text: str, start: int, run_end: _Next) -> tuple[int, int, int] | None:
+def _next_url(text: str, start: int, run_end: _Next, last_at: int) -> tuple[int, int, int] | None:
     """The first URL password at or after ``start``: where its URL starts, where the password starts
     and where it ends. A URL is a scheme (a letter at a word's start, then letters, digits, ``+``,
     ``.``, ``-``), ``://``, a user name, and a ``:`` not starting a port; its password ends at the last
     ``@`` before a space or quote, within 256 characters, else at the last ``@`` before a ``/``, ``?``
     or ``#``. Each ``://`` is looked at once, each ``@`` found with ``str.rfind`` and each stop
     character once, so text of many URL starts costs a few steps each (a regex looking for the last
-    ``@`` backtracks through all 256 characters at each)."""
-    last_at = text.rfind("@")
+    ``@`` backtracks through all 256 characters at each). ``last_at``: the text's last ``@``, found once
+    per text (looked for again at each URL found, it would read the text's end again)."""
     at_sep = text.find("://", start)
     while at_sep != -1 and at_sep < last_at:
-        if not at_sep or text[at_sep - 1] not in _SCHEME:  # no scheme before this ://
-            at_sep = text.find("://", at_sep + 3)
-            continue
-        scheme = at_sep
-        while scheme > start and text[scheme - 1] in _SCHEME:
-            scheme -= 1
-        while scheme < at_sep and not _scheme_starts(text, scheme):
-            scheme += 1
         user_end = _USER_END.search(text, at_sep + 3)
-        if scheme < at_sep and user_end is not None and text[user_end.start()] == ":":
+        if (  # a character of a scheme before this ://, and a user name ending at a : not before a port
+            at_sep
+            and text[at_sep - 1] in _SCHEME
+            and user_end is not None
+            and text[user_end.start()] == ":"
+            and _PORT.match(text, user_end.end()) is None
+        ):
+            scheme = at_sep
+            while scheme > start and text[scheme - 1] in _SCHEME:
+                scheme -= 1
+            while scheme < at_sep and not _scheme_starts(text, scheme):
+                scheme += 1
             begin = user_end.end()
-            if _PORT.match(text, begin) is None:
+            if scheme < at_sep:
                 at = text.rfind("@", begin + 1, begin + 257)
                 window = begin + 257
                 if at != -1:  # within 256 characters: the last one before a space or quote
@@ -224,12 +227,10 @@ _CREDENTIALS = re.compile(
     | (?P<basic>\b(?:[Bb]asic|BASIC)\s+)(?P<basic_value>[A-Za-z0-9+/]{4,}={0,2})
     | -----BEGIN[A-Z ]*PRIVATE\ KEY-----.*?(?:-----END[A-Z ]*PRIVATE\ KEY-----|\Z)
     | (?<![A-Za-z0-9])(?:
-          sk-(?=[A-Za-z_-]*[0-9])[A-Za-z0-9_-]{8,}
-        | [rs]k_(?:live|test)_[A-Za-z0-9]{8,}
+          [rs]k_(?:live|test)_[A-Za-z0-9]{8,}
         | gh[pousr]_[A-Za-z0-9]{20,}
         | github_pat_[A-Za-z0-9_]{20,}
         | (?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])
-        | eyJ[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-]*
         | hf_[A-Za-z0-9]{30,}
         | xox[abposr]-[A-Za-z0-9-]{10,}
         | AIza[A-Za-z0-9_-]{35}
@@ -244,31 +245,92 @@ _CREDENTIAL_HINT = re.compile(
     r"://|[Bb]earer|BEARER|[Bb]asic|BASIC|-----BEGIN|[rs]k[-_]|gh[pousr]_|github_pat_|A[KS]IA|eyJ|hf_|xox"
     r"|AIza|glpat-"
 )
-"""A part every ``_CREDENTIALS`` match holds: text without one is passed over at a few times the speed
-(the full pattern tries each of its forms at each character)."""
+"""A part every credential (``_CREDENTIALS``, ``_next_token``, ``_next_url``) holds: text without one is
+passed over at a few times the speed (the full pattern tries each of its forms at each character)."""
+
+_TOKEN_END = re.compile(r"[^A-Za-z0-9_-]")
+_DIGIT = re.compile(r"[0-9]")
+_TOKEN_STARTS = {
+    "sk-": re.compile(r"(?<![A-Za-z0-9])sk-"),
+    "eyJ": re.compile(r"(?<![A-Za-z0-9])eyJ"),
+}
+
+
+def _next_token(text: str, start: int, prefix: str) -> tuple[int, int] | None:
+    """The first OpenAI/Anthropic key (``prefix`` ``sk-``: then 8 or more of ``[A-Za-z0-9_-]``, one a
+    digit) or JWT (``eyJ``: three runs of ``[A-Za-z0-9_-]`` joined by dots, the first two at least 2
+    long) at or after ``start``, not after a letter or digit: where it starts and ends.
+
+    Each is the whole run of ``[A-Za-z0-9_-]`` after its prefix (no backtracking can give another
+    match), so when the one starting first fails, every later start in the same run fails too (its
+    run is the same run's end): the search goes on past the run. So ``sk-sk-sk-...`` costs each
+    character once, where a regex's look-ahead for the digit read the rest of the run at each start.
+    """
+    starts = _TOKEN_STARTS[prefix]
+    found = starts.search(text, start)
+    while found is not None:
+        at = found.end()
+        end = _run_end(text, at)
+        if prefix == "sk-":
+            if end - at >= 8 and _DIGIT.search(text, at, end) is not None:
+                return found.start(), end
+        elif end - at >= 2 and text.startswith(".", end):
+            second = _run_end(text, end + 1)
+            if second - end > 2 and text.startswith(".", second):
+                return found.start(), _run_end(text, second + 1)
+        found = starts.search(text, end)
+    return None
+
+
+def _run_end(text: str, at: int) -> int:
+    """Where the run of ``[A-Za-z0-9_-]`` starting at ``at`` ends."""
+    end = _TOKEN_END.search(text, at)
+    return end.start() if end is not None else len(text)
 
 
 def _credentials(text: str, replacement: str) -> str:
-    """``text`` with every credential replaced: URL passwords (``_next_url``) and ``_CREDENTIALS``,
-    leftmost first, a URL first where both start at one place (one regex's alternation, in effect)."""
+    """``text`` with every credential replaced: URL passwords (``_next_url``), ``_CREDENTIALS``, and
+    keys and JWTs (``_next_token``), leftmost first, a URL first where it starts where another does
+    (one regex's alternation, in effect). Each finder goes on from where the last replacement ended."""
     parts: list[str] = []
     done = 0
+    never = len(text) + 1  # where a finder that found nothing would start
     run_end = _Next(_RUN_END, text)
-    url = _next_url(text, 0, run_end)
+    last_at = text.rfind("@")
+    url = _next_url(text, 0, run_end, last_at)
     other = _CREDENTIALS.search(text)
-    while url is not None or other is not None:
-        if url is not None and (other is None or url[0] <= other.start()):
-            start, begin, end = url
+    key = _next_token(text, 0, "sk-")
+    jwt = _next_token(text, 0, "eyJ")
+    at_url = url[0] if url is not None else never
+    at_other = other.start() if other is not None else never
+    at_key = key[0] if key is not None else never
+    at_jwt = jwt[0] if jwt is not None else never
+    while True:
+        if at_url <= at_other and at_url <= at_key and at_url <= at_jwt:
+            if url is None:
+                break
+            _, begin, done_at = url
             parts += (text[done:begin], replacement)
-        else:
+        elif at_other <= at_key and at_other <= at_jwt:
             assert other is not None
-            start, end = other.span()
-            parts += (text[done:start], _credential(other, replacement))
-        done = end
-        if url is not None and url[0] < done:
-            url = _next_url(text, done, run_end)
-        if other is not None and other.start() < done:
+            parts += (text[done:at_other], _credential(other, replacement))
+            done_at = other.end()
+        else:
+            start, done_at = key if at_key <= at_jwt else jwt  # type: ignore[misc]  # one is found
+            parts += (text[done:start], replacement)
+        done = done_at
+        if at_url < done:
+            url = _next_url(text, done, run_end, last_at)
+            at_url = url[0] if url is not None else never
+        if at_other < done:
             other = _CREDENTIALS.search(text, done)
+            at_other = other.start() if other is not None else never
+        if at_key < done:
+            key = _next_token(text, done, "sk-")
+            at_key = key[0] if key is not None else never
+        if at_jwt < done:
+            jwt = _next_token(text, done, "eyJ")
+            at_jwt = jwt[0] if jwt is not None else never
     return "".join(parts) + text[done:] if parts else text
 
 
@@ -284,19 +346,23 @@ def _credential(match: re.Match[str], replacement: str) -> str:
     return replacement
 
 
+_is_secret_text_key = functools.lru_cache(maxsize=1024)(is_secret_key)
+"""``is_secret_key``, remembered: text with many ``key=value`` pairs names few keys, again and again."""
+
 _KEY_STEMS = ("pass", "pw", "secret", "cred", "auth", "bearer", "jwt", "cookie", "session", "key", "token",
               "csrf", "xsrf")  # fmt: skip
 """A part of every word ``is_secret_key`` can find: text without one holds no secret key."""
 
 _KEY_VALUE = re.compile(
     r"""
-    (?<![A-Za-z0-9_.-])  # a whole key, not the end of a longer one
+    (?<![A-Za-z0-9_.-])(?=[A-Za-z0-9_.-])  # a whole key, not the end of a longer one
     (?=[A-Za-z0-9_.-]*?(?:[ ][A-Za-z0-9_.-]*?){0,2}(?i:"""
     + "|".join(_KEY_STEMS)
     + r"""))
     (?=(?P<key>[A-Za-z0-9_.-]+(?:[ ][A-Za-z0-9_.-]+){0,2}))(?P=key)  # never backtracking (atomic)
     (?P<head>
-        \\?["']?[ \t]*[=:][ \t]*(?:\\?(?:(?P<dq>")|(?P<sq>')))?
+        \\?["']?[ \t]*[=:](?=(?P<gap>[ \t]*))(?P=gap)  # spaces taken whole: no value starts with one
+        (?:[bBrRuUfF]{0,2}\\?(?:(?P<dq>")|(?P<sq>')))?  # b'...', r"...": Python's literals
         (?:(?:[Bb]earer|BEARER|[Bb]asic|BASIC|[Tt]oken|TOKEN|[Dd]igest|Bot)[ \t]+)?
     )
     (?(dq)(?:[^"\\\n]|\\.)+|(?(sq)(?:[^'\\\n]|\\.)+|[^\s"'\\&,;]+))
@@ -308,17 +374,39 @@ _KEY_VALUE = re.compile(
 
 
 def _key_value(match: re.Match[str], replacement: str) -> str:
-    if not is_secret_key(match["key"]):
+    if not _is_secret_text_key(match["key"]):
         return match.group()
     return match["key"] + match["head"] + replacement
+
+
+MAX_REDACTED_CHARS = 1_000_000
+"""The longest text ``redact_text`` reads: a longer one is cut to a ``<truncated: ...>`` marker holding
+its start, redacted (the text log's and JSONL's line cap, 32,000 bytes by default, would cut it anyway)."""
+
+_CUT_MARGIN = 4096
+"""Characters redacted past the cut of a text longer than ``MAX_REDACTED_CHARS``, then dropped: a
+credential that the cut splits (every one ``redact_text`` knows but a PEM key, which is redacted to the
+cut, is shorter) is redacted whole or not kept."""
 
 
 def redact_text(text: str, replacement: str = REDACTED) -> str:
     """``text`` with every credential-looking part replaced (``Bearer [REDACTED]``,
     ``postgres://u:[REDACTED]@h/db``, ``password=[REDACTED]``); for free text such as an exception's
-    message or traceback. Returns ``text`` itself when nothing is replaced."""
+    message or traceback. Returns ``text`` itself when nothing is replaced.
+
+    Its cost is linear in the text's length, whatever the text (``benchmarks/redact_fuzz.py``), and a
+    text longer than ``MAX_REDACTED_CHARS`` is cut first: ``<truncated: str of 5,000,000 chars; first
+    1,000,000 chars: ...>``, those characters redacted."""
     if len(text) < 4:  # shorter than the shortest match, "pw=x"
         return text
+    if len(text) > MAX_REDACTED_CHARS:
+        head = _redacted(text[: MAX_REDACTED_CHARS + _CUT_MARGIN], replacement)
+        head = head[: min(MAX_REDACTED_CHARS, len(head) - _CUT_MARGIN)]
+        return Truncated(f"<truncated: str of {len(text):,} chars; first {len(head):,} chars: {head}>")
+    return _redacted(text, replacement)
+
+
+def _redacted(text: str, replacement: str) -> str:
     new = text
     if _CREDENTIAL_HINT.search(new) is not None:
         new = _credentials(new, replacement)
