@@ -43,6 +43,7 @@ PREFIXES: dict[str, tuple[str, ...]] = {
     "GitLab glpat-": ("glpat-",),
     "URL password": ("a://", "a://b:", "a://b:c/", "a://b:c@", "a://b:1", "://", "@", "a://b:c"),
     "key=value": ("pw=", "password=", "password: ", "'api_key': '", "api key ", "api key: ", "token "),
+    "quoted value of a plain key": ("KeyError: '", "key: '", "key: \"key: '", "key: 'key: \\'"),
     "auth scheme in key=value": ("Authorization: Token ", "auth=Bearer ", "password=Digest "),
     "Python literal prefix": ("pw=b'", "secret_key = r'", 'password: u"', "token=rb'", "pw=b"),
 }

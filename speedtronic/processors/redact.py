@@ -42,10 +42,11 @@ import functools
 import operator
 import re
 import sys
+import traceback
 import types
 from collections import UserList, deque
 from collections.abc import Callable, Iterable, Mapping, MappingView
-from typing import Any
+from typing import Any, NamedTuple
 
 from structlog.typing import EventDict, WrappedLogger
 
@@ -60,7 +61,15 @@ from speedtronic.processors.convert import (
 from speedtronic.record import free_name
 from speedtronic.strings import safe_repr, safe_str
 
-__all__ = ["MAX_REDACTED_CHARS", "REDACTED", "Redact", "is_secret_key", "redact_text"]
+__all__ = [
+    "MAX_REDACTED_CHARS",
+    "REDACTED",
+    "ExceptionText",
+    "Redact",
+    "is_secret_key",
+    "redact_exception",
+    "redact_text",
+]
 
 REDACTED = "[REDACTED]"
 
@@ -373,10 +382,21 @@ _KEY_VALUE = re.compile(
 (``is_secret_key``). Only keys holding a part of a secret word are looked at."""
 
 
-def _key_value(match: re.Match[str], replacement: str) -> str:
-    if not _is_secret_text_key(match["key"]):
-        return match.group()
-    return match["key"] + match["head"] + replacement
+def _key_values(text: str, replacement: str) -> str:
+    """``text`` with the value after each secret key replaced (``_KEY_VALUE``). A quoted value after a
+    key that is not secret is text of its own, looked into once (``KeyError: 'password=...'``); one
+    inside it is judged, not looked into again, so each character is read at most twice."""
+    parts: list[str] = []
+    done = at = inside = 0
+    while (match := _KEY_VALUE.search(text, at)) is not None:
+        if _is_secret_text_key(match["key"]):
+            parts += (text[done : match.start()], match["key"], match["head"], replacement)
+            done = at = match.end()
+        elif (match["dq"] is not None or match["sq"] is not None) and match.start() >= inside:
+            at, inside = match.end("head"), match.end()
+        else:
+            at = match.end()
+    return "".join(parts) + text[done:] if parts else text
 
 
 MAX_REDACTED_CHARS = 1_000_000
@@ -411,8 +431,110 @@ def _redacted(text: str, replacement: str) -> str:
     if _CREDENTIAL_HINT.search(new) is not None:
         new = _credentials(new, replacement)
     if _may_hold_key_value(new):
-        new = _KEY_VALUE.sub(lambda match: _key_value(match, replacement), new)
+        new = _key_values(new, replacement)
     return text if new == text else new
+
+
+class ExceptionText(NamedTuple):
+    """An exception as it may leave the process, each part redacted (``redact_exception``)."""
+
+    line: str
+    """``"ValueError: password=[REDACTED]"``: its type's name and its message, as a record writes it."""
+    message: str
+    """Its message (``str()``), redacted."""
+    printed: str
+    """Its whole traceback as Python prints it: the stack, the message, its notes, and each cause and
+    context with theirs; redacted."""
+    hidden: bool
+    """Whether anything was hidden anywhere in the whole (message, ``repr``, notes, a cause or context,
+    the printed stack): an exception with nothing hidden may leave as it is."""
+
+
+_MAX_CHAINED = 100  # exceptions looked at in one chain (causes, contexts, group members)
+
+
+def redact_exception(
+    error: BaseException,
+    replacement: str = REDACTED,
+    *,
+    text: Callable[[str], str] | None = None,
+    secret_key: Callable[[Any], bool] = is_secret_key,
+) -> ExceptionText:
+    """``error`` redacted as a whole, for every place an exception leaves the process: its message,
+    its ``repr``, its notes (``add_note``), every exception in its chain (``__cause__``,
+    ``__context__``, an exception group's members) with theirs, and its printed traceback.
+
+    Text goes through ``text`` (default ``redact_text``); an argument after one naming a secret
+    (``ValueError("password", X)``, ``("--token", X)``: ``secret_key``) is hidden in the message and
+    wherever its ``repr`` is printed. ``hidden`` says whether anything was: an exception whose whole
+    shows no secret may be passed on as it is, any other only as this text.
+    """
+    redact = text if text is not None else functools.partial(redact_text, replacement=replacement)
+    hidden = False
+    printed = _printed(error)
+    top_message = ""
+    for number, member in enumerate(_chained(error)):
+        message = safe_str(member)
+        args = getattr(member, "args", ())
+        shown_args = _shown_args(args, replacement, secret_key) if type(args) is tuple else args
+        if shown_args is not args:  # ("password", "hunter2"): a pair no text rule sees
+            hidden = True
+            shown = safe_str(shown_args[0] if len(shown_args) == 1 else tuple(shown_args))
+            printed = printed.replace(message, shown)
+            for before, after in zip(args, shown_args, strict=True):
+                if before is not after:
+                    printed = printed.replace(safe_repr(before), safe_repr(after))
+            message = shown
+        new = redact(message)
+        hidden = hidden or new != message or redact(safe_repr(member)) != safe_repr(member)
+        notes = getattr(member, "__notes__", None)
+        if isinstance(notes, list | tuple):
+            hidden = hidden or any(redact(note) != note for note in notes if isinstance(note, str))
+        if number == 0:
+            top_message = new
+    shown_printed = redact(printed)
+    hidden = hidden or shown_printed != printed
+    name = type(error).__name__
+    return ExceptionText(
+        f"{name}: {top_message}" if top_message else name, top_message, shown_printed, hidden
+    )
+
+
+def _printed(error: BaseException) -> str:
+    try:
+        return "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    except Exception:
+        return f"<traceback of {type(error).__qualname__} could not be formatted>"
+
+
+def _chained(error: BaseException) -> list[BaseException]:
+    """``error`` first, then every exception reachable from it (causes, contexts, group members),
+    each once, at most ``_MAX_CHAINED``."""
+    found: list[BaseException] = []
+    seen: set[int] = set()
+    todo = [error]
+    while todo and len(found) < _MAX_CHAINED:
+        member = todo.pop(0)
+        if id(member) in seen:
+            continue
+        seen.add(id(member))
+        found.append(member)
+        linked = [member.__cause__, member.__context__, *(getattr(member, "exceptions", None) or ())]
+        todo += [other for other in linked if isinstance(other, BaseException)]
+    return found
+
+
+def _shown_args(
+    args: tuple[Any, ...], replacement: str, secret_key: Callable[[Any], bool]
+) -> tuple[Any, ...]:
+    """``args`` with each argument after one naming a secret (``"password"``, ``"--token"``) replaced;
+    ``args`` itself when none is."""
+    shown = list(args)
+    for i in range(1, len(args)):
+        name = args[i - 1]
+        if type(name) is str and name.strip() and secret_key(name.lstrip("-")):
+            shown[i] = replacement
+    return tuple(shown) if shown != list(args) else args
 
 
 def _may_hold_key_value(text: str) -> bool:

@@ -102,6 +102,25 @@ ADVERSARIAL = ("sk-", "eyJ-", "sk-a.", "eyJa.", "a://b:", "a.", "api key ")
 """Units that start a credential and never complete one (no digit, no dots, no ``@``, no ``=``)."""
 
 
+class TestQuotedValues:
+    def test_a_secret_quoted_after_a_plain_key_is_found(self) -> None:
+        """KeyError: 'password=...': the quoted value of a key that is not secret is looked into
+        (it hid the secret before: the match of the plain key swallowed it)."""
+        assert redact_text("KeyError: 'password=hunter2'") == "KeyError: 'password=[REDACTED]'"
+        assert redact_text("TokenError: \"api_key: 'abc'\"") == "TokenError: \"api_key: '[REDACTED]'\""
+
+    @pytest.mark.parametrize(
+        "literal",
+        ["{'password': b'hunter2'}", "password=b'hunter2'", "secret_key = r'hunter2'", "api_key=u'hunter2'",
+         'token=rb"hunter2"', "password=B'hunter2'", "\"password\": f'hunter2'"],
+    )  # fmt: skip
+    def test_python_literals_with_a_prefix(self, literal: str) -> None:
+        """b'...', r'...', u'...', rb"...": the quoted value is hidden, not only the prefix letter."""
+        out = redact_text(literal)
+        assert "hunter2" not in out
+        assert "[REDACTED]" in out
+
+
 class TestAdversarialText:
     @pytest.mark.parametrize("unit", ADVERSARIAL)
     def test_repeated_prefix_holds_no_credential(self, unit: str) -> None:
