@@ -458,35 +458,39 @@ def redact_exception(
     replacement: str = REDACTED,
     *,
     text: Callable[[str], str] | None = None,
-    secret_key: Callable[[Any], bool] = is_secret_key,
+    args: Callable[[tuple[Any, ...]], Any] | None = None,
 ) -> ExceptionText:
     """``error`` redacted as a whole, for every place an exception leaves the process: its message,
     its ``repr``, its notes (``add_note``), every exception in its chain (``__cause__``,
     ``__context__``, an exception group's members) with theirs, and its printed traceback.
 
-    Text goes through ``text`` (default ``redact_text``); an argument after one naming a secret
-    (``ValueError("password", X)``, ``("--token", X)``: ``secret_key``) is hidden in the message and
-    wherever its ``repr`` is printed. ``hidden`` says whether anything was: an exception whose whole
-    shows no secret may be passed on as it is, any other only as this text.
+    Text goes through ``text`` (default ``redact_text``), and each exception's ``args`` through
+    ``args`` (default: an argument after one naming a secret, ``ValueError("password", X)`` or
+    ``("--token", X)``, is hidden; ``Redact`` passes its own walk, with its own patterns): a hidden
+    argument is hidden in the message and wherever its ``repr`` is printed. ``hidden`` says whether
+    anything was: an exception whose whole shows no secret may be passed on as it is, any other only
+    as this text.
     """
     redact = text if text is not None else functools.partial(redact_text, replacement=replacement)
+    judge = args if args is not None else functools.partial(_shown_args, replacement=replacement)
     hidden = False
     printed = _printed(error)
     top_message = ""
     for number, member in enumerate(_chained(error)):
         message = safe_str(member)
-        args = getattr(member, "args", ())
-        shown_args = _shown_args(args, replacement, secret_key) if type(args) is tuple else args
-        if shown_args is not args:  # ("password", "hunter2"): a pair no text rule sees
+        given = getattr(member, "args", ())
+        shown_args = judge(given) if type(given) is tuple else given
+        if shown_args is not given:  # ("password", "hunter2"): a pair no text rule sees
             hidden = True
             shown = safe_str(shown_args[0] if len(shown_args) == 1 else tuple(shown_args))
             printed = printed.replace(message, shown)
-            for before, after in zip(args, shown_args, strict=True):
+            for before, after in zip(given, shown_args, strict=True):
                 if before is not after:
                     printed = printed.replace(safe_repr(before), safe_repr(after))
             message = shown
         new = redact(message)
-        hidden = hidden or new != message or redact(safe_repr(member)) != safe_repr(member)
+        written = safe_repr(member)
+        hidden = hidden or new != message or redact(written) != written
         notes = getattr(member, "__notes__", None)
         if isinstance(notes, list | tuple):
             hidden = hidden or any(redact(note) != note for note in notes if isinstance(note, str))
@@ -524,15 +528,13 @@ def _chained(error: BaseException) -> list[BaseException]:
     return found
 
 
-def _shown_args(
-    args: tuple[Any, ...], replacement: str, secret_key: Callable[[Any], bool]
-) -> tuple[Any, ...]:
+def _shown_args(args: tuple[Any, ...], replacement: str) -> tuple[Any, ...]:
     """``args`` with each argument after one naming a secret (``"password"``, ``"--token"``) replaced;
     ``args`` itself when none is."""
     shown = list(args)
     for i in range(1, len(args)):
         name = args[i - 1]
-        if type(name) is str and name.strip() and secret_key(name.lstrip("-")):
+        if type(name) is str and name.strip() and is_secret_key(name.lstrip("-")):
             shown[i] = replacement
     return tuple(shown) if shown != list(args) else args
 
@@ -792,25 +794,30 @@ class Redact:
 
     def _scrub_leaf(self, value: Any, depth: int, seen: _Seen) -> Any:
         """A value not opened: a numpy array of objects or text is converted and scrubbed; an
-        exception whose ``args`` hold a secret (``("password", "hunter2")``) becomes its text with
-        those args redacted; anything else whose text (``str()``, or ``repr()`` as containers show
-        it) holds a credential becomes that text, redacted."""
+        exception holding a secret anywhere in its whole (``redact_exception``: its message, its
+        ``args``, ``("password", "hunter2")``, its notes, causes and contexts, its printed stack)
+        becomes its message redacted when that held one, else its line, ``"ValueError: ..."``,
+        redacted (the pair's hidden); anything else whose text (``str()``, or
+        ``repr()`` as containers show it) holds a credential becomes that text, redacted."""
         if _is_text_array(value):
             converted = to_python(value)
             scrubbed = self._scrub(converted, depth, seen)
             return value if scrubbed is converted and isinstance(converted, list) else scrubbed
         if self._text is _unchanged_text or _is_numeric(value):
             return value
+        if isinstance(value, BaseException):  # judged whole: its notes, causes, contexts and stack too
+            shown = redact_exception(
+                value, self._replacement, text=self._text, args=lambda args: self._scrub(args, depth, seen)
+            )
+            if not shown.hidden:
+                return value
+            own = safe_str(value)  # a secret in its own text: that text, redacted, as before
+            return Converted(shown.message if self._text(own) != own else shown.line)
         text = safe_str(value)
         new = self._text(text)
         if new is text and type(value).__str__ is not _DEFAULT_STR:
             text = safe_repr(value)
             new = self._text(text)
-        if new is text and isinstance(value, BaseException) and type(value.args) is tuple:
-            args = self._scrub(value.args, depth, seen)
-            if args is not value.args:  # ("password", "hunter2"): a pair no text rule sees
-                shown = safe_str(args[0] if len(args) == 1 else tuple(args))
-                return Converted(f"{type(value).__name__}: {shown}")
         return value if new is text else Converted(new)
 
 
