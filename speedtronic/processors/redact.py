@@ -40,6 +40,7 @@ import dataclasses
 import fnmatch
 import functools
 import operator
+import pathlib
 import re
 import sys
 import traceback
@@ -68,6 +69,7 @@ __all__ = [
     "Redact",
     "is_secret_key",
     "redact_exception",
+    "redact_path",
     "redact_text",
 ]
 
@@ -435,6 +437,34 @@ def _redacted(text: str, replacement: str) -> str:
     return text if new == text else new
 
 
+_PATH_WORDS = frozenset({
+    "path", "paths", "dir", "dirs", "directory", "directories", "folder", "folders", "file", "files",
+    "filename", "filenames", "filepath", "filepaths", "dirname", "pathname",
+})  # fmt: skip
+
+
+@functools.lru_cache(maxsize=1024)
+def _is_path_key(key: str) -> bool:
+    """Whether a key names a path: its last word is ``path``, ``dir``, ``file``, ``folder``...
+    (``path``, ``run_dir``, ``checkpoint_path``, ``log_file``, ``outputDir``) and it is no secret key."""
+    words = _WORDS.findall(key)
+    return bool(words) and words[-1].lower() in _PATH_WORDS and not is_secret_key(key)
+
+
+def redact_path(text: str, replacement: str = REDACTED) -> str:
+    """A path's text, redacted as a path: a local path is data, kept whole (a run directory named
+    ``sk-learn-run1`` is a name, not a key, and a path with a part replaced opens nothing); its query
+    string (after ``?``) is text, and a URL (``s3://u:p@bucket/...``) is text, both redacted as
+    ``redact_text`` redacts any text. Returns ``text`` itself when nothing is replaced."""
+    if "://" in text:
+        return redact_text(text, replacement)
+    path, mark, query = text.partition("?")
+    if not mark:
+        return text
+    shown = redact_text(query, replacement)
+    return text if shown is query else f"{path}{mark}{shown}"
+
+
 class ExceptionText(NamedTuple):
     """An exception as it may leave the process, each part redacted (``redact_exception``)."""
 
@@ -588,7 +618,7 @@ class Redact:
     sink and hook gets.
     """
 
-    __slots__ = ("_judge", "_last", "_plans", "_replacement", "_text")
+    __slots__ = ("_judge", "_last", "_path", "_plans", "_replacement", "_text")
 
     def __init__(
         self,
@@ -620,6 +650,9 @@ class Redact:
 
         self._judge = judge
         self._text = text
+        self._path: Callable[[str], str] = (
+            functools.partial(redact_path, replacement=replacement) if values else _unchanged_text
+        )
         self._replacement = replacement
         self._plans: dict[tuple[str, ...], _Plan] = {}
         self._last = _NO_PLAN
@@ -650,7 +683,7 @@ class Redact:
         for key in others:
             value = event_dict[key]
             if type(value) is str:
-                event_dict[key] = self._text(value)
+                event_dict[key] = self._path(value) if _is_path_key(key) else self._text(value)
             elif type(value) not in PLAIN_NUMBERS:
                 seen = seen or _Seen()
                 event_dict[key] = self._scrub(value, 1, seen)
@@ -686,7 +719,9 @@ class Redact:
             if secret:
                 event_dict[key] = self._replacement
             elif type(value) is str:
-                event_dict[key] = self._text(value)
+                event_dict[key] = (
+                    self._path(value) if type(key) is str and _is_path_key(key) else self._text(value)
+                )
             elif type(value) not in PLAIN_NUMBERS:
                 seen = seen or _Seen()
                 event_dict[key] = self._scrub(value, 1, seen)
@@ -778,7 +813,12 @@ class Redact:
         counters: dict[str, int] = {}
         for key, item in list(value.items()):
             secret, name = self._judge(key) if type(key) is str else (self._is_secret(key), key)
-            new = self._replacement if secret else self._scrub(item, depth + 1, seen)
+            if secret:
+                new = self._replacement
+            elif type(item) is str and type(key) is str and _is_path_key(key):
+                new = self._path(item)
+            else:
+                new = self._scrub(item, depth + 1, seen)
             changed = changed or new is not item
             if name is not key and name != key:  # a key that is itself a credential
                 key = _free_key(out, name, counters)
@@ -805,6 +845,9 @@ class Redact:
             return value if scrubbed is converted and isinstance(converted, list) else scrubbed
         if self._text is _unchanged_text or _is_numeric(value):
             return value
+        if isinstance(value, pathlib.PurePath):  # a path is data: kept, but for a query string
+            text = safe_str(value)
+            return value if self._path(text) is text else Converted(self._path(text))
         if isinstance(value, BaseException):  # judged whole: its notes, causes, contexts and stack too
             shown = redact_exception(
                 value, self._replacement, text=self._text, args=lambda args: self._scrub(args, depth, seen)
