@@ -232,11 +232,16 @@ def _scheme_starts(text: str, at: int) -> bool:
     return not (before.isalnum() or before == "_")
 
 
-_CREDENTIALS = re.compile(
-    r"""
+_SCHEME_FORMS = r"""
       (?P<bearer>\b(?:[Bb]earer|BEARER)\s+)(?=[A-Za-z]*[0-9._~+/=-])[A-Za-z0-9._~+/-]{8,}=*
     | (?P<basic>\b(?:[Bb]asic|BASIC)\s+)(?P<basic_value>[A-Za-z0-9+/]{4,}={0,2})
     | -----BEGIN[A-Z ]*PRIVATE\ KEY-----.*?(?:-----END[A-Z ]*PRIVATE\ KEY-----|\Z)
+"""
+"""Credentials written with a scheme or a marker: ``Bearer``/``Basic`` values, PEM private keys."""
+
+_CREDENTIALS = re.compile(
+    _SCHEME_FORMS
+    + r"""
     | (?<![A-Za-z0-9])(?:
           [rs]k_(?:live|test)_[A-Za-z0-9]{8,}
         | gh[pousr]_[A-Za-z0-9]{20,}
@@ -250,6 +255,9 @@ _CREDENTIALS = re.compile(
     """,
     re.VERBOSE | re.DOTALL,
 )
+
+_SCHEME_CREDENTIALS = re.compile(_SCHEME_FORMS, re.VERBOSE | re.DOTALL)
+"""``_CREDENTIALS`` less the key shapes: for a path, whose file and directory names are data."""
 
 
 _CREDENTIAL_HINT = re.compile(
@@ -299,19 +307,21 @@ def _run_end(text: str, at: int) -> int:
     return end.start() if end is not None else len(text)
 
 
-def _credentials(text: str, replacement: str) -> str:
+def _credentials(text: str, replacement: str, shapes: bool = True) -> str:
     """``text`` with every credential replaced: URL passwords (``_next_url``), ``_CREDENTIALS``, and
     keys and JWTs (``_next_token``), leftmost first, a URL first where it starts where another does
-    (one regex's alternation, in effect). Each finder goes on from where the last replacement ended."""
+    (one regex's alternation, in effect). Each finder goes on from where the last replacement ended.
+    Without ``shapes``, keys known by their shape alone (``sk-...``, ``ghp_...``, JWTs) are left."""
+    credentials = _CREDENTIALS if shapes else _SCHEME_CREDENTIALS
     parts: list[str] = []
     done = 0
     never = len(text) + 1  # where a finder that found nothing would start
     run_end = _Next(_RUN_END, text)
     last_at = text.rfind("@")
     url = _next_url(text, 0, run_end, last_at)
-    other = _CREDENTIALS.search(text)
-    key = _next_token(text, 0, "sk-")
-    jwt = _next_token(text, 0, "eyJ")
+    other = credentials.search(text)
+    key = _next_token(text, 0, "sk-") if shapes else None
+    jwt = _next_token(text, 0, "eyJ") if shapes else None
     at_url = url[0] if url is not None else never
     at_other = other.start() if other is not None else never
     at_key = key[0] if key is not None else never
@@ -334,7 +344,7 @@ def _credentials(text: str, replacement: str) -> str:
             url = _next_url(text, done, run_end, last_at)
             at_url = url[0] if url is not None else never
         if at_other < done:
-            other = _CREDENTIALS.search(text, done)
+            other = credentials.search(text, done)
             at_other = other.start() if other is not None else never
         if at_key < done:
             key = _next_token(text, done, "sk-")
@@ -428,10 +438,10 @@ def redact_text(text: str, replacement: str = REDACTED) -> str:
     return _redacted(text, replacement)
 
 
-def _redacted(text: str, replacement: str) -> str:
+def _redacted(text: str, replacement: str, shapes: bool = True) -> str:
     new = text
     if _CREDENTIAL_HINT.search(new) is not None:
-        new = _credentials(new, replacement)
+        new = _credentials(new, replacement, shapes)
     if _may_hold_key_value(new):
         new = _key_values(new, replacement)
     return text if new == text else new
@@ -452,17 +462,19 @@ def _is_path_key(key: str) -> bool:
 
 
 def redact_path(text: str, replacement: str = REDACTED) -> str:
-    """A path's text, redacted as a path: a local path is data, kept whole (a run directory named
-    ``sk-learn-run1`` is a name, not a key, and a path with a part replaced opens nothing); its query
-    string (after ``?``) is text, and a URL (``s3://u:p@bucket/...``) is text, both redacted as
-    ``redact_text`` redacts any text. Returns ``text`` itself when nothing is replaced."""
-    if "://" in text:
+    """A path's text, redacted as a path: the names of its files and directories are data, so keys
+    known by their shape alone (``sk-...``, ``ghp_...``, ``AKIA...``, JWTs) are not looked for in them
+    (a run directory named ``sk-learn-run1`` is a name, and a path with a part replaced opens nothing);
+    all else ``redact_text`` hides still is (``password=...``, ``Bearer ...``). Its query string
+    (after ``?``) is text, redacted as any text; so is a URL (``://``: ``s3://u:[REDACTED]@bucket/...``,
+    the names in it included). Returns ``text`` itself when nothing is replaced."""
+    if "://" in text or len(text) > MAX_REDACTED_CHARS:
         return redact_text(text, replacement)
     path, mark, query = text.partition("?")
-    if not mark:
-        return text
-    shown = redact_text(query, replacement)
-    return text if shown is query else f"{path}{mark}{shown}"
+    shown = _redacted(path, replacement, shapes=False) if len(path) >= 4 else path
+    if mark:
+        shown += mark + redact_text(query, replacement)
+    return text if shown == text else shown
 
 
 class ExceptionText(NamedTuple):
