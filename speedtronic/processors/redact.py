@@ -27,8 +27,13 @@ Two rules, each on by default:
   and the value of a secret key written in text (``password=[REDACTED]``, ``password: [REDACTED]``,
   ``?token=[REDACTED]&``, ``'api_key': '[REDACTED]'``, ``"secret": "[REDACTED]"``,
   ``Authorization: Token [REDACTED]``, ``api key: [REDACTED]``: a key of up to three words written
-  with spaces): a quoted value up to its closing quote, an unquoted one up to a space, quote, ``&``,
-  ``,`` or ``;``.
+  with spaces): a quoted value up to its closing quote (a Python literal's prefix too: ``b'...'``),
+  an unquoted one up to a space, quote, ``&``, ``,`` or ``;``. Linear in the text, capped at
+  ``MAX_REDACTED_CHARS``.
+
+An exception is judged as a whole, message, ``args``, notes, causes and contexts and printed stack
+(``redact_exception``, the one function every place an exception leaves calls); a path under a path
+key (``path``, ``run_dir``, ``log_file``) or a ``PurePath`` keeps its names (``redact_path``).
 """
 
 from __future__ import annotations
