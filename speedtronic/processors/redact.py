@@ -570,7 +570,12 @@ def _chained(error: BaseException) -> list[BaseException]:
             continue
         seen.add(id(member))
         found.append(member)
-        linked = [member.__cause__, member.__context__, *(getattr(member, "exceptions", None) or ())]
+        members = getattr(member, "exceptions", None)  # an exception group's
+        linked = [
+            member.__cause__,
+            member.__context__,
+            *(members if isinstance(members, tuple | list) else ()),
+        ]
         todo += [other for other in linked if isinstance(other, BaseException)]
     return found
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import logging
+import sys
 import traceback
 import warnings
 from pathlib import Path
@@ -54,7 +55,9 @@ def noted() -> ValueError:
         return error
 
 
-SHAPES = {"cause": chained_cause, "context": chained_context, "note": noted}
+SHAPES = {"cause": chained_cause, "context": chained_context}
+if sys.version_info >= (3, 11):  # add_note, and tracebacks that print notes
+    SHAPES["note"] = noted
 
 
 class TestRedactException:
@@ -100,6 +103,35 @@ class TestRedactException:
         first, second = ValueError("a"), ValueError(f"password={SECRET}")
         first.__cause__, second.__cause__ = second, first
         assert redact_exception(first).hidden
+
+
+class TestGroups:
+    @pytest.mark.skipif(sys.version_info < (3, 11), reason="exception groups are Python 3.11's")
+    def test_a_group_members_secret_is_found(self) -> None:
+        """An exception group whose member holds the secret: hidden, the printed group redacted."""
+        group = ExceptionGroup("two failures", [ValueError("fine"), KeyError(f"password={SECRET}")])  # noqa: F821  # 3.11's builtin
+        shown = redact_exception(group)
+        assert shown.hidden
+        assert SECRET not in shown.printed
+
+    def test_an_exceptions_attribute_that_is_no_group(self) -> None:
+        """A plain exception with an ``exceptions`` attribute of another kind is judged as usual."""
+        error = ValueError(f"password={SECRET}")
+        error.exceptions = 3  # type: ignore[attr-defined]  # what a library may set on its own errors
+        assert redact_exception(error).line == "ValueError: password=[REDACTED]"
+
+
+class TestInAStockChain:
+    def test_redact_in_a_plain_structlog_chain(self) -> None:
+        """Redact before structlog's LogCapture: the captured event holds the line, not the chain."""
+        import structlog
+        from structlog.testing import LogCapture
+
+        capture = LogCapture()
+        logger = structlog.wrap_logger(structlog.ReturnLogger(), processors=[Redact(), capture])
+        logger.error("failed", error=chained_cause())
+        (entry,) = capture.entries
+        assert entry["error"] == "ValueError: could not open the store"
 
 
 class TestTheStage:

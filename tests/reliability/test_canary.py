@@ -105,7 +105,7 @@ def chained(note):
                 raise KeyError(f"refused {{CANARY}}") from cause
         except KeyError:
             error = RuntimeError("checkpoint upload failed")
-            if note:
+            if note and hasattr(error, "add_note"):  # Python 3.11+
                 error.add_note(f"while sending password={{PLAIN}}")
             raise error
     except RuntimeError as error:
@@ -272,7 +272,8 @@ class TestCanaryEverySink:
         for name in ("run.log", "metrics.jsonl", "app.log", "hooks.txt", "warnings.txt"):
             assert CANARY in found.get(name, []), (name, found)
         app = (out / "app.log").read_text()  # the chain and note of upload_failed's error, printed whole
-        assert "while sending password=" + PLAIN in app
+        if sys.version_info >= (3, 11):  # notes
+            assert "while sending password=" + PLAIN in app
         assert "refused " + CANARY in app
         assert any(name.startswith("wandb_dir/") and PLAIN in hits for name, hits in found.items()), found
 

@@ -41,7 +41,8 @@ def failing(event, payload):
                 raise ValueError("api_key", SECRET) from cause
         except ValueError:
             error = RuntimeError("login refused")
-            error.add_note(f"while sending token={{SECRET}}")
+            if hasattr(error, "add_note"):  # Python 3.11+
+                error.add_note(f"while sending token={{SECRET}}")
             raise error
     raise RuntimeError(f"login refused: password={{SECRET}}")
 
