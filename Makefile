@@ -2,7 +2,8 @@
 #   make run    runs the main job (then `.venv/bin/speedtronic summarize runs/...`: nothing is activated)
 #   make test   runs ruff (lint and format check), mypy --strict and every test, and prints its wall time
 #   make bench  prints every speed goal and any missed (emit: bench.py; read-back: readback.py --goals;
-#               a webhook that never answers: webhook.py; alerts: alerts.py)
+#               a webhook that never answers: webhook.py; alerts: alerts.py;
+#               redact_text against adversarial text: redact_fuzz.py)
 PYTHON ?= python3
 VENV ?= .venv
 # A CPU build is on these machines' disk; an unpinned torch pulls a multi-GB CUDA build.
@@ -59,6 +60,7 @@ bench: $(VENV)/.dev-installed
 	$(BIN)/python benchmarks/readback.py --goals
 	$(BIN)/python benchmarks/webhook.py
 	$(BIN)/python benchmarks/alerts.py
+	$(BIN)/python benchmarks/redact_fuzz.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -27,6 +27,7 @@ from speedtronic.errors import (
 )
 from speedtronic.events import level_for
 from speedtronic.processors import WriteLines
+from speedtronic.processors.redact import redact_exception
 from speedtronic.record import NOTE_KEY, own_note
 from speedtronic.sinks import LineFile, TextStream
 from speedtronic.strings import safe_str
@@ -127,8 +128,11 @@ class Reports:
         self.write_errors += 1
         if self._telling or not reported(self.write_errors):
             return
-        text = f"{type(error).__name__}: {safe_str(error)}"
-        text = self._redact(text) if self._redact is not None else text
+        text = (
+            redact_exception(error, text=self._redact).line
+            if self._redact is not None
+            else f"{type(error).__name__}: {safe_str(error)}"
+        )
         others = [(sink, output) for sink, output in self._written if str(sink.path) != where]
         before = [sink.lost for sink, _ in others]
         self._telling = True

@@ -420,7 +420,10 @@ def _die_with_parent(signum: int) -> None:
 
 
 def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
+    """The first line of ``error``'s message, redacted (``redact_exception``): it goes to stderr."""
+    from speedtronic.processors.redact import redact_exception
+
+    text = redact_exception(error).message.strip()
     return text.splitlines()[0] if text else ""
 
 

@@ -24,6 +24,7 @@ import structlog
 from structlog.typing import EventDict, WrappedLogger
 
 from speedtronic.errors import MAX_WARNING_BYTES, HookError, HookFailureWarning, reported, warn_at_caller
+from speedtronic.processors.redact import ExceptionText, redact_exception
 from speedtronic.record import NOTE_KEY, is_own_record
 from speedtronic.strings import safe_str
 
@@ -133,8 +134,10 @@ class HookFailures:
     hook's name (``counts``; two hooks of one name become ``name`` and ``name#2``). The 1st, 2nd, 4th, 8th...
     failure of a hook is reported: to ``report`` (a ``hook_error`` record's fields; the first with the
     traceback) and as a ``HookFailureWarning``. With ``strict=True`` the failure is raised as
-    ``HookError`` instead of warned. ``redact`` (a text-to-text function) is applied to the error and
-    traceback text before either leaves. Thread-safe.
+    ``HookError`` instead of warned. With ``redact`` (a text-to-text function, ``redact_text``), the
+    exception is redacted as a whole before any of it leaves (``redact_exception``: its message, its
+    ``args``, notes, causes and contexts and its printed traceback), its texts cut by ``_hidden``.
+    Thread-safe.
     """
 
     def __init__(
@@ -162,7 +165,8 @@ class HookFailures:
             failures = self._counts[name] = self._counts.get(name, 0) + 1
         if not reported(failures) and not self._strict:
             return  # counted only: no text built or redacted (a 10 MB message would take seconds)
-        text = self._hidden(f"{type(error).__name__}: {safe_str(error)}")
+        shown = redact_exception(error, text=self._hidden) if self._redact is not None else None
+        text = shown.line if shown is not None else self._hidden(f"{type(error).__name__}: {safe_str(error)}")
         if reported(failures):
             fields: dict[str, Any] = {
                 "hook": name,
@@ -172,7 +176,9 @@ class HookFailures:
                 "failures": failures,
             }
             if failures == 1:
-                fields["traceback"] = self._hidden(_format_traceback(error))
+                fields["traceback"] = (
+                    shown.printed if shown is not None else self._hidden(_format_traceback(error))
+                )
             if self._report is not None:
                 self._report(fields)
             if not self._strict:
@@ -181,20 +187,19 @@ class HookFailures:
                     HookFailureWarning,
                 )
         if self._strict:
-            self._raise(name, error, during, text)
+            self._raise(name, error, during, text, shown)
 
-    def _raise(self, name: str, error: Exception, during: str | None, text: str) -> None:
-        """Raise ``HookError`` for a strict logger, from ``error`` only when nothing in its printed
-        traceback needed hiding: a chained exception prints its own message (and its causes') again,
-        unredacted. Otherwise its redacted traceback is the ``HookError``'s message's end."""
+    def _raise(
+        self, name: str, error: Exception, during: str | None, text: str, shown: ExceptionText | None
+    ) -> None:
+        """Raise ``HookError`` for a strict logger, from ``error`` only when nothing in its whole
+        (``redact_exception``: message, notes, causes, contexts, printed traceback) needed hiding: a
+        chained exception prints its own message (and its causes') again, unredacted. Otherwise its
+        redacted traceback is the ``HookError``'s message's end."""
         message = f"hook {name!r} failed {_when(during)}: {text}"
-        if self._redact is None:
+        if shown is None or not shown.hidden:
             raise HookError(message) from error
-        printed = _format_traceback(error)
-        shown = self._hidden(printed)
-        if shown == printed:
-            raise HookError(message) from error
-        raise HookError(f"{message}\n{shown}") from None  # the chained error would print the secret
+        raise HookError(f"{message}\n{shown.printed}") from None  # the chained error would print the secret
 
     def _hidden(self, text: str) -> str:
         """``text`` redacted, and cut to what a warning or a record keeps first: its start and end.

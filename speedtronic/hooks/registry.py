@@ -28,8 +28,7 @@ from typing import Any
 
 from speedtronic.hooks.background import background
 from speedtronic.hooks.dispatch import as_callback, close_hook
-from speedtronic.processors.redact import redact_text
-from speedtronic.strings import safe_str
+from speedtronic.processors.redact import redact_exception
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -121,10 +120,9 @@ def build_hook(type_name: str, options: Mapping[str, Any] | None = None) -> Any:
     except ModuleNotFoundError:
         raise
     except Exception as error:
-        text = safe_str(error)
-        shown = redact_text(text)  # an SDK may echo the key it refuses
-        raise HookConfigError(f"{type_name} hook can't be created: {type(error).__name__}: {shown}") from (
-            error if shown is text else None
+        shown = redact_exception(error)  # an SDK may echo the key it refuses, or chain an error that does
+        raise HookConfigError(f"{type_name} hook can't be created: {shown.line}") from (
+            None if shown.hidden else error
         )  # a chained error would print the secret again
     try:
         as_callback(hook)

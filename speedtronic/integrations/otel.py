@@ -8,7 +8,6 @@ import os
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,6 +18,7 @@ from speedtronic.integrations._structlog import exception_text
 from speedtronic.levels import LEVEL_NAMES
 from speedtronic.lifecycle import close_loggers_first_at_exit
 from speedtronic.processors.convert import to_python, unique_key
+from speedtronic.processors.redact import redact_exception
 from speedtronic.record import timestamp_ns
 from speedtronic.strings import safe_str
 
@@ -48,15 +48,13 @@ def attributes(payload: Mapping[Any, Any]) -> dict[str, Any]:
 def exception_attributes(error: BaseException) -> dict[str, str]:
     """OpenTelemetry's semantic-convention attributes of ``error``, as the OpenTelemetry SDK's own
     ``LoggingHandler`` sends them for ``logger.exception(...)``: ``exception.type`` (the class name),
-    ``exception.message`` and ``exception.stacktrace`` (the whole traceback, as Python prints it)."""
-    try:
-        stacktrace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-    except Exception:  # an exception whose str() raises: its one line says what can be said
-        stacktrace = exception_text(error)
+    ``exception.message`` and ``exception.stacktrace`` (the whole traceback, as Python prints it: its
+    causes, contexts and notes too), the last two redacted (``redact_exception``)."""
+    shown = redact_exception(error)
     return {
         "exception.type": type(error).__name__,
-        "exception.message": safe_str(error),
-        "exception.stacktrace": stacktrace,
+        "exception.message": shown.message,
+        "exception.stacktrace": shown.printed,
     }
 
 
@@ -76,7 +74,8 @@ def _put(out: dict[str, Any], name: str, value: Any) -> None:
     ):
         out[name] = tuple(value)
     elif isinstance(value, BaseException):
-        out[name] = exception_text(value)
+        shown = redact_exception(value)
+        out[name] = shown.line if shown.hidden else exception_text(value)
         if "exception.type" not in out:
             out.update(exception_attributes(value))
     else:
@@ -94,12 +93,15 @@ _ALERT_SEVERITIES = {"warning": "WARNING", "error": "ERROR"}
 
 
 def _handled_exception(error: object) -> dict[str, str]:
-    """``exception_attributes`` of the exception being handled on this thread, when the ``error`` text
-    is that exception on one line (``"ZeroDivisionError: ..."``); else none."""
+    """The exception attributes of the exception being handled on this thread, when the ``error`` text
+    is that exception on one line (``"ZeroDivisionError: ..."``); else none. The message is the
+    payload's (as redacted as the rest of the record), the stacktrace the exception's, redacted
+    (``exception_attributes``): never more than the payload shows."""
     handled = sys.exc_info()[1]
-    if handled is None or not isinstance(error, str) or not error.startswith(type(handled).__name__):
+    name = type(handled).__name__
+    if handled is None or not isinstance(error, str) or not error.startswith(name):
         return {}
-    return exception_attributes(handled)
+    return {**exception_attributes(handled), "exception.message": error[len(name) :].removeprefix(": ")}
 
 
 class _CountingExporter:
@@ -158,7 +160,10 @@ class OtelHook:
     own ``LoggingHandler`` sends them: for an exception in the payload, and for an event whose
     ``error`` text names the exception being handled where it is emitted (``speedtronic train``'s
     ``train_end`` with ``status="failed"``, when the hook is called inside ``emit``: the stdlib's
-    ``logger.exception()`` rule of taking ``sys.exc_info()``).
+    ``logger.exception()`` rule of taking ``sys.exc_info()``). They are redacted whole
+    (``speedtronic.processors.redact.redact_exception``: the message, notes, causes and contexts and
+    the printed stack), whatever the logger's ``redact``; a handled exception's message is the
+    payload's ``error`` text, so the record shows no more than the payload.
 
     **Whose provider**: ``logger_provider=`` is yours (an SDK ``LoggerProvider`` with your processors
     and exporters): ``close()`` flushes it and leaves shutting it down to you. Without one, the hook

@@ -27,8 +27,13 @@ Two rules, each on by default:
   and the value of a secret key written in text (``password=[REDACTED]``, ``password: [REDACTED]``,
   ``?token=[REDACTED]&``, ``'api_key': '[REDACTED]'``, ``"secret": "[REDACTED]"``,
   ``Authorization: Token [REDACTED]``, ``api key: [REDACTED]``: a key of up to three words written
-  with spaces): a quoted value up to its closing quote, an unquoted one up to a space, quote, ``&``,
-  ``,`` or ``;``.
+  with spaces): a quoted value up to its closing quote (a Python literal's prefix too: ``b'...'``),
+  an unquoted one up to a space, quote, ``&``, ``,`` or ``;``. Linear in the text, capped at
+  ``MAX_REDACTED_CHARS``.
+
+An exception is judged as a whole, message, ``args``, notes, causes and contexts and printed stack
+(``redact_exception``, the one function every place an exception leaves calls); a path under a path
+key (``path``, ``run_dir``, ``log_file``) or a ``PurePath`` keeps its names (``redact_path``).
 """
 
 from __future__ import annotations
@@ -40,12 +45,14 @@ import dataclasses
 import fnmatch
 import functools
 import operator
+import pathlib
 import re
 import sys
+import traceback
 import types
 from collections import UserList, deque
 from collections.abc import Callable, Iterable, Mapping, MappingView
-from typing import Any
+from typing import Any, NamedTuple
 
 from structlog.typing import EventDict, WrappedLogger
 
@@ -60,7 +67,16 @@ from speedtronic.processors.convert import (
 from speedtronic.record import free_name
 from speedtronic.strings import safe_repr, safe_str
 
-__all__ = ["REDACTED", "Redact", "is_secret_key", "redact_text"]
+__all__ = [
+    "MAX_REDACTED_CHARS",
+    "REDACTED",
+    "ExceptionText",
+    "Redact",
+    "is_secret_key",
+    "redact_exception",
+    "redact_path",
+    "redact_text",
+]
 
 REDACTED = "[REDACTED]"
 
@@ -143,29 +159,32 @@ _RUN_END = re.compile(r'[\s"<>]')
 _PATH_END = re.compile(r'[\s/?#"<>]')
 
 
-def _next_url(text: str, start: int, run_end: _Next) -> tuple[int, int, int] | None:
+def _next_url(text: str, start: int, run_end: _Next, last_at: int) -> tuple[int, int, int] | None:
     """The first URL password at or after ``start``: where its URL starts, where the password starts
     and where it ends. A URL is a scheme (a letter at a word's start, then letters, digits, ``+``,
     ``.``, ``-``), ``://``, a user name, and a ``:`` not starting a port; its password ends at the last
     ``@`` before a space or quote, within 256 characters, else at the last ``@`` before a ``/``, ``?``
     or ``#``. Each ``://`` is looked at once, each ``@`` found with ``str.rfind`` and each stop
     character once, so text of many URL starts costs a few steps each (a regex looking for the last
-    ``@`` backtracks through all 256 characters at each)."""
-    last_at = text.rfind("@")
+    ``@`` backtracks through all 256 characters at each). ``last_at``: the text's last ``@``, found once
+    per text (looked for again at each URL found, it would read the text's end again)."""
     at_sep = text.find("://", start)
     while at_sep != -1 and at_sep < last_at:
-        if not at_sep or text[at_sep - 1] not in _SCHEME:  # no scheme before this ://
-            at_sep = text.find("://", at_sep + 3)
-            continue
-        scheme = at_sep
-        while scheme > start and text[scheme - 1] in _SCHEME:
-            scheme -= 1
-        while scheme < at_sep and not _scheme_starts(text, scheme):
-            scheme += 1
         user_end = _USER_END.search(text, at_sep + 3)
-        if scheme < at_sep and user_end is not None and text[user_end.start()] == ":":
+        if (  # a character of a scheme before this ://, and a user name ending at a : not before a port
+            at_sep
+            and text[at_sep - 1] in _SCHEME
+            and user_end is not None
+            and text[user_end.start()] == ":"
+            and _PORT.match(text, user_end.end()) is None
+        ):
+            scheme = at_sep
+            while scheme > start and text[scheme - 1] in _SCHEME:
+                scheme -= 1
+            while scheme < at_sep and not _scheme_starts(text, scheme):
+                scheme += 1
             begin = user_end.end()
-            if _PORT.match(text, begin) is None:
+            if scheme < at_sep:
                 at = text.rfind("@", begin + 1, begin + 257)
                 window = begin + 257
                 if at != -1:  # within 256 characters: the last one before a space or quote
@@ -218,18 +237,21 @@ def _scheme_starts(text: str, at: int) -> bool:
     return not (before.isalnum() or before == "_")
 
 
-_CREDENTIALS = re.compile(
-    r"""
+_SCHEME_FORMS = r"""
       (?P<bearer>\b(?:[Bb]earer|BEARER)\s+)(?=[A-Za-z]*[0-9._~+/=-])[A-Za-z0-9._~+/-]{8,}=*
     | (?P<basic>\b(?:[Bb]asic|BASIC)\s+)(?P<basic_value>[A-Za-z0-9+/]{4,}={0,2})
     | -----BEGIN[A-Z ]*PRIVATE\ KEY-----.*?(?:-----END[A-Z ]*PRIVATE\ KEY-----|\Z)
+"""
+"""Credentials written with a scheme or a marker: ``Bearer``/``Basic`` values, PEM private keys."""
+
+_CREDENTIALS = re.compile(
+    _SCHEME_FORMS
+    + r"""
     | (?<![A-Za-z0-9])(?:
-          sk-(?=[A-Za-z_-]*[0-9])[A-Za-z0-9_-]{8,}
-        | [rs]k_(?:live|test)_[A-Za-z0-9]{8,}
+          [rs]k_(?:live|test)_[A-Za-z0-9]{8,}
         | gh[pousr]_[A-Za-z0-9]{20,}
         | github_pat_[A-Za-z0-9_]{20,}
         | (?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])
-        | eyJ[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-]*
         | hf_[A-Za-z0-9]{30,}
         | xox[abposr]-[A-Za-z0-9-]{10,}
         | AIza[A-Za-z0-9_-]{35}
@@ -239,36 +261,102 @@ _CREDENTIALS = re.compile(
     re.VERBOSE | re.DOTALL,
 )
 
+_SCHEME_CREDENTIALS = re.compile(_SCHEME_FORMS, re.VERBOSE | re.DOTALL)
+"""``_CREDENTIALS`` less the key shapes: for a path, whose file and directory names are data."""
+
 
 _CREDENTIAL_HINT = re.compile(
     r"://|[Bb]earer|BEARER|[Bb]asic|BASIC|-----BEGIN|[rs]k[-_]|gh[pousr]_|github_pat_|A[KS]IA|eyJ|hf_|xox"
     r"|AIza|glpat-"
 )
-"""A part every ``_CREDENTIALS`` match holds: text without one is passed over at a few times the speed
-(the full pattern tries each of its forms at each character)."""
+"""A part every credential (``_CREDENTIALS``, ``_next_token``, ``_next_url``) holds: text without one is
+passed over at a few times the speed (the full pattern tries each of its forms at each character)."""
+
+_TOKEN_END = re.compile(r"[^A-Za-z0-9_-]")
+_DIGIT = re.compile(r"[0-9]")
+_TOKEN_STARTS = {
+    "sk-": re.compile(r"(?<![A-Za-z0-9])sk-"),
+    "eyJ": re.compile(r"(?<![A-Za-z0-9])eyJ"),
+}
 
 
-def _credentials(text: str, replacement: str) -> str:
-    """``text`` with every credential replaced: URL passwords (``_next_url``) and ``_CREDENTIALS``,
-    leftmost first, a URL first where both start at one place (one regex's alternation, in effect)."""
+def _next_token(text: str, start: int, prefix: str) -> tuple[int, int] | None:
+    """The first OpenAI/Anthropic key (``prefix`` ``sk-``: then 8 or more of ``[A-Za-z0-9_-]``, one a
+    digit) or JWT (``eyJ``: three runs of ``[A-Za-z0-9_-]`` joined by dots, the first two at least 2
+    long) at or after ``start``, not after a letter or digit: where it starts and ends.
+
+    Each is the whole run of ``[A-Za-z0-9_-]`` after its prefix (no backtracking can give another
+    match), so when the one starting first fails, every later start in the same run fails too (its
+    run is the same run's end): the search goes on past the run. So ``sk-sk-sk-...`` costs each
+    character once, where a regex's look-ahead for the digit read the rest of the run at each start.
+    """
+    starts = _TOKEN_STARTS[prefix]
+    found = starts.search(text, start)
+    while found is not None:
+        at = found.end()
+        end = _run_end(text, at)
+        if prefix == "sk-":
+            if end - at >= 8 and _DIGIT.search(text, at, end) is not None:
+                return found.start(), end
+        elif end - at >= 2 and text.startswith(".", end):
+            second = _run_end(text, end + 1)
+            if second - end > 2 and text.startswith(".", second):
+                return found.start(), _run_end(text, second + 1)
+        found = starts.search(text, end)
+    return None
+
+
+def _run_end(text: str, at: int) -> int:
+    """Where the run of ``[A-Za-z0-9_-]`` starting at ``at`` ends."""
+    end = _TOKEN_END.search(text, at)
+    return end.start() if end is not None else len(text)
+
+
+def _credentials(text: str, replacement: str, shapes: bool = True) -> str:
+    """``text`` with every credential replaced: URL passwords (``_next_url``), ``_CREDENTIALS``, and
+    keys and JWTs (``_next_token``), leftmost first, a URL first where it starts where another does
+    (one regex's alternation, in effect). Each finder goes on from where the last replacement ended.
+    Without ``shapes``, keys known by their shape alone (``sk-...``, ``ghp_...``, JWTs) are left."""
+    credentials = _CREDENTIALS if shapes else _SCHEME_CREDENTIALS
     parts: list[str] = []
     done = 0
+    never = len(text) + 1  # where a finder that found nothing would start
     run_end = _Next(_RUN_END, text)
-    url = _next_url(text, 0, run_end)
-    other = _CREDENTIALS.search(text)
-    while url is not None or other is not None:
-        if url is not None and (other is None or url[0] <= other.start()):
-            start, begin, end = url
+    last_at = text.rfind("@")
+    url = _next_url(text, 0, run_end, last_at)
+    other = credentials.search(text)
+    key = _next_token(text, 0, "sk-") if shapes else None
+    jwt = _next_token(text, 0, "eyJ") if shapes else None
+    at_url = url[0] if url is not None else never
+    at_other = other.start() if other is not None else never
+    at_key = key[0] if key is not None else never
+    at_jwt = jwt[0] if jwt is not None else never
+    while True:
+        if at_url <= at_other and at_url <= at_key and at_url <= at_jwt:
+            if url is None:
+                break
+            _, begin, done_at = url
             parts += (text[done:begin], replacement)
-        else:
+        elif at_other <= at_key and at_other <= at_jwt:
             assert other is not None
-            start, end = other.span()
-            parts += (text[done:start], _credential(other, replacement))
-        done = end
-        if url is not None and url[0] < done:
-            url = _next_url(text, done, run_end)
-        if other is not None and other.start() < done:
-            other = _CREDENTIALS.search(text, done)
+            parts += (text[done:at_other], _credential(other, replacement))
+            done_at = other.end()
+        else:
+            start, done_at = key if at_key <= at_jwt else jwt  # type: ignore[misc]  # one is found
+            parts += (text[done:start], replacement)
+        done = done_at
+        if at_url < done:
+            url = _next_url(text, done, run_end, last_at)
+            at_url = url[0] if url is not None else never
+        if at_other < done:
+            other = credentials.search(text, done)
+            at_other = other.start() if other is not None else never
+        if at_key < done:
+            key = _next_token(text, done, "sk-")
+            at_key = key[0] if key is not None else never
+        if at_jwt < done:
+            jwt = _next_token(text, done, "eyJ")
+            at_jwt = jwt[0] if jwt is not None else never
     return "".join(parts) + text[done:] if parts else text
 
 
@@ -284,19 +372,23 @@ def _credential(match: re.Match[str], replacement: str) -> str:
     return replacement
 
 
+_is_secret_text_key = functools.lru_cache(maxsize=1024)(is_secret_key)
+"""``is_secret_key``, remembered: text with many ``key=value`` pairs names few keys, again and again."""
+
 _KEY_STEMS = ("pass", "pw", "secret", "cred", "auth", "bearer", "jwt", "cookie", "session", "key", "token",
               "csrf", "xsrf")  # fmt: skip
 """A part of every word ``is_secret_key`` can find: text without one holds no secret key."""
 
 _KEY_VALUE = re.compile(
     r"""
-    (?<![A-Za-z0-9_.-])  # a whole key, not the end of a longer one
+    (?<![A-Za-z0-9_.-])(?=[A-Za-z0-9_.-])  # a whole key, not the end of a longer one
     (?=[A-Za-z0-9_.-]*?(?:[ ][A-Za-z0-9_.-]*?){0,2}(?i:"""
     + "|".join(_KEY_STEMS)
     + r"""))
     (?=(?P<key>[A-Za-z0-9_.-]+(?:[ ][A-Za-z0-9_.-]+){0,2}))(?P=key)  # never backtracking (atomic)
     (?P<head>
-        \\?["']?[ \t]*[=:][ \t]*(?:\\?(?:(?P<dq>")|(?P<sq>')))?
+        \\?["']?[ \t]*[=:](?=(?P<gap>[ \t]*))(?P=gap)  # spaces taken whole: no value starts with one
+        (?:[bBrRuUfF]{0,2}\\?(?:(?P<dq>")|(?P<sq>')))?  # b'...', r"...": Python's literals
         (?:(?:[Bb]earer|BEARER|[Bb]asic|BASIC|[Tt]oken|TOKEN|[Dd]igest|Bot)[ \t]+)?
     )
     (?(dq)(?:[^"\\\n]|\\.)+|(?(sq)(?:[^'\\\n]|\\.)+|[^\s"'\\&,;]+))
@@ -307,24 +399,196 @@ _KEY_VALUE = re.compile(
 (``is_secret_key``). Only keys holding a part of a secret word are looked at."""
 
 
-def _key_value(match: re.Match[str], replacement: str) -> str:
-    if not is_secret_key(match["key"]):
-        return match.group()
-    return match["key"] + match["head"] + replacement
+def _key_values(text: str, replacement: str) -> str:
+    """``text`` with the value after each secret key replaced (``_KEY_VALUE``). A quoted value after a
+    key that is not secret is text of its own, looked into once (``KeyError: 'password=...'``); one
+    inside it is judged, not looked into again, so each character is read at most twice."""
+    parts: list[str] = []
+    done = at = inside = 0
+    while (match := _KEY_VALUE.search(text, at)) is not None:
+        if _is_secret_text_key(match["key"]):
+            parts += (text[done : match.start()], match["key"], match["head"], replacement)
+            done = at = match.end()
+        elif (match["dq"] is not None or match["sq"] is not None) and match.start() >= inside:
+            at, inside = match.end("head"), match.end()
+        else:
+            at = match.end()
+    return "".join(parts) + text[done:] if parts else text
+
+
+MAX_REDACTED_CHARS = 1_000_000
+"""The longest text ``redact_text`` reads: a longer one is cut to a ``<truncated: ...>`` marker holding
+its start, redacted (the text log's and JSONL's line cap, 32,000 bytes by default, would cut it anyway)."""
+
+_CUT_MARGIN = 4096
+"""Characters redacted past the cut of a text longer than ``MAX_REDACTED_CHARS``, then dropped: a
+credential that the cut splits (every one ``redact_text`` knows but a PEM key, which is redacted to the
+cut, is shorter) is redacted whole or not kept."""
 
 
 def redact_text(text: str, replacement: str = REDACTED) -> str:
     """``text`` with every credential-looking part replaced (``Bearer [REDACTED]``,
     ``postgres://u:[REDACTED]@h/db``, ``password=[REDACTED]``); for free text such as an exception's
-    message or traceback. Returns ``text`` itself when nothing is replaced."""
+    message or traceback. Returns ``text`` itself when nothing is replaced.
+
+    Its cost is linear in the text's length, whatever the text (``benchmarks/redact_fuzz.py``), and a
+    text longer than ``MAX_REDACTED_CHARS`` is cut first: ``<truncated: str of 5,000,000 chars; first
+    1,000,000 chars: ...>``, those characters redacted."""
     if len(text) < 4:  # shorter than the shortest match, "pw=x"
         return text
+    if len(text) > MAX_REDACTED_CHARS:
+        head = _redacted(text[: MAX_REDACTED_CHARS + _CUT_MARGIN], replacement)
+        head = head[: min(MAX_REDACTED_CHARS, len(head) - _CUT_MARGIN)]
+        return Truncated(f"<truncated: str of {len(text):,} chars; first {len(head):,} chars: {head}>")
+    return _redacted(text, replacement)
+
+
+def _redacted(text: str, replacement: str, shapes: bool = True) -> str:
     new = text
     if _CREDENTIAL_HINT.search(new) is not None:
-        new = _credentials(new, replacement)
+        new = _credentials(new, replacement, shapes)
     if _may_hold_key_value(new):
-        new = _KEY_VALUE.sub(lambda match: _key_value(match, replacement), new)
+        new = _key_values(new, replacement)
     return text if new == text else new
+
+
+_PATH_WORDS = frozenset({
+    "path", "paths", "dir", "dirs", "directory", "directories", "folder", "folders", "file", "files",
+    "filename", "filenames", "filepath", "filepaths", "dirname", "pathname",
+})  # fmt: skip
+
+
+@functools.lru_cache(maxsize=1024)
+def _is_path_key(key: str) -> bool:
+    """Whether a key names a path: its last word is ``path``, ``dir``, ``file``, ``folder``...
+    (``path``, ``run_dir``, ``checkpoint_path``, ``log_file``, ``outputDir``) and it is no secret key."""
+    words = _WORDS.findall(key)
+    return bool(words) and words[-1].lower() in _PATH_WORDS and not is_secret_key(key)
+
+
+def redact_path(text: str, replacement: str = REDACTED) -> str:
+    """A path's text, redacted as a path: the names of its files and directories are data, so keys
+    known by their shape alone (``sk-...``, ``ghp_...``, ``AKIA...``, JWTs) are not looked for in them
+    (a run directory named ``sk-learn-run1`` is a name, and a path with a part replaced opens nothing);
+    all else ``redact_text`` hides still is (``password=...``, ``Bearer ...``). Its query string
+    (after ``?``) is text, redacted as any text; so is a URL (``://``: ``s3://u:[REDACTED]@bucket/...``,
+    the names in it included). Returns ``text`` itself when nothing is replaced."""
+    if "://" in text or len(text) > MAX_REDACTED_CHARS:
+        return redact_text(text, replacement)
+    path, mark, query = text.partition("?")
+    shown = _redacted(path, replacement, shapes=False) if len(path) >= 4 else path
+    if mark:
+        shown += mark + redact_text(query, replacement)
+    return text if shown == text else shown
+
+
+class ExceptionText(NamedTuple):
+    """An exception as it may leave the process, each part redacted (``redact_exception``)."""
+
+    line: str
+    """``"ValueError: password=[REDACTED]"``: its type's name and its message, as a record writes it."""
+    message: str
+    """Its message (``str()``), redacted."""
+    printed: str
+    """Its whole traceback as Python prints it: the stack, the message, its notes, and each cause and
+    context with theirs; redacted."""
+    hidden: bool
+    """Whether anything was hidden anywhere in the whole (message, ``repr``, notes, a cause or context,
+    the printed stack): an exception with nothing hidden may leave as it is."""
+
+
+_MAX_CHAINED = 100  # exceptions looked at in one chain (causes, contexts, group members)
+
+
+def redact_exception(
+    error: BaseException,
+    replacement: str = REDACTED,
+    *,
+    text: Callable[[str], str] | None = None,
+    args: Callable[[tuple[Any, ...]], Any] | None = None,
+) -> ExceptionText:
+    """``error`` redacted as a whole, for every place an exception leaves the process: its message,
+    its ``repr``, its notes (``add_note``), every exception in its chain (``__cause__``,
+    ``__context__``, an exception group's members) with theirs, and its printed traceback.
+
+    Text goes through ``text`` (default ``redact_text``), and each exception's ``args`` through
+    ``args`` (default: an argument after one naming a secret, ``ValueError("password", X)`` or
+    ``("--token", X)``, is hidden; ``Redact`` passes its own walk, with its own patterns): a hidden
+    argument is hidden in the message and wherever its ``repr`` is printed. ``hidden`` says whether
+    anything was: an exception whose whole shows no secret may be passed on as it is, any other only
+    as this text.
+    """
+    redact = text if text is not None else functools.partial(redact_text, replacement=replacement)
+    judge = args if args is not None else functools.partial(_shown_args, replacement=replacement)
+    hidden = False
+    printed = _printed(error)
+    top_message = ""
+    for number, member in enumerate(_chained(error)):
+        message = safe_str(member)
+        given = getattr(member, "args", ())
+        shown_args = judge(given) if type(given) is tuple else given
+        if shown_args is not given:  # ("password", "hunter2"): a pair no text rule sees
+            hidden = True
+            shown = safe_str(shown_args[0] if len(shown_args) == 1 else tuple(shown_args))
+            printed = printed.replace(message, shown)
+            for before, after in zip(given, shown_args, strict=True):
+                if before is not after:
+                    printed = printed.replace(safe_repr(before), safe_repr(after))
+            message = shown
+        new = redact(message)
+        written = safe_repr(member)
+        hidden = hidden or new != message or redact(written) != written
+        notes = getattr(member, "__notes__", None)
+        if isinstance(notes, list | tuple):
+            hidden = hidden or any(redact(note) != note for note in notes if isinstance(note, str))
+        if number == 0:
+            top_message = new
+    shown_printed = redact(printed)
+    hidden = hidden or shown_printed != printed
+    name = type(error).__name__
+    return ExceptionText(
+        f"{name}: {top_message}" if top_message else name, top_message, shown_printed, hidden
+    )
+
+
+def _printed(error: BaseException) -> str:
+    try:
+        return "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    except Exception:
+        return f"<traceback of {type(error).__qualname__} could not be formatted>"
+
+
+def _chained(error: BaseException) -> list[BaseException]:
+    """``error`` first, then every exception reachable from it (causes, contexts, group members),
+    each once, at most ``_MAX_CHAINED``."""
+    found: list[BaseException] = []
+    seen: set[int] = set()
+    todo = [error]
+    while todo and len(found) < _MAX_CHAINED:
+        member = todo.pop(0)
+        if id(member) in seen:
+            continue
+        seen.add(id(member))
+        found.append(member)
+        members = getattr(member, "exceptions", None)  # an exception group's
+        linked = [
+            member.__cause__,
+            member.__context__,
+            *(members if isinstance(members, tuple | list) else ()),
+        ]
+        todo += [other for other in linked if isinstance(other, BaseException)]
+    return found
+
+
+def _shown_args(args: tuple[Any, ...], replacement: str) -> tuple[Any, ...]:
+    """``args`` with each argument after one naming a secret (``"password"``, ``"--token"``) replaced;
+    ``args`` itself when none is."""
+    shown = list(args)
+    for i in range(1, len(args)):
+        name = args[i - 1]
+        if type(name) is str and name.strip() and is_secret_key(name.lstrip("-")):
+            shown[i] = replacement
+    return tuple(shown) if shown != list(args) else args
 
 
 def _may_hold_key_value(text: str) -> bool:
@@ -376,7 +640,7 @@ class Redact:
     sink and hook gets.
     """
 
-    __slots__ = ("_judge", "_last", "_plans", "_replacement", "_text")
+    __slots__ = ("_judge", "_last", "_path", "_plans", "_replacement", "_text")
 
     def __init__(
         self,
@@ -408,6 +672,9 @@ class Redact:
 
         self._judge = judge
         self._text = text
+        self._path: Callable[[str], str] = (
+            functools.partial(redact_path, replacement=replacement) if values else _unchanged_text
+        )
         self._replacement = replacement
         self._plans: dict[tuple[str, ...], _Plan] = {}
         self._last = _NO_PLAN
@@ -438,7 +705,7 @@ class Redact:
         for key in others:
             value = event_dict[key]
             if type(value) is str:
-                event_dict[key] = self._text(value)
+                event_dict[key] = self._path(value) if _is_path_key(key) else self._text(value)
             elif type(value) not in PLAIN_NUMBERS:
                 seen = seen or _Seen()
                 event_dict[key] = self._scrub(value, 1, seen)
@@ -474,7 +741,9 @@ class Redact:
             if secret:
                 event_dict[key] = self._replacement
             elif type(value) is str:
-                event_dict[key] = self._text(value)
+                event_dict[key] = (
+                    self._path(value) if type(key) is str and _is_path_key(key) else self._text(value)
+                )
             elif type(value) not in PLAIN_NUMBERS:
                 seen = seen or _Seen()
                 event_dict[key] = self._scrub(value, 1, seen)
@@ -566,7 +835,12 @@ class Redact:
         counters: dict[str, int] = {}
         for key, item in list(value.items()):
             secret, name = self._judge(key) if type(key) is str else (self._is_secret(key), key)
-            new = self._replacement if secret else self._scrub(item, depth + 1, seen)
+            if secret:
+                new = self._replacement
+            elif type(item) is str and type(key) is str and _is_path_key(key):
+                new = self._path(item)
+            else:
+                new = self._scrub(item, depth + 1, seen)
             changed = changed or new is not item
             if name is not key and name != key:  # a key that is itself a credential
                 key = _free_key(out, name, counters)
@@ -582,25 +856,33 @@ class Redact:
 
     def _scrub_leaf(self, value: Any, depth: int, seen: _Seen) -> Any:
         """A value not opened: a numpy array of objects or text is converted and scrubbed; an
-        exception whose ``args`` hold a secret (``("password", "hunter2")``) becomes its text with
-        those args redacted; anything else whose text (``str()``, or ``repr()`` as containers show
-        it) holds a credential becomes that text, redacted."""
+        exception holding a secret anywhere in its whole (``redact_exception``: its message, its
+        ``args``, ``("password", "hunter2")``, its notes, causes and contexts, its printed stack)
+        becomes its message redacted when that held one, else its line, ``"ValueError: ..."``,
+        redacted (the pair's hidden); anything else whose text (``str()``, or
+        ``repr()`` as containers show it) holds a credential becomes that text, redacted."""
         if _is_text_array(value):
             converted = to_python(value)
             scrubbed = self._scrub(converted, depth, seen)
             return value if scrubbed is converted and isinstance(converted, list) else scrubbed
         if self._text is _unchanged_text or _is_numeric(value):
             return value
+        if isinstance(value, pathlib.PurePath):  # a path is data: kept, but for a query string
+            text = safe_str(value)
+            return value if self._path(text) is text else Converted(self._path(text))
+        if isinstance(value, BaseException):  # judged whole: its notes, causes, contexts and stack too
+            shown = redact_exception(
+                value, self._replacement, text=self._text, args=lambda args: self._scrub(args, depth, seen)
+            )
+            if not shown.hidden:
+                return value
+            own = safe_str(value)  # a secret in its own text: that text, redacted, as before
+            return Converted(shown.message if self._text(own) != own else shown.line)
         text = safe_str(value)
         new = self._text(text)
         if new is text and type(value).__str__ is not _DEFAULT_STR:
             text = safe_repr(value)
             new = self._text(text)
-        if new is text and isinstance(value, BaseException) and type(value.args) is tuple:
-            args = self._scrub(value.args, depth, seen)
-            if args is not value.args:  # ("password", "hunter2"): a pair no text rule sees
-                shown = safe_str(args[0] if len(args) == 1 else tuple(args))
-                return Converted(f"{type(value).__name__}: {shown}")
         return value if new is text else Converted(new)
 
 

@@ -21,6 +21,14 @@ def rejecting_factory(api_key: str = "", **kwargs: Any) -> Any:
     raise ValueError(f"invalid API key {api_key!r}")
 
 
+def chaining_factory(api_key: str = "", **kwargs: Any) -> Any:
+    """A hook factory whose own error is clean, raised from the SDK's error that holds the key."""
+    try:
+        raise PermissionError(f"refused key {api_key}")
+    except PermissionError as sdk_error:
+        raise RuntimeError("tracker login failed") from sdk_error
+
+
 def failing_factory(**kwargs: Any) -> Any:
     """A hook factory failing with nothing secret in its message."""
     raise OSError("tracker server unreachable")
@@ -67,6 +75,15 @@ class TestPythonApi:
         printed = "".join(traceback.format_exception(caught.value))
         assert KEY not in printed
         assert "invalid API key '[REDACTED]'" in printed
+
+    def test_a_key_in_the_factory_errors_cause_is_not_chained(self, config: dict[str, Any]) -> None:
+        """A clean factory error whose cause holds the key: the ConfigError names it, and is not
+        chained to it (its traceback would print the cause)."""
+        hooks = [{"type": f"{__name__}:chaining_factory", "api_key": KEY}]
+        with pytest.raises(ConfigError, match="RuntimeError: tracker login failed") as caught:
+            build_logger({**config, "logging": {**config["logging"], "hooks": hooks}})
+        assert KEY not in "".join(traceback.format_exception(caught.value))
+        assert caught.value.__cause__ is None
 
     def test_an_error_without_secrets_keeps_its_cause(self, config: dict[str, Any]) -> None:
         """A factory error with nothing to hide is chained, so its traceback helps debugging."""

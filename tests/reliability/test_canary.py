@@ -1,5 +1,6 @@
 """A canary secret in every payload shape reaches no sink: text log, JSONL, hooks, the app's structlog
-output, W&B's offline run files, ``hook_error`` records and warnings.
+output, W&B's offline run files, ``hook_error`` records and warnings; exceptions whose message is clean
+and whose cause, context or note holds a canary included (in a payload, and raised by a hook).
 
 One real ``MetricLogger`` with a text file, a JSONL file and three hooks (``StructlogHook`` writing the
 app's own log file, an offline ``WandbHook``, a recording hook) and a hook that fails with the secret
@@ -94,6 +95,27 @@ def failing(event, payload):
     raise RuntimeError(f"upload refused: Authorization: Bearer {{CANARY}} (key {{CANARY}})")
 
 
+def chained(note):
+    # a clean exception: the canaries in its cause (an args pair), its context and its note
+    try:
+        try:
+            try:
+                raise ValueError("api_key", PLAIN)
+            except ValueError as cause:
+                raise KeyError(f"refused {{CANARY}}") from cause
+        except KeyError:
+            error = RuntimeError("checkpoint upload failed")
+            if note and hasattr(error, "add_note"):  # Python 3.11+
+                error.add_note(f"while sending password={{PLAIN}}")
+            raise error
+    except RuntimeError as error:
+        return error
+
+
+def failing_chained(event, payload):
+    raise chained(note=True)
+
+
 payload = {{
     "db": DB("h", url=f"postgres://u:{{CANARY}}@h/db", password=PLAIN),
     "headers": [("Authorization", f"Bearer {{CANARY}}"), ("api_key", PLAIN)],
@@ -108,6 +130,8 @@ payload = {{
     Field.DB: PLAIN,
     "argv": ["train.py", "--password", PLAIN, "--lr", "0.1"],
     "error": ValueError("api_key", PLAIN),
+    "chained": chained(note=False),
+    "noted": chained(note=True),
     "said": f"the api key: {{PLAIN}}",
     **{{key: PLAIN for key in KEY_SPELLINGS}},
     "loss": 0.5,
@@ -119,11 +143,17 @@ if not REDACT:  # unredacted, a UserList and a dict_items reach WandbHook as the
     payload.pop("user_list")  # serialize them (a WandbHook failure, not a leak: reported)
     payload.pop("items")
     payload.pop("error")
+    payload.pop("chained")  # W&B can't serialize an exception either: the scan of the chains is the
+    payload.pop("noted")  # app log's (format_exc_info prints them) and the hook_error records'
 
 app_file = open(os.path.join(OUT, "app.log"), "w", encoding="utf-8")
 app_logger = structlog.wrap_logger(
     structlog.WriteLogger(app_file),
-    processors=[structlog.processors.add_log_level, structlog.processors.JSONRenderer()],
+    processors=[
+        structlog.processors.add_log_level,
+        structlog.processors.format_exc_info,  # prints an exc_info's whole chain and notes
+        structlog.processors.JSONRenderer(),
+    ],
 )
 recorder = Recorder()
 wandb_hook = WandbHook(project="canary", mode="offline", dir=os.path.join(OUT, "wandb_dir"))
@@ -132,12 +162,13 @@ with warnings.catch_warnings(record=True) as caught:
     logger = MetricLogger(
         file=os.path.join(OUT, "run.log"),
         json_file=os.path.join(OUT, "metrics.jsonl"),
-        hooks=[StructlogHook(app_logger), wandb_hook, recorder, failing],
+        hooks=[StructlogHook(app_logger), wandb_hook, recorder, failing, failing_chained],
         redact=REDACT,
     )
     logger.emit("train_start", dict(payload))
     logger.emit("train_step", {{"step": 1, **payload}})
     logger.emit("train_end", {{"step": 1, "final_loss": 0.5}})
+    logger.emit("upload_failed", {{"error": chained(note=True)}}, level="error")
     logger.close()
 app_file.close()
 with open(os.path.join(OUT, "hooks.txt"), "w", encoding="utf-8") as out:
@@ -203,8 +234,8 @@ class TestCanaryEverySink:
         assert PLAIN not in result.stdout + result.stderr
 
         # ... and each sink did receive the events (the scan is not of empty files)
-        assert report["recorded"] == 3
-        assert report["hook_errors"] == {"failing": 3}
+        assert report["recorded"] == 4
+        assert report["hook_errors"] == {"failing": 4, "failing_chained": 4}
         records = read_records(out / "metrics.jsonl")
         assert [r["event"] for r in records if r["event"].startswith("train")] == [
             "train_start",
@@ -218,11 +249,16 @@ class TestCanaryEverySink:
         assert "upload refused" in errors[0]["error"]
         assert "upload refused" in (out / "warnings.txt").read_text()
         app = [json.loads(line) for line in (out / "app.log").read_text().splitlines()]
-        assert [line["event"] for line in app] == ["train_start", "train_step", "train_end"]
+        assert [line["event"] for line in app] == ["train_start", "train_step", "train_end", "upload_failed"]
+        assert app[-1]["error"] == "RuntimeError: checkpoint upload failed"
+        chained = [r for r in records if r["event"] == "hook_error" and r.get("hook") == "failing_chained"]
+        assert "checkpoint upload failed" in chained[0]["error"]
+        assert "During handling of the above exception" in chained[0]["traceback"]
         assert "train_step" in (out / "hooks.txt").read_text()
         wandb_run = self.wandb_run(out)
         assert [sorted({key.split("/")[0] for key in row if "/" in key}) for row in wandb_run.history] == [
-            ["train_step"]  # train_start and train_end, one-off events, are in the run's summary
+            ["train_step"],  # train_start and train_end, one-off events, are in the run's summary
+            ["upload_failed"],
         ]
         assert wandb_run.history[0]["train_step/loss"] == 0.5
 
@@ -230,11 +266,15 @@ class TestCanaryEverySink:
         """redact=False: the same run writes both canaries to the files and to W&B (so the scan above
         can fail)."""
         out = tmp_path / "run"
-        _, report = run_child(out, "plain")
-        assert report["hook_errors"] == {"failing": 3}
+        _, report = run_child(out, "plain")  # W&B can't serialize upload_failed's raw exception
+        assert report["hook_errors"] == {"failing": 4, "failing_chained": 4, "WandbHook": 1}
         found = files_holding(out, CANARY, PLAIN)
         for name in ("run.log", "metrics.jsonl", "app.log", "hooks.txt", "warnings.txt"):
             assert CANARY in found.get(name, []), (name, found)
+        app = (out / "app.log").read_text()  # the chain and note of upload_failed's error, printed whole
+        if sys.version_info >= (3, 11):  # notes
+            assert "while sending password=" + PLAIN in app
+        assert "refused " + CANARY in app
         assert any(name.startswith("wandb_dir/") and PLAIN in hits for name, hits in found.items()), found
 
     @staticmethod

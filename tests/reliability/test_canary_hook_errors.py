@@ -1,4 +1,5 @@
-"""A hook failure's text holds a secret: no sink, console, warning or printed traceback shows it.
+"""A hook failure's text holds a secret (in its message, or in its chain of causes and contexts and its
+notes): no sink, console, warning or printed traceback shows it.
 
 Each run is a child process with a text log on its stdout, a JSONL file and a hook that raises with a
 ``password=`` in its message; afterwards every file it wrote and all it printed (warnings and an
@@ -32,12 +33,23 @@ def failing(event, payload):
     if MODE == "long":  # the value starts where the kept end of a long failure text begins
         tail = " " + "y" * (200 + _MARGIN - len(SECRET) - 1)
         raise RuntimeError("x" * 200_000 + " password=" + SECRET + tail)
+    if MODE.startswith("chain"):  # a clean message; the secret in its cause, its context, its note
+        try:
+            try:
+                raise KeyError(f"password={{SECRET}}")
+            except KeyError as cause:
+                raise ValueError("api_key", SECRET) from cause
+        except ValueError:
+            error = RuntimeError("login refused")
+            if hasattr(error, "add_note"):  # Python 3.11+
+                error.add_note(f"while sending token={{SECRET}}")
+            raise error
     raise RuntimeError(f"login refused: password={{SECRET}}")
 
 
 logger = MetricLogger(
     json_file=OUT + "/metrics.jsonl", stream=sys.stdout, hooks=[failing], redact=REDACT,
-    max_line_bytes=None, strict_hooks=MODE == "strict",
+    max_line_bytes=None, strict_hooks=MODE in ("strict", "chain-strict"),
 )
 logger.emit("train_step", {{"step": 1, "loss": 0.5}})
 logger.close()
@@ -54,7 +66,7 @@ def run_child(tmp_path: Path, mode: str, redact: str = "redact") -> tuple[str, P
         [sys.executable, str(script), str(out), mode, redact],
         capture_output=True, text=True, timeout=120, env=child_env(), cwd=tmp_path,
     )  # fmt: skip
-    assert result.returncode == (1 if mode == "strict" else 0), result.stderr[-2000:]
+    assert result.returncode == (1 if mode.endswith("strict") else 0), result.stderr[-2000:]
     return result.stdout + result.stderr, out
 
 
@@ -100,6 +112,31 @@ class TestStrictHooks:
         printed, _ = run_child(tmp_path, "strict", "plain")
         assert "The above exception was the direct cause" in printed
         assert CANARY in printed
+
+
+class TestChainedFailure:
+    def test_no_sink_or_print_holds_a_secret_of_the_chain(self, tmp_path: Path) -> None:
+        """A hook raises a clean exception whose context, its cause and its note hold the secret:
+        the hook_error record (its traceback prints the whole chain), the text log and the warning
+        hide it, and still say what failed."""
+        printed, out = run_child(tmp_path, "chain")
+        assert files_holding(out, CANARY) == []
+        assert CANARY not in printed
+        records = (out / "metrics.jsonl").read_text()
+        assert "RuntimeError: login refused" in records
+        assert "During handling of the above exception" in records  # the chain, redacted, is there
+
+    def test_strict_hooks_print_no_secret_of_the_chain(self, tmp_path: Path) -> None:
+        """strict_hooks: the uncaught HookError's printed traceback drops the chain that held it."""
+        printed, out = run_child(tmp_path, "chain-strict")
+        assert CANARY not in printed
+        assert files_holding(out, CANARY) == []
+        assert "HookError: hook 'failing' failed during 'train_step': RuntimeError: login refused" in printed
+
+    def test_the_scan_finds_the_chain_without_redaction(self, tmp_path: Path) -> None:
+        """redact=False: the chain's secret reaches the hook_error record (the scan looks there)."""
+        _, out = run_child(tmp_path, "chain", "plain")
+        assert files_holding(out, CANARY) == ["metrics.jsonl"]
 
 
 def test_a_plain_failure_keeps_its_cause() -> None:
