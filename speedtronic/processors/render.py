@@ -77,16 +77,39 @@ class TextRenderer:
         cap = self._cap
         if cap is None or cap.fits(line):  # checked here: a line that fits costs no further call
             return line
-        return str(cap.shorten(logger, method_name, event_dict, line))
+        cut = self._cut(logger, method_name, event_dict, line, cap.limit)
+        return cut if cut is not None else str(cap.shorten(logger, method_name, event_dict, line))
+
+    def _cut(
+        self, logger: WrappedLogger, method_name: str, event_dict: EventDict, line: str, limit: int
+    ) -> str | None:
+        """A wide line of many short bare fields (per-layer metrics) cut after the last field that
+        fits, and ``_dropped`` counting the others, as ``CapLine`` cuts it but from the line as
+        rendered (no render per try). ``None`` for any other line (non-ASCII, a quoted value, a field of
+        a quarter of the cap or more, whose value ``CapLine`` cuts instead): ``CapLine`` shortens it."""
+        level = LEVEL_NAMES.get(method_name) or quote(method_name.upper())
+        head = len(self._head(level, event_dict))  # the fields begin here, each with a space
+        if not line.isascii() or line.find('"', head) >= 0:
+            return None
+        cut = line.rfind(" ", head, limit - _MARKER_ROOM + 1)
+        if cut <= head or _has_wide_field(line, head, limit // 8):
+            return None
+        dropped = line.count(" ", cut)  # bare values hold no space
+        marker = Truncated(f"<truncated: {dropped:,} fields did not fit in {limit + 1:,} bytes>")
+        return line[:cut] + self._format.fields({"_dropped": marker}, ())
 
     def render(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> str:
         """The line, uncapped."""
         level = LEVEL_NAMES.get(method_name) or quote(method_name.upper())
-        name = self._format.key(event_dict.get("event", ""))  # quoted once per event name
         own_level = event_dict.get("level")
         repeats_level = isinstance(own_level, str) and LEVEL_NAMES.get(own_level.lower()) == level
         skip = _TEXT_SKIPPED_WITH_LEVEL if repeats_level else _TEXT_SKIPPED
-        return f"{self._time(event_dict)} | {level} | {name}{self._format.fields(event_dict, skip)}"
+        return f"{self._head(level, event_dict)}{self._format.fields(event_dict, skip)}"
+
+    def _head(self, level: str, event_dict: EventDict) -> str:
+        """The line up to its fields: the time, the level and the event."""
+        name = self._format.key(event_dict.get("event", ""))  # quoted once per event name
+        return f"{self._time(event_dict)} | {level} | {name}"
 
     def _time(self, event_dict: EventDict) -> str:
         stamp = event_dict.get("timestamp")
@@ -208,6 +231,50 @@ class _Parts:
     def lines(self) -> list[bytes] | None:
         """The parts' lines, without newlines; ``None`` when the event and its head, or a key, can't
         fit in a part."""
+        if not self._owners:
+            lines = self._cut_at_commas()
+            if lines is not None:
+                return lines
+        return self._from_pieces()
+
+    def _cut_at_commas(self) -> list[bytes] | None:
+        """The parts cut from the line at its commas, a few calls per part, when only its structure
+        holds commas and every field fits in a part (else ``None``)."""
+        line, record = self._line, self._record
+        body = line[1 : line.rfind(b',"' + NOTE_KEY.encode() + b'":')]  # the fields, the note after
+        if body.count(b",") != len(self._names):  # a comma in a key or value
+            return None
+        first = body.find(b",")
+        head, rest = [body[:first]], body[first:]  # each field of the rest after its comma
+        for key in PART_HEAD:
+            if key in record:
+                at = rest.find(b"," + _value_bytes(key) + b":")
+                stop = rest.find(b",", at + 1)
+                stop = len(rest) if stop < 0 else stop
+                head.append(rest[at + 1 : stop])
+                rest = rest[:at] + rest[stop:]
+        fields = rest[1:]
+        heads = b",".join(head)
+        stamp = b'"timestamp":' + _value_bytes(record.get("timestamp"))
+        budget = self._limit - (len(heads) + len(self._note_bytes(9_999_999, 9_999_999, ())) + len(stamp) + 4)
+        if not fields or budget < _MIN_LINE_BYTES // 2:
+            return None
+        chunks, start = [], 0
+        while len(fields) - start > budget:
+            cut = fields.rfind(b",", start, start + budget + 1)  # after the last field that fits
+            if cut <= start:  # a field wider than a part: cut by the pieces' rules
+                return None
+            chunks.append(fields[start:cut])
+            start = cut + 1
+        chunks.append(fields[start:])
+        count = len(chunks)
+        return [
+            b"".join((b"{", heads, b",", chunk, b",", self._note_bytes(part, count, ()), b",", stamp, b"}"))
+            for part, chunk in enumerate(chunks)
+        ]
+
+    def _from_pieces(self) -> list[bytes] | None:
+        """The parts from each field's bytes (``_pieces``), values too large for a part truncated."""
         names, limit = self._names, self._limit
         pieces = self._pieces()
         head_at = [names.index(key) for key in PART_HEAD if key in self._record]
@@ -326,6 +393,12 @@ _MARKER_ROOM = 512
 """Bytes left for a truncation marker's own text when a value is cut to fit a part."""
 
 
+def _has_wide_field(line: str, start: int, width: int) -> bool:
+    """Whether ``line`` from ``start`` holds ``width`` characters in a row without a space, looked
+    for in windows of ``width`` (so every run of ``2 * width`` is found): a call per window."""
+    return any(line.find(" ", at, at + width) < 0 for at in range(start, len(line) - width, width))
+
+
 def _value_bytes(value: Any) -> bytes:
     """``value`` as the record's line holds it."""
     data = orjson.dumps(value, default=safe_str, option=_ORJSON_OPTIONS)
@@ -370,9 +443,9 @@ class CapLine:
 
     A line that fits costs one length check. A longer one is rendered again, at most five times,
     never once per value: first with the largest value (the common case: one huge value) replaced
-    by a ``truncate`` marker (``<truncated: str of 3,000,000 chars; first 900
-    chars: ...>``), so the line keeps its other fields and stays strict JSON; if that is not enough (thousands of
-    fields, a huge key) with the fields that fit, in order, and ``"_dropped": "<truncated: N fields
+    by a ``truncate`` marker (``<truncated: str of 3,000,000 chars; first 900 chars: ...>``), so the
+    line keeps its other fields and stays strict JSON; if that is not enough (thousands of fields, a
+    huge key), with the fields that fit, in order, and ``"_dropped": "<truncated: N fields
     did not fit in 32,000 bytes>"``. ``event``, ``timestamp``, ``level`` and the record's note are
     always kept. ``JSONLRenderer(max_line_bytes=...)`` writes a wide record in parts instead, losing
     no field; ``TextRenderer(max_line_bytes=...)`` cuts its line as this does.
