@@ -192,7 +192,7 @@ class TestEveryReaderJoinsTheParts:
 DUCKDB_JOIN = """
     with lines as (
         select *, row_number() over () - _speedtronic.part as record
-        from read_json_auto('{path}', sample_size=-1, maximum_object_size=33554432)
+        from read_json_auto('{path}', sample_size=-1)
     )
     select any_value(columns(* exclude (record, _speedtronic))) from lines
     where event = 'train_step'
