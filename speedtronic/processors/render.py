@@ -288,6 +288,7 @@ class _Parts:
         chosen = list(names)
         for at in sorted(head_at, reverse=True):
             del chosen[at]
+        places = [at for at in range(len(names)) if at not in head_at]  # where each field was
         if budget < _MIN_LINE_BYTES // 2 or not chosen:
             return None
         sizes = list(map((1).__add__, map(len, fields)))  # each with its comma
@@ -303,6 +304,12 @@ class _Parts:
             cuts.append(max(end, start + 1))
             start = cuts[-1]
         count = len(cuts) - 1
+        if count == 1:  # one line after all (a huge value cut): the record as it was, in its order
+            for field, at in zip(fields, places, strict=True):
+                pieces[1 + at] = field
+            note = b'"' + NOTE_KEY.encode() + b'":' + _value_bytes({**self._note, "part": 0, "parts": 1})
+            line = b"".join((b"{", b",".join(pieces), b",", note, b",", stamp, b"}"))
+            return [line] if len(line) <= limit else None
         lines = []
         for part, (start, end) in enumerate(itertools.pairwise(cuts)):
             note = self._note_bytes(part, count, chosen[start:end])
@@ -346,7 +353,11 @@ class _Parts:
                 (target if len(key) + _MARKER_ROOM < target <= budget else budget) - len(key) - _MARKER_ROOM
             )
             length = len(value) if isinstance(value, str) else size
-            for keep in (room * length // size, 0):
+            keeps = [room * length // size, 0]
+            by_excess = (length + 2 if isinstance(value, str) else size) - excess - 256
+            if alone and by_excess > 0:  # as CapLine cuts a huge value: by the excess, to stay one line
+                keeps.insert(0, by_excess)
+            for keep in keeps:
                 fields[index] = key + _value_bytes(truncate(value, keep))
                 sizes[index] = len(fields[index]) + 1 + 2 * (len(_value_bytes(name)) + 1)
                 if sizes[index] <= budget:
