@@ -17,6 +17,7 @@ import pytest
 from speedtronic.processors import DEFAULT_MAX_LINE_BYTES
 from speedtronic.profiling import MetricLogger
 from speedtronic.runs import Skipped, read_frame, read_records
+from speedtronic.runs import summary as summary_module
 from speedtronic.runs.reader import INCOMPLETE
 from speedtronic.runs.replay import replay_run
 from speedtronic.runs.summary import summarize_run
@@ -148,6 +149,17 @@ class TestEveryReaderJoinsTheParts:
         assert summary.loss_last == emitted[-1]["loss"]
         assert summary.lrs["lr"] == emitted[-1]["lr"]
         assert not summary.skipped
+
+    def test_summarize_in_pieces_never_cuts_between_parts(self, tmp_path: Path) -> None:
+        """A file of wide records larger than a piece (4 MiB): ``summarize --workers 2`` cuts it
+        where a record begins, so every step is read once and no line is skipped."""
+        path = tmp_path / "metrics.jsonl"
+        emitted, _ = write_run(path, 5_000, 30)
+        assert path.stat().st_size > summary_module.PIECE_BYTES
+        summary = summarize_run(path, workers=2)
+        assert not summary.skipped
+        assert summary.steps_recorded == summary.events["train_step"] == len(emitted)
+        assert summary.loss_last == emitted[-1]["loss"]
 
     def test_replay(self, run: Any) -> None:
         """replay delivers each step once, with the payload the live hook received."""
