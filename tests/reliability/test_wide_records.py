@@ -13,8 +13,9 @@ from typing import Any
 
 import orjson
 import pytest
+import structlog
 
-from speedtronic.processors import DEFAULT_MAX_LINE_BYTES
+from speedtronic.processors import DEFAULT_MAX_LINE_BYTES, CapLine, JSONLRenderer
 from speedtronic.profiling import MetricLogger
 from speedtronic.runs import Skipped, read_frame, read_records
 from speedtronic.runs import summary as summary_module
@@ -378,3 +379,38 @@ def test_the_note_has_fixed_keys_in_every_line(tmp_path: Path) -> None:
         logger.emit("train_step", wide(2, 1_000))
     shapes = {tuple(orjson.loads(line)["_speedtronic"]) for line in path.read_bytes().splitlines()}
     assert shapes == {("v", "origin", "converted", "truncated", "non_finite", "part", "parts")}
+
+
+class TestInAStockChain:
+    def test_jsonl_renderer_writes_parts_through_a_print_logger(self, tmp_path: Path) -> None:
+        """``JSONLRenderer(max_line_bytes=4096)`` as the last stage of a stock structlog chain: a wide
+        event comes out as lines under 4,096 bytes that the reader joins into the event."""
+        path = tmp_path / "stock.jsonl"
+        payload = wide(7, 300)
+        with path.open("w") as out:
+            log = structlog.wrap_logger(
+                structlog.PrintLogger(out),
+                processors=[
+                    structlog.processors.TimeStamper(fmt="iso", utc=True),
+                    JSONLRenderer(max_line_bytes=4096),
+                ],
+            )
+            log.info("train_step", **payload)
+        lines = path.read_bytes().splitlines()
+        assert len(lines) > 2
+        assert max(map(len, lines)) + 1 <= 4096
+        (record,) = read_records(path)
+        assert_payload(record.payload, payload)
+
+    def test_capline_keeps_the_first_fields_that_fit(self) -> None:
+        """``CapLine`` around any renderer: a line of thousands of fields keeps the first ones, in
+        order, then ``_dropped`` counting the others, within the cap."""
+        event = {"event": "x", **{f"f{i}": i for i in range(5_000)}, "timestamp": "t"}
+        line = CapLine(JSONLRenderer(), 4096)(None, "info", dict(event))
+        assert len(line) < 4096
+        record = strict_loads(line)
+        kept = [key for key in record if key.startswith("f")]
+        assert kept == [f"f{i}" for i in range(len(kept))]
+        assert len(kept) > 200
+        assert record["_dropped"] == f"<truncated: {5_000 - len(kept):,} fields did not fit in 4,096 bytes>"
+        assert record["_speedtronic"]["truncated"] == ["_dropped"]
