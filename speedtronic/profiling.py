@@ -91,8 +91,10 @@ class MetricLogger:
             rank. Other ranks write their JSONL only.
         redact: hide secret-looking keys and values from every sink and hook: ``True`` for the
             defaults, your own ``fnmatch`` key patterns, or ``False``.
-        max_line_bytes: longest text line and JSONL record (newline included); longer ones have their
-            largest values truncated with a marker. ``None`` or ``0``: no limit.
+        max_line_bytes: longest text line and JSONL line (newline included). A wider JSONL record is
+            written in parts, every field kept (``speedtronic.record``); a wider text line keeps the
+            fields that fit and counts the others; a single value larger than that is truncated with a
+            marker. ``None`` or ``0``: no limit.
         float_digits: significant digits of floats in the text line (``None``: all of them); the
             JSONL record keeps every digit.
         local_time: write the text line's time in the machine's time zone, with its offset

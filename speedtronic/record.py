@@ -13,8 +13,15 @@ A record is one strict-JSON object per line::
 - The note (``NOTE_KEY``) has one fixed shape (``empty_note``), so schema-inferring readers (DuckDB,
   polars, pyarrow) type it once: its contract version ``v``, its ``origin`` (``"user"``, or
   ``"speedtronic"`` on the logger's own records: ``is_own_record``), and the keys whose values were
-  ``converted`` to text or ``truncated``, and the JSON Pointers of the non-finite numbers written as
-  ``null`` (``restore_non_finite`` puts them back).
+  ``converted`` to text or ``truncated``, the JSON Pointers of the non-finite numbers written as
+  ``null`` (``restore_non_finite`` puts them back), and which ``part`` of how many ``parts`` the line
+  is (``0`` of ``1``: a whole record).
+- A record wider than the writer's line cap is written in parts (``part_of``): consecutive lines, one
+  ``write(2)``, each a complete record of its own carrying the ``event``, the ``step``, ``rank`` and
+  ``world_size`` when the record has them, the ``timestamp`` and a note numbering it; each other field
+  is in exactly one part, and each part's note lists what concerns its own fields. Readers join the
+  parts back into one record (``speedtronic.runs.reader``); parts that don't make a whole record (a
+  writer killed between them) are skipped and counted, never read as a record.
 - ``timestamp`` is ``iso_timestamp``'s text (``2026-01-01T12:00:00.123456Z``: ``TIMESTAMP_WRITTEN``
   matches exactly that form, ``TIMESTAMP_RFC3339`` any RFC 3339 UTC time a reader converts alike);
   ``timestamp_ns`` reads one back.
@@ -46,6 +53,7 @@ __all__ = [
     "NOTE_VERSION",
     "ORIGIN_OWN",
     "ORIGIN_USER",
+    "PART_HEAD",
     "RECORD_PREFIX",
     "RESERVED_KEYS",
     "TIMESTAMP_RFC3339",
@@ -62,6 +70,7 @@ __all__ = [
     "non_finite_text",
     "note_contract",
     "own_note",
+    "part_of",
     "payload_key",
     "rank_of_name",
     "rank_path",
@@ -74,9 +83,15 @@ __all__ = [
 NOTE_KEY = "_speedtronic"
 """The field saying the record's contract and what was converted, truncated or non-finite."""
 
-NOTE_VERSION = 2
+NOTE_VERSION = 3
 """The record contract a note's ``"v"`` names: every key always present, non-finite numbers ``null``
-and listed by kind, strings always the trainer's. Records without it are older (see ``note_contract``)."""
+and listed by kind, strings always the trainer's (since 2); a record may be written in parts, which
+its note numbers (``"part"``, ``"parts"``: since 3). Records without it are older (see
+``note_contract``)."""
+
+PART_HEAD = ("step", "rank", "world_size")
+"""The fields every part of a record written in parts repeats after its ``event`` (when the record
+has them): readers choose records by rank, and a part read alone still says its step."""
 
 ORIGIN_USER = "user"
 """The note's ``"origin"`` on a record of an event the program emitted."""
@@ -130,6 +145,8 @@ def empty_note(origin: str = ORIGIN_USER) -> dict[str, Any]:
         "converted": [],
         "truncated": [],
         "non_finite": {"nan": [], "inf": [], "neg_inf": []},
+        "part": 0,
+        "parts": 1,
     }
 
 
@@ -153,19 +170,32 @@ def is_own_note(note: Any) -> bool:
 def note_contract(note: Any) -> int:
     """Which record contract a record's ``NOTE_KEY`` value says it follows.
 
-    ``NOTE_VERSION`` (2) for a note with ``"v"``; 1 for the pointer-keyed note of the writer before it
-    (``{"non_finite": {"/loss": "NaN"}}``) and for one naming the record as the logger's own; 0 for
+    ``NOTE_VERSION`` (3) or 2 for a note with ``"v"`` (3: the line may be one of a record's parts);
+    1 for the pointer-keyed note of the writer before it (``{"non_finite": {"/loss": "NaN"}}``) and
+    for one naming the record as the logger's own; 0 for
     anything else, no note included: an older writer's record, or another writer's, whose
     ``"NaN"``/``"Infinity"``/``"-Infinity"`` strings stood for the numbers.
     """
     if type(note) is not dict:
         return 0
     version = note.get("v")
-    if type(version) is int and version >= NOTE_VERSION:
+    if type(version) is int and version >= 2:
         return version
     if isinstance(note.get("non_finite"), dict) or "origin" in note:
         return 1
     return 0
+
+
+def part_of(note: Any) -> tuple[int, int]:
+    """``(part, parts)`` of a line whose note is ``note``: ``(0, 1)`` for a whole record, whatever
+    its contract (older notes have no parts); ``(i, n)`` for part ``i`` (from 0) of a record written
+    in ``n`` lines."""
+    if type(note) is not dict:
+        return 0, 1
+    part, parts = note.get("part", 0), note.get("parts", 1)
+    if type(part) is not int or type(parts) is not int or parts < 1 or not 0 <= part < parts:
+        return 0, 1
+    return part, parts
 
 
 def non_finite_kind(text: str) -> str:

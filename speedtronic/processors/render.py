@@ -8,6 +8,8 @@ instant; standing alone, each reads its ``clock`` once per record instead.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -20,7 +22,7 @@ from structlog.typing import EventDict, WrappedLogger
 from speedtronic.levels import LEVEL_NAMES
 from speedtronic.processors.convert import PLAIN_TYPES, Truncated, is_plain, json_safe_record, truncate
 from speedtronic.processors.text import DEFAULT_FLOAT_DIGITS, ValueFormat, quote
-from speedtronic.record import NOTE_KEY, empty_note, iso_timestamp
+from speedtronic.record import NOTE_KEY, PART_HEAD, empty_note, iso_timestamp
 from speedtronic.strings import safe_str
 
 __all__ = ["DEFAULT_MAX_LINE_BYTES", "CapLine", "JSONLRenderer", "TextRenderer"]
@@ -39,7 +41,6 @@ _EMPTY_NOTE = orjson.Fragment(orjson.dumps(empty_note()))
 _NULL = re.compile(b"null")
 """``null`` in a line: a regular expression finds it twice as fast as ``bytes.__contains__`` does."""
 _MIN_LINE_BYTES = 1024
-_OUTLINE_KEEP = 32  # short numeric fields kept in an outline
 
 
 class TextRenderer:
@@ -76,16 +77,39 @@ class TextRenderer:
         cap = self._cap
         if cap is None or cap.fits(line):  # checked here: a line that fits costs no further call
             return line
-        return str(cap.shorten(logger, method_name, event_dict, line))
+        cut = self._cut(logger, method_name, event_dict, line, cap.limit)
+        return cut if cut is not None else str(cap.shorten(logger, method_name, event_dict, line))
+
+    def _cut(
+        self, logger: WrappedLogger, method_name: str, event_dict: EventDict, line: str, limit: int
+    ) -> str | None:
+        """A wide line of many short bare fields (per-layer metrics) cut after the last field that
+        fits, and ``_dropped`` counting the others, as ``CapLine`` cuts it but from the line as
+        rendered (no render per try). ``None`` for any other line (non-ASCII, a quoted value, a field of
+        a quarter of the cap or more, whose value ``CapLine`` cuts instead): ``CapLine`` shortens it."""
+        level = LEVEL_NAMES.get(method_name) or quote(method_name.upper())
+        head = len(self._head(level, event_dict))  # the fields begin here, each with a space
+        if not line.isascii() or line.find('"', head) >= 0:
+            return None
+        cut = line.rfind(" ", head, limit - _MARKER_ROOM + 1)
+        if cut <= head or _has_wide_field(line, head, limit // 8):
+            return None
+        dropped = line.count(" ", cut)  # bare values hold no space
+        marker = Truncated(f"<truncated: {dropped:,} fields did not fit in {limit + 1:,} bytes>")
+        return line[:cut] + self._format.fields({"_dropped": marker}, ())
 
     def render(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> str:
         """The line, uncapped."""
         level = LEVEL_NAMES.get(method_name) or quote(method_name.upper())
-        name = self._format.key(event_dict.get("event", ""))  # quoted once per event name
         own_level = event_dict.get("level")
         repeats_level = isinstance(own_level, str) and LEVEL_NAMES.get(own_level.lower()) == level
         skip = _TEXT_SKIPPED_WITH_LEVEL if repeats_level else _TEXT_SKIPPED
-        return f"{self._time(event_dict)} | {level} | {name}{self._format.fields(event_dict, skip)}"
+        return f"{self._head(level, event_dict)}{self._format.fields(event_dict, skip)}"
+
+    def _head(self, level: str, event_dict: EventDict) -> str:
+        """The line up to its fields: the time, the level and the event."""
+        name = self._format.key(event_dict.get("event", ""))  # quoted once per event name
+        return f"{self._time(event_dict)} | {level} | {name}"
 
     def _time(self, event_dict: EventDict) -> str:
         stamp = event_dict.get("timestamp")
@@ -111,8 +135,15 @@ class JSONLRenderer:
     first: NaN and infinities become ``null`` (listed by JSON Pointer under the note's ``non_finite``),
     values JSON can't hold become their ``str()``, keys become unique strings, and what was converted
     or truncated is noted there too. U+2028, U+2029 and U+0085 are escaped so ``splitlines()``
-    readers see one line. Returns ``str``, or ``bytes`` with ``as_bytes=True``; with
-    ``max_line_bytes``, no longer than that once a newline is added.
+    readers see one line. Returns ``str``, or ``bytes`` with ``as_bytes=True``.
+
+    With ``max_line_bytes``, no line is longer than that once a newline is added: a record wider than
+    that is written in parts (``speedtronic.record``: consecutive lines joined by ``"\\n"`` in the one
+    string returned, so a sink writes them with one ``write(2)``), each a complete record carrying the
+    ``event``, the ``step``, ``rank`` and ``world_size`` it has, its share of the other fields, a note
+    numbering it (``"part"``, ``"parts"``) and the ``timestamp``; ``speedtronic.runs`` joins them back.
+    Only a value too large for a part of its own is truncated (``CapLine``'s marker). A key or an event
+    name too long for a part makes the record ``CapLine``'s cut instead.
     """
 
     __slots__ = ("_as_bytes", "_cap", "_clock")
@@ -129,30 +160,265 @@ class JSONLRenderer:
         self._cap = CapLine(self.render, max_line_bytes) if max_line_bytes else None
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> str | bytes:
-        line = self.render(logger, method_name, event_dict)
+        data, record = self._rendered(event_dict)
         cap = self._cap
-        if cap is None or cap.fits(line):
-            return line
-        shorter: str | bytes = cap.shorten(logger, method_name, event_dict, line)
-        return shorter
+        if cap is not None and len(data) > cap.limit:  # bytes: their length is their size
+            parts = _Parts(cap.limit, record, data).lines()
+            if parts is None:  # a key or an event name too long for a part: the cap's own cut
+                shorter: str | bytes = cap.shorten(
+                    logger, method_name, event_dict, self.render(logger, method_name, event_dict)
+                )
+                return shorter
+            data = b"\n".join(parts)
+        return data if self._as_bytes else data.decode()
 
     def render(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> str | bytes:
         """The record, uncapped."""
+        data = self._rendered(event_dict)[0]
+        return data if self._as_bytes else data.decode()
+
+    def _rendered(self, event_dict: EventDict) -> tuple[bytes, dict[str, Any]]:
+        """The record's line, and the fields it was written from (in its order; its note among them
+        unless it is the empty note)."""
         record = {"event": event_dict.get("event"), **event_dict}
         if "timestamp" not in record:
             record["timestamp"] = iso_timestamp(self._clock())
         data = _plain_record(record) if NOTE_KEY not in record else None
         if data is None:
-            safe = json_safe_record(record, always_note=True)
-            try:
-                data = orjson.dumps(safe, option=_ORJSON_OPTIONS)
-            except TypeError:  # a type orjson refuses: written as its text
-                data = orjson.dumps(
-                    json_safe_record(safe, always_note=True), default=safe_str, option=_ORJSON_OPTIONS
-                )
+            record = json_safe_record(record, always_note=True)
+            data = _dumps(record)
         if not data.isascii():
             data = _escape_line_breaks(data)
-        return data if self._as_bytes else data.decode()
+        return data, record
+
+
+def _dumps(safe: dict[str, Any]) -> bytes:
+    """``json_safe_record``'s output as JSON bytes (a type orjson refuses is written as its text)."""
+    try:
+        return orjson.dumps(safe, option=_ORJSON_OPTIONS)
+    except TypeError:  # a type orjson refuses: written as its text
+        return orjson.dumps(
+            json_safe_record(safe, always_note=True), default=safe_str, option=_ORJSON_OPTIONS
+        )
+
+
+class _Parts:
+    """A record too wide for one line as consecutive lines that each fit (``speedtronic.record``: a
+    record written in parts).
+
+    Each part is the ``event``, the record's ``PART_HEAD`` fields, the next fields in order that fit,
+    its note (``"part"`` ``i`` of ``"parts"`` ``n``; the converted, truncated and non-finite entries of
+    its own fields and of the head's) and the ``timestamp``. The record is rendered once: its line is
+    cut at its commas into its fields' bytes when no key or value holds a comma (numbers, short
+    strings: per-layer metrics), else each field is rendered on its own; the fields are packed by
+    those sizes and the parts joined from them, so the cost grows linearly with the fields. A value
+    too large for a part of its own (a 3 MB string) is truncated (``truncate``: as much as fits
+    beside the rest, at most a part's room) and listed under the note's ``truncated``; nothing else
+    is cut."""
+
+    __slots__ = ("_limit", "_line", "_names", "_note", "_owners", "_record")
+
+    def __init__(self, limit: int, record: dict[str, Any], line: bytes) -> None:
+        self._limit = limit
+        self._record = record
+        self._line = line
+        note = record.get(NOTE_KEY)
+        self._note: dict[str, Any] = note if isinstance(note, dict) else empty_note()
+        keys = list(record)  # the event first, then the fields, the note (if any) and the timestamp
+        self._names = keys[1:-2] if NOTE_KEY in record else keys[1:-1]
+        self._owners = self._entry_owners()
+
+    def lines(self) -> list[bytes] | None:
+        """The parts' lines, without newlines; ``None`` when the event and its head, or a key, can't
+        fit in a part."""
+        if not self._owners:
+            lines = self._cut_at_commas()
+            if lines is not None:
+                return lines
+        return self._from_pieces()
+
+    def _cut_at_commas(self) -> list[bytes] | None:
+        """The parts cut from the line at its commas, a few calls per part, when only its structure
+        holds commas and every field fits in a part (else ``None``)."""
+        line, record = self._line, self._record
+        body = line[1 : line.rfind(b',"' + NOTE_KEY.encode() + b'":')]  # the fields, the note after
+        if body.count(b",") != len(self._names):  # a comma in a key or value
+            return None
+        first = body.find(b",")
+        head, rest = [body[:first]], body[first:]  # each field of the rest after its comma
+        for key in PART_HEAD:
+            if key in record:
+                at = rest.find(b"," + _value_bytes(key) + b":")
+                stop = rest.find(b",", at + 1)
+                stop = len(rest) if stop < 0 else stop
+                head.append(rest[at + 1 : stop])
+                rest = rest[:at] + rest[stop:]
+        fields = rest[1:]
+        heads = b",".join(head)
+        stamp = b'"timestamp":' + _value_bytes(record.get("timestamp"))
+        budget = self._limit - (len(heads) + len(self._note_bytes(9_999_999, 9_999_999, ())) + len(stamp) + 4)
+        if not fields or budget < _MIN_LINE_BYTES // 2:
+            return None
+        chunks, start = [], 0
+        while len(fields) - start > budget:
+            cut = fields.rfind(b",", start, start + budget + 1)  # after the last field that fits
+            if cut <= start:  # a field wider than a part: cut by the pieces' rules
+                return None
+            chunks.append(fields[start:cut])
+            start = cut + 1
+        chunks.append(fields[start:])
+        count = len(chunks)
+        return [
+            b"".join((b"{", heads, b",", chunk, b",", self._note_bytes(part, count, ()), b",", stamp, b"}"))
+            for part, chunk in enumerate(chunks)
+        ]
+
+    def _from_pieces(self) -> list[bytes] | None:
+        """The parts from each field's bytes (``_pieces``), values too large for a part truncated."""
+        names, limit = self._names, self._limit
+        pieces = self._pieces()
+        head_at = [names.index(key) for key in PART_HEAD if key in self._record]
+        head = b",".join([pieces[0], *(pieces[1 + at] for at in head_at)])
+        stamp = b'"timestamp":' + _value_bytes(self._record.get("timestamp"))
+        widest = self._note_bytes(9_999_999, 9_999_999, ())
+        budget = limit - (len(head) + len(widest) + len(stamp) + 4)
+        fields = pieces[1:]
+        for at in sorted(head_at, reverse=True):
+            del fields[at]
+        chosen = list(names)
+        for at in sorted(head_at, reverse=True):
+            del chosen[at]
+        places = [at for at in range(len(names)) if at not in head_at]  # where each field was
+        if budget < _MIN_LINE_BYTES // 2 or not chosen:
+            return None
+        sizes = list(map((1).__add__, map(len, fields)))  # each with its comma
+        if self._owners:
+            for index, name in enumerate(chosen):
+                sizes[index] += sum(len(_value_bytes(entry)) + 1 for _, entry in self._owners.get(name, ()))
+        if max(sizes) > budget and not self._truncate(chosen, fields, sizes, budget):
+            return None
+        ends = list(itertools.accumulate(sizes))
+        cuts, start = [0], 0
+        while start < len(chosen):  # each part: the next fields whose sizes fit in the budget
+            end = bisect.bisect_right(ends, (ends[start - 1] if start else 0) + budget, start)
+            cuts.append(max(end, start + 1))
+            start = cuts[-1]
+        count = len(cuts) - 1
+        if count == 1:  # one line after all (a huge value cut): the record as it was, in its order
+            for field, at in zip(fields, places, strict=True):
+                pieces[1 + at] = field
+            note = b'"' + NOTE_KEY.encode() + b'":' + _value_bytes({**self._note, "part": 0, "parts": 1})
+            line = b"".join((b"{", b",".join(pieces), b",", note, b",", stamp, b"}"))
+            return [line] if len(line) <= limit else None
+        lines = []
+        for part, (start, end) in enumerate(itertools.pairwise(cuts)):
+            note = self._note_bytes(part, count, chosen[start:end])
+            line = b"".join((b"{", head, b",", b",".join(fields[start:end]), b",", note, b",", stamp, b"}"))
+            if len(line) > limit:  # cannot be, sizes being measured: the cap's own cut, never a longer line
+                return None
+            lines.append(line)
+        return lines
+
+    def _pieces(self) -> list[bytes]:
+        """The bytes of ``"event":...`` and of each field's ``"key":value``, in order: the line cut at
+        its commas when only its structure holds commas, else each field rendered on its own."""
+        line, record = self._line, self._record
+        end = line.rfind(b',"' + NOTE_KEY.encode() + b'":')  # the note comes after every field
+        pieces = line[1:end].split(b",")
+        if len(pieces) == 1 + len(self._names):
+            return pieces
+        return [_value_bytes(key) + b":" + _value_bytes(record[key]) for key in ("event", *self._names)]
+
+    def _note_bytes(self, part: int, parts: int, chosen: Any) -> bytes:
+        note = {**self._note, "part": part, "parts": parts}
+        if self._owners:
+            note.update(self._own_entries(chosen))
+        return b'"' + NOTE_KEY.encode() + b'":' + _value_bytes(note)
+
+    def _truncate(self, names: list[str], fields: list[bytes], sizes: list[int], budget: int) -> bool:
+        """Each value too large for a part truncated, ``fields`` and ``sizes`` updated; ``False`` for
+        a key that leaves no room for a value."""
+        alone = sum(size > budget for size in sizes) == 1  # one value cut by the excess: one line
+        excess = len(self._line) - self._limit
+        for index, size in enumerate(sizes):
+            if size <= budget:
+                continue
+            name = names[index]
+            key = _value_bytes(name) + b":"
+            if len(key) > budget - _MARKER_ROOM:
+                return False
+            value = self._record[name]
+            target = size - excess - 256 if alone else budget
+            room = (
+                (target if len(key) + _MARKER_ROOM < target <= budget else budget) - len(key) - _MARKER_ROOM
+            )
+            length = len(value) if isinstance(value, str) else size
+            keeps = [room * length // size, 0]
+            by_excess = (length + 2 if isinstance(value, str) else size) - excess - 256
+            if alone and by_excess > 0:  # as CapLine cuts a huge value: by the excess, to stay one line
+                keeps.insert(0, by_excess)
+            for keep in keeps:
+                fields[index] = key + _value_bytes(truncate(value, keep))
+                sizes[index] = len(fields[index]) + 1 + 2 * (len(_value_bytes(name)) + 1)
+                if sizes[index] <= budget:
+                    break
+            note = self._note
+            note["truncated"] = (
+                [*note["truncated"], name] if name not in note["truncated"] else note["truncated"]
+            )
+            note["non_finite"] = {
+                kind: [at for at in pointers if _owner(at) != name]
+                for kind, pointers in note["non_finite"].items()
+            }
+            self._owners = self._entry_owners()
+        return True
+
+    def _entry_owners(self) -> dict[str, list[tuple[str, str]]]:
+        """The note's entries by the field each is about (``("converted", name)``,
+        ``("nan", "/losses/2")``...); empty when the note lists nothing."""
+        note = self._note
+        lists = note["non_finite"]
+        owners: dict[str, list[tuple[str, str]]] = {}
+        if not (note["converted"] or note["truncated"] or any(lists.values())):
+            return owners
+        for which in ("converted", "truncated"):
+            for name in note[which]:
+                owners.setdefault(name, []).append((which, name))
+        for kind, pointers in lists.items():
+            for pointer in pointers:
+                owners.setdefault(_owner(pointer), []).append((kind, pointer))
+        return owners
+
+    def _own_entries(self, chosen: Any) -> dict[str, Any]:
+        """The note's lists with only the entries about the head's fields and ``chosen``."""
+        lists: dict[str, list[str]] = {"converted": [], "truncated": []}
+        found: dict[str, list[str]] = {kind: [] for kind in self._note["non_finite"]}
+        owners = self._owners
+        for name in (*PART_HEAD, *chosen):
+            for which, entry in owners.get(name, ()):
+                (lists[which] if which in lists else found[which]).append(entry)
+        return {**lists, "non_finite": found}
+
+
+_MARKER_ROOM = 512
+"""Bytes left for a truncation marker's own text when a value is cut to fit a part."""
+
+
+def _has_wide_field(line: str, start: int, width: int) -> bool:
+    """Whether ``line`` from ``start`` holds ``width`` characters in a row without a space, looked
+    for in windows of ``width`` (so every run of ``2 * width`` is found): a call per window."""
+    return any(line.find(" ", at, at + width) < 0 for at in range(start, len(line) - width, width))
+
+
+def _value_bytes(value: Any) -> bytes:
+    """``value`` as the record's line holds it."""
+    data = orjson.dumps(value, default=safe_str, option=_ORJSON_OPTIONS)
+    return data if data.isascii() else _escape_line_breaks(data)
+
+
+def _owner(pointer: str) -> str:
+    """The top-level key a JSON Pointer (``/losses/2``) leads into."""
+    return pointer[1:].split("/", 1)[0].replace("~1", "/").replace("~0", "~")
 
 
 def _plain_record(record: dict[str, Any]) -> bytes | None:
@@ -186,14 +452,14 @@ def _escape_line_breaks(data: bytes) -> bytes:
 class CapLine:
     """Wraps a renderer so no line exceeds ``max_bytes`` (newline included), keeping it valid.
 
-    A line that fits costs one length check. A longer one is rendered again with values replaced by
-    ``truncate`` markers (``<truncated: str of 3,000,000 chars; first 900 chars: ...>``), so the
-    record keeps its other fields and stays strict JSON: first the largest value alone (the common
-    case: one huge value; cutting it also removes what it added to the record's note), then the
-    largest values together, each cut by what is still in excess, then those values' markers only.
-    Past that (thousands of fields, a huge key) the line becomes the record's outline: the event, up to
-    32 short numeric fields and ``"_dropped": "<truncated: N fields ...>"``. So a capped line costs at
-    most eight renders, never one per value.
+    A line that fits costs one length check. A longer one is rendered again, at most five times,
+    never once per value: first with the largest value (the common case: one huge value) replaced
+    by a ``truncate`` marker (``<truncated: str of 3,000,000 chars; first 900 chars: ...>``), so the
+    line keeps its other fields and stays strict JSON; if that is not enough (thousands of fields, a
+    huge key), with the fields that fit, in order, and ``"_dropped": "<truncated: N fields
+    did not fit in 32,000 bytes>"``. ``event``, ``timestamp``, ``level`` and the record's note are
+    always kept. ``JSONLRenderer(max_line_bytes=...)`` writes a wide record in parts instead, losing
+    no field; ``TextRenderer(max_line_bytes=...)`` cuts its line as this does.
     """
 
     __slots__ = ("_limit", "_render")
@@ -216,55 +482,67 @@ class CapLine:
         """Whether ``line`` is within the cap (an ASCII line's length is its size)."""
         return len(line) <= self._limit and line.isascii()
 
+    @property
+    def limit(self) -> int:
+        """The longest line, newline excluded."""
+        return self._limit
+
     def shorten(self, logger: WrappedLogger, method_name: str, event_dict: EventDict, line: Any) -> Any:
         """The event rendered within the cap, ``line`` being its uncapped rendering (see the class)."""
-        excess = self._excess(line)
+        excess = self.excess(line)
         if excess <= 0:
             return line
-        fields = dict(event_dict)
-        sizes = sorted(
-            ((_text_size(value), key) for key, value in event_dict.items() if key not in ("event", NOTE_KEY)),
-            key=lambda pair: pair[0],
-            reverse=True,
-        )
-        if sizes:  # the largest value alone
-            size, key = sizes[0]
-            fields[key] = truncate(event_dict[key], max(0, size - excess - 256))
-            line = self._render(logger, method_name, fields)
-            if self._excess(line) <= 0:
-                return line
-            fields[key] = event_dict[key]
-        cut: list[Any] = []
-        for size, key in sizes:  # the largest values, each cut by what is still in excess
-            keep = max(0, size - excess - 256)
-            fields[key] = truncate(event_dict[key], keep)
-            cut.append(key)
-            excess -= size - keep
-            if excess <= 0:
-                break
-        line = self._render(logger, method_name, fields)
-        if self._excess(line) <= 0:
-            return line
-        for key in cut:
-            fields[key] = truncate(event_dict[key], 0)
-        line = self._render(logger, method_name, fields)
-        if self._excess(line) <= 0:
-            return line
-        outline = _outline(event_dict, self._limit)
-        line = self._render(logger, method_name, outline)
-        for keep in (200, 0):  # an event name that escapes long: cut it too
-            if self._excess(line) <= 0:
-                break
-            event = safe_str(event_dict.get("event", ""))
+        sizes = {key: _text_size(value) for key, value in event_dict.items() if key not in _ALWAYS_KEPT}
+        largest = max(sizes, key=sizes.__getitem__, default=None)
+        if largest is not None:  # the common case: one huge value
             line = self._render(
-                logger, method_name, {"event": truncate(event, keep), "_dropped": outline["_dropped"]}
+                logger,
+                method_name,
+                {**event_dict, largest: truncate(event_dict[largest], sizes[largest] - excess - 256)},
             )
-        return line
+            if self.excess(line) <= 0:
+                return line
+        return self._first_fields(logger, method_name, event_dict, sizes, len(line) - excess)
 
-    def _excess(self, line: str | bytes) -> int:
+    def _first_fields(
+        self, logger: WrappedLogger, method_name: str, event_dict: EventDict, sizes: dict[Any, int], room: int
+    ) -> Any:
+        """The event with the fields that fit, in order, and ``_dropped`` counting the others: each
+        field kept while the sizes so far leave room, the room halved until the line fits."""
+        event = safe_str(event_dict.get("event", ""))
+        kept: EventDict = {
+            key: event_dict[key] for key in event_dict if key in _ALWAYS_KEPT and key != "event"
+        }
+        kept["event"] = truncate(event, 200) if len(event) > 256 else event
+        for _ in range(4):
+            fields = dict(kept)
+            left = room - 64
+            for key, size in sizes.items():
+                size += len(key) + 4 if type(key) is str else 16
+                if size <= left:
+                    fields[key] = event_dict[key]
+                    left -= size
+            dropped = len(sizes) - (len(fields) - len(kept))
+            fields["_dropped"] = Truncated(
+                f"<truncated: {dropped:,} fields did not fit in {self._limit + 1:,} bytes>"
+            )
+            line = self._render(logger, method_name, fields)
+            if self.excess(line) <= 0:
+                return line
+            room //= 2
+        return self._render(
+            logger, method_name, {"event": truncate(event, 0), "_dropped": fields["_dropped"]}
+        )
+
+    def excess(self, line: str | bytes) -> int:
+        """How many bytes ``line`` is over the cap (0 or less: none)."""
         if not line.isascii() and isinstance(line, str):  # an ASCII line's length is its size
             line = line.encode("utf-8", "surrogatepass")
         return len(line) - self._limit
+
+
+_ALWAYS_KEPT = frozenset({"event", "timestamp", "level", NOTE_KEY})
+"""Keys ``CapLine`` never drops: what the line is, when it happened, and the record's note."""
 
 
 def _text_size(value: Any) -> int:
@@ -278,18 +556,3 @@ def _text_size(value: Any) -> int:
         except (TypeError, orjson.JSONEncodeError):
             return 16 * len(value)
     return len(safe_str(value))
-
-
-def _outline(event_dict: EventDict, limit: int) -> EventDict:
-    event = safe_str(event_dict.get("event", ""))
-    outline: EventDict = {"event": truncate(event, 200) if len(event) > 256 else event}
-    kept = 0
-    for key, value in event_dict.items():
-        if kept == _OUTLINE_KEEP:
-            break
-        if key != "event" and type(key) is str and len(key) <= 64 and type(value) in (int, float, bool):
-            outline[key] = value
-            kept += 1
-    dropped = len(event_dict) - len(outline)
-    outline["_dropped"] = Truncated(f"<truncated: {dropped:,} fields did not fit in {limit + 1:,} bytes>")
-    return outline

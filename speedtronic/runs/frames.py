@@ -30,9 +30,11 @@ time, as ``read_records`` reads) takes over where the engine can't be exact:
 - one event's batch of lines: fewer than 256 of them (cheaper than starting the engine); a key with
   values of several JSON types (the engine refuses them); lists or dicts; a pointer into one
   (``/losses/2``); a float beyond 2**63 (it may have been an integer beyond 64 bits); a ``rank`` that
-  isn't an integer; a record without today's note (``"v": 2``: older files, other writers) or with a
+  isn't an integer; a record without today's note (``"v": 2`` or later: older files, other writers) or with a
   NaN the note doesn't list; a string the engine reads as a time;
-- a whole file: a record whose line doesn't begin ``{"event":"`` (another writer's spacing), an event
+- a whole file: a record written in parts (``speedtronic.record``: wider than the writer's line cap;
+  the line reader joins its parts into one row), a record whose line doesn't begin ``{"event":"``
+  (another writer's spacing), an event
   name with an escape, a line over ``MAX_LINE_BYTES``, a line that begins like a record but isn't one
   (a corrupt line in the middle: the line reader counts it with its line number). A torn last line and
   lines that are no record at all are counted without leaving the engine.
@@ -59,11 +61,11 @@ from speedtronic.extras import require
 from speedtronic.record import (
     FLOAT_OF_KIND,
     NOTE_KEY,
-    NOTE_VERSION,
     RECORD_PREFIX,
     TIMESTAMP_RFC3339,
     TIMESTAMP_SECONDS,
     TIMESTAMP_WRITTEN,
+    part_of,
 )
 from speedtronic.runs.reader import (
     MAX_LINE_BYTES,
@@ -318,8 +320,8 @@ def _line_table(
     for chunk in lines:
         for line in chunk.split(b"\n")[:-1]:
             record = parse_record(line, True, source, 0)
-            if isinstance(record, str) or record.event != event:
-                raise _Fallback  # the line reader counts it with its line number
+            if isinstance(record, str) or record.event != event or part_of(record.notes) != (0, 1):
+                raise _Fallback  # the line reader counts it with its line number, and joins parts
             if chosen is None or record.rank in chosen:
                 table.add(record.payload, record.timestamp)
             else:
@@ -408,7 +410,16 @@ class _Engine:
             return None
         if table.num_rows != rows or not self._noted(table) or not self._typed(table):
             return None
+        if self._in_parts(table):
+            raise _Fallback  # records written in parts: the line reader joins them
         return self._restored(table)
+
+    def _in_parts(self, table: Any) -> bool:
+        """Whether a row is one of a record's parts (its note's ``"parts"`` above 1)."""
+        note = table.column(NOTE_KEY)
+        if note.type.get_field_index("parts") < 0:
+            return False
+        return bool(self.pc.max(self.pc.struct_field(note, "parts")).as_py() not in (None, 1))
 
     def _noted(self, table: Any) -> bool:
         """Whether every record carries today's note (``"v": 2`` or later): ``null`` only for the
@@ -422,7 +433,7 @@ class _Engine:
         version = pc.struct_field(note, "v")
         if not pa.types.is_int64(version.type) or version.null_count:
             return False
-        return bool(pc.min(version).as_py() >= NOTE_VERSION)
+        return bool(pc.min(version).as_py() >= 2)  # the rules of 2 hold in every later contract
 
     def _typed(self, table: Any) -> bool:
         """Whether every column has a type whose values are the JSON values as read."""

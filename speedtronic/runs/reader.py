@@ -56,6 +56,7 @@ from speedtronic.record import (
     NOTE_KEY,
     is_own_note,
     note_contract,
+    part_of,
     rank_of_name,
     restore_non_finite,
 )
@@ -63,6 +64,7 @@ from speedtronic.runs.roles import is_rate
 
 __all__ = [
     "CHUNK_BYTES",
+    "INCOMPLETE",
     "MAX_LINE_BYTES",
     "RATE_SUFFIX",
     "STEP_BATCH",
@@ -73,6 +75,7 @@ __all__ = [
     "RunError",
     "Skipped",
     "as_number",
+    "begins_later_part",
     "fields_rank",
     "file_entries",
     "file_rank",
@@ -509,6 +512,7 @@ def _entries(
     start, stop, first_line = span if span is not None else (0, None, 1)
     segment, started, records, bad = 0, span is not None and start > 0, 0, 0  # bad: lines skipped
     plain: list[dict[str, Any]] = []  # plain steps not yielded yet
+    held = _Held()  # the parts read so far of a record written in parts
     loads, batch = orjson.loads, STEP_BATCH
     try:
         with source.open("rb") as file:
@@ -523,13 +527,25 @@ def _entries(
                         bad += 1
                         skipped.add_line(source, number, f"line over {limit:,} bytes")
                         continue
+                    at = number  # the record's line: its first part's, for one written in parts
                     try:
                         fields = loads(raw)
                     except orjson.JSONDecodeError:
                         if not raw or raw.isspace():  # a blank line is no line
                             continue
                         record: Record | str = "not JSON" if ended else "torn last line"
+                        if held.fields is not None:
+                            bad += held.give_up(source, skipped)
                     else:
+                        if held.fields is not None or (
+                            type(fields) is dict
+                            and type(note := fields.get(NOTE_KEY)) is dict
+                            and note.get("parts", 1) != 1
+                        ):
+                            fields, at, lost = held.take(fields, number, source, skipped)
+                            bad += lost
+                            if fields is None:
+                                continue
                         # is_plain_step, written out: it runs for every line
                         if steps and type(fields) is dict and fields.get("event") == "train_step":
                             note = fields.get(NOTE_KEY)
@@ -541,7 +557,7 @@ def _entries(
                                     yield plain
                                     plain = []
                                 continue
-                        record = _record_of(fields, raw, source, number, segment)
+                        record = _record_of(fields, raw, source, at, segment)
                     if isinstance(record, str):
                         if not records and not bad and not start and not raw.lstrip().startswith(b"{"):
                             raise not_a_run(source, f"line {number} is not a JSON object")
@@ -558,12 +574,101 @@ def _entries(
                         yield plain
                         plain = []
                     yield record
+            if held.fields is not None:
+                bad += held.give_up(source, skipped)
             if plain:
                 yield plain
     except OSError as error:
         raise RunError(f"{source}: {error.strerror or error}") from None
     if bad and not records and span is None:
         raise not_a_run(source)
+
+
+INCOMPLETE = "part of an incomplete record"
+"""``Skipped``'s reason for the lines of a record written in parts whose other parts are missing (a
+writer killed between them, a file cut by hand): such lines are never read as a record."""
+
+
+_LATER_PART = re.compile(rb',"part":[1-9][0-9]*,"parts":[0-9]+\}')
+"""A later part's note, as the writer writes it (the note's last keys, just before the timestamp)."""
+
+
+def begins_later_part(data: bytes, start: int, end: int) -> bool:
+    """Whether the line ``data[start:end]`` (the writer's) is a later part of a record written in
+    parts: a reader that cuts a file into pieces cuts before such a line never, so each piece holds
+    whole records. Looks only at the line's last 256 bytes, where the writer puts the note's part."""
+    return _LATER_PART.search(data, max(start, end - 256), end) is not None
+
+
+class _Held:
+    """The parts read so far of a record written in parts (``speedtronic.record``), joined into one
+    record's fields when its last part comes. Parts are consecutive lines (one ``write(2)``): any other
+    line between them, a torn line or the end of the file gives the held parts up, counted in
+    ``Skipped`` as ``INCOMPLETE``."""
+
+    __slots__ = ("fields", "lines", "parts")
+
+    def __init__(self) -> None:
+        self.fields: dict[str, Any] | None = None
+        self.lines: list[int] = []
+        self.parts = 1
+
+    def take(self, fields: Any, number: int, source: Path, skipped: Skipped) -> tuple[Any | None, int, int]:
+        """Line ``number`` parsed to ``fields``: ``(fields to read, their line, lines given up)``;
+        ``None`` as the fields while the record's parts are not all read."""
+        part, parts = part_of(fields.get(NOTE_KEY)) if type(fields) is dict else (0, 1)
+        held, lost = self.fields, 0
+        if held is not None and not (
+            part == len(self.lines)
+            and parts == self.parts
+            and fields.get("event") == held.get("event")
+            and fields.get("timestamp") == held.get("timestamp")
+        ):
+            lost, held = self.give_up(source, skipped), None
+        if parts == 1:
+            return fields, number, lost
+        if held is None:
+            if part != 0:  # a part whose first part is missing
+                skipped.add_line(source, number, INCOMPLETE)
+                return None, number, lost + 1
+            self.fields, self.lines, self.parts = fields, [number], parts
+            return None, number, lost
+        _join(held, fields)
+        self.lines.append(number)
+        if part + 1 < parts:
+            return None, number, lost
+        first = self.lines[0]
+        self.fields, self.lines = None, []
+        held[NOTE_KEY] = held.pop(NOTE_KEY)  # the note and the timestamp last, as in a whole record
+        if "timestamp" in held:
+            held["timestamp"] = held.pop("timestamp")
+        return held, first, lost
+
+    def give_up(self, source: Path, skipped: Skipped) -> int:
+        """Count the held parts as ``INCOMPLETE`` lines; how many they were."""
+        for line in self.lines:
+            skipped.add_line(source, line, INCOMPLETE)
+        lost = len(self.lines)
+        self.fields, self.lines = None, []
+        return lost
+
+
+def _join(held: dict[str, Any], part: dict[str, Any]) -> None:
+    """Add a later part's fields and note entries to the fields of the parts before it (each part's
+    note lists its own fields' entries, and the head's again)."""
+    note, more = held[NOTE_KEY], part.pop(NOTE_KEY)
+    lists, found = note.get("non_finite"), more.get("non_finite")
+    pairs = [(note, more, name) for name in ("converted", "truncated")]
+    if type(lists) is dict and type(found) is dict:
+        pairs += [(lists, found, kind) for kind in NON_FINITE_KINDS]
+    for into, source, name in pairs:
+        have, add = into.get(name), source.get(name)
+        if type(have) is list and type(add) is list and add:
+            known = {entry for entry in have if type(entry) is str}
+            into[name] = have + [entry for entry in add if type(entry) is not str or entry not in known]
+    for key, value in part.items():
+        if key not in held:  # the head (event, step, rank, world_size) and timestamp: every part's
+            held[key] = value
 
 
 def not_a_run(source: Path, why: str = "no line is a JSON record with an event") -> RunError:

@@ -51,6 +51,7 @@ from speedtronic.runs.reader import (
     RunError,
     Skipped,
     as_number,
+    begins_later_part,
     fields_rank,
     file_entries,
     file_records,
@@ -789,8 +790,8 @@ def _pieces(files: list[Path], rank: RankChoice, skipped: Skipped, roles: Roles)
 
 def _spans(source: Path) -> Iterator[tuple[int, int | None, int]]:
     """``(start, stop, first line)`` of the parts of ``source``: about ``PIECE_BYTES`` each, each
-    ending after a newline, the last one at the end of the file. Read in chunks: a long line is read
-    past, never held."""
+    ending after a newline but never between a record's parts, the last one at the end of the file.
+    Read in chunks: a long line is read past, never held."""
     try:
         if source.stat().st_size <= PIECE_BYTES:
             yield 0, None, 1
@@ -800,6 +801,12 @@ def _spans(source: Path) -> Iterator[tuple[int, int | None, int]]:
             while chunk := file.read(CHUNK_BYTES):
                 look = max(0, start + PIECE_BYTES - 1 - offset)
                 while look < len(chunk) and (end := chunk.find(b"\n", look)) >= 0:
+                    after = chunk.find(b"\n", end + 1)
+                    if after < 0:  # the next line ends in the next chunk: the cut is looked for there
+                        break
+                    if begins_later_part(chunk, end + 1, after):  # a record's parts stay in one piece
+                        look = end + 1
+                        continue
                     cut = offset + end + 1
                     yield start, cut, first_line
                     start, first_line = cut, lines + chunk.count(b"\n", 0, end + 1) + 1

@@ -36,25 +36,45 @@ def emit_all(tmp_path: Path, payload: dict[Any, Any], **options: Any) -> tuple[b
     return text.read_bytes(), jsonl.read_bytes(), seen
 
 
+WIDE_ONLY = {"many_medium_fields", "thousands_of_fields"}
+"""Payloads wider than the cap whose every value fits in a line: nothing of them is cut."""
+
+
+def jsonl_records(jsonl: Path) -> list[dict[str, Any]]:
+    """The records of a JSONL file as the reader joins them, with the event and the note."""
+    return [
+        {"event": r.event, **r.payload, "_speedtronic": r.notes}
+        for r in read_run(jsonl)
+        if r.notes is not None
+    ]
+
+
 class TestDefaultCap:
     @pytest.mark.parametrize("case", list(HOSTILE))
     def test_every_line_fits_and_stays_valid(self, case: str, tmp_path: Path) -> None:
-        """Each hostile payload: every text line and JSONL record is <= 32,000 bytes and strict JSON."""
+        """Each hostile payload: every text line and JSONL line is <= 32,000 bytes and strict JSON; the
+        reader reads two records back."""
         text, jsonl, _ = emit_all(tmp_path, HOSTILE[case])
         for data in (text, jsonl):
             lines = data.split(b"\n")
             assert lines.pop() == b""
-            assert len(lines) == 2
             assert all(len(line) + 1 <= DEFAULT_MAX_LINE_BYTES for line in lines), [len(x) for x in lines]
-        first, second = (strict_loads(line) for line in jsonl.splitlines())
+            assert all(strict_loads(line) for line in lines) if data is jsonl else len(lines) == 2
+        first, second = jsonl_records(tmp_path / "m.jsonl")
         assert first["event"] == "custom"
         assert second["event"] == "after"
-        assert first["_speedtronic"]["truncated"]
-        assert b"<truncated: " in text.split(b"\n")[0]
+        if case in WIDE_ONLY:  # split into parts, every value kept
+            assert first["_speedtronic"]["truncated"] == []
+            assert {key: first[key] for key in HOSTILE[case]} == HOSTILE[case]
+            assert b"_dropped=" in text.split(b"\n")[0]
+        else:
+            assert first["_speedtronic"]["truncated"] or "_dropped" in first
+            assert b"<truncated: " in text.split(b"\n")[0]
 
     def test_other_fields_are_kept(self, tmp_path: Path) -> None:
         """Only the long value is cut: step and loss keep their values, the marker says what was cut."""
         _, jsonl, hooked = emit_all(tmp_path, HOSTILE["huge_string"])
+        assert len(jsonl.splitlines()) == 2  # what is left of the record fits in one line
         record = strict_loads(jsonl.splitlines()[0])
         assert (record["step"], record["loss"]) == (5, 0.25)
         assert record["blob"].startswith("<truncated: str of 3,000,000 chars; first ")
@@ -62,22 +82,44 @@ class TestDefaultCap:
         assert record["_speedtronic"]["truncated"] == ["blob"]
         assert len(hooked[0]["blob"]) == 3_000_000  # hooks get the value whole: the cap is for lines
 
+    def test_a_value_wider_than_the_cap_is_cut_to_fill_the_line(self, tmp_path: Path) -> None:
+        """A single value larger than the cap keeps as many characters as fit beside the other fields
+        (about 31,000 of 3,000,000), and the record stays one line."""
+        _, jsonl, _ = emit_all(tmp_path, HOSTILE["huge_string"])
+        blob = strict_loads(jsonl.splitlines()[0])["blob"]
+        kept = int(blob.split("; first ")[1].split(" chars")[0].replace(",", ""))
+        assert 30_000 < kept < DEFAULT_MAX_LINE_BYTES
+
     def test_the_largest_value_goes_first(self, tmp_path: Path) -> None:
-        """Of two long values, only as many are cut as needed, largest first."""
+        """Of two long values, only the one wider than the cap is cut."""
         _, jsonl, _ = emit_all(tmp_path, {"small": "s" * 2_000, "big": "b" * 100_000, "step": 1})
         record = strict_loads(jsonl.splitlines()[0])
         assert record["small"] == "s" * 2_000
         assert record["_speedtronic"]["truncated"] == ["big"]
 
-    def test_outline_when_fields_alone_are_too_many(self, tmp_path: Path) -> None:
-        """20,000 fields: the record keeps the event, short numeric fields, and counts what was dropped."""
-        _, jsonl, _ = emit_all(tmp_path, HOSTILE["thousands_of_fields"])
-        record = strict_loads(jsonl.splitlines()[0])
-        assert record["f0"] == 0
-        assert record["f31"] == 31
-        assert "f32" not in record
-        assert record["_dropped"].startswith("<truncated: ")
-        assert "_dropped" in record["_speedtronic"]["truncated"]
+    def test_thousands_of_fields_are_all_kept(self, tmp_path: Path) -> None:
+        """20,000 fields: the record comes in parts, and the reader gives every field back."""
+        emit_all(tmp_path, HOSTILE["thousands_of_fields"])
+        jsonl = tmp_path / "m.jsonl"
+        lines = jsonl.read_bytes().splitlines()
+        assert len(lines) > 3
+        notes = [strict_loads(line)["_speedtronic"] for line in lines[:-1]]
+        assert [(note["part"], note["parts"]) for note in notes] == [
+            (i, len(notes)) for i in range(len(notes))
+        ]
+        first, _after = jsonl_records(jsonl)
+        assert {key: first[key] for key in HOSTILE["thousands_of_fields"]} == HOSTILE["thousands_of_fields"]
+
+    def test_the_text_line_keeps_the_first_fields_and_counts_the_rest(self, tmp_path: Path) -> None:
+        """The text log line of 20,000 fields: its first fields in order, then ``_dropped`` saying how
+        many did not fit (the JSONL record holds them)."""
+        text, _, _ = emit_all(tmp_path, HOSTILE["thousands_of_fields"])
+        line = text.split(b"\n")[0].decode()
+        kept = line.count("=") - 1
+        assert f" custom {' '.join(f'f{i}={i}' for i in range(kept))} _dropped=" in line
+        # the 20,000 fields and the logger's elapsed_s
+        assert line.endswith(f'_dropped="<truncated: {20_001 - kept:,} fields did not fit in 32,000 bytes>"')
+        assert kept > 1_000
 
 
 class TestConfiguration:
@@ -114,16 +156,30 @@ class TestCapLineProcessor:
         assert 'v="<truncated: str of 5,000 chars' in text
 
     def test_a_renderers_own_cap_cuts_as_capline_does(self) -> None:
-        """``max_line_bytes=`` on a renderer gives the line ``CapLine`` gives."""
+        """``max_line_bytes=`` on the text renderer gives the line ``CapLine`` gives."""
         event = {"event": "x", "v": "é" * 5_000, "step": 1, "timestamp": "t"}
-        for own_renderer, plain in (
-            (JSONLRenderer(max_line_bytes=2_000), JSONLRenderer()),
-            (JSONLRenderer(as_bytes=True, max_line_bytes=2_000), JSONLRenderer(as_bytes=True)),
-            (TextRenderer(clock=lambda: 0.0, max_line_bytes=2_000), TextRenderer(clock=lambda: 0.0)),
-        ):
-            own = own_renderer(None, "info", dict(event))
-            assert own == CapLine(plain, 2_000)(None, "info", dict(event))
-            assert len(own if isinstance(own, bytes) else own.encode()) < 2_000
+        own_renderer, plain = (
+            TextRenderer(clock=lambda: 0.0, max_line_bytes=2_000),
+            TextRenderer(clock=lambda: 0.0),
+        )
+        own = own_renderer(None, "info", dict(event))
+        assert own == CapLine(plain, 2_000)(None, "info", dict(event))
+        assert len(own.encode()) < 2_000
+
+    @pytest.mark.parametrize("as_bytes", [False, True])
+    def test_the_jsonl_renderers_own_cap_keeps_more_of_a_huge_value(self, as_bytes: bool) -> None:
+        """``JSONLRenderer(max_line_bytes=...)``: a value wider than the cap keeps as much as fits beside
+        the others (``CapLine`` alone cuts it to its marker), in one strict-JSON line."""
+        event = {"event": "x", "v": "é" * 5_000, "step": 1, "timestamp": "t"}
+        own = JSONLRenderer(as_bytes=as_bytes, max_line_bytes=2_000)(None, "info", dict(event))
+        data = own if isinstance(own, bytes) else own.encode()
+        assert len(data) < 2_000
+        assert b"\n" not in data
+        record = strict_loads(data)
+        assert record["v"].startswith("<truncated: str of 5,000 chars; first ")
+        assert record["step"] == 1
+        assert record["_speedtronic"]["truncated"] == ["v"]
+        assert len(record["v"]) > 500
 
     def test_a_renderers_own_cap_refuses_a_bad_size(self) -> None:
         """The same check as ``CapLine``'s, at construction."""
@@ -169,10 +225,10 @@ class TestRsyslogCap:
         for data in (text, jsonl):
             assert data.endswith(b"\n")
             lines = data.split(b"\n")[:-1]
-            assert len(lines) == 2
             assert max(len(line) + 1 for line in lines) <= RSYSLOG_CAP
             assert all(line.decode("utf-8") for line in lines)
-        first, second = (strict_loads(line) for line in jsonl.splitlines())
+            assert all(strict_loads(line) for line in lines) if data is jsonl else len(lines) == 2
+        first, second = jsonl_records(tmp_path / "m.jsonl")
         assert (first["event"], second["event"]) == ("custom", "after")
 
     def test_non_finite_values_that_fit_are_restored(self, tmp_path: Path) -> None:

@@ -43,6 +43,7 @@ def note(record: dict[str, Any]) -> dict[str, Any]:
     """The record's note without its fixed entries (contract, origin) and empty lists."""
     full = dict(record[NOTE_KEY])
     assert (full.pop("v"), full.pop("origin")) == (NOTE_VERSION, "user")
+    assert (full.pop("part"), full.pop("parts")) == (0, 1)  # a whole record
     full["non_finite"] = {kind: at for kind, at in full["non_finite"].items() if at}
     return {key: value for key, value in full.items() if value}
 
