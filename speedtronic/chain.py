@@ -50,12 +50,12 @@ from speedtronic.processors import (
     ConvertValues,
     JSONLRenderer,
     Redact,
+    RenameReserved,
     TextRenderer,
     WriteLines,
-    redact_text,
 )
-from speedtronic.processors.text import DEFAULT_FLOAT_DIGITS
-from speedtronic.record import RenameReserved
+from speedtronic.record.secrets import redact_text
+from speedtronic.record.text import DEFAULT_FLOAT_DIGITS
 
 __all__ = ["Chain", "build_chain", "build_processors"]
 

@@ -49,10 +49,10 @@ from speedtronic.hooks.background import (
 from speedtronic.hooks.dispatch import HookFailures, close_hook, flush_hook
 from speedtronic.levels import method_for, threshold
 from speedtronic.processors import DEFAULT_MAX_LINE_BYTES
-from speedtronic.processors.convert import key_text
 from speedtronic.processors.memory import memory_usage_bytes
-from speedtronic.processors.text import DEFAULT_FLOAT_DIGITS
 from speedtronic.record import event_fields, rank_path
+from speedtronic.record.text import DEFAULT_FLOAT_DIGITS
+from speedtronic.record.values import key_text
 from speedtronic.reporting import Reports
 from speedtronic.sinks import LineFile, TextStream, open_text_sink
 

@@ -28,8 +28,8 @@ from speedtronic.errors import (
 from speedtronic.events import level_for
 from speedtronic.processors import WriteLines
 from speedtronic.record import NOTE_KEY, own_note
+from speedtronic.record.safe_text import safe_str
 from speedtronic.sinks import LineFile, TextStream
-from speedtronic.strings import safe_str
 
 __all__ = ["Reports"]
 

@@ -13,7 +13,6 @@ record's level as a structlog method name (``"debug"``, ``"info"``, ``"warning"`
 from __future__ import annotations
 
 import inspect
-import itertools
 import threading
 import traceback
 from collections.abc import Callable, Iterable, Mapping
@@ -24,8 +23,8 @@ import structlog
 from structlog.typing import EventDict, WrappedLogger
 
 from speedtronic.errors import MAX_WARNING_BYTES, HookError, HookFailureWarning, reported, warn_at_caller
-from speedtronic.record import NOTE_KEY, is_own_record
-from speedtronic.strings import safe_str
+from speedtronic.record import NOTE_KEY, free_name, is_own_record
+from speedtronic.record.safe_text import safe_str
 
 __all__ = [
     "Callback",
@@ -217,10 +216,7 @@ class HookFailures:
         if known is not None and known[0] is hook:
             return known[1]
         base = hook_name(hook)
-        taken = {name for _, name in self._names.values()}
-        name = next(
-            n for n in (base if i == 1 else f"{base}#{i}" for i in itertools.count(1)) if n not in taken
-        )
+        name = free_name({name for _, name in self._names.values()}, base)
         self._names[id(hook)] = (hook, name)
         return name
 

@@ -28,8 +28,8 @@ from typing import Any
 
 from speedtronic.hooks.background import background
 from speedtronic.hooks.dispatch import as_callback, close_hook
-from speedtronic.processors.redact import redact_text
-from speedtronic.strings import safe_str
+from speedtronic.record.safe_text import safe_str
+from speedtronic.record.secrets import redact_text
 
 __all__ = [
     "ENTRY_POINT_GROUP",

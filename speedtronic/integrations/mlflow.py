@@ -14,8 +14,8 @@ from speedtronic.extras import require
 from speedtronic.integrations._names import SKIPPED_KEYS, StepAxis, metric_name, tracked
 from speedtronic.integrations._uploads import Uploads
 from speedtronic.lifecycle import close_loggers_first_at_exit
-from speedtronic.processors.convert import to_python
 from speedtronic.record import timestamp_ns
+from speedtronic.record.values import to_python
 
 __all__ = ["MlflowHook", "mlflow_name"]
 

@@ -18,9 +18,9 @@ from speedtronic.extras import require
 from speedtronic.integrations._structlog import exception_text
 from speedtronic.levels import LEVEL_NAMES
 from speedtronic.lifecycle import close_loggers_first_at_exit
-from speedtronic.processors.convert import to_python, unique_key
 from speedtronic.record import timestamp_ns
-from speedtronic.strings import safe_str
+from speedtronic.record.safe_text import safe_str
+from speedtronic.record.values import to_python, unique_key
 
 __all__ = ["SEVERITY_NUMBERS", "OtelHook", "attributes", "exception_attributes"]
 

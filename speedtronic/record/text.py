@@ -15,8 +15,8 @@ import re
 from collections.abc import Callable, Container, Mapping
 from typing import Any
 
-from speedtronic.processors.convert import PLAIN_NUMBERS
-from speedtronic.strings import int_text, safe_str, value_text
+from speedtronic.record.safe_text import int_text, safe_str, value_text
+from speedtronic.record.values import PLAIN_NUMBERS
 
 __all__ = [
     "DEFAULT_FLOAT_DIGITS",

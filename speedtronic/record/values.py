@@ -24,29 +24,23 @@ from __future__ import annotations
 import math
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
-from structlog.typing import EventDict, WrappedLogger
-
-from speedtronic.record import (
-    NON_FINITE_KINDS,
-    NOTE_KEY,
-    empty_note,
-    free_name,
-    non_finite_kind,
-    non_finite_text,
-)
-from speedtronic.strings import int_text, safe_repr, safe_str, value_text
+from speedtronic.record.contract import NOTE_KEY, free_name, merged_note, non_finite_text, pointer_token
+from speedtronic.record.safe_text import int_text, safe_repr, safe_str, value_text
 
 __all__ = [
     "CYCLE",
     "MAX_DEPTH",
     "MAX_ELEMENTS",
     "MAX_REPEATS",
-    "ConvertValues",
+    "PLAIN_NUMBERS",
+    "PLAIN_TYPES",
     "Converted",
+    "Seen",
     "Truncated",
+    "convert_fields",
     "is_plain",
     "json_safe_record",
     "key_text",
@@ -179,7 +173,7 @@ class _Head:
 # -- walking containers once -------------------------------------------------------------------
 
 
-class _Seen:
+class Seen:
     """The containers one walk has met, so it walks each once per event.
 
     ``open``/``close`` bracket the walk of a container; ``again`` answers for a container met before:
@@ -223,7 +217,7 @@ class _Seen:
 
 # -- to_python: device values to Python values -------------------------------------------------
 
-_Converter = Callable[[Any, int, _Seen], Any]
+_Converter = Callable[[Any, int, Seen], Any]
 
 
 def to_python(value: Any, depth: int = 0) -> Any:
@@ -234,10 +228,10 @@ def to_python(value: Any, depth: int = 0) -> Any:
     """
     if type(value) in PLAIN_TYPES:
         return value
-    return _python(value, depth, _Seen())
+    return _python(value, depth, Seen())
 
 
-def _python(value: Any, depth: int, seen: _Seen) -> Any:
+def _python(value: Any, depth: int, seen: Seen) -> Any:
     seen.count += 1
     kind = type(value)
     if kind in PLAIN_TYPES:
@@ -259,7 +253,7 @@ def _converter_for(kind: type) -> _Converter:
     return _unchanged
 
 
-def _unchanged(value: Any, depth: int, seen: _Seen) -> Any:
+def _unchanged(value: Any, depth: int, seen: Seen) -> Any:
     return value
 
 
@@ -267,7 +261,7 @@ def _summary(kind: str, shape: Any, dtype: object) -> Truncated:
     return Truncated(f"<{kind} shape={list(shape)!r} dtype={dtype}>")
 
 
-def _tensor(value: Any, depth: int, seen: _Seen) -> Any:
+def _tensor(value: Any, depth: int, seen: Seen) -> Any:
     try:
         value = value.detach()
         if value.dim() == 0:
@@ -280,14 +274,14 @@ def _tensor(value: Any, depth: int, seen: _Seen) -> Any:
         return Converted(safe_str(value))
 
 
-def _numpy_scalar(value: Any, depth: int, seen: _Seen) -> Any:
+def _numpy_scalar(value: Any, depth: int, seen: Seen) -> Any:
     try:
         return value.item()
     except Exception:
         return Converted(safe_str(value))
 
 
-def _numpy_array(value: Any, depth: int, seen: _Seen) -> Any:
+def _numpy_array(value: Any, depth: int, seen: Seen) -> Any:
     if value.size > MAX_ELEMENTS:
         return _summary("ndarray", value.shape, value.dtype)
     try:
@@ -300,7 +294,7 @@ def _numpy_array(value: Any, depth: int, seen: _Seen) -> Any:
     return items
 
 
-def _container(value: Any, depth: int, seen: _Seen) -> Any:
+def _container(value: Any, depth: int, seen: Seen) -> Any:
     if depth >= MAX_DEPTH:
         return Truncated(_DEEP)
     again = seen.again(value)
@@ -318,26 +312,14 @@ def _container(value: Any, depth: int, seen: _Seen) -> Any:
     return result
 
 
-class ConvertValues:
-    """Turns 0-d tensors and numpy scalars into Python numbers, n-d ones into lists (at any depth).
-
-    This is the only stage that reads device values, and it runs after the cadence: a skipped step
-    never calls ``.item()``, so it never forces a device sync. Containers are walked once per event
-    (shared ones are converted once, cycles become ``"<cycle>"``), nesting deeper than ``MAX_DEPTH``
-    becomes a marker.
-    """
-
-    __slots__ = ()
-
-    def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
-        if PLAIN_TYPES.issuperset(map(type, event_dict.values())):  # the common case, tested at C speed
-            return event_dict
-        seen: _Seen | None = None
-        for key, value in event_dict.items():
-            if type(value) not in PLAIN_TYPES:
-                seen = seen or _Seen()
-                event_dict[key] = _python(value, 0, seen)
-        return event_dict
+def convert_fields(fields: MutableMapping[Any, Any]) -> None:
+    """Turn each value of ``fields`` that is not plain into Python data (``to_python``), in place, with
+    one walk for all of them: a container shared by two fields is converted once."""
+    seen: Seen | None = None
+    for key, value in fields.items():
+        if type(value) not in PLAIN_TYPES:
+            seen = seen or Seen()
+            fields[key] = _python(value, 0, seen)
 
 
 # -- json_safe: anything to strict JSON --------------------------------------------------------
@@ -349,7 +331,7 @@ class _Marks:
 
     __slots__ = ("converted", "non_finite", "seen", "truncated")
 
-    def __init__(self, non_finite: list[tuple[str, str]], seen: _Seen) -> None:
+    def __init__(self, non_finite: list[tuple[str, str]], seen: Seen) -> None:
         self.converted = False
         self.truncated = False
         self.non_finite = non_finite
@@ -391,12 +373,12 @@ def json_safe_record(record: Mapping[Any, Any], *, always_note: bool = False) ->
     converted: list[str] = []
     truncated: list[str] = []
     found: list[tuple[str, str]] = []
-    seen = _Seen()
+    seen = Seen()
     counters: dict[str, int] = {}
     for key, item in _items(record):
         marks = _Marks(found, seen)
         name = unique_key(out, key, counters)
-        out[name] = _safe(item, 0, marks, "/" + _pointer_token(name))
+        out[name] = _safe(item, 0, marks, "/" + pointer_token(name))
         if marks.converted or name != key:
             converted.append(name)
         if marks.truncated:
@@ -411,7 +393,7 @@ def json_safe_record(record: Mapping[Any, Any], *, always_note: bool = False) ->
     elif not (converted or truncated or found or always_note):
         return out
     timestamp = out.pop("timestamp", _ABSENT)
-    note = _merged_note(given if isinstance(given, dict) else None, converted, truncated, found)
+    note = merged_note(given if isinstance(given, dict) else None, converted, truncated, found)
     if isinstance(given, dict):
         del out[NOTE_KEY]  # written again below: the note is always just before the timestamp
     out[NOTE_KEY if isinstance(given, dict) else unique_key(out, NOTE_KEY)] = note
@@ -420,36 +402,8 @@ def json_safe_record(record: Mapping[Any, Any], *, always_note: bool = False) ->
     return out
 
 
-def _merged_note(
-    given: dict[str, Any] | None, converted: list[str], truncated: list[str], found: list[tuple[str, str]]
-) -> dict[str, Any]:
-    origin = given.get("origin") if given is not None else None
-    note = empty_note(origin if type(origin) is str else "user")
-    lists = note["non_finite"]
-    if given is not None:
-        for name in ("converted", "truncated"):
-            note[name] += [key for key in _list(given.get(name)) if type(key) is str]
-        earlier = given.get("non_finite")
-        if isinstance(earlier, dict):
-            for kind in NON_FINITE_KINDS:
-                lists[kind] += [at for at in _list(earlier.get(kind)) if type(at) is str]
-    note["converted"] += converted
-    note["truncated"] += truncated
-    for pointer, text in found:
-        lists[non_finite_kind(text)].append(pointer)
-    return note
-
-
-def _list(value: Any) -> list[Any]:
-    return value if type(value) is list else []
-
-
 _ABSENT = object()
 _DEEP = f"<truncated: nested deeper than {MAX_DEPTH} levels>"
-
-
-def _pointer_token(key: str) -> str:
-    return key.replace("~", "~0").replace("/", "~1")
 
 
 def _safe(value: Any, depth: int, marks: _Marks, pointer: str) -> Any:
@@ -525,7 +479,7 @@ def _safe_mapping(value: Mapping[Any, Any], depth: int, marks: _Marks, pointer: 
         name = unique_key(out, key, counters)
         if name != key:
             marks.converted = True
-        out[name] = _safe(item, depth, marks, f"{pointer}/{_pointer_token(name)}")
+        out[name] = _safe(item, depth, marks, f"{pointer}/{pointer_token(name)}")
     return out
 
 

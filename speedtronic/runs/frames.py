@@ -59,11 +59,14 @@ from speedtronic.extras import require
 from speedtronic.record import (
     FLOAT_OF_KIND,
     NOTE_KEY,
+    NOTE_NON_FINITE,
     NOTE_VERSION,
+    NOTE_VERSION_KEY,
     RECORD_PREFIX,
     TIMESTAMP_RFC3339,
     TIMESTAMP_SECONDS,
     TIMESTAMP_WRITTEN,
+    pointer_tokens,
 )
 from speedtronic.runs.reader import (
     MAX_LINE_BYTES,
@@ -417,9 +420,9 @@ class _Engine:
         if NOTE_KEY not in table.column_names:
             return False
         note = table.column(NOTE_KEY)
-        if not pa.types.is_struct(note.type) or note.type.get_field_index("v") < 0:
+        if not pa.types.is_struct(note.type) or note.type.get_field_index(NOTE_VERSION_KEY) < 0:
             return False
-        version = pc.struct_field(note, "v")
+        version = pc.struct_field(note, NOTE_VERSION_KEY)
         if not pa.types.is_int64(version.type) or version.null_count:
             return False
         return bool(pc.min(version).as_py() >= NOTE_VERSION)
@@ -452,9 +455,9 @@ class _Engine:
         pa, pc = self.pa, self.pc
         note = table.column(NOTE_KEY)
         table = table.drop_columns([_EVENT, NOTE_KEY])
-        if note.type.get_field_index("non_finite") < 0:
+        if note.type.get_field_index(NOTE_NON_FINITE) < 0:
             return table
-        listed = pc.struct_field(note, "non_finite")
+        listed = pc.struct_field(note, NOTE_NON_FINITE)
         found: dict[str, dict[int, float]] = {}
         for kind, number in FLOAT_OF_KIND.items():
             if not pa.types.is_struct(listed.type) or listed.type.get_field_index(kind) < 0:
@@ -468,11 +471,12 @@ class _Engine:
                 if len(flat):
                     rows = pc.list_parent_indices(chunk).to_pylist()
                     for row, pointer in zip(rows, flat.to_pylist(), strict=True):
-                        if type(pointer) is not str or not pointer.startswith("/"):
+                        tokens = pointer_tokens(pointer)
+                        if tokens is None:
                             continue  # leads nowhere: restore_non_finite ignores it too
-                        if "/" in pointer[1:]:
+                        if len(tokens) > 1:
                             return None
-                        key = pointer[1:].replace("~1", "/").replace("~0", "~")
+                        key = tokens[0]
                         found.setdefault(key, {}).setdefault(start + row, number)
                 start += len(chunk)
         for key, numbers in found.items():

@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from speedtronic.events import level_for
-from speedtronic.processors.text import quote
 from speedtronic.record import NOTE_KEY, non_finite_text
+from speedtronic.record.text import quote
 from speedtronic.runs.reader import (
     CHUNK_BYTES,
     RankChoice,

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from speedtronic.integrations.system import DEFAULT_INTERVAL_S
 from speedtronic.levels import LEVELS
-from speedtronic.processors.redact import redact_text
+from speedtronic.record.secrets import redact_text
 
 if TYPE_CHECKING:
     import yaml
