@@ -6,7 +6,7 @@ and closes. Its ``chain`` holds each stage by name: ``emit`` asks ``chain.cadenc
 step costs one call, then builds the event dict (``speedtronic.record.event_fields``) and has
 ``chain.run`` take it through the rest.
 
-What a failure does (a hook's, a file's) is ``speedtronic.reporting.Reports``' to decide: the
+What a failure does (a hook's, a file's, a render's) is ``speedtronic.failures.FailurePolicy``'s: the
 logger's own records (``hook_error``, ``logging_error``, the note where a file lost lines) go
 through the same stages (``chain.run_own``), to the outputs each names, marked
 ``"_speedtronic": {"origin": "speedtronic"}``; no hook gets them. One lock serialises the chain, so
@@ -34,10 +34,9 @@ from speedtronic.errors import (
     EventPayloadError,
     HookError,
     LoggerClosedError,
-    LoggingFailureWarning,
     SpeedtronicWarning,
-    warn_at_caller,
 )
+from speedtronic.failures import FailurePolicy
 from speedtronic.hooks import HookList
 from speedtronic.hooks.background import (
     DEFAULT_CLOSE_TIMEOUT_S,
@@ -46,14 +45,13 @@ from speedtronic.hooks.background import (
     BackgroundHooks,
     check_options,
 )
-from speedtronic.hooks.dispatch import HookFailures, close_hook, flush_hook
+from speedtronic.hooks.dispatch import close_hook, flush_hook
 from speedtronic.levels import method_for, threshold
 from speedtronic.processors import DEFAULT_MAX_LINE_BYTES
 from speedtronic.processors.memory import memory_usage_bytes
 from speedtronic.record import event_fields, rank_path
 from speedtronic.record.text import DEFAULT_FLOAT_DIGITS
 from speedtronic.record.values import key_text
-from speedtronic.reporting import Reports
 from speedtronic.sinks import LineFile, TextStream, open_text_sink
 
 __all__ = ["MetricLogger", "build_processors", "memory_usage_bytes"]
@@ -152,15 +150,14 @@ class MetricLogger:
             local_time=local_time,
             caller="MetricLogger",
         )
-        self._hooks = HookList(hooks or ())
-        self._failures = HookFailures(
-            _reporter(self, "hook_failed"), strict=strict_hooks, redact=stages.redact_text
-        )
+        self._lock = threading.RLock()
+        self._failures = FailurePolicy(self._lock, redact=stages.redact_text, strict=strict_hooks)
+        self._hooks = HookList(hooks or (), on_error=self._failures.hook_failed)
         self._background: BackgroundHooks | None = None
         if self.is_lead and background_hooks and not strict_hooks:
             self._background = BackgroundHooks(
                 self._hooks,
-                on_error=self._failures,
+                on_error=self._failures.hook_failed,
                 queue_size=hook_queue_size,
                 put_timeout_s=hook_put_timeout_s,
                 close_timeout_s=close_timeout_s,
@@ -168,7 +165,6 @@ class MetricLogger:
             )
         called: Sequence[Any] = self._hooks if self._background is None else [self._background]
 
-        self._lock = threading.RLock()
         self._closed = False
         self._depth = 0  # emits in progress on the thread holding the lock (a hook may emit)
         self._close_requested = False
@@ -183,18 +179,16 @@ class MetricLogger:
             text=text,
             json=self._json.write if self._json is not None else None,
             hooks=called if self.is_lead else [],
-            on_hook_error=self._failures,
+            on_hook_error=self._failures.hook_failed,
         )
         """The chain's stages by name (``speedtronic.chain.Chain``); ``chain.processors`` lists them."""
-        self._reports = Reports(
+        self._failures.write_through(
             self.chain,
             [
                 (sink, output)
                 for sink, output in ((self._text, self.chain.text), (self._json, self.chain.json))
                 if sink is not None and output is not None
-            ],  # each sink with the output writing to it
-            self._lock,
-            stages.redact_text,
+            ],
         )
         self._cadence = self.chain.cadence
         _exit_and_fork.remember(self)
@@ -211,7 +205,7 @@ class MetricLogger:
         stream: IO[str] | None,
         json_file: str | os.PathLike[str] | None,
     ) -> tuple[LineFile | TextStream | None, LineFile | None]:
-        on_error, on_gap = _reporter(self, "sink_failed"), _reporter(self, "sink_gap")
+        on_error, on_gap = self._failures.sink_failed, self._failures.sink_gap
         text: LineFile | TextStream | None = None
         try:
             text = open_text_sink(file, stream, on_error, on_gap) if self.is_lead else None
@@ -239,17 +233,17 @@ class MetricLogger:
     @property
     def hook_errors(self) -> Mapping[str, int]:
         """Failures per hook name (``on_event`` and ``close`` together); a live, read-only view."""
-        return self._failures.counts
+        return self._failures.hook_errors
 
     @property
     def write_errors(self) -> int:
         """Records that could not be written or rendered, over every sink; each is also reported."""
-        return self._reports.write_errors
+        return self._failures.write_errors
 
     @property
     def lost_records(self) -> Mapping[str, int]:
         """Records that could not be written, per sink (its path, or the stream's name)."""
-        return self._reports.lost
+        return self._failures.lost
 
     @property
     def processors(self) -> tuple[Processor, ...]:
@@ -294,7 +288,7 @@ class MetricLogger:
             except (HookError, SpeedtronicWarning, EventPayloadError):
                 raise
             except Exception as error:
-                self._reports.record_failed(error, f"rendering {event!r}")
+                self._failures.record_failed(error, f"rendering {event!r}")
             finally:
                 self._depth -= 1
                 close_now = self._close_requested and not self._depth
@@ -328,7 +322,7 @@ class MetricLogger:
                 try:
                     done = flush_hook(inner, left) and done
                 except Exception as error:
-                    self._failures(inner, error, "flush")
+                    self._failures.hook_failed(inner, error, "flush")
         return done
 
     def reopen(self) -> None:
@@ -370,16 +364,16 @@ class MetricLogger:
             if acquired:
                 self._lock.release()
         if self._stuck:
-            self._reports.stuck()  # the reports below must not wait for the lock either
+            self._failures.stuck()  # the reports below must not wait for the lock either
         self.chain.dispatch.stop()  # an inline hook running in a stuck emit: no hook after it is called
         errors: list[BaseException] = []
-        for step in (self._close_hooks, self._report_totals):
+        for step in (self._close_hooks, self._failures.report_totals):
             try:
                 step()
             except BaseException as error:
                 errors.append(error)
         self._finalizer.detach()
-        self._reports.release()
+        self._failures.release()
         _release(self._text, self._json)
         _exit_and_fork.forget(self)
         if errors:
@@ -403,45 +397,32 @@ class MetricLogger:
         if self._owner != threading.get_ident():
             self._depth, self._owner = 0, 0
         self._close_requested = False
-        self._reports.forked(self._lock)
+        self._failures.forked(self._lock)
 
     # -- closing --------------------------------------------------------------------------------
 
     def _close_hooks(self) -> None:
         if self._background is not None:
-            undelivered = self._background.close(self._close_timeout_s)
-            if undelivered:
-                self._reports.record(
-                    "hook_error",
-                    {
-                        "hook": "*",
-                        "phase": "drain",
-                        "undelivered": undelivered,
-                        "timeout_s": self._close_timeout_s,
-                    },
-                )
-                warn_at_caller(
-                    f"speedtronic: {undelivered} event(s) not delivered to hooks within "
-                    f"close_timeout_s={self._close_timeout_s}",
-                    LoggingFailureWarning,
-                )
+            self._close_background(self._background)
             return
         if not self.is_lead:
             return
         if self._stuck:  # a hook may still be running inside another thread's emit: none is closed
-            stuck = f"another thread was inside emit after {self._close_timeout_s} s: not closed"
-            for hook in list(self._hooks):
-                self._failures(hook, TimeoutError(stuck), None)
+            self._failures.hooks_stuck(list(self._hooks), self._close_timeout_s)
             return
         for hook in _unique(self._hooks):
+            if isinstance(hook, BackgroundHooks):
+                self._close_background(hook)
+                continue
             try:
                 close_hook(hook)
             except Exception as error:
-                self._failures(hook, error, None)
+                self._failures.hook_failed(hook, error, None)
 
-    def _report_totals(self) -> None:
-        for name, failures in self._failures.counts.items():
-            self._reports.record("hook_error", {"hook": name, "phase": "total", "failures": failures})
+    def _close_background(self, hooks: BackgroundHooks) -> None:
+        undelivered = hooks.close(self._close_timeout_s)
+        if undelivered:
+            self._failures.hooks_undelivered(undelivered, self._close_timeout_s)
 
 
 def _check_ranks(rank: Any, lead_rank: Any) -> None:
@@ -468,20 +449,6 @@ def _unique(hooks: Iterable[Any]) -> list[Any]:
     for hook in hooks:
         unique.setdefault(id(hook), hook)
     return list(unique.values())
-
-
-def _reporter(logger: MetricLogger, name: str) -> Callable[..., None]:
-    """The logger's ``Reports.<name>``, called through a weak reference to the logger: the sinks and
-    the hooks' failure counter hold it, and must not keep a logger nobody closed alive; they are made
-    before the chain, and ``Reports`` after it."""
-    ref = weakref.ref(logger)
-
-    def call(*args: Any) -> None:
-        target = ref()
-        if target is not None:
-            getattr(target._reports, name)(*args)
-
-    return call
 
 
 def _console(sink: LineFile | TextStream, hooks: Sequence[Any]) -> Callable[[str], None]:

@@ -25,7 +25,7 @@ LAYERS = [
     ["processors"],  # the stages
     ["sinks", "lifecycle"],  # where lines go, and the process's signals and exit
     ["hooks"],  # the hook contract, dispatch, background hooks, hooks from config
-    ["chain", "reporting", "profiling", "testing", "pytest_plugin"],  # the logger
+    ["chain", "failures", "profiling", "testing", "pytest_plugin"],  # the logger
     ["integrations"],  # W&B, TensorBoard, structlog, MLflow, OpenTelemetry, the framework adapters
     ["training", "runtime"],  # the reference trainer and its runtime
     ["runs"],  # reading runs back

@@ -30,6 +30,7 @@ __all__ = [
     "Callback",
     "DispatchHooks",
     "HookFailures",
+    "OnError",
     "as_callback",
     "close_hook",
     "flush_hook",
@@ -117,6 +118,10 @@ def flush_hook(hook: object, timeout: float | None = None) -> bool:
     except TimeoutError:
         return False
 
+
+OnError = Callable[[object, Exception, "str | None"], None]
+"""Receives a hook's failure: ``(hook, error, during)``, ``during`` the event whose delivery failed, or
+``None`` for the hook's ``close()`` (``HookFailures``, a logger's ``FailurePolicy.hook_failed``)."""
 
 Report = Callable[[dict[str, Any]], None]
 """Receives a ``hook_error`` record's fields (``hook``, ``phase``, ``during``, ``error``, ``failures``,
@@ -263,7 +268,7 @@ class DispatchHooks:
         self,
         hooks: Iterable[Any],
         *,
-        on_error: Callable[[object, Exception, str | None], None] | None = None,
+        on_error: OnError | None = None,
         consume: bool = True,
     ) -> None:
         self._hooks = hooks if isinstance(hooks, list) else list(hooks)
