@@ -39,22 +39,21 @@ class FailurePolicy:
     """A logger's failures: their counts, its records of its own about them, their warnings.
 
     ``lock`` is the logger's: a report is written under it, as an event is, unless ``stuck()`` said
-    another thread holds it for good (a hook stalled inside ``emit``). ``redact`` hides secrets in a
-    failure's text; ``strict`` raises a hook's failure as ``HookError`` instead of warning. The sinks
-    and the chain are given this policy's bound methods when they are made; ``write_through`` then
-    names the chain its records go through (until then a failure is counted and told on stderr).
+    another thread holds it for good (a hook stalled inside ``emit``). ``strict`` raises a hook's
+    failure as ``HookError`` instead of warning. The sinks and the chain are given this policy's bound
+    methods when they are made; ``write_through`` then names the chain its records go through and
+    what hides secrets in a failure's text (``Chain.redact_text``); until then a failure is counted
+    and told on stderr.
     After ``release`` nothing is written; a report arriving later (a background hook failing after
     the close timed out) is only counted.
     """
 
-    def __init__(
-        self, lock: threading.RLock, *, redact: Callable[[str], str] | None = None, strict: bool = False
-    ) -> None:
+    def __init__(self, lock: threading.RLock, *, strict: bool = False) -> None:
         self._chain: Chain | None = None
         self._written: tuple[tuple[LineFile | TextStream, WriteLines], ...] = ()
         self._lock = lock
-        self._redact = redact
-        self._hooks = HookFailures(self._hook_record, strict=strict, redact=redact)
+        self._redact: Callable[[str], str] | None = None
+        self._hooks = HookFailures(self._hook_record, strict=strict, redact=self._hide)
         self._blocking = True  # False once the lock is held for good by a thread stuck inside emit
         self._released = False
         self._telling = False  # writing a logging_error record: a failure now is not reported again
@@ -69,6 +68,7 @@ class FailurePolicy:
         report about one file goes to the others, the note of a gap to the file with the gap only."""
         self._chain = chain
         self._written = tuple(written)
+        self._redact = chain.redact_text
 
     @property
     def hook_errors(self) -> Mapping[str, int]:
@@ -140,6 +140,9 @@ class FailurePolicy:
         for name, failures in self._hooks.counts.items():
             self.record("hook_error", {"hook": name, "phase": "total", "failures": failures})
 
+    def _hide(self, text: str) -> str:
+        return self._redact(text) if self._redact is not None else text
+
     def _hook_record(self, fields: dict[str, Any]) -> None:
         self.record("hook_error", fields)
 
@@ -170,7 +173,7 @@ class FailurePolicy:
         if self._telling or not reported(self.write_errors):
             return
         text = f"{type(error).__name__}: {safe_str(error)}"
-        text = self._redact(text) if self._redact is not None else text
+        text = self._hide(text)
         others = [(sink, output) for sink, output in self._written if str(sink.path) != where]
         before = [sink.lost for sink, _ in others]
         self._telling = True

@@ -2,9 +2,9 @@
 
 This module is the logger's lifecycle: it opens the files, builds its chain once they are open
 (``speedtronic.chain``, which says what each stage does and in which order), emits, flushes, reopens
-and closes. Its ``chain`` holds each stage by name: ``emit`` asks ``chain.cadence`` first, so a skipped
-step costs one call, then builds the event dict (``speedtronic.record.event_fields``) and has
-``chain.run`` take it through the rest.
+and closes. Its ``chain`` (``build_chain``'s) holds each stage by name: ``emit`` asks
+``chain.admits`` (the cadence) first, so a skipped step costs one call, then has ``chain.run`` take it
+through every other stage.
 
 What a failure does (a hook's, a file's, a render's) is ``speedtronic.failures.FailurePolicy``'s: the
 logger's own records (``hook_error``, ``logging_error``, the note where a file lost lines) go
@@ -22,13 +22,15 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
 from structlog.typing import Processor
 
 from speedtronic import _exit_and_fork
-from speedtronic.chain import Chain, _prepare, build_processors
+from speedtronic.chain import Chain, build_chain
+from speedtronic.chain import build_processors as build_processors  # the old path (deprecated)
 from speedtronic.distributed import RankInfo, detect_rank, is_lead
 from speedtronic.errors import (
     EventPayloadError,
@@ -49,12 +51,11 @@ from speedtronic.hooks.dispatch import close_hook, flush_hook
 from speedtronic.levels import method_for, threshold
 from speedtronic.processors import DEFAULT_MAX_LINE_BYTES
 from speedtronic.processors.memory import memory_usage_bytes
-from speedtronic.record import event_fields, rank_path
+from speedtronic.record import rank_path
 from speedtronic.record.text import DEFAULT_FLOAT_DIGITS
-from speedtronic.record.values import key_text
 from speedtronic.sinks import LineFile, TextStream, open_text_sink
 
-__all__ = ["MetricLogger", "build_processors", "memory_usage_bytes"]
+__all__ = ["MetricLogger", "memory_usage_bytes"]
 
 
 class MetricLogger:
@@ -137,21 +138,8 @@ class MetricLogger:
         _check_ranks(self.rank, lead_rank)
         self.is_lead = is_lead(self.rank, lead_rank)
         """Whether this process writes the text log and calls the hooks."""
-        stages = _prepare(
-            every_steps=every_steps,
-            redact=redact,
-            device=device,
-            rank=self.rank,
-            clock=clock,
-            processors=processors,
-            text_level=levelno,
-            max_line_bytes=max_line_bytes,
-            float_digits=float_digits,
-            local_time=local_time,
-            caller="MetricLogger",
-        )
         self._lock = threading.RLock()
-        self._failures = FailurePolicy(self._lock, redact=stages.redact_text, strict=strict_hooks)
+        self._failures = FailurePolicy(self._lock, strict=strict_hooks)
         self._hooks = HookList(hooks or (), on_error=self._failures.hook_failed)
         self._background: BackgroundHooks | None = None
         if self.is_lead and background_hooks and not strict_hooks:
@@ -171,17 +159,34 @@ class MetricLogger:
         self._owner = 0  # the thread inside emit, while _depth > 0
         self._stuck = False  # close() could not get the logger from a thread stuck inside emit
         self._close_timeout_s = close_timeout_s
-        self._text, self._json = self._open_sinks(file, stream, json_file)
+        self._text, self._json, created = self._open_sinks(file, stream, json_file)
         text: Callable[[str], object] | None = None
         if self._text is not None:  # the default console: silent while a hook writes the console
             text = _console(self._text, self._hooks) if file is None and stream is None else self._text.write
-        self.chain: Chain = stages.chain(
-            text=text,
-            json=self._json.write if self._json is not None else None,
-            hooks=called if self.is_lead else [],
-            on_hook_error=self._failures.hook_failed,
-        )
-        """The chain's stages by name (``speedtronic.chain.Chain``); ``chain.processors`` lists them."""
+        try:
+            self.chain: Chain = build_chain(
+                text=text,
+                json=self._json.write if self._json is not None else None,
+                hooks=called if self.is_lead else [],
+                on_hook_error=self._failures.hook_failed,
+                every_steps=every_steps,
+                redact=redact,
+                device=device,
+                rank=self.rank,
+                clock=clock,
+                processors=processors,
+                text_level=levelno,
+                max_line_bytes=max_line_bytes,
+                float_digits=float_digits,
+                local_time=local_time,
+                caller="MetricLogger",
+            )
+            """The chain's stages by name (``speedtronic.chain.Chain``); ``chain.processors`` lists them."""
+        except BaseException:  # an option the chain refused: no file is left behind for it
+            _release(self._text, self._json)
+            for path in created:
+                path.unlink(missing_ok=True)
+            raise
         self._failures.write_through(
             self.chain,
             [
@@ -190,7 +195,6 @@ class MetricLogger:
                 if sink is not None and output is not None
             ],
         )
-        self._cadence = self.chain.cadence
         _exit_and_fork.remember(self)
         _exit_and_fork.guard_across_fork(self)
         # A logger nobody closed releases its files and closes its hooks when it is collected; one
@@ -204,15 +208,20 @@ class MetricLogger:
         file: str | os.PathLike[str] | None,
         stream: IO[str] | None,
         json_file: str | os.PathLike[str] | None,
-    ) -> tuple[LineFile | TextStream | None, LineFile | None]:
+    ) -> tuple[LineFile | TextStream | None, LineFile | None, list[Path]]:
+        """The text log's sink and the JSONL file's, and the files they created (not there before)."""
         on_error, on_gap = self._failures.sink_failed, self._failures.sink_gap
         text: LineFile | TextStream | None = None
+        paths = [Path(p) for p in (file if self.is_lead else None, json_file) if p is not None]
+        if json_file is not None:
+            paths[-1] = rank_path(json_file, self.rank.rank)
+        created = [path for path in paths if not path.exists()]
         try:
             text = open_text_sink(file, stream, on_error, on_gap) if self.is_lead else None
             if json_file is None:
-                return text, None
+                return text, None, created
             json_file = rank_path(json_file, self.rank.rank)
-            return text, LineFile(json_file, on_error, on_gap)
+            return text, LineFile(json_file, on_error, on_gap), created
         except OSError as error:
             if text is not None:
                 text.close()
@@ -252,7 +261,7 @@ class MetricLogger:
 
     @property
     def every_steps(self) -> int:
-        return self._cadence.every_steps
+        return self.chain.cadence.every_steps
 
     @property
     def closed(self) -> bool:
@@ -269,7 +278,7 @@ class MetricLogger:
         ``LoggerClosedError`` after ``close()``, ``TypeError`` for a payload that is no mapping and
         ``ValueError`` for an unknown ``level``.
         """
-        if not self._cadence.admits(event, payload):
+        if not self.chain.admits(event, payload):
             return False
         if type(payload) is not dict and not isinstance(payload, Mapping):
             raise TypeError(f"emit({event!r}): payload must be a mapping, got {type(payload).__name__}")
@@ -282,9 +291,7 @@ class MetricLogger:
             self._depth += 1
             self._owner = threading.get_ident()
             try:
-                fields = event_fields(payload, key_text)  # a payload that can't be read: reported below
-                fields["event"] = event if type(event) is str else str(event)
-                self.chain.run(method, fields)
+                self.chain.run(method, event, payload)  # a payload that can't be read: reported below
             except (HookError, SpeedtronicWarning, EventPayloadError):
                 raise
             except Exception as error:
