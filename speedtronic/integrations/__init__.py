@@ -8,10 +8,10 @@ install (``pip install 'speedtronic[wandb]'``, ``'speedtronic[tensorboard]'``, `
 
 from __future__ import annotations
 
-from speedtronic.integrations._structlog import StructlogHook
-from speedtronic.integrations._tensorboard import TensorboardHook, TensorboardWarning
-from speedtronic.integrations._wandb import WandbHook
 from speedtronic.integrations.mlflow import MlflowHook
 from speedtronic.integrations.otel import OtelHook
+from speedtronic.integrations.structlog import StructlogHook
+from speedtronic.integrations.tensorboard import TensorboardHook, TensorboardWarning
+from speedtronic.integrations.wandb import WandbHook
 
 __all__ = ["MlflowHook", "OtelHook", "StructlogHook", "TensorboardHook", "TensorboardWarning", "WandbHook"]

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from speedtronic.integrations._structlog import exception_text
+from speedtronic.integrations.structlog import exception_text
 
 __all__ = ["Uploads"]
 

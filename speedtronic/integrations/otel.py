@@ -15,7 +15,7 @@ from typing import Any
 from speedtronic._version import __version__
 from speedtronic.checks import check_seconds
 from speedtronic.extras import require
-from speedtronic.integrations._structlog import exception_text
+from speedtronic.integrations.structlog import exception_text
 from speedtronic.levels import LEVEL_NAMES
 from speedtronic.lifecycle import close_loggers_first_at_exit
 from speedtronic.record import timestamp_ns

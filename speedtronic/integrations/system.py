@@ -27,7 +27,7 @@ from speedtronic.checks import check_seconds
 from speedtronic.errors import LoggerClosedError, SpeedtronicWarning
 from speedtronic.events import Event
 from speedtronic.extras import require
-from speedtronic.integrations._structlog import exception_text
+from speedtronic.integrations.structlog import exception_text
 
 __all__ = ["DEFAULT_INTERVAL_S", "SystemMonitor", "gpu_probes", "visible_gpus"]
 
