@@ -21,7 +21,7 @@ from speedtronic.hooks import BackgroundHooks, CallbackList, DispatchHooks
 from speedtronic.processors import JSONLRenderer, TextRenderer
 from speedtronic.profiling import MetricLogger
 from speedtronic.record.text import ValueFormat
-from tests.conftest import read_jsonl
+from tests.helpers import read_jsonl
 
 FIXED = 1_767_268_800.25  # 2026-01-01T12:00:00.25Z
 
@@ -267,13 +267,12 @@ class TestNothingAfterClose:
         )
         logger.emit("train_step", {"step": 1})
         assert entered.wait(60)
+        (thread,) = [t for t in threading.enumerate() if t.name == f"speedtronic-hooks-{id(logger):x}"]
         with pytest.warns(LoggingFailureWarning, match="not delivered"), pytest.warns(HookFailureWarning):
             logger.close()
         written = path.read_bytes(), text.read_bytes()
-        thread = logger._background._thread  # type: ignore[union-attr]  # the worker, to join it
         with pytest.warns(HookFailureWarning, match="late"):
             release.set()
-            assert thread is not None
             thread.join(60)
         assert (path.read_bytes(), text.read_bytes()) == written
         assert b"logging_error" not in written[0]

@@ -102,3 +102,15 @@ def test_no_import_cycles() -> None:
 def _child(target: str, module: str) -> bool:
     """Whether ``target`` is a submodule of the package ``module`` (or of the root package)."""
     return module == "" or target.startswith(module + ".")
+
+
+def arrows() -> set[tuple[str, str]]:
+    """The imports between rooms (a top-level module or package of speedtronic, ``""`` the package
+    itself), each pair once: the figure docs and reviews quote as "arrows"."""
+    room = {module: module.split(".")[0] for module in GRAPH}
+    return {(room[m], t.split(".")[0]) for m, ts in GRAPH.items() for t in ts if room[m] != t.split(".")[0]}
+
+
+if __name__ == "__main__":  # python tests/test_layers.py: the counts
+    print(f"{len({m.split('.')[0] for m in GRAPH})} rooms, {len(arrows())} arrows, "
+          f"{sum(map(len, GRAPH.values()))} module imports")  # fmt: skip

@@ -27,6 +27,8 @@ from speedtronic.record import NOTE_KEY, free_name, is_own_record
 from speedtronic.record.safe_text import safe_str
 
 __all__ = [
+    "KEPT_TAIL",
+    "REDACT_MARGIN",
     "Callback",
     "DispatchHooks",
     "HookFailures",
@@ -202,19 +204,19 @@ class HookFailures:
 
     def _hidden(self, text: str) -> str:
         """``text`` redacted, and cut to what a warning or a record keeps first: its start and end.
-        A long text is redacted in two windows, each ``2 * _MARGIN`` characters wider than what is
-        kept of it; of each, at least the ``_MARGIN`` characters at its cut edge are dropped after
+        A long text is redacted in two windows, each ``2 * REDACT_MARGIN`` characters wider than what is
+        kept of it; of each, at least the ``REDACT_MARGIN`` characters at its cut edge are dropped after
         redaction, so a secret crossing that edge (one shorter than the margin: every credential
         ``redact_text`` knows) is redacted whole or not kept at all. So a 10 MB message costs what
         a 50 kB one does."""
-        if len(text) <= MAX_WARNING_BYTES + _TAIL + 4 * _MARGIN:
+        if len(text) <= MAX_WARNING_BYTES + KEPT_TAIL + 4 * REDACT_MARGIN:
             return self._redact(text) if self._redact is not None else text
-        head, tail = text[: MAX_WARNING_BYTES + 2 * _MARGIN], text[-(_TAIL + 2 * _MARGIN) :]
+        head, tail = text[: MAX_WARNING_BYTES + 2 * REDACT_MARGIN], text[-(KEPT_TAIL + 2 * REDACT_MARGIN) :]
         if self._redact is not None:
             head, tail = self._redact(head), self._redact(tail)
-        head = head[: min(MAX_WARNING_BYTES, len(head) - _MARGIN)]
-        tail = tail[max(len(tail) - _TAIL, _MARGIN) :]
-        return f"{head} <truncated: {len(text) - MAX_WARNING_BYTES - _TAIL:,} chars> {tail}"
+        head = head[: min(MAX_WARNING_BYTES, len(head) - REDACT_MARGIN)]
+        tail = tail[max(len(tail) - KEPT_TAIL, REDACT_MARGIN) :]
+        return f"{head} <truncated: {len(text) - MAX_WARNING_BYTES - KEPT_TAIL:,} chars> {tail}"
 
     def _name_of(self, hook: object) -> str:
         known = self._names.get(id(hook))
@@ -226,8 +228,10 @@ class HookFailures:
         return name
 
 
-_MARGIN = 4096  # characters redacted past each cut of a long failure text, then dropped
-_TAIL = 200  # characters kept from a long failure text's end
+REDACT_MARGIN = 4096
+"""Characters redacted past each cut of a long failure text, then dropped (``HookFailures``)."""
+KEPT_TAIL = 200
+"""Characters kept from a long failure text's end (``HookFailures``)."""
 
 
 def _when(during: str | None) -> str:

@@ -17,7 +17,7 @@ from speedtronic import HookFailureWarning, LoggingFailureWarning
 from speedtronic.hooks import BackgroundHooks, background
 from speedtronic.profiling import MetricLogger
 from speedtronic.runs.summary import summarize_run
-from tests.conftest import read_jsonl
+from tests.helpers import read_jsonl
 
 
 class Gate:
