@@ -418,18 +418,20 @@ class MetricLogger:
             self._failures.hooks_stuck(list(self._hooks), self._close_timeout_s)
             return
         for hook in _unique(self._hooks):
-            if isinstance(hook, BackgroundHooks):
-                self._close_background(hook)
-                continue
             try:
-                close_hook(hook)
+                if isinstance(hook, BackgroundHooks):
+                    self._close_background(hook)
+                else:
+                    close_hook(hook)
             except Exception as error:
                 self._failures.hook_failed(hook, error, None)
 
     def _close_background(self, hooks: BackgroundHooks) -> None:
-        undelivered = hooks.close(self._close_timeout_s)
+        """Close background hooks within their own ``close_timeout_s``; what they could not deliver
+        is the failure policy's to report."""
+        undelivered = hooks.close()
         if undelivered:
-            self._failures.hooks_undelivered(undelivered, self._close_timeout_s)
+            self._failures.hooks_undelivered(undelivered, hooks.close_timeout_s)
 
 
 def _check_ranks(rank: Any, lead_rank: Any) -> None:

@@ -122,6 +122,11 @@ class BackgroundHooks:
         self._reset()
         _live.add(self)
 
+    @property
+    def close_timeout_s(self) -> float:
+        """How long ``close()`` waits for the worker when not given a timeout."""
+        return self._close_timeout_s
+
     def report_to(self, on_error: OnError) -> None:
         """Send the hooks' failures to ``on_error`` (the logger these hooks were added to:
         ``MetricLogger.hooks``), unless this was made with an ``on_error`` of its own."""

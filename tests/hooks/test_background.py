@@ -240,6 +240,23 @@ class TestBackgroundWrapper:
         ]
         assert summarize_run(path).hook_failures == {name: 1}
 
+    def test_a_wrapped_hooks_undelivered_events_are_a_drain_record(self, jsonl_path: Path) -> None:
+        """A background(hook) stuck past its own close_timeout_s: the logger's close reports what it
+        could not deliver (a drain hook_error record and a warning), as for background_hooks=True."""
+        gate = Gate()
+        logger = MetricLogger(
+            stream=io.StringIO(), json_file=jsonl_path, hooks=[background(gate, close_timeout_s=0.2)]
+        )
+        for step in range(5):
+            logger.emit("train_step", {"step": step})
+        assert gate.entered.wait(5)
+        with pytest.warns((LoggingFailureWarning, HookFailureWarning)) as caught:
+            logger.close()
+        gate.open.set()
+        assert any("event(s) not delivered" in str(w.message) for w in caught)
+        (drain,) = [r for r in read_jsonl(jsonl_path) if r["event"] == "hook_error" and r["phase"] == "drain"]
+        assert (drain["timeout_s"], 4 <= drain["undelivered"] <= 5) == (0.2, True)
+
     def test_a_wrapped_hook_added_later_reports_to_the_logger(self) -> None:
         """A background(hook) appended to logger.hooks after the logger was made is counted too."""
 
