@@ -1,6 +1,7 @@
 # The two commands a newcomer needs; each sets up its own virtualenv from scratch.
 #   make run    runs the main job (then `.venv/bin/speedtronic summarize runs/...`: nothing is activated)
-#   make test   runs ruff (lint and format check), mypy --strict and every test, and prints its wall time
+#   make test   runs ruff (lint and format check), mypy --strict and every test under coverage (child
+#               processes included; fails below [tool.coverage.report] fail_under), and prints its wall time
 #   make bench  prints every speed goal and any missed (emit: bench.py; read-back: readback.py --goals;
 #               a webhook that never answers: webhook.py; alerts: alerts.py;
 #               redact_text against adversarial text: redact_fuzz.py)
@@ -36,8 +37,13 @@ typecheck: $(VENV)/.dev-installed
 # One worker per core (pytest-xdist); a test file runs whole on one worker, so its module-scoped
 # fixtures (a trained run) are built once. TEST_JOBS=0 runs in this process.
 TEST_JOBS ?= auto
+# Under coverage (pyproject's [tool.coverage]: child processes included); its report is printed after
+# the tests, and fails below [tool.coverage.report] fail_under. pytest's exit code comes first.
 unit: $(VENV)/.dev-installed
-	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile --durations=20
+	@$(BIN)/coverage erase
+	@$(BIN)/coverage run -m pytest -n $(TEST_JOBS) --dist loadfile --durations=20; rc=$$?; \
+	$(BIN)/coverage combine -q; $(BIN)/coverage report; cov=$$?; \
+	if [ $$rc -ne 0 ]; then exit $$rc; fi; exit $$cov
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)

@@ -16,10 +16,11 @@ A chain is structlog processors, in this order (``docs/processors.md`` describes
 ``build_chain`` is the one way to build it, and ``build_processors`` its list of stages
 (``Chain.processors``) for any stock structlog chain
 (``structlog.wrap_logger(structlog.ReturnLogger(), processors=build_processors(text=print))``).
-``MetricLogger`` holds its ``Chain`` and reaches each part by name. It asks ``chain.cadence``
-before it builds an event dict (``event_fields``, as ``chain.reserved`` would), then ``chain.run``
-runs the rest, as structlog runs a chain: each stage called with ``(logger, method_name,
-event_dict)`` in turn, until the last or a ``structlog.DropEvent``.
+``MetricLogger`` builds its chain with ``build_chain`` and reaches each part by name. ``chain.admits``
+is the cadence stage's rule, asked before an event dict exists (a skipped step costs one call);
+``chain.run`` runs every other stage it lists: ``chain.reserved`` makes the event dict from the event
+and its payload, then each later stage is called with ``(logger, method_name, event_dict)`` in turn,
+as structlog runs a chain, until the last or a ``structlog.DropEvent``.
 ``chain.run_own`` runs a record of the logger's own (``hook_error``, ``logging_error``, a gap note)
 through the same stages to the outputs it names, and to no hook.
 
@@ -32,7 +33,7 @@ from __future__ import annotations
 import inspect
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import FunctionType, MethodType
 from typing import Any, TypeVar, cast
@@ -53,12 +54,12 @@ from speedtronic.processors import (
     ConvertValues,
     JSONLRenderer,
     Redact,
+    RenameReserved,
     TextRenderer,
     WriteLines,
-    redact_text,
 )
-from speedtronic.processors.text import DEFAULT_FLOAT_DIGITS
-from speedtronic.record import RenameReserved
+from speedtronic.record.secrets import redact_text
+from speedtronic.record.text import DEFAULT_FLOAT_DIGITS
 
 __all__ = ["Chain", "build_chain", "build_processors"]
 
@@ -80,8 +81,10 @@ class Chain:
     json: WriteLines | None
     dispatch: DispatchHooks
     reserved: RenameReserved = field(default_factory=RenameReserved)
-    """The payload's reserved keys renamed: in ``processors`` only (``emit`` builds its event dict
-    with ``event_fields``, which does the same)."""
+    """The payload's reserved keys renamed, as the event dict is made (``RenameReserved.event_dict``)."""
+    redact_text: Callable[[str], str] | None = None
+    """What hides secrets in a failure's text (``speedtronic.record.secrets.redact_text``), when the
+    chain redacts."""
     alerts: CheckAlerts | None = None
     """The rules, when the chain has any: each alert is an ``alert`` record, written and delivered
     right after the record that raised it."""
@@ -113,10 +116,15 @@ class Chain:
             self.dispatch,
         ]
 
-    def run(self, method_name: str, event_dict: EventDict) -> None:
-        """Run an event that passed the cadence, its fields from ``event_fields``, through every
-        later stage, to the outputs and hooks."""
-        passed = self._through(self._to_outputs, method_name, event_dict)
+    def admits(self, event: object, payload: Mapping[Any, Any]) -> bool:
+        """Whether ``event`` with ``payload`` passes the cadence stage (``CadenceFilter.admits``)."""
+        return self.cadence.admits(event, payload)
+
+    def run(self, method_name: str, event: object, payload: Mapping[Any, Any]) -> None:
+        """Run an event that passed the cadence (``admits``) through every later stage: its event
+        dict made by ``reserved``, then the enrichment, your processors, the outputs, the alert rules
+        and the hooks."""
+        passed = self._through(self._to_outputs, method_name, self.reserved.event_dict(event, payload))
         if passed is None:
             return
         if self.alerts is None:
@@ -182,6 +190,7 @@ class _Stages:
             json=WriteLines(json, self.json_renderer) if json is not None else None,
             dispatch=DispatchHooks(hooks, on_error=on_hook_error),
             alerts=self.alerts,
+            redact_text=self.redact_text,
         )
 
 

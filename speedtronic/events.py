@@ -24,6 +24,7 @@ __all__ = [
     "EVENT_LEVELS",
     "LOSS_KEYS",
     "PAYLOADS",
+    "RATE_SUFFIX",
     "RATE_SUFFIXES",
     "AlertPayload",
     "CheckpointPayload",
@@ -48,6 +49,7 @@ __all__ = [
     "TrainStartPayload",
     "TrainStepPayload",
     "eval_split",
+    "is_lr",
     "is_rate",
     "level_for",
 ]
@@ -366,11 +368,23 @@ LOSS_KEYS = ("loss", "train_loss", "train/loss", "train_loss_step", "train_loss_
 what the module logged), the most preferred first."""
 
 
-RATE_SUFFIXES = ("_per_s", "_per_sec", "_per_second", "_per_second_per_gpu")
+RATE_SUFFIX = "_per_s"
+"""The suffix of speedtronic's own throughput rates (``samples_per_s``, ``tokens_per_s``)."""
+
+RATE_SUFFIXES = (RATE_SUFFIX, "_per_sec", "_per_second", "_per_second_per_gpu")
 """A numeric key ending in one of these is a throughput rate (``tokens_per_s``, Lightning's
 ``train/device/samples_per_sec``, Hugging Face's ``train_samples_per_second``)."""
 
 _EVAL_LOSS = re.compile(rf"({'|'.join(EVAL_SPLITS)})[_/]loss(_step|_epoch)?")
+
+
+_LR = re.compile(r"lr|learning_rate|lr-[^/]+(/pg\d+)?")
+
+
+def is_lr(key: str) -> bool:
+    """Whether ``key`` is a learning rate: ``lr``, ``learning_rate`` (Hugging Face), Lightning's
+    ``LearningRateMonitor`` names ``lr-<Optimizer>`` and ``lr-<Optimizer>/pg<N>``."""
+    return _LR.fullmatch(key) is not None
 
 
 def is_rate(key: str) -> bool:

@@ -2,11 +2,11 @@
 
 This module is the logger's lifecycle: it opens the files, builds its chain once they are open
 (``speedtronic.chain``, which says what each stage does and in which order), emits, flushes, reopens
-and closes. Its ``chain`` holds each stage by name: ``emit`` asks ``chain.cadence`` first, so a skipped
-step costs one call, then builds the event dict (``speedtronic.record.event_fields``) and has
-``chain.run`` take it through the rest.
+and closes. Its ``chain`` (``build_chain``'s) holds each stage by name: ``emit`` asks
+``chain.admits`` (the cadence) first, so a skipped step costs one call, then has ``chain.run`` take it
+through every other stage.
 
-What a failure does (a hook's, a file's) is ``speedtronic.reporting.Reports``' to decide: the
+What a failure does (a hook's, a file's, a render's) is ``speedtronic.failures.FailurePolicy``'s: the
 logger's own records (``hook_error``, ``logging_error``, the note where a file lost lines) go
 through the same stages (``chain.run_own``), to the outputs each names, marked
 ``"_speedtronic": {"origin": "speedtronic"}``; no hook gets them. One lock serialises the chain, so
@@ -22,6 +22,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
@@ -29,16 +30,16 @@ from structlog.typing import Processor
 
 from speedtronic import _exit_and_fork
 from speedtronic.alerts import Rule, RuleSet
-from speedtronic.chain import Chain, _prepare, build_processors
+from speedtronic.chain import Chain, build_chain
+from speedtronic.chain import build_processors as build_processors  # the old path (deprecated)
 from speedtronic.distributed import RankInfo, detect_rank, is_lead
 from speedtronic.errors import (
     EventPayloadError,
     HookError,
     LoggerClosedError,
-    LoggingFailureWarning,
     SpeedtronicWarning,
-    warn_at_caller,
 )
+from speedtronic.failures import FailurePolicy
 from speedtronic.hooks import HookList
 from speedtronic.hooks.background import (
     DEFAULT_CLOSE_TIMEOUT_S,
@@ -47,17 +48,15 @@ from speedtronic.hooks.background import (
     BackgroundHooks,
     check_options,
 )
-from speedtronic.hooks.dispatch import HookFailures, close_hook, flush_hook
+from speedtronic.hooks.dispatch import close_hook, flush_hook
 from speedtronic.levels import method_for, threshold
 from speedtronic.processors import DEFAULT_MAX_LINE_BYTES
-from speedtronic.processors.convert import key_text
 from speedtronic.processors.memory import memory_usage_bytes
-from speedtronic.processors.text import DEFAULT_FLOAT_DIGITS
-from speedtronic.record import event_fields, rank_path
-from speedtronic.reporting import Reports
+from speedtronic.record import rank_path
+from speedtronic.record.text import DEFAULT_FLOAT_DIGITS
 from speedtronic.sinks import LineFile, TextStream, open_text_sink
 
-__all__ = ["MetricLogger", "build_processors", "memory_usage_bytes"]
+__all__ = ["MetricLogger", "memory_usage_bytes"]
 
 
 class MetricLogger:
@@ -146,29 +145,14 @@ class MetricLogger:
         _check_ranks(self.rank, lead_rank)
         self.is_lead = is_lead(self.rank, lead_rank)
         """Whether this process writes the text log and calls the hooks."""
-        stages = _prepare(
-            every_steps=every_steps,
-            redact=redact,
-            device=device,
-            rank=self.rank,
-            clock=clock,
-            processors=processors,
-            text_level=levelno,
-            max_line_bytes=max_line_bytes,
-            float_digits=float_digits,
-            local_time=local_time,
-            alerts=alerts,
-            caller="MetricLogger",
-        )
-        self._hooks = HookList(hooks or ())
-        self._failures = HookFailures(
-            _reporter(self, "hook_failed"), strict=strict_hooks, redact=stages.redact_text
-        )
+        self._lock = threading.RLock()
+        self._failures = FailurePolicy(self._lock, strict=strict_hooks)
+        self._hooks = HookList(hooks or (), on_error=self._failures.hook_failed)
         self._background: BackgroundHooks | None = None
         if self.is_lead and background_hooks and not strict_hooks:
             self._background = BackgroundHooks(
                 self._hooks,
-                on_error=self._failures,
+                on_error=self._failures.hook_failed,
                 queue_size=hook_queue_size,
                 put_timeout_s=hook_put_timeout_s,
                 close_timeout_s=close_timeout_s,
@@ -176,35 +160,49 @@ class MetricLogger:
             )
         called: Sequence[Any] = self._hooks if self._background is None else [self._background]
 
-        self._lock = threading.RLock()
         self._closed = False
         self._depth = 0  # emits in progress on the thread holding the lock (a hook may emit)
         self._close_requested = False
         self._owner = 0  # the thread inside emit, while _depth > 0
         self._stuck = False  # close() could not get the logger from a thread stuck inside emit
         self._close_timeout_s = close_timeout_s
-        self._text, self._json = self._open_sinks(file, stream, json_file)
+        self._text, self._json, created = self._open_sinks(file, stream, json_file)
         text: Callable[[str], object] | None = None
         if self._text is not None:  # the default console: silent while a hook writes the console
             text = _console(self._text, self._hooks) if file is None and stream is None else self._text.write
-        self.chain: Chain = stages.chain(
-            text=text,
-            json=self._json.write if self._json is not None else None,
-            hooks=called if self.is_lead else [],
-            on_hook_error=self._failures,
-        )
-        """The chain's stages by name (``speedtronic.chain.Chain``); ``chain.processors`` lists them."""
-        self._reports = Reports(
+        try:
+            self.chain: Chain = build_chain(
+                text=text,
+                json=self._json.write if self._json is not None else None,
+                hooks=called if self.is_lead else [],
+                on_hook_error=self._failures.hook_failed,
+                every_steps=every_steps,
+                redact=redact,
+                device=device,
+                rank=self.rank,
+                clock=clock,
+                processors=processors,
+                text_level=levelno,
+                max_line_bytes=max_line_bytes,
+                float_digits=float_digits,
+                local_time=local_time,
+                alerts=alerts,
+                caller="MetricLogger",
+            )
+            """The chain's stages by name (``speedtronic.chain.Chain``); ``chain.processors`` lists them."""
+        except BaseException:  # an option the chain refused: no file is left behind for it
+            _release(self._text, self._json)
+            for path in created:
+                path.unlink(missing_ok=True)
+            raise
+        self._failures.write_through(
             self.chain,
             [
                 (sink, output)
                 for sink, output in ((self._text, self.chain.text), (self._json, self.chain.json))
                 if sink is not None and output is not None
-            ],  # each sink with the output writing to it
-            self._lock,
-            stages.redact_text,
+            ],
         )
-        self._cadence = self.chain.cadence
         _exit_and_fork.remember(self)
         _exit_and_fork.guard_across_fork(self)
         # A logger nobody closed releases its files and closes its hooks when it is collected; one
@@ -218,15 +216,20 @@ class MetricLogger:
         file: str | os.PathLike[str] | None,
         stream: IO[str] | None,
         json_file: str | os.PathLike[str] | None,
-    ) -> tuple[LineFile | TextStream | None, LineFile | None]:
-        on_error, on_gap = _reporter(self, "sink_failed"), _reporter(self, "sink_gap")
+    ) -> tuple[LineFile | TextStream | None, LineFile | None, list[Path]]:
+        """The text log's sink and the JSONL file's, and the files they created (not there before)."""
+        on_error, on_gap = self._failures.sink_failed, self._failures.sink_gap
         text: LineFile | TextStream | None = None
+        paths = [Path(p) for p in (file if self.is_lead else None, json_file) if p is not None]
+        if json_file is not None:
+            paths[-1] = rank_path(json_file, self.rank.rank)
+        created = [path for path in paths if not path.exists()]
         try:
             text = open_text_sink(file, stream, on_error, on_gap) if self.is_lead else None
             if json_file is None:
-                return text, None
+                return text, None, created
             json_file = rank_path(json_file, self.rank.rank)
-            return text, LineFile(json_file, on_error, on_gap)
+            return text, LineFile(json_file, on_error, on_gap), created
         except OSError as error:
             if text is not None:
                 text.close()
@@ -247,17 +250,17 @@ class MetricLogger:
     @property
     def hook_errors(self) -> Mapping[str, int]:
         """Failures per hook name (``on_event`` and ``close`` together); a live, read-only view."""
-        return self._failures.counts
+        return self._failures.hook_errors
 
     @property
     def write_errors(self) -> int:
         """Records that could not be written or rendered, over every sink; each is also reported."""
-        return self._reports.write_errors
+        return self._failures.write_errors
 
     @property
     def lost_records(self) -> Mapping[str, int]:
         """Records that could not be written, per sink (its path, or the stream's name)."""
-        return self._reports.lost
+        return self._failures.lost
 
     @property
     def processors(self) -> tuple[Processor, ...]:
@@ -266,7 +269,7 @@ class MetricLogger:
 
     @property
     def every_steps(self) -> int:
-        return self._cadence.every_steps
+        return self.chain.cadence.every_steps
 
     @property
     def closed(self) -> bool:
@@ -283,7 +286,7 @@ class MetricLogger:
         ``LoggerClosedError`` after ``close()``, ``TypeError`` for a payload that is no mapping and
         ``ValueError`` for an unknown ``level``.
         """
-        if not self._cadence.admits(event, payload):
+        if not self.chain.admits(event, payload):
             return False
         if type(payload) is not dict and not isinstance(payload, Mapping):
             raise TypeError(f"emit({event!r}): payload must be a mapping, got {type(payload).__name__}")
@@ -296,13 +299,11 @@ class MetricLogger:
             self._depth += 1
             self._owner = threading.get_ident()
             try:
-                fields = event_fields(payload, key_text)  # a payload that can't be read: reported below
-                fields["event"] = event if type(event) is str else str(event)
-                self.chain.run(method, fields)
+                self.chain.run(method, event, payload)  # a payload that can't be read: reported below
             except (HookError, SpeedtronicWarning, EventPayloadError):
                 raise
             except Exception as error:
-                self._reports.record_failed(error, f"rendering {event!r}")
+                self._failures.record_failed(error, f"rendering {event!r}")
             finally:
                 self._depth -= 1
                 close_now = self._close_requested and not self._depth
@@ -336,7 +337,7 @@ class MetricLogger:
                 try:
                     done = flush_hook(inner, left) and done
                 except Exception as error:
-                    self._failures(inner, error, "flush")
+                    self._failures.hook_failed(inner, error, "flush")
         return done
 
     def reopen(self) -> None:
@@ -378,16 +379,16 @@ class MetricLogger:
             if acquired:
                 self._lock.release()
         if self._stuck:
-            self._reports.stuck()  # the reports below must not wait for the lock either
+            self._failures.stuck()  # the reports below must not wait for the lock either
         self.chain.dispatch.stop()  # an inline hook running in a stuck emit: no hook after it is called
         errors: list[BaseException] = []
-        for step in (self._close_hooks, self._report_totals):
+        for step in (self._close_hooks, self._failures.report_totals):
             try:
                 step()
             except BaseException as error:
                 errors.append(error)
         self._finalizer.detach()
-        self._reports.release()
+        self._failures.release()
         _release(self._text, self._json)
         _exit_and_fork.forget(self)
         if errors:
@@ -411,45 +412,34 @@ class MetricLogger:
         if self._owner != threading.get_ident():
             self._depth, self._owner = 0, 0
         self._close_requested = False
-        self._reports.forked(self._lock)
+        self._failures.forked(self._lock)
 
     # -- closing --------------------------------------------------------------------------------
 
     def _close_hooks(self) -> None:
         if self._background is not None:
-            undelivered = self._background.close(self._close_timeout_s)
-            if undelivered:
-                self._reports.record(
-                    "hook_error",
-                    {
-                        "hook": "*",
-                        "phase": "drain",
-                        "undelivered": undelivered,
-                        "timeout_s": self._close_timeout_s,
-                    },
-                )
-                warn_at_caller(
-                    f"speedtronic: {undelivered} event(s) not delivered to hooks within "
-                    f"close_timeout_s={self._close_timeout_s}",
-                    LoggingFailureWarning,
-                )
+            self._close_background(self._background)
             return
         if not self.is_lead:
             return
         if self._stuck:  # a hook may still be running inside another thread's emit: none is closed
-            stuck = f"another thread was inside emit after {self._close_timeout_s} s: not closed"
-            for hook in list(self._hooks):
-                self._failures(hook, TimeoutError(stuck), None)
+            self._failures.hooks_stuck(list(self._hooks), self._close_timeout_s)
             return
         for hook in _unique(self._hooks):
             try:
-                close_hook(hook)
+                if isinstance(hook, BackgroundHooks):
+                    self._close_background(hook)
+                else:
+                    close_hook(hook)
             except Exception as error:
-                self._failures(hook, error, None)
+                self._failures.hook_failed(hook, error, None)
 
-    def _report_totals(self) -> None:
-        for name, failures in self._failures.counts.items():
-            self._reports.record("hook_error", {"hook": name, "phase": "total", "failures": failures})
+    def _close_background(self, hooks: BackgroundHooks) -> None:
+        """Close background hooks within their own ``close_timeout_s``; what they could not deliver
+        is the failure policy's to report."""
+        undelivered = hooks.close()
+        if undelivered:
+            self._failures.hooks_undelivered(undelivered, hooks.close_timeout_s)
 
 
 def _check_ranks(rank: Any, lead_rank: Any) -> None:
@@ -476,20 +466,6 @@ def _unique(hooks: Iterable[Any]) -> list[Any]:
     for hook in hooks:
         unique.setdefault(id(hook), hook)
     return list(unique.values())
-
-
-def _reporter(logger: MetricLogger, name: str) -> Callable[..., None]:
-    """The logger's ``Reports.<name>``, called through a weak reference to the logger: the sinks and
-    the hooks' failure counter hold it, and must not keep a logger nobody closed alive; they are made
-    before the chain, and ``Reports`` after it."""
-    ref = weakref.ref(logger)
-
-    def call(*args: Any) -> None:
-        target = ref()
-        if target is not None:
-            getattr(target._reports, name)(*args)
-
-    return call
 
 
 def _console(sink: LineFile | TextStream, hooks: Sequence[Any]) -> Callable[[str], None]:

@@ -15,12 +15,13 @@ from typing import Any, ClassVar
 import pytest
 import structlog
 
+from speedtronic.chain import build_chain, build_processors
 from speedtronic.errors import HookFailureWarning, LoggingFailureWarning
 from speedtronic.hooks import BackgroundHooks, CallbackList, DispatchHooks
 from speedtronic.processors import JSONLRenderer, TextRenderer
-from speedtronic.processors.text import ValueFormat
-from speedtronic.profiling import MetricLogger, build_processors
-from tests.conftest import read_jsonl
+from speedtronic.profiling import MetricLogger
+from speedtronic.record.text import ValueFormat
+from tests.helpers import read_jsonl
 
 FIXED = 1_767_268_800.25  # 2026-01-01T12:00:00.25Z
 
@@ -266,13 +267,12 @@ class TestNothingAfterClose:
         )
         logger.emit("train_step", {"step": 1})
         assert entered.wait(60)
+        (thread,) = [t for t in threading.enumerate() if t.name == f"speedtronic-hooks-{id(logger):x}"]
         with pytest.warns(LoggingFailureWarning, match="not delivered"), pytest.warns(HookFailureWarning):
             logger.close()
         written = path.read_bytes(), text.read_bytes()
-        thread = logger._background._thread  # type: ignore[union-attr]  # the worker, to join it
         with pytest.warns(HookFailureWarning, match="late"):
             release.set()
-            assert thread is not None
             thread.join(60)
         assert (path.read_bytes(), text.read_bytes()) == written
         assert b"logging_error" not in written[0]
@@ -288,6 +288,27 @@ class TestChainParts:
             assert chain.processors == [chain.cadence, chain.reserved, *chain.enrichment, *chain.extra,
                                         *chain.outputs, chain.dispatch]  # fmt: skip
             assert list(logger.processors) == chain.processors
+
+    def test_the_chain_runs_every_stage_it_lists(self) -> None:
+        """build_chain's chain, run with an event and its payload, takes it through the cadence
+        (admits) and RenameReserved as well as the later stages: the chain MetricLogger runs."""
+        lines: list[bytes] = []
+        seen: list[str] = []
+        chain = build_chain(json=lines.append, hooks=[lambda e, p: seen.append(e)], every_steps=2,
+                            clock=lambda: FIXED)  # fmt: skip
+        assert not chain.admits("train_step", {"step": 1})
+        assert chain.admits("train_step", {"step": 2})
+        chain.run("info", "train_step", {"step": 2, "timestamp": "mine", 1: "one"})
+        record = json.loads(lines[0])
+        assert (record["event"], record["payload_timestamp"], record["1"]) == ("train_step", "mine", "one")
+        assert record["timestamp"] == "2026-01-01T12:00:00.250000Z"
+        assert seen == ["train_step"]
+
+    def test_a_refused_option_leaves_no_file(self, tmp_path: Path) -> None:
+        """An option the chain refuses (checked by build_chain, after the files open) leaves none."""
+        with pytest.raises(ValueError, match="MetricLogger: every_steps"):
+            MetricLogger(file=tmp_path / "t.log", json_file=tmp_path / "m.jsonl", every_steps=0)
+        assert list(tmp_path.iterdir()) == []
 
     def test_a_users_dispatch_stage_is_not_the_loggers(self) -> None:
         """A DispatchHooks of your own in processors= keeps calling its hooks until the logger's close,

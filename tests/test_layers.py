@@ -26,7 +26,7 @@ LAYERS = [
     ["alerts"],  # rules over records, their chain stage, rules from config
     ["sinks", "lifecycle"],  # where lines go, and the process's signals and exit
     ["hooks"],  # the hook contract, dispatch, background hooks, hooks from config
-    ["chain", "reporting", "profiling", "testing", "pytest_plugin"],  # the logger
+    ["chain", "failures", "profiling", "testing", "pytest_plugin"],  # the logger
     ["integrations"],  # W&B, TensorBoard, structlog, MLflow, OpenTelemetry, the framework adapters
     ["training", "runtime"],  # the reference trainer and its runtime
     ["runs"],  # reading runs back
@@ -103,3 +103,15 @@ def test_no_import_cycles() -> None:
 def _child(target: str, module: str) -> bool:
     """Whether ``target`` is a submodule of the package ``module`` (or of the root package)."""
     return module == "" or target.startswith(module + ".")
+
+
+def arrows() -> set[tuple[str, str]]:
+    """The imports between rooms (a top-level module or package of speedtronic, ``""`` the package
+    itself), each pair once: the figure docs and reviews quote as "arrows"."""
+    room = {module: module.split(".")[0] for module in GRAPH}
+    return {(room[m], t.split(".")[0]) for m, ts in GRAPH.items() for t in ts if room[m] != t.split(".")[0]}
+
+
+if __name__ == "__main__":  # python tests/test_layers.py: the counts
+    print(f"{len({m.split('.')[0] for m in GRAPH})} rooms, {len(arrows())} arrows, "
+          f"{sum(map(len, GRAPH.values()))} module imports")  # fmt: skip

@@ -14,7 +14,7 @@ from speedtronic import HookError, HookFailureWarning, LoggerClosedError
 from speedtronic.errors import LoggingFailureWarning
 from speedtronic.profiling import MetricLogger
 from speedtronic.testing import RecordingHook
-from tests.conftest import read_jsonl
+from tests.helpers import read_jsonl
 
 LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| (?P<level>[A-Z]+) \| (?P<rest>.*)")
 

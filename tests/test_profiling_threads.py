@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from speedtronic.profiling import MetricLogger
-from tests.conftest import read_jsonl
+from tests.helpers import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 THREADS = 8

@@ -20,6 +20,7 @@ from speedtronic.hooks.dispatch import (
     Callback,
     DispatchHooks,
     HookFailures,
+    OnError,
     as_callback,
     close_hook,
     hook_name,
@@ -36,6 +37,7 @@ __all__ = [
     "HookConfigError",
     "HookFailures",
     "HookList",
+    "OnError",
     "TrainingHook",
     "as_callback",
     "background",
@@ -66,21 +68,24 @@ class HookList(list[Any]):
     A hook that can't be called as ``(event, payload)`` is refused with a ``TypeError`` naming it, so
     the mistake shows where the hook is registered. ``MetricLogger.hooks`` is one: the logger reads it
     at each event, so a hook added or removed takes effect from the next event.
+
+    ``on_error`` (the logger's ``FailurePolicy.hook_failed``) receives the failures of the hooks a
+    ``BackgroundHooks`` added here (``background(hook)``) runs on its worker, unless it was given an
+    ``on_error`` of its own: a hook's failure is counted by its logger wherever the hook runs.
     """
 
-    def __init__(self, hooks: Iterable[Any] = ()) -> None:
-        super().__init__(_checked(hooks))
+    def __init__(self, hooks: Iterable[Any] = (), *, on_error: OnError | None = None) -> None:
+        self._on_error = on_error
+        super().__init__(self._checked(hooks))
 
     def append(self, hook: Any) -> None:
-        as_callback(hook)
-        super().append(hook)
+        super().append(self._check(hook))
 
     def insert(self, index: SupportsIndex, hook: Any) -> None:
-        as_callback(hook)
-        super().insert(index, hook)
+        super().insert(index, self._check(hook))
 
     def extend(self, hooks: Iterable[Any]) -> None:
-        super().extend(_checked(hooks))
+        super().extend(self._checked(hooks))
 
     def __iadd__(self, hooks: Iterable[Any]) -> HookList:  # type: ignore[misc]  # list's returns Self
         self.extend(hooks)
@@ -92,10 +97,18 @@ class HookList(list[Any]):
     def __setitem__(self, index: slice, hook: Iterable[Any]) -> None: ...
     def __setitem__(self, index: SupportsIndex | slice, hook: Any) -> None:
         if isinstance(index, slice):
-            super().__setitem__(index, _checked(hook))
+            super().__setitem__(index, self._checked(hook))
         else:
-            as_callback(hook)
-            super().__setitem__(index, hook)
+            super().__setitem__(index, self._check(hook))
+
+    def _check(self, hook: Any) -> Any:
+        as_callback(hook)
+        if self._on_error is not None and isinstance(hook, BackgroundHooks):
+            hook.report_to(self._on_error)
+        return hook
+
+    def _checked(self, hooks: Iterable[Any]) -> list[Any]:
+        return [self._check(hook) for hook in _checked(hooks)]
 
 
 def _checked(hooks: Iterable[Any]) -> list[Any]:

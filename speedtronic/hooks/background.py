@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from speedtronic.checks import check_count, check_seconds
-from speedtronic.hooks.dispatch import DispatchHooks, HookFailures, close_hook
+from speedtronic.hooks.dispatch import DispatchHooks, HookFailures, OnError, close_hook
 
 __all__ = [
     "DEFAULT_CLOSE_TIMEOUT_S",
@@ -83,7 +83,8 @@ class BackgroundHooks:
     Args:
         hooks: the hooks to call (any sequence; a list you keep changing is read at each event).
         on_error: receives ``(hook, error, event)`` for a hook's ``Exception`` (default: a
-            ``HookFailures``, which counts in ``errors`` and warns).
+            ``HookFailures``, which counts and warns; added to a ``MetricLogger``'s hooks, the
+            logger's failure policy: ``report_to``).
         queue_size: events waiting for the worker before ``on_event`` waits for room.
         put_timeout_s: how long ``on_event`` waits for room before dropping the event for these hooks
             (``HooksStalled``); once per stall, as the module says.
@@ -108,9 +109,10 @@ class BackgroundHooks:
     ) -> None:
         check_options(queue_size, put_timeout_s, close_timeout_s)
         self._close_timeout_s = close_timeout_s
-        self._on_error: Callable[[object, Exception, str | None], None] = on_error or HookFailures()
+        self._on_error: OnError = on_error or HookFailures()
+        self._own_on_error = on_error is not None
         self.hooks = hooks if isinstance(hooks, list) else list(hooks)
-        self._dispatch = DispatchHooks(self.hooks, on_error=self._on_error, consume=False)
+        self._dispatch = DispatchHooks(self.hooks, on_error=self._failed, consume=False)
         self._queue_size = queue_size
         self._put_timeout_s = put_timeout_s
         self._name = name
@@ -119,6 +121,20 @@ class BackgroundHooks:
         self.fatal: BaseException | None = None
         self._reset()
         _live.add(self)
+
+    @property
+    def close_timeout_s(self) -> float:
+        """How long ``close()`` waits for the worker when not given a timeout."""
+        return self._close_timeout_s
+
+    def report_to(self, on_error: OnError) -> None:
+        """Send the hooks' failures to ``on_error`` (the logger these hooks were added to:
+        ``MetricLogger.hooks``), unless this was made with an ``on_error`` of its own."""
+        if not self._own_on_error:
+            self._on_error = on_error
+
+    def _failed(self, hook: object, error: Exception, during: str | None) -> None:
+        self._on_error(hook, error, during)
 
     @property
     def writes_console(self) -> bool:

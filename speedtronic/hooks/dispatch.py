@@ -13,7 +13,6 @@ record's level as a structlog method name (``"debug"``, ``"info"``, ``"warning"`
 from __future__ import annotations
 
 import inspect
-import itertools
 import threading
 import traceback
 from collections.abc import Callable, Iterable, Mapping
@@ -24,14 +23,17 @@ import structlog
 from structlog.typing import EventDict, WrappedLogger
 
 from speedtronic.errors import MAX_WARNING_BYTES, HookError, HookFailureWarning, reported, warn_at_caller
-from speedtronic.processors.redact import ExceptionText, redact_exception
-from speedtronic.record import NOTE_KEY, is_own_record
-from speedtronic.strings import safe_str
+from speedtronic.record import NOTE_KEY, free_name, is_own_record
+from speedtronic.record.safe_text import safe_str
+from speedtronic.record.secrets import ExceptionText, redact_exception
 
 __all__ = [
+    "KEPT_TAIL",
+    "REDACT_MARGIN",
     "Callback",
     "DispatchHooks",
     "HookFailures",
+    "OnError",
     "as_callback",
     "close_hook",
     "flush_hook",
@@ -120,6 +122,10 @@ def flush_hook(hook: object, timeout: float | None = None) -> bool:
         return False
 
 
+OnError = Callable[[object, Exception, "str | None"], None]
+"""Receives a hook's failure: ``(hook, error, during)``, ``during`` the event whose delivery failed, or
+``None`` for the hook's ``close()`` (``HookFailures``, a logger's ``FailurePolicy.hook_failed``)."""
+
 Report = Callable[[dict[str, Any]], None]
 """Receives a ``hook_error`` record's fields (``hook``, ``phase``, ``during``, ``error``, ``failures``,
 and ``traceback`` on the first failure)."""
@@ -203,35 +209,34 @@ class HookFailures:
 
     def _hidden(self, text: str) -> str:
         """``text`` redacted, and cut to what a warning or a record keeps first: its start and end.
-        A long text is redacted in two windows, each ``2 * _MARGIN`` characters wider than what is
-        kept of it; of each, at least the ``_MARGIN`` characters at its cut edge are dropped after
+        A long text is redacted in two windows, each ``2 * REDACT_MARGIN`` characters wider than what is
+        kept of it; of each, at least the ``REDACT_MARGIN`` characters at its cut edge are dropped after
         redaction, so a secret crossing that edge (one shorter than the margin: every credential
         ``redact_text`` knows) is redacted whole or not kept at all. So a 10 MB message costs what
         a 50 kB one does."""
-        if len(text) <= MAX_WARNING_BYTES + _TAIL + 4 * _MARGIN:
+        if len(text) <= MAX_WARNING_BYTES + KEPT_TAIL + 4 * REDACT_MARGIN:
             return self._redact(text) if self._redact is not None else text
-        head, tail = text[: MAX_WARNING_BYTES + 2 * _MARGIN], text[-(_TAIL + 2 * _MARGIN) :]
+        head, tail = text[: MAX_WARNING_BYTES + 2 * REDACT_MARGIN], text[-(KEPT_TAIL + 2 * REDACT_MARGIN) :]
         if self._redact is not None:
             head, tail = self._redact(head), self._redact(tail)
-        head = head[: min(MAX_WARNING_BYTES, len(head) - _MARGIN)]
-        tail = tail[max(len(tail) - _TAIL, _MARGIN) :]
-        return f"{head} <truncated: {len(text) - MAX_WARNING_BYTES - _TAIL:,} chars> {tail}"
+        head = head[: min(MAX_WARNING_BYTES, len(head) - REDACT_MARGIN)]
+        tail = tail[max(len(tail) - KEPT_TAIL, REDACT_MARGIN) :]
+        return f"{head} <truncated: {len(text) - MAX_WARNING_BYTES - KEPT_TAIL:,} chars> {tail}"
 
     def _name_of(self, hook: object) -> str:
         known = self._names.get(id(hook))
         if known is not None and known[0] is hook:
             return known[1]
         base = hook_name(hook)
-        taken = {name for _, name in self._names.values()}
-        name = next(
-            n for n in (base if i == 1 else f"{base}#{i}" for i in itertools.count(1)) if n not in taken
-        )
+        name = free_name({name for _, name in self._names.values()}, base)
         self._names[id(hook)] = (hook, name)
         return name
 
 
-_MARGIN = 4096  # characters redacted past each cut of a long failure text, then dropped
-_TAIL = 200  # characters kept from a long failure text's end
+REDACT_MARGIN = 4096
+"""Characters redacted past each cut of a long failure text, then dropped (``HookFailures``)."""
+KEPT_TAIL = 200
+"""Characters kept from a long failure text's end (``HookFailures``)."""
 
 
 def _when(during: str | None) -> str:
@@ -272,7 +277,7 @@ class DispatchHooks:
         self,
         hooks: Iterable[Any],
         *,
-        on_error: Callable[[object, Exception, str | None], None] | None = None,
+        on_error: OnError | None = None,
         consume: bool = True,
     ) -> None:
         self._hooks = hooks if isinstance(hooks, list) else list(hooks)

@@ -28,7 +28,7 @@ from typing import Any
 
 from speedtronic.hooks.background import background
 from speedtronic.hooks.dispatch import as_callback, close_hook
-from speedtronic.processors.redact import redact_exception
+from speedtronic.record.secrets import redact_exception
 
 __all__ = [
     "ENTRY_POINT_GROUP",

@@ -13,11 +13,11 @@ adapter of your own.
 from __future__ import annotations
 
 from speedtronic.integrations._metrics import TrainSpan, emit_metrics
-from speedtronic.integrations._structlog import StructlogHook
-from speedtronic.integrations._tensorboard import TensorboardHook, TensorboardWarning
-from speedtronic.integrations._wandb import WandbHook
 from speedtronic.integrations.mlflow import MlflowHook
 from speedtronic.integrations.otel import OtelHook
+from speedtronic.integrations.structlog import StructlogHook
+from speedtronic.integrations.tensorboard import TensorboardHook, TensorboardWarning
+from speedtronic.integrations.wandb import WandbHook
 
 __all__ = [
     "MlflowHook",

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
-from speedtronic.processors.convert import to_python, unique_key
+from speedtronic.record.values import to_python, unique_key
 
 __all__ = [
     "CONFIG_EVENTS",

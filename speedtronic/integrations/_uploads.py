@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from speedtronic.integrations._structlog import exception_text
+from speedtronic.integrations.structlog import exception_text
 
 __all__ = ["UPLOAD_TIMEOUT_S", "Uploads", "check_timeout"]
 

@@ -15,8 +15,8 @@ from speedtronic.extras import require
 from speedtronic.integrations._names import SKIPPED_KEYS, StepAxis, metric_name, tracked
 from speedtronic.integrations._uploads import UPLOAD_TIMEOUT_S, Uploads, check_timeout
 from speedtronic.lifecycle import close_loggers_first_at_exit
-from speedtronic.processors.convert import json_safe_record, to_python
 from speedtronic.record import timestamp_ns
+from speedtronic.record.values import json_safe_record, to_python
 
 __all__ = ["CHANGED_PREFIX", "MlflowHook", "mlflow_name"]
 

@@ -14,13 +14,13 @@ from typing import Any
 from speedtronic._version import __version__
 from speedtronic.checks import check_seconds
 from speedtronic.extras import require
-from speedtronic.integrations._structlog import exception_text
+from speedtronic.integrations.structlog import exception_text
 from speedtronic.levels import LEVEL_NAMES
 from speedtronic.lifecycle import close_loggers_first_at_exit
-from speedtronic.processors.convert import to_python, unique_key
-from speedtronic.processors.redact import redact_exception
 from speedtronic.record import timestamp_ns
-from speedtronic.strings import safe_str
+from speedtronic.record.safe_text import safe_str
+from speedtronic.record.secrets import redact_exception
+from speedtronic.record.values import to_python, unique_key
 
 __all__ = ["SEVERITY_NUMBERS", "OtelHook", "attributes", "exception_attributes"]
 

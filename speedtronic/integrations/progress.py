@@ -22,9 +22,9 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import IO, Any
 
-from speedtronic.events import EVENT_LEVELS, LOSS_KEYS, eval_split, is_rate
+from speedtronic.events import EVENT_LEVELS, LOSS_KEYS, RATE_SUFFIX, eval_split, is_rate
 from speedtronic.extras import require
-from speedtronic.processors.text import format_fields, format_key, format_value
+from speedtronic.record.text import format_fields, format_key, format_value
 
 __all__ = ["ProgressHook", "progress_wanted"]
 
@@ -175,4 +175,4 @@ def _default_postfix(payload: dict[str, Any]) -> tuple[str, ...]:
 
 def _short_key(key: str) -> str:
     """``tokens_per_s`` as ``tokens/s``; other keys as in the text log."""
-    return format_key(key[: -len("_per_s")] + "/s" if key.endswith("_per_s") else key)
+    return format_key(key.removesuffix(RATE_SUFFIX) + "/s" if key.endswith(RATE_SUFFIX) else key)

@@ -32,7 +32,7 @@ from speedtronic.checks import check_seconds
 from speedtronic.errors import LoggerClosedError, SpeedtronicWarning, warn_at_caller
 from speedtronic.events import Event
 from speedtronic.extras import require
-from speedtronic.integrations._structlog import exception_text
+from speedtronic.integrations.structlog import exception_text
 
 __all__ = ["CLOSE_TIMEOUT_S", "DEFAULT_INTERVAL_S", "SystemMonitor", "gpu_probes", "visible_gpus"]
 

@@ -32,7 +32,7 @@ from typing import Any
 from speedtronic._version import __version__
 from speedtronic.checks import check_count, check_seconds
 from speedtronic.errors import HookFailureWarning
-from speedtronic.integrations._structlog import exception_text
+from speedtronic.integrations.structlog import exception_text
 from speedtronic.lifecycle import close_loggers_first_at_exit
 from speedtronic.processors.convert import json_safe_record
 from speedtronic.processors.redact import Redact, redact_text

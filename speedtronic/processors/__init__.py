@@ -5,8 +5,9 @@ A stage that filters raises ``structlog.DropEvent``; no stage depends on key ord
 doesn't own. ``speedtronic.chain.build_chain`` puts them in ``MetricLogger``'s order (listed, and
 checked by a test, in ``docs/processors.md``).
 
-One module per concern: ``cadence``, ``convert``, ``redact``, ``enrich``, ``text`` and ``render``,
-``output``, ``validate``; ``RenameReserved`` is the record contract's (``speedtronic.record``).
+One module per stage's concern: ``cadence``, ``reserved``, ``convert``, ``redact``, ``enrich``,
+``render``, ``output``, ``validate``. What they compute with (value conversion, secrets, text quoting,
+the record contract) is the record floor below them, ``speedtronic.record``.
 The chain's final stage, ``DispatchHooks``, belongs to the hook contract: ``speedtronic.hooks``.
 """
 
@@ -16,8 +17,8 @@ from speedtronic.processors.enrich import AddElapsed, AddMemory, AddRank, AddTim
 from speedtronic.processors.output import WriteLines
 from speedtronic.processors.redact import REDACTED, Redact, is_secret_key, redact_text
 from speedtronic.processors.render import DEFAULT_MAX_LINE_BYTES, CapLine, JSONLRenderer, TextRenderer
+from speedtronic.processors.reserved import RenameReserved
 from speedtronic.processors.validate import ValidatePayloads
-from speedtronic.record import RenameReserved
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",

@@ -19,7 +19,7 @@ from speedtronic.processors.memory import (
     resolve_allocator_probe,
     resolve_probe,
 )
-from speedtronic.record import iso_timestamp, second_text, split_time, timestamp_ns
+from speedtronic.record import iso_timestamp, second_text, split_time, timestamp_ns, timestamp_text
 
 __all__ = ["AddElapsed", "AddMemory", "AddRank", "AddTimestamp", "iso_timestamp", "timestamp_ns"]
 # iso_timestamp and timestamp_ns are the record contract's (speedtronic.record), named here too for
@@ -48,7 +48,7 @@ class AddTimestamp:
             second = self._second  # one read: another thread may replace it, never half of it
             if second[0] != whole:
                 second = self._second = (whole, second_text(whole))
-            event_dict["timestamp"] = f"{second[1]}.{micros:06d}Z"
+            event_dict["timestamp"] = timestamp_text(second[1], micros)
         return event_dict
 
 

@@ -20,10 +20,10 @@ import orjson
 from structlog.typing import EventDict, WrappedLogger
 
 from speedtronic.levels import LEVEL_NAMES
-from speedtronic.processors.convert import PLAIN_TYPES, Truncated, is_plain, json_safe_record, truncate
-from speedtronic.processors.text import DEFAULT_FLOAT_DIGITS, ValueFormat, quote
 from speedtronic.record import NOTE_KEY, PART_HEAD, empty_note, iso_timestamp
-from speedtronic.strings import safe_str
+from speedtronic.record.safe_text import safe_str
+from speedtronic.record.text import DEFAULT_FLOAT_DIGITS, ValueFormat, quote
+from speedtronic.record.values import PLAIN_TYPES, Truncated, is_plain, json_safe_record, truncate
 
 __all__ = ["DEFAULT_MAX_LINE_BYTES", "CapLine", "JSONLRenderer", "TextRenderer"]
 

@@ -61,11 +61,14 @@ from speedtronic.extras import require
 from speedtronic.record import (
     FLOAT_OF_KIND,
     NOTE_KEY,
+    NOTE_NON_FINITE,
+    NOTE_VERSION_KEY,
     RECORD_PREFIX,
     TIMESTAMP_RFC3339,
     TIMESTAMP_SECONDS,
     TIMESTAMP_WRITTEN,
     part_of,
+    pointer_tokens,
 )
 from speedtronic.runs.reader import (
     MAX_LINE_BYTES,
@@ -113,7 +116,7 @@ def read_frames(
     installed, and ``RunError`` for a run that can't be read.
     """
     build = _builder(library)
-    engine = _Engine()
+    engine = ArrowEngine()
     wanted = None if events is None else list(dict.fromkeys(events))
     skipped = Skipped() if skipped is None else skipped
     files = run_files(path)
@@ -161,7 +164,7 @@ def read_frame(
 # -- one file: lines grouped by event, each event's parsed by the engine -------------------------
 
 _Part = Any
-"""Some of one event's records from one file: a pyarrow Table (the engine's), or a ``_Table``."""
+"""Some of one event's records from one file: a pyarrow Table (the engine's), or a ``LineTable``."""
 
 _PREFIX = RECORD_PREFIX
 _CHUNK = 2 * 1024 * 1024  # below MAX_LINE_BYTES: only a line begun in an earlier chunk can be longer
@@ -169,22 +172,22 @@ _BATCH = 8 * 1024 * 1024
 """How many bytes of one event's lines the engine parses at a time: memory stays bounded by it, not by
 the file (a part per batch, joined when the frames are built). Larger batches are no faster, and
 their buffers cost as much again above the tables returned."""
-_FEW = 256
+FEW_LINES = 256
 """Fewer lines than this are parsed by ``parse_record``: cheaper than starting the engine (a run of
 10,000 ranks holds 10,000 small files)."""
 
 
-class _Fallback(Exception):
+class EngineFallback(Exception):
     """The engine can't read this file exactly: the line reader reads all of it."""
 
 
 def _file_parts(
-    source: Path, ranks: RankFilter, skipped: Skipped, engine: _Engine
+    source: Path, ranks: RankFilter, skipped: Skipped, engine: ArrowEngine
 ) -> list[tuple[str, _Part]]:
     """Each event's records in the file, of the rank ``ranks`` takes (others counted in ``skipped``)."""
     try:
-        split: _Split | None = _Split(source, ranks, engine)
-    except _Fallback:
+        split: FileSplit | None = FileSplit(source, ranks, engine)
+    except EngineFallback:
         split = None  # read on after the except block: its traceback would keep the lines read so far
     if split is None:
         return _line_parts(source, ranks, skipped)
@@ -195,11 +198,11 @@ def _file_parts(
     return [(event, part) for event, parts in split.parts.items() for part in parts]
 
 
-class _Split:
+class FileSplit:
     """A file read by the engine: its lines grouped by event name as bytes, each event's parsed a
     batch at a time into ``parts`` (events in the order they first appear; rows of the rank taken,
     the others counted in ``left_out``), ``bad`` the lines that are not records, with
-    ``parse_record``'s reason. Raises ``_Fallback`` for a file the engine can't read exactly."""
+    ``parse_record``'s reason. Raises ``EngineFallback`` for a file the engine can't read exactly."""
 
     __slots__ = (
         "_engine",
@@ -214,7 +217,7 @@ class _Split:
         "source",
     )
 
-    def __init__(self, source: Path, ranks: RankFilter, engine: _Engine) -> None:
+    def __init__(self, source: Path, ranks: RankFilter, engine: ArrowEngine) -> None:
         self.source = source
         self.parts: dict[str, list[_Part]] = {}
         self.bad: list[tuple[int, str]] = []
@@ -233,17 +236,17 @@ class _Split:
                     end = chunk.rfind(b"\n")
                     if end < 0:  # no line ends here: keep the chunk, and never more than a line's limit
                         if sum(map(len, held)) + len(chunk) > MAX_LINE_BYTES:
-                            raise _Fallback
+                            raise EngineFallback
                         held.append(chunk)
                         continue
                     lines = b"".join([*held, chunk[:end]]).split(b"\n")
                     held = [chunk[end + 1 :]]
                     if len(lines[0]) > MAX_LINE_BYTES:
-                        raise _Fallback
+                        raise EngineFallback
                     number = self._add(lines, number)
             rest = b"".join(held)
         except OSError:
-            raise _Fallback from None  # the line reader says what went wrong
+            raise EngineFallback from None  # the line reader says what went wrong
         if rest.strip():
             last = parse_record(rest, False, source, number + 1)
             if isinstance(last, str):
@@ -253,7 +256,7 @@ class _Split:
         for event in list(self._lines):
             self._parse(event)
         if self.bad and self._ranks is not None:
-            raise _Fallback  # no record at all: the line reader raises RunError
+            raise EngineFallback  # no record at all: the line reader raises RunError
 
     def _add(self, lines: list[bytes], number: int) -> int:
         groups: dict[bytes, list[bytes]] = {}
@@ -270,15 +273,15 @@ class _Split:
             elif line.strip():
                 record = parse_record(line, True, self.source, number)
                 if not isinstance(record, str):
-                    raise _Fallback  # a record the engine would be given some other way
+                    raise EngineFallback  # a record the engine would be given some other way
                 if not (groups or self.parts or self.bad or line.lstrip().startswith(b"{")):
-                    raise _Fallback  # a first line no JSON object begins: the line reader raises RunError
+                    raise EngineFallback  # not a JSON object first: the line reader raises RunError
                 self.bad.append((number, record))
         for name, group in groups.items():
             try:
                 event = name.decode()
             except UnicodeDecodeError:
-                raise _Fallback from None
+                raise EngineFallback from None
             group.append(b"")  # so the chunk ends in a newline
             joined = b"\n".join(group)
             self.parts.setdefault(event, [])
@@ -294,7 +297,7 @@ class _Split:
         line reader would choose the same, every line before it being no record."""
         record = parse_record(line, True, self.source, number)
         if isinstance(record, str):
-            raise _Fallback
+            raise EngineFallback
         self.chosen = ranks.choose(record.rank)
         self._ranks = None
 
@@ -302,7 +305,7 @@ class _Split:
         lines = self._lines.pop(event)
         rows = self._rows.pop(event)
         del self._size[event]
-        table = self._engine.read(lines, rows) if rows >= _FEW else None
+        table = self._engine.read(lines, rows) if rows >= FEW_LINES else None
         if table is not None:
             part = self._engine.stamped(self._engine.of_rank(table, self.chosen, self.left_out))
         else:
@@ -313,15 +316,15 @@ class _Split:
 
 def _line_table(
     event: str, lines: list[bytes], source: Path, chosen: frozenset[int] | None, left_out: Counter[int]
-) -> _Table:
+) -> LineTable:
     """An event's lines parsed one by one, as ``read_records`` parses them: its rows of the ranks
     ``chosen`` (every rank for ``None``), the others counted in ``left_out``."""
-    table = _Table()
+    table = LineTable()
     for chunk in lines:
         for line in chunk.split(b"\n")[:-1]:
             record = parse_record(line, True, source, 0)
             if isinstance(record, str) or record.event != event or part_of(record.notes) != (0, 1):
-                raise _Fallback  # the line reader counts it with its line number, and joins parts
+                raise EngineFallback  # the line reader counts it with its line number, and joins parts
             if chosen is None or record.rank in chosen:
                 table.add(record.payload, record.timestamp)
             else:
@@ -331,12 +334,12 @@ def _line_table(
 
 def _line_parts(source: Path, ranks: RankFilter, skipped: Skipped) -> list[tuple[str, _Part]]:
     """The file read by the line reader, ``read_records``' way."""
-    parts: dict[str, _Table] = {}
+    parts: dict[str, LineTable] = {}
     for record in file_records(source, skipped):
         if ranks.keeps(record.rank):
             table = parts.get(record.event)
             if table is None:
-                table = parts[record.event] = _Table()
+                table = parts[record.event] = LineTable()
             table.add(record.payload, record.timestamp)
     return list(parts.items())
 
@@ -381,7 +384,7 @@ written back as the same text (``_texts``) where another part's times keep the e
 _WRITTEN_BACK = f"{TIMESTAMP_SECONDS}Z"  # pyarrow's %S writes a microsecond time's seconds as 05.123456
 
 
-class _Engine:
+class ArrowEngine:
     """pyarrow, imported once per read: its JSON reader, and the columns built from its tables."""
 
     __slots__ = ("_pool", "json", "pa", "pc")
@@ -411,7 +414,7 @@ class _Engine:
         if table.num_rows != rows or not self._noted(table) or not self._typed(table):
             return None
         if self._in_parts(table):
-            raise _Fallback  # records written in parts: the line reader joins them
+            raise EngineFallback  # records written in parts: the line reader joins them
         return self._restored(table)
 
     def _in_parts(self, table: Any) -> bool:
@@ -428,9 +431,9 @@ class _Engine:
         if NOTE_KEY not in table.column_names:
             return False
         note = table.column(NOTE_KEY)
-        if not pa.types.is_struct(note.type) or note.type.get_field_index("v") < 0:
+        if not pa.types.is_struct(note.type) or note.type.get_field_index(NOTE_VERSION_KEY) < 0:
             return False
-        version = pc.struct_field(note, "v")
+        version = pc.struct_field(note, NOTE_VERSION_KEY)
         if not pa.types.is_int64(version.type) or version.null_count:
             return False
         return bool(pc.min(version).as_py() >= 2)  # the rules of 2 hold in every later contract
@@ -463,9 +466,9 @@ class _Engine:
         pa, pc = self.pa, self.pc
         note = table.column(NOTE_KEY)
         table = table.drop_columns([_EVENT, NOTE_KEY])
-        if note.type.get_field_index("non_finite") < 0:
+        if note.type.get_field_index(NOTE_NON_FINITE) < 0:
             return table
-        listed = pc.struct_field(note, "non_finite")
+        listed = pc.struct_field(note, NOTE_NON_FINITE)
         found: dict[str, dict[int, float]] = {}
         for kind, number in FLOAT_OF_KIND.items():
             if not pa.types.is_struct(listed.type) or listed.type.get_field_index(kind) < 0:
@@ -479,11 +482,12 @@ class _Engine:
                 if len(flat):
                     rows = pc.list_parent_indices(chunk).to_pylist()
                     for row, pointer in zip(rows, flat.to_pylist(), strict=True):
-                        if type(pointer) is not str or not pointer.startswith("/"):
+                        tokens = pointer_tokens(pointer)
+                        if tokens is None:
                             continue  # leads nowhere: restore_non_finite ignores it too
-                        if "/" in pointer[1:]:
+                        if len(tokens) > 1:
                             return None
-                        key = pointer[1:].replace("~1", "/").replace("~0", "~")
+                        key = tokens[0]
                         found.setdefault(key, {}).setdefault(start + row, number)
                 start += len(chunk)
         for key, numbers in found.items():
@@ -525,16 +529,16 @@ class _Engine:
         """An event's columns from its parts (in run order), ``timestamp`` last."""
         pa = self.pa
         parts = self._joined(parts)
-        if parts and not any(isinstance(part, _Table) for part in parts):
+        if parts and not any(isinstance(part, LineTable) for part in parts):
             try:
                 table = pa.concat_tables(parts, promote_options="permissive")
             except (pa.ArrowInvalid, pa.ArrowTypeError):
                 pass  # types that differ between parts (an int and a str column): typed from the values
             else:
                 return self._table_columns(table)
-        values = _Table()
+        values = LineTable()
         for part in parts:
-            if isinstance(part, _Table):
+            if isinstance(part, LineTable):
                 values.extend(part.columns, part.stamps)
             else:
                 names = [name for name in part.column_names if name != _TIMESTAMP]
@@ -545,13 +549,13 @@ class _Engine:
         """The parts with each run of the line reader's made one, and a table where its kinds allow."""
         out: list[_Part] = []
         for part in parts:
-            if isinstance(part, _Table) and out and isinstance(out[-1], _Table):
+            if isinstance(part, LineTable) and out and isinstance(out[-1], LineTable):
                 out[-1].extend(part.columns, part.stamps)
             else:
                 out.append(part)
-        return [self._table(part) if isinstance(part, _Table) else part for part in out]
+        return [self._table(part) if isinstance(part, LineTable) else part for part in out]
 
-    def _table(self, values: _Table) -> Any:
+    def _table(self, values: LineTable) -> Any:
         """The line reader's values as a table like ``read``'s (each column typed by ``_kind``), or
         as they are when a column can't be one (``object``: lists, dicts, several types)."""
         pa = self.pa
@@ -649,7 +653,7 @@ def _arrow_kind(pa: Any, kind: Any) -> _Kind:
 # -- columns typed from Python values: the line reader's records -------------------------------
 
 
-class _Table:
+class LineTable:
     """One event's values, a list per key (``None`` where a record lacks it): no dict per row."""
 
     __slots__ = ("columns", "rows", "stamps")

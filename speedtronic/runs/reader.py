@@ -50,15 +50,19 @@ from typing import Any, Literal, NamedTuple, cast
 
 import orjson
 
+from speedtronic.events import RATE_SUFFIX
 from speedtronic.record import (
-    FLOAT_OF_TEXT,
     NON_FINITE_KINDS,
+    NOTE_CONVERTED,
     NOTE_KEY,
+    NOTE_NON_FINITE,
+    NOTE_VERSION_KEY,
     is_own_note,
     note_contract,
     part_of,
     rank_of_name,
     restore_non_finite,
+    restore_non_finite_text,
 )
 from speedtronic.runs.roles import is_rate
 
@@ -88,9 +92,6 @@ __all__ = [
     "run_files",
 ]
 
-RATE_SUFFIX = "_per_s"
-"""The writer's suffix of a throughput rate (``samples_per_s``, ``tokens_per_s``); readers also take the
-frameworks' (``speedtronic.runs.roles.RATE_SUFFIXES``)."""
 
 RankChoice = int | Sequence[int] | Literal["first", "all"]
 """Which ranks' records to read: one rank, several (a list of ranks), the rank of the first record
@@ -497,7 +498,7 @@ def is_plain_step(fields: Any) -> bool:
     if type(fields) is not dict or fields.get("event") != "train_step":
         return False
     note = fields.get(NOTE_KEY)
-    return type(note) is dict and note.get("non_finite") == _NOTHING_NON_FINITE
+    return type(note) is dict and note.get(NOTE_NON_FINITE) == _NOTHING_NON_FINITE
 
 
 def fields_rank(fields: dict[str, Any]) -> int:
@@ -549,7 +550,7 @@ def _entries(
                         # is_plain_step, written out: it runs for every line
                         if steps and type(fields) is dict and fields.get("event") == "train_step":
                             note = fields.get(NOTE_KEY)
-                            if type(note) is dict and note.get("non_finite") == _NOTHING_NON_FINITE:
+                            if type(note) is dict and note.get(NOTE_NON_FINITE) == _NOTHING_NON_FINITE:
                                 del fields[NOTE_KEY]  # its dicts and lists go now, not with the list
                                 records += 1
                                 plain.append(fields)
@@ -704,12 +705,12 @@ def _record_of(fields: Any, raw: bytes, source: Path, number: int, segment: int)
     notes = notes if type(notes) is dict else None
     if not contract and any(hint in raw for hint in _NON_FINITE_HINTS):
         # An older writer's, or another writer's, strings for NaN and infinities.
-        converted = notes.get("converted") if notes is not None else None
+        converted = notes.get(NOTE_CONVERTED) if notes is not None else None
         if type(converted) is not list:
-            fields = _restore_non_finite(fields)
+            fields = restore_non_finite_text(fields)
         for key in converted or ():
             if type(key) is str and key in fields:
-                fields[key] = _restore_non_finite(fields[key])
+                fields[key] = restore_non_finite_text(fields[key])
     return Record(
         event,
         fields,
@@ -724,19 +725,9 @@ def _record_of(fields: Any, raw: bytes, source: Path, number: int, segment: int)
 
 
 def _lists_non_finite(note: Any) -> bool:
-    listed = note.get("non_finite")
+    listed = note.get(NOTE_NON_FINITE)
     if type(listed) is not dict:
         return False
-    if "v" not in note:
+    if NOTE_VERSION_KEY not in note:
         return bool(listed)
     return any(map(listed.get, NON_FINITE_KINDS))  # no generator: this runs for every record read
-
-
-def _restore_non_finite(value: Any) -> Any:
-    if type(value) is str:
-        return FLOAT_OF_TEXT.get(value, value)
-    if type(value) is dict:
-        return {key: _restore_non_finite(item) for key, item in value.items()}
-    if type(value) is list:
-        return [_restore_non_finite(item) for item in value]
-    return value

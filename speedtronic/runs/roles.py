@@ -23,20 +23,12 @@ the loss and ``lr_head`` as the only learning rate (``speedtronic summarize --lo
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from speedtronic.events import EVAL_SPLITS, LOSS_KEYS, RATE_SUFFIXES, eval_split, is_rate
+from speedtronic.events import EVAL_SPLITS, LOSS_KEYS, RATE_SUFFIXES, eval_split, is_lr, is_rate
 
 __all__ = ["EVAL_SPLITS", "LOSS_KEYS", "RATE_SUFFIXES", "Roles", "eval_split", "is_lr", "is_rate"]
-
-_LR = re.compile(r"lr|learning_rate|lr-[^/]+(/pg\d+)?")
-
-
-def is_lr(key: str) -> bool:
-    """Whether ``key`` is a learning rate by the table."""
-    return _LR.fullmatch(key) is not None
 
 
 @dataclass(frozen=True)

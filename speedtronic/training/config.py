@@ -21,7 +21,7 @@ from speedtronic.alerts import DEFAULT_ALERTS, ON_ALERT, RULES
 from speedtronic.checks import is_seconds
 from speedtronic.integrations.system import DEFAULT_INTERVAL_S
 from speedtronic.levels import LEVELS
-from speedtronic.processors.redact import redact_text
+from speedtronic.record.secrets import redact_text
 
 if TYPE_CHECKING:
     import yaml

@@ -34,6 +34,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, TypedDict
 
+from speedtronic.record import rank_of_name, rank_path
 from speedtronic.training.config import ConfigError
 
 __all__ = [
@@ -500,21 +501,30 @@ def write_text(path: Path, text: str) -> None:
 
 
 def checkpoint_name(step: int, rank: int) -> str:
-    """``step_00000006.pt`` for rank 0, ``step_00000006.rank1.pt`` for rank 1: each rank's own state."""
-    return f"step_{step:08d}{f'.rank{rank}' if rank else ''}.pt"
+    """``step_00000006.pt`` for rank 0, ``step_00000006.rank1.pt`` for rank 1 (the record contract's
+    ``rank_path``, as for a run's metrics files): each rank's own state."""
+    return rank_path(f"step_{step:08d}.pt", rank).name
 
 
 def checkpoint_steps(directory: Path) -> set[int]:
     """The steps any rank's checkpoint in ``directory`` is at."""
-    found = (re.fullmatch(r"step_(\d+)(?:\.rank\d+)?\.pt", path.name) for path in directory.glob("step_*.pt"))
-    return {int(match.group(1)) for match in found if match}
+    found = (_step_and_rank(path.name) for path in directory.glob("step_*.pt"))
+    return {step for step, _ in filter(None, found)}
 
 
 def rank_checkpoints(directory: Path, rank: int) -> dict[int, Path]:
     """``rank``'s checkpoint files in ``directory`` (a run's ``checkpoints/``), by step."""
-    pattern = re.compile(rf"step_(\d+){re.escape(f'.rank{rank}' if rank else '')}\.pt")
-    return {
-        int(match.group(1)): path
-        for path in directory.glob("step_*.pt")
-        if (match := pattern.fullmatch(path.name))
-    }
+    found = ((_step_and_rank(path.name), path) for path in directory.glob("step_*.pt"))
+    return {mark[0]: path for mark, path in found if mark is not None and mark[1] == rank}
+
+
+def _step_and_rank(name: str) -> tuple[int, int] | None:
+    """The step and rank of a checkpoint file's name (``checkpoint_name``); ``None`` for another name."""
+    base, rank = rank_of_name(name) or (name, 0)
+    match = _STEP_FILE.fullmatch(base)
+    if match is None or rank_path(base, rank).name != name:
+        return None
+    return int(match.group(1)), rank
+
+
+_STEP_FILE = re.compile(r"step_(\d+)\.pt")

@@ -16,7 +16,7 @@ from speedtronic.distributed import RankInfo
 from speedtronic.events import Event, level_for
 from speedtronic.processors.validate import payload_problems
 from speedtronic.profiling import MetricLogger
-from tests.conftest import read_jsonl
+from tests.helpers import read_jsonl
 
 FIXED = 1_767_268_800.25  # 2026-01-01T12:00:00.25Z
 

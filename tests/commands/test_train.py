@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from speedtronic.commands.train import typed
-from tests.conftest import ACTIVATED_PATH
+from tests.helpers import ACTIVATED_PATH, run_records
 from tests.runs.conftest import assert_one_line_error
-from tests.training.test_run_dirs import ROOT, records, train, write_config
+from tests.training.test_run_dirs import ROOT, train, write_config
 from tests.training.test_rundir import WAIT_AT, wait_for
 
 
@@ -68,7 +68,7 @@ class TestAStopSaysHowToContinue:
         )
         assert again.returncode == 0, again.stderr
         assert "steps 4 -> 8 " in again.stderr
-        run = records(tmp_path / "runs" / "my run")
+        run = run_records(tmp_path / "runs" / "my run")
         assert [r["start_step"] for r in run if r["event"] == "train_start"] == [0, 4]
 
 

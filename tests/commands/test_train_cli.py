@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from speedtronic.commands.cli import main
-from tests.conftest import SCRIPTS, UNACTIVATED_PATH
+from tests.helpers import SCRIPTS, UNACTIVATED_PATH
 
 LOG_LINE = re.compile(
     r'\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| (INFO|WARNING) \| \w+( \S+=("(?:[^"\\]|\\.)*"|\S+))*'

@@ -10,7 +10,7 @@ import pytest
 
 from speedtronic.commands.cli import main
 from speedtronic.training.config import ConfigError
-from speedtronic.training.runtime import build_logger, load_config
+from speedtronic.training.from_config import build_logger, load_config
 
 KEY = "sk-proj-Ab3dEf6hIj9kLmNoPq"
 PLAIN = "hunter2-CANARY"

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from speedtronic.training.rundir import holds_run
-from tests.conftest import ACTIVATED_PATH, read_jsonl
+from tests.helpers import ACTIVATED_PATH, read_jsonl
 
 pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[2]

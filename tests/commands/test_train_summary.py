@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ACTIVATED_PATH, tensorboard_scalars
+from tests.helpers import ACTIVATED_PATH, tensorboard_scalars
 from tests.integrations.test_otel import Receiver
 from tests.torch_run import train_cli
 from tests.training.test_run_dirs import ROOT, write_config

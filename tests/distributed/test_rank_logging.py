@@ -11,7 +11,7 @@ from pathlib import Path
 from speedtronic.distributed import RankInfo, detect_rank
 from speedtronic.profiling import MetricLogger
 from speedtronic.record import rank_path
-from tests.conftest import read_jsonl
+from tests.helpers import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 

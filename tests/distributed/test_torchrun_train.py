@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -14,7 +13,7 @@ import pytest
 import yaml
 
 from speedtronic.processors.validate import payload_problems
-from tests.conftest import read_jsonl
+from tests.helpers import read_jsonl
 
 pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,10 +55,6 @@ def by_rank(run_dir: Path) -> dict[int, list[dict[str, Any]]]:
 
 def named(records: list[dict[str, Any]], event: str) -> list[dict[str, Any]]:
     return [record for record in records if record["event"] == event]
-
-
-def lines(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def test_speedtronic_train_under_torchrun(tmp_path: Path) -> None:
@@ -119,7 +114,7 @@ def test_speedtronic_train_under_torchrun(tmp_path: Path) -> None:
     assert len(text) == len([r for r in records[0] if r["event"] not in debug])
     assert all(" rank=0 " in line for line in text)
     assert result.stderr.count("speedtronic train: steps 0 -> 6") == 1
-    journal = lines(tmp_path / "journal.0")
+    journal = read_jsonl(tmp_path / "journal.0")
     assert [e["event"] for e in journal[:-1]] == [r["event"] for r in records[0]]
     assert journal[-1] == {"event": "close", "overlaps": 0}
     assert not (tmp_path / "journal.1").exists()
@@ -203,7 +198,7 @@ def test_outer_loop_under_torchrun(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr, result.stderr[-4000:]
 
     records = by_rank(run_dir)
-    models = {rank: lines(tmp_path / f"model.{rank}.jsonl") for rank in (0, 1)}
+    models = {rank: read_jsonl(tmp_path / f"model.{rank}.jsonl") for rank in (0, 1)}
     assert models[0] == models[1]  # identical parameters on both ranks after each boundary, and at the end
     for rank, mine in records.items():
         for record in mine:
@@ -239,7 +234,7 @@ def test_outer_loop_under_torchrun(tmp_path: Path) -> None:
     first_outer = next(i for i, r in enumerate(records[0]) if r["event"] == "outer_step")
     assert any(r["event"] == "train_step" for r in records[0][first_outer:])
     # hooks: rank 0 only, every record, never two calls at once, from both threads' events
-    journal = lines(tmp_path / "journal.0")
+    journal = read_jsonl(tmp_path / "journal.0")
     assert [e["event"] for e in journal[:-1]] == [r["event"] for r in records[0]]
     assert journal[-1] == {"event": "close", "overlaps": 0}
     assert not (tmp_path / "journal.1").exists()
@@ -288,7 +283,7 @@ def test_an_interrupted_outer_loop_job_resumed_ends_as_the_uninterrupted_one(tmp
         "--resume",
     )
     for name in ("metrics.jsonl", "metrics.rank1.jsonl"):
-        ends = [lines(tmp_path / run / name)[-1] for run in ("whole", "cut")]
+        ends = [read_jsonl(tmp_path / run / name)[-1] for run in ("whole", "cut")]
         assert [end["event"] for end in ends] == ["train_end", "train_end"]
         assert ends[0]["final_loss"] == ends[1]["final_loss"], name
 

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from speedtronic.processors.validate import payload_problems
-from tests.conftest import read_jsonl
+from tests.helpers import read_jsonl
 
 pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[2]

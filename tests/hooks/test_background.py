@@ -16,7 +16,8 @@ import pytest
 from speedtronic import HookFailureWarning, LoggingFailureWarning
 from speedtronic.hooks import BackgroundHooks, background
 from speedtronic.profiling import MetricLogger
-from tests.conftest import read_jsonl
+from speedtronic.runs.summary import summarize_run
+from tests.helpers import read_jsonl
 
 
 class Gate:
@@ -213,6 +214,74 @@ class TestBackgroundWrapper:
             gate.open.set()
         assert [e for e, _, _ in gate.events] == ["a"]
         assert gate.events[0][2] == "speedtronic-hooks"
+
+    def test_a_wrapped_hooks_failures_are_the_loggers(self, tmp_path: Path) -> None:
+        """A background(hook)'s failure is counted in hook_errors, written as a hook_error record and
+        shown by summarize, as with background_hooks=True (it was only warned from the worker)."""
+
+        def failing(event: str, payload: dict[str, Any]) -> None:
+            raise RuntimeError(f"no {event}")
+
+        path = tmp_path / "m.jsonl"
+        with (
+            pytest.warns(HookFailureWarning, match="no train_step"),
+            MetricLogger(stream=io.StringIO(), json_file=path, hooks=[background(failing)]) as logger,
+        ):
+            logger.emit("train_step", {"step": 1, "loss": 1.0})
+            assert logger.flush(10)
+            counted = dict(logger.hook_errors)
+        name = next(iter(counted))
+        assert name.endswith("failing")
+        assert counted == {name: 1}
+        errors = [r for r in read_jsonl(path) if r["event"] == "hook_error"]
+        assert [(r["hook"], r["phase"], r.get("during")) for r in errors] == [
+            (name, "on_event", "train_step"),
+            (name, "total", None),
+        ]
+        assert summarize_run(path).hook_failures == {name: 1}
+
+    def test_a_wrapped_hooks_undelivered_events_are_a_drain_record(self, jsonl_path: Path) -> None:
+        """A background(hook) stuck past its own close_timeout_s: the logger's close reports what it
+        could not deliver (a drain hook_error record and a warning), as for background_hooks=True."""
+        gate = Gate()
+        logger = MetricLogger(
+            stream=io.StringIO(), json_file=jsonl_path, hooks=[background(gate, close_timeout_s=0.2)]
+        )
+        for step in range(5):
+            logger.emit("train_step", {"step": step})
+        assert gate.entered.wait(5)
+        with pytest.warns((LoggingFailureWarning, HookFailureWarning)) as caught:
+            logger.close()
+        gate.open.set()
+        assert any("event(s) not delivered" in str(w.message) for w in caught)
+        (drain,) = [r for r in read_jsonl(jsonl_path) if r["event"] == "hook_error" and r["phase"] == "drain"]
+        assert (drain["timeout_s"], 4 <= drain["undelivered"] <= 5) == (0.2, True)
+
+    def test_a_wrapped_hook_added_later_reports_to_the_logger(self) -> None:
+        """A background(hook) appended to logger.hooks after the logger was made is counted too."""
+
+        def failing(event: str, payload: dict[str, Any]) -> None:
+            raise RuntimeError("boom")
+
+        with pytest.warns(HookFailureWarning), MetricLogger(stream=io.StringIO()) as logger:
+            logger.hooks.append(background(failing))
+            logger.emit("a", {})
+            assert logger.flush(10)
+            assert list(logger.hook_errors.values()) == [1]
+
+    def test_a_wrapped_hook_keeps_its_own_on_error(self) -> None:
+        """An on_error given to background(...) keeps the failures: the logger doesn't take them."""
+        seen: list[str] = []
+
+        def failing(event: str, payload: dict[str, Any]) -> None:
+            raise RuntimeError("boom")
+
+        wrapped = background(failing, on_error=lambda hook, error, during: seen.append(str(during)))
+        with MetricLogger(stream=io.StringIO(), hooks=[wrapped]) as logger:
+            logger.emit("a", {})
+            assert logger.flush(10)
+            assert dict(logger.hook_errors) == {}
+        assert seen == ["a"]
 
     def test_close_closes_the_wrapped_hooks_after_delivering(self) -> None:
         """close() delivers what is queued, then closes the hooks."""

@@ -9,7 +9,7 @@ import pytest
 
 from speedtronic.hooks import CallbackList, DispatchHooks, HookList, TrainingHook, as_callback, on_event
 from speedtronic.profiling import MetricLogger
-from tests.conftest import Journal
+from tests.helpers import Journal
 
 
 class TestTrainingHook:

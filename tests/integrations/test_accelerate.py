@@ -17,7 +17,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from speedtronic.integrations.accelerate import SpeedtronicTracker  # noqa: E402  # after the skips
 from speedtronic.profiling import MetricLogger  # noqa: E402
-from tests.conftest import Journal, read_jsonl  # noqa: E402
+from tests.helpers import Journal, read_jsonl  # noqa: E402
 
 CONFIG = {"lr": 0.05, "batch_size": 4, "model": "linear"}
 

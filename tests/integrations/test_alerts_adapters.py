@@ -17,7 +17,7 @@ from transformers import Trainer, TrainingArguments
 from speedtronic.integrations import torchtune as tt
 from speedtronic.integrations.lightning import SpeedtronicLogger, StopOnAlert
 from speedtronic.integrations.transformers import SpeedtronicCallback
-from tests.conftest import read_jsonl
+from tests.helpers import read_jsonl
 
 NAN_FROM = 5
 """The training forward pass from which the models' loss is NaN."""

@@ -3,7 +3,6 @@ only payloads the event catalog accepts."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -13,7 +12,7 @@ from typing import Any
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from speedtronic.processors.validate import payload_problems
-from tests.conftest import read_jsonl
+from tests.helpers import parse_jsonl, read_jsonl
 from tests.wandb_files import read_wandb_run
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -43,7 +42,7 @@ def assert_in_catalog(records: list[dict[str, Any]]) -> None:
 def test_structlog_app_gets_speedtronic_events_in_its_json_stream(tmp_path: Path) -> None:
     """stdout is the app's JSON only: its own events and speedtronic's, all with the app's context."""
     result = run_example("structlog_app.py", tmp_path, "run")
-    records = [json.loads(line) for line in result.stdout.splitlines()]
+    records = parse_jsonl(result.stdout)
     assert [(r["event"], r["level"]) for r in records] == [
         ("job_started", "info"),
         ("train_step", "info"),

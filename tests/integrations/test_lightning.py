@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from speedtronic.integrations.lightning import SpeedtronicLogger
 from speedtronic.profiling import MetricLogger
-from tests.conftest import Journal, read_jsonl
+from tests.helpers import Journal, read_jsonl
 
 
 class TinyRegressor(pl.LightningModule):
@@ -127,7 +127,7 @@ class TestSpeedtronicLogger:
         TensorBoard hook (no hook_error), the test split as a series of its own, and the unchanged
         hyperparameters are recorded once."""
         from speedtronic.integrations import TensorboardHook
-        from tests.conftest import tensorboard_scalars
+        from tests.helpers import tensorboard_scalars
 
         speedtronic_logger = SpeedtronicLogger(
             json_file=tmp_path / "metrics.jsonl",
@@ -240,7 +240,7 @@ class TestNamesStepsAndDirectories:
         """on_step/on_epoch's train_loss_step and train_loss_epoch, LearningRateMonitor's lr-SGD: in the
         JSONL and in TensorBoard under the names Lightning logged, at global steps."""
         from speedtronic.integrations import TensorboardHook
-        from tests.conftest import tensorboard_scalars
+        from tests.helpers import tensorboard_scalars
 
         speedtronic_logger = SpeedtronicLogger(
             save_dir=tmp_path, stream=io.StringIO(), hooks=[TensorboardHook(tmp_path / "tb")]
@@ -287,7 +287,7 @@ class TestNamesStepsAndDirectories:
         """Right after trainer.fit() and trainer.test() return (the logger still open), the
         TensorboardHook's event file holds every point: finalize flushes the hooks."""
         from speedtronic.integrations import TensorboardHook
-        from tests.conftest import tensorboard_scalars
+        from tests.helpers import tensorboard_scalars
 
         hook = TensorboardHook(tmp_path / "tb", flush_secs=3600)  # only a flush writes the file
         speedtronic_logger = SpeedtronicLogger(save_dir=tmp_path, stream=io.StringIO(), hooks=[hook])

@@ -27,7 +27,7 @@ from speedtronic.integrations.mlflow import mlflow_name
 from speedtronic.processors.enrich import timestamp_ns
 from speedtronic.profiling import MetricLogger
 from speedtronic.runtime import build_logger
-from tests.conftest import read_jsonl
+from tests.helpers import read_jsonl
 
 CONFIG = {"lr": 0.1, "model": {"hidden": 8, "name": "mlp"}, "hooks": [{"type": "mlflow"}]}
 DOUBLE_MAX = 1.7976931348623157e308  # how MLflow's SQL stores keep an infinity

@@ -37,7 +37,7 @@ from speedtronic.integrations.otel import attributes
 from speedtronic.processors.enrich import timestamp_ns
 from speedtronic.profiling import MetricLogger
 from speedtronic.runtime import build_logger
-from tests.conftest import read_jsonl
+from tests.helpers import read_jsonl
 
 
 def in_memory() -> tuple[LoggerProvider, InMemoryLogRecordExporter]:

@@ -866,7 +866,7 @@ logging.basicConfig(handlers=[InterceptHandler()], level=0, force=True)
 
     def test_a_filtered_level_builds_no_message(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """A stdlib logger at WARNING: an info event is dropped before its message is rendered."""
-        import speedtronic.integrations._structlog as module
+        import speedtronic.integrations.structlog as module
 
         rendered: list[str] = []
         monkeypatch.setattr(module, "format_fields", lambda *a, **k: rendered.append("x") or "")

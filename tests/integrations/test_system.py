@@ -15,7 +15,7 @@ import pytest
 from speedtronic.integrations.system import SystemMonitor, gpu_probes, visible_gpus
 from speedtronic.processors.validate import payload_problems
 from speedtronic.profiling import MetricLogger
-from tests.conftest import read_jsonl
+from tests.helpers import read_jsonl
 
 pytest.importorskip("psutil")
 

@@ -24,7 +24,7 @@ from tensorboard.backend.event_processing.event_file_loader import EventFileLoad
 
 from speedtronic.integrations import TensorboardHook, TensorboardWarning
 from speedtronic.profiling import MetricLogger
-from tests.conftest import tensorboard_scalars
+from tests.helpers import read_jsonl, tensorboard_scalars
 
 
 def event_files(log_dir: Path) -> list[Path]:
@@ -672,7 +672,7 @@ class TestMetricLoggerFlush:
             logger.flush(timeout=5)
             logger.close()
         assert logger.hook_errors["Broken"] == 1
-        records = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
+        records = read_jsonl(tmp_path / "m.jsonl")
         [error] = [r for r in records if r["event"] == "hook_error" and "during" in r]  # and close's total
         assert (error["hook"], error["during"]) == ("Broken", "flush")
         assert "disk gone" in error["error"]

@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 
 from speedtronic.integrations import torchtune as tt
 from speedtronic.profiling import MetricLogger
-from tests.conftest import read_jsonl
+from tests.helpers import read_jsonl
 
 RECIPE_CONFIG = """
 output_dir: /tmp/out
@@ -110,7 +110,7 @@ class TestSpeedtronicMetricLogger:
         """With logger=, close() (the recipe's cleanup) flushes: the TensorboardHook's file holds every
         point while the logger stays open."""
         from speedtronic.integrations import TensorboardHook
-        from tests.conftest import tensorboard_scalars
+        from tests.helpers import tensorboard_scalars
 
         hook = TensorboardHook(tmp_path / "tb", flush_secs=3600)  # only a flush writes the file
         logger = MetricLogger(stream=io.StringIO(), hooks=[hook])
@@ -188,7 +188,7 @@ class TestLoggersDeclaredInYaml:
         a W&B run, hooks are built from a type: entry and a nested _component_; summarize reads it
         (with the read-back tools' role table)."""
         from speedtronic.runs.summary import summarize_run
-        from tests.conftest import tensorboard_scalars
+        from tests.helpers import tensorboard_scalars
         from tests.wandb_files import read_wandb_run
 
         monkeypatch.setenv("WANDB_MODE", "offline")

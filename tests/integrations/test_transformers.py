@@ -12,7 +12,7 @@ from transformers import Trainer, TrainerControl, TrainerState, TrainingArgument
 
 from speedtronic.integrations.transformers import SpeedtronicCallback
 from speedtronic.profiling import MetricLogger
-from tests.conftest import read_jsonl
+from tests.helpers import read_jsonl
 
 
 class TinyRegressor(torch.nn.Module):
@@ -273,7 +273,7 @@ class TestSpeedtronicCallback:
         """Right after trainer.train() and trainer.evaluate() return (the logger still open), the
         TensorboardHook's event file holds every point: the callback flushes the hooks."""
         from speedtronic.integrations import TensorboardHook
-        from tests.conftest import tensorboard_scalars
+        from tests.helpers import tensorboard_scalars
 
         hook = TensorboardHook(tmp_path / "tb", flush_secs=3600)  # only a flush writes the file
         logger = MetricLogger(stream=io.StringIO(), hooks=[hook])

@@ -308,7 +308,7 @@ class TestSameXAsTensorboard:
         """Step-less events (outer_step), a float step 5.0, a 0-d tensor step and a nested metrics dict:
         each W&B point (metric, step) is a TensorBoard point (tag, step), and back."""
         from speedtronic.integrations import TensorboardHook
-        from tests.conftest import tensorboard_scalars
+        from tests.helpers import tensorboard_scalars
 
         wandb_hook, tensorboard_hook = make_hook(wandb_dir), TensorboardHook(tmp_path / "tb")
         with MetricLogger(stream=io.StringIO(), hooks=[wandb_hook, tensorboard_hook]) as logger:

@@ -22,7 +22,7 @@ from speedtronic.distributed import RankInfo
 from speedtronic.hooks import build_hook
 from speedtronic.integrations.webhook import WebhookHook, alert_text
 from speedtronic.profiling import MetricLogger
-from tests.conftest import read_jsonl
+from tests.helpers import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "T0SECRET/B0SECRET/xyzWEBHOOKTOKENxyz"

@@ -206,7 +206,7 @@ class TestRaisingConversions:
         import io
 
         from speedtronic.profiling import MetricLogger
-        from tests.conftest import read_jsonl
+        from tests.helpers import read_jsonl
 
         payloads: list[dict[str, Any]] = []
         text = io.StringIO()

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from speedtronic.profiling import MetricLogger
-from tests.conftest import read_jsonl
+from tests.helpers import read_jsonl
 
 
 def _circular() -> dict[str, Any]:

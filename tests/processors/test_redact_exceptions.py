@@ -18,7 +18,7 @@ from speedtronic.processors import Redact
 from speedtronic.processors.redact import ExceptionText, redact_exception
 from speedtronic.profiling import MetricLogger
 from speedtronic.testing import RecordingHook
-from tests.conftest import read_jsonl
+from tests.helpers import read_jsonl
 
 SECRET = "hunter2-CANARY"
 """Looks like nothing: hidden only because it follows ``password=`` or a secret name."""

@@ -14,7 +14,7 @@ from werkzeug.local import LocalProxy
 from speedtronic.processors import Redact
 from speedtronic.profiling import MetricLogger
 from speedtronic.testing import RecordingHook
-from tests.conftest import read_jsonl
+from tests.helpers import read_jsonl
 
 CANARY = "sk-CANARY123"
 

@@ -12,7 +12,7 @@ import pytest
 from speedtronic.processors import Redact
 from speedtronic.profiling import MetricLogger
 from speedtronic.testing import RecordingHook
-from tests.conftest import read_jsonl
+from tests.helpers import read_jsonl
 from tests.reliability.conftest import python
 
 PLAIN = "hunter2-CANARY"

@@ -23,7 +23,7 @@ from speedtronic.processors import Redact
 from speedtronic.processors.redact import REDACTED, redact_path
 from speedtronic.profiling import MetricLogger
 from speedtronic.testing import RecordingHook
-from tests.conftest import read_jsonl
+from tests.helpers import read_jsonl
 
 RUN = "sk-learn-run1"
 """A run directory's name that looks like an OpenAI key (``sk-``, 8 characters or more, a digit)."""

@@ -22,7 +22,7 @@ CANARY = "hunter2-CANARY"
 
 CHILD = """
 import sys
-from speedtronic.hooks.dispatch import _MARGIN  # the end kept: its last 200 characters
+from speedtronic.hooks.dispatch import KEPT_TAIL, REDACT_MARGIN
 from speedtronic.profiling import MetricLogger
 
 SECRET = "hunter2-" + "CANARY"   # never whole in this file
@@ -31,7 +31,7 @@ OUT, MODE, REDACT = sys.argv[1], sys.argv[2], sys.argv[3] == "redact"
 
 def failing(event, payload):
     if MODE == "long":  # the value starts where the kept end of a long failure text begins
-        tail = " " + "y" * (200 + _MARGIN - len(SECRET) - 1)
+        tail = " " + "y" * (KEPT_TAIL + REDACT_MARGIN - len(SECRET) - 1)
         raise RuntimeError("x" * 200_000 + " password=" + SECRET + tail)
     if MODE.startswith("chain"):  # a clean message; the secret in its cause, its context, its note
         try:

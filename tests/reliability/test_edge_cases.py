@@ -22,7 +22,7 @@ from speedtronic.hooks import background
 from speedtronic.processors import CapLine, JSONLRenderer, TextRenderer
 from speedtronic.profiling import MetricLogger
 from speedtronic.sinks import LineFile
-from tests.conftest import Journal, read_jsonl
+from tests.helpers import Journal, read_jsonl
 
 REPO = str(Path(__file__).resolve().parents[2])
 

@@ -15,6 +15,7 @@ import pytest
 
 from speedtronic import LoggingFailureWarning
 from speedtronic.profiling import MetricLogger
+from tests.helpers import parse_jsonl
 from tests.reliability.conftest import ROOT, child_env, read_records
 from tests.reliability.test_disk_full import small_tmpfs  # noqa: F401  # the fixture, used below
 
@@ -64,7 +65,7 @@ def run_limited(path: Path, how: str, then: str) -> list[dict[str, Any]]:
         cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr
-    return [json.loads(line) for line in done.stdout.splitlines()]
+    return parse_jsonl(done.stdout)
 
 
 def notes(records: list[dict[str, Any]]) -> list[int]:

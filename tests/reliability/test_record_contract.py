@@ -12,7 +12,7 @@ import pytest
 from speedtronic.errors import LoggingFailureWarning
 from speedtronic.profiling import MetricLogger
 from speedtronic.record import NOTE_KEY, empty_note
-from tests.conftest import read_jsonl
+from tests.helpers import read_jsonl
 from tests.reliability.conftest import python
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from speedtronic import HookFailureWarning, LoggerClosedError, LoggingFailureWarning
 from speedtronic.profiling import MetricLogger
-from tests.conftest import read_jsonl
+from tests.helpers import read_jsonl
 
 REPO = str(Path(__file__).resolve().parents[2])
 

@@ -19,12 +19,12 @@ import pyarrow as pa
 import pytest
 
 from speedtronic.runs import RunError, Skipped, read_records
-from speedtronic.runs.frames import _FEW, _Engine, _Fallback, _Split, _Table, read_frames
+from speedtronic.runs.frames import FEW_LINES, ArrowEngine, EngineFallback, FileSplit, LineTable, read_frames
 from speedtronic.runs.reader import RankChoice, RankFilter, run_files
 from tests.runs.conftest import same, write_run
 
 ROWS = 300
-assert ROWS >= _FEW, "the engine reads an event's lines only from _FEW of them"
+assert ROWS >= FEW_LINES, "the engine reads an event's lines only from FEW_LINES of them"
 
 
 def expected(path: Path, event: str, rank: RankChoice = "first") -> dict[str, list[Any]]:
@@ -77,9 +77,9 @@ def assert_reads(path: Path, event: str, *, rank: RankChoice = "first") -> tuple
 
 def parts(path: Path) -> dict[str, list[Any]]:
     """How the engine path reads one file: per event, its parts (pyarrow Tables, or the line reader's
-    ``_Table``); raises ``_Fallback`` where the whole file goes to the line reader."""
+    ``LineTable``); raises ``EngineFallback`` where the whole file goes to the line reader."""
     files = run_files(path)
-    return _Split(files[0], RankFilter(files, "all", Skipped()), _Engine()).parts
+    return FileSplit(files[0], RankFilter(files, "all", Skipped()), ArrowEngine()).parts
 
 
 def steps(count: int = ROWS, **extra: Any) -> list[tuple[str, dict[str, Any]]]:
@@ -309,9 +309,9 @@ class TestWhichPathReads:
         assert all(isinstance(part, pa.Table) for part in parts(path)["train_step"])
 
     def test_few_lines_go_to_the_line_reader(self, tmp_path: Path) -> None:
-        """Fewer than _FEW lines of an event: parsed by parse_record."""
-        path = written(tmp_path / "m.jsonl", steps(_FEW - 1))
-        assert all(isinstance(part, _Table) for part in parts(path)["train_step"])
+        """Fewer than FEW_LINES lines of an event: parsed by parse_record."""
+        path = written(tmp_path / "m.jsonl", steps(FEW_LINES - 1))
+        assert all(isinstance(part, LineTable) for part in parts(path)["train_step"])
 
     @pytest.mark.parametrize(
         "payload", [{"shape": [2, 3]}, {"big": 2**63}, {"loss": math.nan, "x": [math.nan]}]
@@ -323,12 +323,12 @@ class TestWhichPathReads:
         path = written(tmp_path / "m.jsonl", [*steps(), *[("odd", payload)] * ROWS])
         read = parts(path)
         assert all(isinstance(part, pa.Table) for part in read["train_step"])
-        assert all(isinstance(part, _Table) for part in read["odd"])
+        assert all(isinstance(part, LineTable) for part in read["odd"])
 
     def test_a_corrupt_line_sends_the_file_to_the_line_reader(self, tmp_path: Path) -> None:
         """A broken record in the middle: the line reader reads the file (and counts the line)."""
         path = written(tmp_path / "m.jsonl", steps())
         lines = path.read_text().splitlines()
         path.write_text("\n".join([*lines[:10], '{"event":"train_step","x":', *lines[10:]]) + "\n")
-        with pytest.raises(_Fallback):
+        with pytest.raises(EngineFallback):
             parts(path)

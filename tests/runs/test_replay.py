@@ -17,9 +17,8 @@ from typing import Any
 import pytest
 
 from speedtronic.commands.replay import parse_hook
-from speedtronic.integrations._names import ONE_OFF_EVENTS
 from speedtronic.runs.replay import replay_hook, replay_run
-from tests.conftest import tensorboard_scalars
+from tests.helpers import read_jsonl, tensorboard_scalars
 from tests.runs.conftest import (
     CLI,
     EVENTS,
@@ -29,6 +28,10 @@ from tests.runs.conftest import (
     log_run,
     same,
 )
+
+ONE_OFF_EVENTS = {"train_start", "train_end", "hyperparams", "compile", "shape_profile", "ooo_backprop"}
+"""The events a run has once: the trackers keep them as the run's summary, never as a chart
+(docs/integrations.md)."""
 
 
 def integrations() -> Any:
@@ -167,7 +170,7 @@ def plugin_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def journal(path: Path) -> list[Any]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    return read_jsonl(path, strict=False)
 
 
 class TestRegisteredHookTypes:

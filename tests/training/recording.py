@@ -9,6 +9,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from tests.helpers import read_jsonl
+
 
 class RecordingHook:
     """Records every event it receives as ``(event, payload)``, and whether it was closed."""
@@ -53,7 +55,7 @@ class ThreadJournalHook(JournalHook):
 
 
 def journal(path: str | Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]
+    return read_jsonl(path, strict=False)
 
 
 def broken_factory(**kwargs: Any) -> Any:

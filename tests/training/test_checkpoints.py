@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import torch
 
-from tests.conftest import ACTIVATED_PATH
+from tests.helpers import ACTIVATED_PATH, run_records
 from tests.runs.conftest import assert_one_line_error
 from tests.torch_run import train_cli
 
-from .test_run_dirs import records, write_config
+from .test_run_dirs import write_config
 
 STEP_4, STEP_8 = "step_00000004.pt", "step_00000008.pt"
 
@@ -101,11 +101,11 @@ class TestDamagedCheckpoints:
         (warning,) = [line for line in done.stderr.splitlines() if line.startswith("speedtronic: warning:")]
         assert f"skipped checkpoint r/checkpoints/{STEP_8}: damaged" in warning
         assert why in warning
-        (skipped,) = [r for r in records(run) if r["event"] == "checkpoint_skipped"]
+        (skipped,) = [r for r in run_records(run) if r["event"] == "checkpoint_skipped"]
         assert (skipped["step"], why in skipped["error"]) == (8, True)
 
         assert train("--run-dir", "clean", "--resume", "--steps", "10", cwd=tmp_path).returncode == 0
-        ends = [[r for r in records(d) if r["event"] == "train_end"][-1] for d in (run, clean)]
+        ends = [[r for r in run_records(d) if r["event"] == "train_end"][-1] for d in (run, clean)]
         assert ends[0]["final_loss"] == ends[1]["final_loss"]  # nothing of the damaged one was restored
 
 
@@ -117,7 +117,7 @@ def test_a_moved_run_keeps_its_file_names(finished: Path, tmp_path: Path) -> Non
     assert done.returncode == 0, done.stderr
     assert "  metrics      clean/metrics.jsonl" in done.stderr.splitlines()
     assert sorted(p.name for p in (tmp_path / "clean").glob("*.jsonl")) == ["metrics.jsonl"]
-    assert [r["event"] for r in records(tmp_path / "clean")][-1] == "train_end"
+    assert [r["event"] for r in run_records(tmp_path / "clean")][-1] == "train_end"
 
 
 def tree(path: Path) -> dict[str, bytes]:
@@ -147,7 +147,7 @@ class TestAFailedCheckpointWrite:
         assert "  checkpoints  r/checkpoints (latest: step_00000008.pt)" in files
         assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [STEP_4, STEP_8]
         assert (run / "checkpoints" / STEP_8).read_bytes() == before
-        end = records(run)[-1]
+        end = run_records(run)[-1]
         assert (end["event"], end["status"], end["step"]) == ("train_end", "failed", 12)
         assert end["error"] == (
             "CheckpointWriteError: can't write checkpoint r/checkpoints/step_00000012.pt: file too large"
@@ -180,10 +180,12 @@ class TestResumeTrainsWhatItRecords:
         (tmp_path / "lr.yaml").write_text("train:\n  lr: 0.01\n")
         done = train("--run-dir", "r", "--resume", "--config", "lr.yaml", "--steps", "12", cwd=tmp_path)
         assert done.returncode == 0, done.stderr
-        start = [r for r in records(run) if r["event"] == "train_start"][-1]
+        start = [r for r in run_records(run) if r["event"] == "train_start"][-1]
         assert {"key": "train.lr", "old": 0.001, "new": 0.01} in start["config_changes"]
         factor = warmup_cosine(2, start["lr_schedule_steps"])
-        trained = {r["step"]: r["lr"] for r in records(run) if r["event"] == "train_step" and r["step"] > 8}
+        trained = {
+            r["step"]: r["lr"] for r in run_records(run) if r["event"] == "train_step" and r["step"] > 8
+        }
         assert trained == pytest.approx({step: 0.01 * factor(step - 1) for step in range(9, 13)})
 
     @pytest.mark.parametrize(

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import importlib.util
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ from speedtronic import runtime
 from speedtronic.events import PAYLOADS, Event, level_for
 from speedtronic.processors.validate import payload_problems
 from speedtronic.training.config import default_values, markdown_table
+from tests.helpers import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "config.yaml"
@@ -57,7 +57,7 @@ def test_quickstart_runs(tmp_path: Path) -> None:
     quickstart = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(quickstart)
     assert quickstart.main(tmp_path / "q") == 0
-    records = [json.loads(line) for line in (tmp_path / "q" / "metrics.jsonl").read_text().splitlines()]
+    records = read_jsonl(tmp_path / "q" / "metrics.jsonl")
     assert [record["event"] for record in records] == [
         "train_start",
         *["train_step"] * 5,

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from speedtronic.training import rundir
-from tests.conftest import ACTIVATED_PATH
+from tests.helpers import ACTIVATED_PATH
 from tests.runs.conftest import assert_one_line_error
 from tests.torch_run import train_cli
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -12,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.helpers import run_records
 from tests.runs.conftest import assert_one_line_error
 from tests.torch_run import train_cli
 
@@ -35,13 +35,9 @@ def write_config(path: Path, **sections: Any) -> Path:
     return path
 
 
-def records(run_dir: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
 def final_loss(run_dir: Path) -> float:
     """The loss of the last step of the run, the latest record of it."""
-    return float([r for r in records(run_dir) if r["event"] == "train_end"][-1]["final_loss"])
+    return float([r for r in run_records(run_dir) if r["event"] == "train_end"][-1]["final_loss"])
 
 
 class TestResume:
@@ -56,7 +52,7 @@ class TestResume:
         assert yaml.safe_load((run_dir / "config.yaml").read_text())["model"]["hidden"] == 40
         first = yaml.safe_load((run_dir / "config.1.yaml").read_text())
         assert (first["train"]["steps"], first["model"]["hidden"]) == (4, 40)
-        (start,) = [r for r in records(run_dir) if r["event"] == "train_start" and r["start_step"] == 4]
+        (start,) = [r for r in run_records(run_dir) if r["event"] == "train_start" and r["start_step"] == 4]
         assert start["config_changes"] == [{"key": "train.steps", "old": 4, "new": 8}]
         assert start["lr_schedule_steps"] == 4  # the schedule keeps its horizon: documented
 
@@ -86,7 +82,7 @@ def test_parallel_launches_get_their_own_run_directories(tmp_path: Path) -> None
     run_dirs = sorted((tmp_path / "runs").iterdir())
     assert len(run_dirs) == 3
     for run_dir in run_dirs:
-        assert [r["event"] for r in records(run_dir)].count("train_start") == 1
+        assert [r["event"] for r in run_records(run_dir)].count("train_start") == 1
 
 
 class TestReproduce:
@@ -132,7 +128,7 @@ class TestCheckpoints:
         warning = [line for line in done.stderr.splitlines() if line.startswith("speedtronic: warning:")]
         assert len(warning) == 1
         assert f"skipped checkpoint r/checkpoints/{latest.name}" in warning[0]
-        (skipped,) = [r for r in records(tmp_path / "r") if r["event"] == "checkpoint_skipped"]
+        (skipped,) = [r for r in run_records(tmp_path / "r") if r["event"] == "checkpoint_skipped"]
         assert (skipped["step"], skipped["path"]) == (8, f"r/checkpoints/{latest.name}")
 
 

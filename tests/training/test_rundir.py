@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers import run_records
 from tests.runs.conftest import assert_one_line_error
-from tests.training.test_run_dirs import ROOT, records, train, write_config
+from tests.training.test_run_dirs import ROOT, train, write_config
 
 DUMP = "tests.training.recording:DumpHook"
 
@@ -54,7 +55,7 @@ class TestConfigChanges:
         for secret in ("s3cret-old", "hunter2-old", "s3cret-new", "hunter2-new"):
             for where, text in seen.items():
                 assert secret not in text, (secret, where)
-        (start,) = [r for r in records(run_dir) if r["event"] == "train_start" and r["start_step"] == 4]
+        (start,) = [r for r in run_records(run_dir) if r["event"] == "train_start" and r["start_step"] == 4]
         changes = {change["key"]: change for change in start["config_changes"]}
         assert set(changes) == {"train.steps", "logging.hooks"}
         assert (changes["train.steps"]["old"], changes["train.steps"]["new"]) == (4, 8)
@@ -120,7 +121,7 @@ class TestOneRunAtATime:
             (tmp_path / "go").touch()
             _, stderr = first.communicate(timeout=180)
         assert first.returncode == 0, stderr
-        assert [r["start_step"] for r in records(tmp_path / "r") if r["event"] == "train_start"] == [0, 4]
+        assert [r["start_step"] for r in run_records(tmp_path / "r") if r["event"] == "train_start"] == [0, 4]
 
     def test_a_killed_run_leaves_no_lock_behind(self, tmp_path: Path) -> None:
         """SIGKILL in the middle of a run: the OS drops the lock, and --resume continues at once."""

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import json
 import math
 import os
 import threading
@@ -19,6 +18,7 @@ from speedtronic.runtime import (
     load_config,
     train_from_config,
 )
+from tests.helpers import read_jsonl
 
 from .recording import RecordingHook, journal
 
@@ -43,10 +43,6 @@ def open_fds() -> dict[str, str]:
         except FileNotFoundError:  # the descriptor listdir itself used
             continue
     return fds
-
-
-def records(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
 class TestProgrammaticPattern:
@@ -102,7 +98,7 @@ class TestBuildRuntime:
         result, info = train_from_config(config)
         run_dir = Path(config["run_dir"])
         assert info.run_dir == run_dir
-        events = [r["event"] for r in records(run_dir / "metrics.jsonl")]
+        events = [r["event"] for r in read_jsonl(run_dir / "metrics.jsonl")]
         assert events[0] == "train_start"
         assert events[-1] == "train_end"
         assert sorted(p.name for p in info.checkpoint_dir.iterdir()) == [
@@ -132,7 +128,7 @@ class TestBuildRuntime:
         train_from_config(with_train(config, steps=15))
         result, info = train_from_config(with_train(config, steps=25, resume=True))
         assert (result.start_step, result.step, result.steps_run) == (15, 25, 10)
-        lines = records(info.run_dir / "metrics.jsonl")
+        lines = read_jsonl(info.run_dir / "metrics.jsonl")
         starts = [r for r in lines if r["event"] == "train_start"]
         assert [s["start_step"] for s in starts] == [0, 15]
         steps = [r["step"] for r in lines if r["event"] == "train_step"]
@@ -142,7 +138,7 @@ class TestBuildRuntime:
         """Its default 200 steps take the loss from ln(32) to well under half of that."""
         config = {**config, "train": {"device": "cpu"}, "logging": {**config["logging"], "every_steps": 1}}
         result, info = train_from_config(config)
-        losses = [r["loss"] for r in records(info.run_dir / "metrics.jsonl") if r["event"] == "train_step"]
+        losses = [r["loss"] for r in read_jsonl(info.run_dir / "metrics.jsonl") if r["event"] == "train_step"]
         assert len(losses) == 200
         assert losses[0] == pytest.approx(math.log(32), rel=0.1)
         assert sum(losses[-20:]) / 20 < 0.5 * losses[0]
@@ -160,7 +156,7 @@ class TestBuildRuntime:
         )
         train_from_config(with_train(config, precision="fp32"))
         assert (run_dir / "log.txt").read_text() == ""  # nothing at WARNING on an aligned model
-        assert [r["step"] for r in records(run_dir / "m" / "x.jsonl") if r["event"] == "train_step"] == [
+        assert [r["step"] for r in read_jsonl(run_dir / "m" / "x.jsonl") if r["event"] == "train_step"] == [
             10,
             20,
         ]
@@ -281,10 +277,10 @@ class TestSystemEvents:
             fit_and_close_steps(trainer, info)
         assert info.monitor is not None
         assert not info.monitor._thread.is_alive()  # type: ignore[union-attr]
-        events = [r["event"] for r in records(run_dir / "metrics.jsonl")]
+        events = [r["event"] for r in read_jsonl(run_dir / "metrics.jsonl")]
         assert "system" in events
         assert events.index("system") > events.index("train_start")
-        system = next(r for r in records(run_dir / "metrics.jsonl") if r["event"] == "system")
+        system = next(r for r in read_jsonl(run_dir / "metrics.jsonl") if r["event"] == "system")
         assert system["rss_bytes"] > 0
         assert system["host_memory_total_bytes"] > 0
 
@@ -292,7 +288,7 @@ class TestSystemEvents:
         """system_interval_s: null: no monitor, no system records."""
         _, info = train_from_config(with_train(with_logging(config, system_interval_s=None), steps=2))
         assert info.monitor is None
-        assert "system" not in {r["event"] for r in records(info.run_dir / "metrics.jsonl")}
+        assert "system" not in {r["event"] for r in read_jsonl(info.run_dir / "metrics.jsonl")}
 
 
 def fit_and_close_steps(trainer: Any, info: Any) -> None:

@@ -15,7 +15,7 @@ from speedtronic.processors.validate import payload_problems  # noqa: E402  # af
 from speedtronic.profiling import MetricLogger  # noqa: E402
 from speedtronic.training.task import SuccessorTask, successor_model  # noqa: E402
 from speedtronic.training.trainer import Trainer  # noqa: E402
-from tests.conftest import read_jsonl  # noqa: E402
+from tests.helpers import read_jsonl  # noqa: E402
 
 
 def batches(stop_after: int, error: BaseException) -> Iterator[Any]:

@@ -14,10 +14,10 @@ import structlog
 
 from speedtronic.events import level_for
 from speedtronic.levels import LEVEL_NAMES
-from speedtronic.processors.convert import json_safe_record, to_python, unique_key
-from speedtronic.processors.text import format_fields
-from speedtronic.record import NOTE_KEY
-from speedtronic.strings import safe_str
+from speedtronic.record import NOTE_KEY, payload_key
+from speedtronic.record.safe_text import safe_str
+from speedtronic.record.text import format_fields
+from speedtronic.record.values import json_safe_record, to_python, unique_key
 
 __all__ = ["StructlogHook"]
 
@@ -198,9 +198,7 @@ class StructlogHook:
         for key, value in payload.items():
             if key == "timestamp" and isinstance(value, str):  # the record's own time: kept as such
                 continue
-            name = unique_key(fields, key, counters)
-            if name in self._reserved:
-                name = unique_key(fields, f"payload_{name}", counters)
+            name = payload_key(unique_key(fields, key, counters), fields, counters, self._reserved)
             if isinstance(value, BaseException):
                 raised = raised or value
                 fields[name] = exception_text(value)

@@ -12,7 +12,7 @@ from speedtronic.extras import require
 from speedtronic.integrations._names import ONE_OFF_EVENTS, SKIPPED_KEYS, StepAxis, metric_name, tracked
 from speedtronic.integrations._uploads import UPLOAD_TIMEOUT_S, Uploads, check_timeout
 from speedtronic.lifecycle import close_loggers_first_at_exit
-from speedtronic.processors.convert import to_python
+from speedtronic.record.values import to_python
 
 __all__ = ["WandbHook"]
 

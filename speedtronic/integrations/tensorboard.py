@@ -25,7 +25,7 @@ from speedtronic.integrations._names import (
     metric_name,
     step_of,
 )
-from speedtronic.processors.convert import to_python
+from speedtronic.record.values import to_python
 
 if TYPE_CHECKING:
     from speedtronic.integrations._tensorboard_process import ConfigPoint, Point, Restart

@@ -1,10 +1,10 @@
-"""``Reports``: what a ``MetricLogger`` does when something fails, in one place.
+"""``FailurePolicy``: what a ``MetricLogger`` does when something fails, in one place.
 
-A failure is counted, then told where it can be read: a record of the logger's own (``hook_error``,
-``logging_error``), run through the chain (``Chain.run_own``) to the outputs that can carry it, else
-one line on stderr; and a warning at the user's call. ``Reports`` owns the map from each sink to the
-output that writes it, so a report about one file goes to the others, and the note of a gap goes to
-the file with the gap only.
+Every failure comes here through a bound method: a sink's (``sink_failed``, ``sink_gap``), a render's
+(``record_failed``), a hook's (``hook_failed``, inline or on a worker thread), the background hooks'
+drain (``hooks_undelivered``) and hooks left running (``hooks_stuck``). It is counted, then told where
+it can be read: a record of the logger's own (``hook_error``, ``logging_error``) run through the chain
+to the outputs that can carry it, else one line on stderr; and a warning at the user's call.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -26,41 +26,55 @@ from speedtronic.errors import (
     warn_at_caller,
 )
 from speedtronic.events import level_for
+from speedtronic.hooks.dispatch import HookFailures
 from speedtronic.processors import WriteLines
-from speedtronic.processors.redact import redact_exception
 from speedtronic.record import NOTE_KEY, own_note
+from speedtronic.record.safe_text import safe_str
+from speedtronic.record.secrets import redact_exception
 from speedtronic.sinks import LineFile, TextStream
-from speedtronic.strings import safe_str
 
-__all__ = ["Reports"]
+__all__ = ["FailurePolicy"]
 
 
-class Reports:
-    """A logger's failure reports: its records of its own, its lost-record counts, their warnings.
+class FailurePolicy:
+    """A logger's failures: their counts, its records of its own about them, their warnings.
 
-    ``written`` pairs each open sink with the chain's output writing to it. ``lock`` is the logger's:
-    a report is written under it, as an event is, unless ``stuck()`` said another thread holds it for
-    good (a hook stalled inside ``emit``). After ``release`` nothing is written; a report
-    arriving later (a background hook failing after the close timed out) is only counted.
+    ``lock`` is the logger's: a report is written under it, as an event is, unless ``stuck()`` said
+    another thread holds it for good (a hook stalled inside ``emit``). ``strict`` raises a hook's
+    failure as ``HookError`` instead of warning. The sinks and the chain are given this policy's bound
+    methods when they are made; ``write_through`` then names the chain its records go through and
+    what hides secrets in a failure's text (``Chain.redact_text``); until then a failure is counted
+    and told on stderr.
+    After ``release`` nothing is written; a report arriving later (a background hook failing after
+    the close timed out) is only counted.
     """
 
-    def __init__(
-        self,
-        chain: Chain,
-        written: Sequence[tuple[LineFile | TextStream, WriteLines]],
-        lock: threading.RLock,
-        redact: Callable[[str], str] | None,
-    ) -> None:
-        self._chain = chain
-        self._written = tuple(written)
+    def __init__(self, lock: threading.RLock, *, strict: bool = False) -> None:
+        self._chain: Chain | None = None
+        self._written: tuple[tuple[LineFile | TextStream, WriteLines], ...] = ()
         self._lock = lock
-        self._redact = redact
+        self._redact: Callable[[str], str] | None = None
+        self._hooks = HookFailures(self._hook_record, strict=strict, redact=self._hide)
         self._blocking = True  # False once the lock is held for good by a thread stuck inside emit
         self._released = False
         self._telling = False  # writing a logging_error record: a failure now is not reported again
         self._lost: dict[str, int] = {}
         self.write_errors = 0
         """Records that could not be written or rendered, over every sink; each is also reported."""
+
+    def write_through(
+        self, chain: Chain, written: Sequence[tuple[LineFile | TextStream, WriteLines]]
+    ) -> None:
+        """The logger's chain, and each open sink paired with the chain's output writing to it: a
+        report about one file goes to the others, the note of a gap to the file with the gap only."""
+        self._chain = chain
+        self._written = tuple(written)
+        self._redact = chain.redact_text
+
+    @property
+    def hook_errors(self) -> Mapping[str, int]:
+        """Failures per hook name (``on_event``, ``flush`` and ``close`` together); a live view."""
+        return self._hooks.counts
 
     @property
     def lost(self) -> Mapping[str, int]:
@@ -86,7 +100,7 @@ class Reports:
         """Run a record of the logger's own through the chain to the outputs ``to`` (default: every
         output), marked as its own; whether it reached them."""
         with _Acquired(self._lock, blocking=self._blocking):
-            if self._released:
+            if self._released or self._chain is None:
                 return False
             outputs = self._chain.outputs if to is None else to
             try:
@@ -98,8 +112,39 @@ class Reports:
                 self.record_failed(error, f"rendering {event!r}")
                 return False
 
-    def hook_failed(self, fields: dict[str, Any]) -> None:
-        """A ``hook_error`` record (``HookFailures`` decides when), to every output."""
+    def hook_failed(self, hook: object, error: Exception, during: str | None) -> None:
+        """A hook failed delivering ``during`` (an event's name; ``None``: in its ``close()``), inline
+        or on a worker thread: counted under its name, reported the 1st, 2nd, 4th... time as a
+        ``hook_error`` record and a ``HookFailureWarning`` (``HookError`` raised when strict)."""
+        self._hooks(hook, error, during)
+
+    def hooks_stuck(self, hooks: Iterable[object], timeout_s: float) -> None:
+        """``hooks`` may still be running inside another thread's ``emit`` after ``timeout_s``: each
+        is reported as not closed."""
+        stuck = f"another thread was inside emit after {timeout_s} s: not closed"
+        for hook in hooks:
+            self._hooks(hook, TimeoutError(stuck), None)
+
+    def hooks_undelivered(self, undelivered: int, timeout_s: float) -> None:
+        """Closing background hooks left ``undelivered`` events queued after ``timeout_s``: a
+        ``hook_error`` record (phase ``drain``) and a ``LoggingFailureWarning``."""
+        self.record(
+            "hook_error", {"hook": "*", "phase": "drain", "undelivered": undelivered, "timeout_s": timeout_s}
+        )
+        warn_at_caller(
+            f"speedtronic: {undelivered} event(s) not delivered to hooks within close_timeout_s={timeout_s}",
+            LoggingFailureWarning,
+        )
+
+    def report_totals(self) -> None:
+        """At close: a ``hook_error`` record (phase ``total``) of each failed hook's count."""
+        for name, failures in self._hooks.counts.items():
+            self.record("hook_error", {"hook": name, "phase": "total", "failures": failures})
+
+    def _hide(self, text: str) -> str:
+        return self._redact(text) if self._redact is not None else text
+
+    def _hook_record(self, fields: dict[str, Any]) -> None:
         self.record("hook_error", fields)
 
     def sink_failed(self, error: BaseException, where: str, lost: bool = True) -> None:

@@ -28,8 +28,9 @@ A record is one strict-JSON object per line::
 - In a job of several processes, rank ``r > 0`` writes ``<stem>.rank<r><suffix>`` beside rank 0's
   file (``rank_path``); readers find those files by ``rank_of_name``, whatever the suffix.
 
-The writer (``speedtronic.processors.render.JSONLRenderer``, ``convert.json_safe_record``), the hooks'
-dispatch and every reader (``speedtronic.runs``) import these names, so the two sides can't drift.
+The writer (``speedtronic.processors.render.JSONLRenderer``, ``speedtronic.record.values``), the
+hooks' dispatch and every reader (``speedtronic.runs``) import these names, so the two sides can't
+drift.
 """
 
 from __future__ import annotations
@@ -43,14 +44,19 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from structlog.typing import EventDict, WrappedLogger
-
 __all__ = [
     "FLOAT_OF_KIND",
     "FLOAT_OF_TEXT",
     "NON_FINITE_KINDS",
+    "NOTE_CONVERTED",
     "NOTE_KEY",
+    "NOTE_NON_FINITE",
+    "NOTE_ORIGIN",
+    "NOTE_PART",
+    "NOTE_PARTS",
+    "NOTE_TRUNCATED",
     "NOTE_VERSION",
+    "NOTE_VERSION_KEY",
     "ORIGIN_OWN",
     "ORIGIN_USER",
     "PART_HEAD",
@@ -59,29 +65,44 @@ __all__ = [
     "TIMESTAMP_RFC3339",
     "TIMESTAMP_SECONDS",
     "TIMESTAMP_WRITTEN",
-    "RenameReserved",
     "empty_note",
     "event_fields",
     "free_name",
     "is_own_note",
     "is_own_record",
     "iso_timestamp",
+    "merged_note",
     "non_finite_kind",
     "non_finite_text",
     "note_contract",
     "own_note",
     "part_of",
     "payload_key",
+    "pointer_token",
+    "pointer_tokens",
     "rank_of_name",
     "rank_path",
     "restore_non_finite",
+    "restore_non_finite_text",
     "second_text",
     "split_time",
     "timestamp_ns",
+    "timestamp_text",
 ]
 
 NOTE_KEY = "_speedtronic"
 """The field saying the record's contract and what was converted, truncated or non-finite."""
+
+NOTE_VERSION_KEY = "v"
+NOTE_ORIGIN = "origin"
+NOTE_CONVERTED = "converted"
+NOTE_TRUNCATED = "truncated"
+NOTE_NON_FINITE = "non_finite"
+NOTE_PART = "part"
+NOTE_PARTS = "parts"
+"""The note's fields: its contract version, whose record it is, the keys converted to text and cut
+short, the JSON Pointers of the non-finite numbers (by kind: ``NON_FINITE_KINDS``), and which part of its
+record a line is (``part`` of ``parts``)."""
 
 NOTE_VERSION = 3
 """The record contract a note's ``"v"`` names: every key always present, non-finite numbers ``null``
@@ -140,19 +161,46 @@ _RANK_NAME = re.compile(r"(?P<stem>.+)\.rank(?P<rank>\d+)(?P<suffix>(?:\.[^.]*)?
 def empty_note(origin: str = ORIGIN_USER) -> dict[str, Any]:
     """The note of a record with nothing to say, in the one shape every note has (a new dict)."""
     return {
-        "v": NOTE_VERSION,
-        "origin": origin,
-        "converted": [],
-        "truncated": [],
-        "non_finite": {"nan": [], "inf": [], "neg_inf": []},
-        "part": 0,
-        "parts": 1,
+        NOTE_VERSION_KEY: NOTE_VERSION,
+        NOTE_ORIGIN: origin,
+        NOTE_CONVERTED: [],
+        NOTE_TRUNCATED: [],
+        NOTE_NON_FINITE: {"nan": [], "inf": [], "neg_inf": []},
+        NOTE_PART: 0,
+        NOTE_PARTS: 1,
     }
+
+
+def merged_note(
+    given: dict[str, Any] | None, converted: list[str], truncated: list[str], found: list[tuple[str, str]]
+) -> dict[str, Any]:
+    """The note of a record written with ``converted`` and ``truncated`` keys and the non-finite
+    numbers ``found`` (``(JSON Pointer, non_finite_text)`` pairs), added to the lists of a note the
+    record already held (``given``: the logger's own records' origin and lists are kept)."""
+    origin = given.get(NOTE_ORIGIN) if given is not None else None
+    note = empty_note(origin if type(origin) is str else ORIGIN_USER)
+    lists = note[NOTE_NON_FINITE]
+    if given is not None:
+        for name in (NOTE_CONVERTED, NOTE_TRUNCATED):
+            note[name] += [key for key in _list(given.get(name)) if type(key) is str]
+        earlier = given.get(NOTE_NON_FINITE)
+        if isinstance(earlier, dict):
+            for kind in NON_FINITE_KINDS:
+                lists[kind] += [at for at in _list(earlier.get(kind)) if type(at) is str]
+    note[NOTE_CONVERTED] += converted
+    note[NOTE_TRUNCATED] += truncated
+    for pointer, text in found:
+        lists[non_finite_kind(text)].append(pointer)
+    return note
+
+
+def _list(value: Any) -> list[Any]:
+    return value if type(value) is list else []
 
 
 def own_note() -> dict[str, Any]:
     """What the logger puts under ``NOTE_KEY`` in a record of its own, before it is written."""
-    return {"origin": ORIGIN_OWN}
+    return {NOTE_ORIGIN: ORIGIN_OWN}
 
 
 def is_own_record(event_dict: Mapping[str, Any]) -> bool:
@@ -164,7 +212,7 @@ def is_own_record(event_dict: Mapping[str, Any]) -> bool:
 
 def is_own_note(note: Any) -> bool:
     """Whether a record's note (its ``NOTE_KEY`` value) names it as the logger's own record."""
-    return isinstance(note, dict) and note.get("origin") == ORIGIN_OWN
+    return isinstance(note, dict) and note.get(NOTE_ORIGIN) == ORIGIN_OWN
 
 
 def note_contract(note: Any) -> int:
@@ -178,10 +226,10 @@ def note_contract(note: Any) -> int:
     """
     if type(note) is not dict:
         return 0
-    version = note.get("v")
+    version = note.get(NOTE_VERSION_KEY)
     if type(version) is int and version >= 2:
         return version
-    if isinstance(note.get("non_finite"), dict) or "origin" in note:
+    if isinstance(note.get(NOTE_NON_FINITE), dict) or NOTE_ORIGIN in note:
         return 1
     return 0
 
@@ -218,10 +266,10 @@ def restore_non_finite(record: dict[str, Any]) -> dict[str, Any]:
     is changed in place and returned. Pointers that lead nowhere are ignored.
     """
     note = record.get(NOTE_KEY)
-    listed = note.get("non_finite") if isinstance(note, dict) else None
+    listed = note.get(NOTE_NON_FINITE) if isinstance(note, dict) else None
     if not isinstance(listed, dict):
         return record
-    if isinstance(note, dict) and "v" in note:
+    if isinstance(note, dict) and NOTE_VERSION_KEY in note:
         for kind in NON_FINITE_KINDS:
             pointers = listed.get(kind)
             for pointer in pointers if type(pointers) is list else ():
@@ -233,10 +281,36 @@ def restore_non_finite(record: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-def _put_back(record: dict[str, Any], pointer: object, number: float) -> None:
+def restore_non_finite_text(value: Any) -> Any:
+    """``value`` (read from a record without a note: an older writer's, another writer's) with the
+    strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` (``FLOAT_OF_TEXT``) as the numbers they
+    stand for, at any depth (a new value)."""
+    if type(value) is str:
+        return FLOAT_OF_TEXT.get(value, value)
+    if type(value) is dict:
+        return {key: restore_non_finite_text(item) for key, item in value.items()}
+    if type(value) is list:
+        return [restore_non_finite_text(item) for item in value]
+    return value
+
+
+def pointer_token(key: str) -> str:
+    """``key`` as one token of a JSON Pointer (RFC 6901: ``~`` as ``~0``, ``/`` as ``~1``)."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def pointer_tokens(pointer: object) -> list[str] | None:
+    """The keys a JSON Pointer of the note names (``"/a~1b/0"`` gives ``["a/b", "0"]``); ``None`` for
+    anything that is not one (not a string, not starting with ``/``)."""
     if not isinstance(pointer, str) or not pointer.startswith("/"):
+        return None
+    return [t.replace("~1", "/").replace("~0", "~") for t in pointer[1:].split("/")]
+
+
+def _put_back(record: dict[str, Any], pointer: object, number: float) -> None:
+    tokens = pointer_tokens(pointer)
+    if tokens is None:
         return
-    tokens = [t.replace("~1", "/").replace("~0", "~") for t in pointer[1:].split("/")]
     container: Any = record
     try:
         for token in tokens[:-1]:
@@ -255,7 +329,12 @@ def iso_timestamp(seconds: float) -> str:
     """``seconds`` since the epoch as RFC 3339 UTC with microseconds: ``2026-01-01T12:00:00.123456Z``
     (what structlog's ``TimeStamper(fmt="iso", utc=True)`` writes): a record's ``timestamp``."""
     whole, micros = split_time(seconds)
-    return f"{second_text(whole)}.{micros:06d}Z"
+    return timestamp_text(second_text(whole), micros)
+
+
+def timestamp_text(second: str, micros: int) -> str:
+    """A record's ``timestamp`` from its text up to the second (``second_text``) and its microseconds."""
+    return f"{second}.{micros:06d}Z"
 
 
 def second_text(whole: int) -> str:
@@ -312,10 +391,16 @@ def free_name(taken: Container[Any], name: str, counters: dict[str, int] | None 
     return candidate
 
 
-def payload_key(key: str, taken: Container[Any], counters: dict[str, int] | None = None) -> str:
+def payload_key(
+    key: str,
+    taken: Container[Any],
+    counters: dict[str, int] | None = None,
+    reserved: Container[str] = RESERVED_KEYS,
+) -> str:
     """The name a payload key is kept under: itself, or ``payload_<key>`` for a reserved key
-    (``payload_<key>#2``, ``#3``... if the payload has that name too)."""
-    return free_name(taken, f"payload_{key}", counters) if key in RESERVED_KEYS else key
+    (``payload_<key>#2``, ``#3``... if the payload has that name too). ``reserved``: the record's keys,
+    or more where a payload meets another logger's own keys (``StructlogHook``)."""
+    return free_name(taken, f"payload_{key}", counters) if key in reserved else key
 
 
 def event_fields(payload: Mapping[Any, Any], key_text: Any = str) -> dict[str, Any]:
@@ -345,26 +430,8 @@ def event_fields(payload: Mapping[Any, Any], key_text: Any = str) -> dict[str, A
         taken[name] = None
         out[name] = value
     if converted:
-        out[NOTE_KEY] = {"converted": converted}
+        out[NOTE_KEY] = {NOTE_CONVERTED: converted}
     return out
-
-
-class RenameReserved:
-    """A structlog processor: an event dict's keys as a record's fields (``event_fields``), its
-    ``event`` kept first. A chain's first stage after the cadence, so that in any stock structlog
-    chain (``speedtronic.chain.build_processors``) a payload can't set the record's time, its note or
-    whose record it is: ``log.info("x", _speedtronic={"origin": "speedtronic"})`` keeps its key as
-    ``payload__speedtronic`` and still reaches the hooks. ``MetricLogger.emit`` builds its event dict
-    with ``event_fields`` itself, so its chain runs this stage only in a stock chain."""
-
-    __slots__ = ()
-
-    def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
-        if "event" not in event_dict:
-            return event_fields(event_dict)
-        fields = dict(event_dict)
-        event = fields.pop("event")
-        return {"event": event, **event_fields(fields)}
 
 
 # -- files ----------------------------------------------------------------------------------------
