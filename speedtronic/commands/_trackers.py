@@ -24,7 +24,7 @@ from typing import Any
 
 from speedtronic.hooks import BackgroundHooks
 from speedtronic.integrations import MlflowHook, OtelHook, WandbHook
-from speedtronic.processors.redact import redact_text
+from speedtronic.record.secrets import redact_text
 
 __all__ = ["OTLP_DEFAULT_LOGS_ENDPOINT", "otlp_logs_endpoint", "shown_path", "tracker_lines"]
 

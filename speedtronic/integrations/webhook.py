@@ -34,10 +34,11 @@ from speedtronic.checks import check_count, check_seconds
 from speedtronic.errors import HookFailureWarning
 from speedtronic.integrations.structlog import exception_text
 from speedtronic.lifecycle import close_loggers_first_at_exit
-from speedtronic.processors.convert import json_safe_record
-from speedtronic.processors.redact import Redact, redact_text
-from speedtronic.processors.text import format_fields
+from speedtronic.processors.redact import Redact
 from speedtronic.record import NOTE_KEY
+from speedtronic.record.secrets import redact_text
+from speedtronic.record.text import format_fields
+from speedtronic.record.values import json_safe_record
 
 __all__ = ["RETRIED_STATUSES", "WebhookHook", "alert_text"]
 

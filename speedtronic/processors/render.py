@@ -20,7 +20,18 @@ import orjson
 from structlog.typing import EventDict, WrappedLogger
 
 from speedtronic.levels import LEVEL_NAMES
-from speedtronic.record import NOTE_KEY, PART_HEAD, empty_note, iso_timestamp
+from speedtronic.record import (
+    NOTE_CONVERTED,
+    NOTE_KEY,
+    NOTE_NON_FINITE,
+    NOTE_PART,
+    NOTE_PARTS,
+    NOTE_TRUNCATED,
+    PART_HEAD,
+    empty_note,
+    iso_timestamp,
+    pointer_tokens,
+)
 from speedtronic.record.safe_text import safe_str
 from speedtronic.record.text import DEFAULT_FLOAT_DIGITS, ValueFormat, quote
 from speedtronic.record.values import PLAIN_TYPES, Truncated, is_plain, json_safe_record, truncate
@@ -307,7 +318,9 @@ class _Parts:
         if count == 1:  # one line after all (a huge value cut): the record as it was, in its order
             for field, at in zip(fields, places, strict=True):
                 pieces[1 + at] = field
-            note = b'"' + NOTE_KEY.encode() + b'":' + _value_bytes({**self._note, "part": 0, "parts": 1})
+            note = (
+                b'"' + NOTE_KEY.encode() + b'":' + _value_bytes({**self._note, NOTE_PART: 0, NOTE_PARTS: 1})
+            )
             line = b"".join((b"{", b",".join(pieces), b",", note, b",", stamp, b"}"))
             return [line] if len(line) <= limit else None
         lines = []
@@ -330,7 +343,7 @@ class _Parts:
         return [_value_bytes(key) + b":" + _value_bytes(record[key]) for key in ("event", *self._names)]
 
     def _note_bytes(self, part: int, parts: int, chosen: Any) -> bytes:
-        note = {**self._note, "part": part, "parts": parts}
+        note = {**self._note, NOTE_PART: part, NOTE_PARTS: parts}
         if self._owners:
             note.update(self._own_entries(chosen))
         return b'"' + NOTE_KEY.encode() + b'":' + _value_bytes(note)
@@ -363,25 +376,25 @@ class _Parts:
                 if sizes[index] <= budget:
                     break
             note = self._note
-            note["truncated"] = (
-                [*note["truncated"], name] if name not in note["truncated"] else note["truncated"]
+            note[NOTE_TRUNCATED] = (
+                [*note[NOTE_TRUNCATED], name] if name not in note[NOTE_TRUNCATED] else note[NOTE_TRUNCATED]
             )
-            note["non_finite"] = {
+            note[NOTE_NON_FINITE] = {
                 kind: [at for at in pointers if _owner(at) != name]
-                for kind, pointers in note["non_finite"].items()
+                for kind, pointers in note[NOTE_NON_FINITE].items()
             }
             self._owners = self._entry_owners()
         return True
 
     def _entry_owners(self) -> dict[str, list[tuple[str, str]]]:
-        """The note's entries by the field each is about (``("converted", name)``,
+        """The note's entries by the field each is about (``(NOTE_CONVERTED, name)``,
         ``("nan", "/losses/2")``...); empty when the note lists nothing."""
         note = self._note
-        lists = note["non_finite"]
+        lists = note[NOTE_NON_FINITE]
         owners: dict[str, list[tuple[str, str]]] = {}
-        if not (note["converted"] or note["truncated"] or any(lists.values())):
+        if not (note[NOTE_CONVERTED] or note[NOTE_TRUNCATED] or any(lists.values())):
             return owners
-        for which in ("converted", "truncated"):
+        for which in (NOTE_CONVERTED, NOTE_TRUNCATED):
             for name in note[which]:
                 owners.setdefault(name, []).append((which, name))
         for kind, pointers in lists.items():
@@ -391,13 +404,13 @@ class _Parts:
 
     def _own_entries(self, chosen: Any) -> dict[str, Any]:
         """The note's lists with only the entries about the head's fields and ``chosen``."""
-        lists: dict[str, list[str]] = {"converted": [], "truncated": []}
-        found: dict[str, list[str]] = {kind: [] for kind in self._note["non_finite"]}
+        lists: dict[str, list[str]] = {NOTE_CONVERTED: [], NOTE_TRUNCATED: []}
+        found: dict[str, list[str]] = {kind: [] for kind in self._note[NOTE_NON_FINITE]}
         owners = self._owners
         for name in (*PART_HEAD, *chosen):
             for which, entry in owners.get(name, ()):
                 (lists[which] if which in lists else found[which]).append(entry)
-        return {**lists, "non_finite": found}
+        return {**lists, NOTE_NON_FINITE: found}
 
 
 _MARKER_ROOM = 512
@@ -418,7 +431,8 @@ def _value_bytes(value: Any) -> bytes:
 
 def _owner(pointer: str) -> str:
     """The top-level key a JSON Pointer (``/losses/2``) leads into."""
-    return pointer[1:].split("/", 1)[0].replace("~1", "/").replace("~0", "~")
+    tokens = pointer_tokens(pointer)
+    return tokens[0] if tokens else pointer
 
 
 def _plain_record(record: dict[str, Any]) -> bytes | None:

@@ -240,7 +240,7 @@ def part_of(note: Any) -> tuple[int, int]:
     in ``n`` lines."""
     if type(note) is not dict:
         return 0, 1
-    part, parts = note.get("part", 0), note.get("parts", 1)
+    part, parts = note.get(NOTE_PART, 0), note.get(NOTE_PARTS, 1)
     if type(part) is not int or type(parts) is not int or parts < 1 or not 0 <= part < parts:
         return 0, 1
     return part, parts

@@ -62,6 +62,7 @@ from speedtronic.record import (
     FLOAT_OF_KIND,
     NOTE_KEY,
     NOTE_NON_FINITE,
+    NOTE_PARTS,
     NOTE_VERSION_KEY,
     RECORD_PREFIX,
     TIMESTAMP_RFC3339,
@@ -420,9 +421,9 @@ class ArrowEngine:
     def _in_parts(self, table: Any) -> bool:
         """Whether a row is one of a record's parts (its note's ``"parts"`` above 1)."""
         note = table.column(NOTE_KEY)
-        if note.type.get_field_index("parts") < 0:
+        if note.type.get_field_index(NOTE_PARTS) < 0:
             return False
-        return bool(self.pc.max(self.pc.struct_field(note, "parts")).as_py() not in (None, 1))
+        return bool(self.pc.max(self.pc.struct_field(note, NOTE_PARTS)).as_py() not in (None, 1))
 
     def _noted(self, table: Any) -> bool:
         """Whether every record carries today's note (``"v": 2`` or later): ``null`` only for the

@@ -56,6 +56,8 @@ from speedtronic.record import (
     NOTE_CONVERTED,
     NOTE_KEY,
     NOTE_NON_FINITE,
+    NOTE_PARTS,
+    NOTE_TRUNCATED,
     NOTE_VERSION_KEY,
     is_own_note,
     note_contract,
@@ -541,7 +543,7 @@ def _entries(
                         if held.fields is not None or (
                             type(fields) is dict
                             and type(note := fields.get(NOTE_KEY)) is dict
-                            and note.get("parts", 1) != 1
+                            and note.get(NOTE_PARTS, 1) != 1
                         ):
                             fields, at, lost = held.take(fields, number, source, skipped)
                             bad += lost
@@ -658,8 +660,8 @@ def _join(held: dict[str, Any], part: dict[str, Any]) -> None:
     """Add a later part's fields and note entries to the fields of the parts before it (each part's
     note lists its own fields' entries, and the head's again)."""
     note, more = held[NOTE_KEY], part.pop(NOTE_KEY)
-    lists, found = note.get("non_finite"), more.get("non_finite")
-    pairs = [(note, more, name) for name in ("converted", "truncated")]
+    lists, found = note.get(NOTE_NON_FINITE), more.get(NOTE_NON_FINITE)
+    pairs = [(note, more, name) for name in (NOTE_CONVERTED, NOTE_TRUNCATED)]
     if type(lists) is dict and type(found) is dict:
         pairs += [(lists, found, kind) for kind in NON_FINITE_KINDS]
     for into, source, name in pairs:

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from speedtronic.processors.text import quote
+from speedtronic.record.text import quote
 from speedtronic.runs.reader import Record
 
 __all__ = ["ALERT_EVENT", "AlertCount", "AlertMark", "RecordedAlerts", "alert_mark", "alert_rows"]
