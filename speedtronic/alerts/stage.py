@@ -15,12 +15,13 @@ from typing import Any
 from structlog.typing import EventDict, WrappedLogger
 
 from speedtronic.alerts.rule import Alert, Rule, RuleSet, as_rule_set
+from speedtronic.events import Event
 from speedtronic.record import NOTE_KEY, is_own_note
 
 __all__ = ["ALERT", "AlertWatch", "CheckAlerts", "alert_fields", "derive_alerts"]
 
-ALERT = "alert"
-"""The event name of an alert's record."""
+ALERT: str = Event.ALERT.value
+"""The event name of an alert's record (the catalog's ``Event.ALERT``, as a plain ``str``)."""
 
 _RANK_KEYS = ("rank", "world_size")
 

@@ -228,7 +228,9 @@ class TestRuleSet:
                 journal.append(f"{self.name} {record.get('event')}")
                 return []
 
-        rules = RuleSet([Journal("evals", ("eval",)), Journal("all", None), Journal("steps", ("train_step",))])
+        rules = RuleSet(
+            [Journal("evals", ("eval",)), Journal("all", None), Journal("steps", ("train_step",))]
+        )
         for record in [step(1, loss=1.0), {"event": "eval", "step": 1}, {"event": "epoch"}, {"step": 2}]:
             rules.check(record)
         assert journal == [
