@@ -10,15 +10,20 @@
 3. Spikes injected into those runs' recorded loss series (200 seeded injections of 5 sigma, sigma the
    standard deviation of the 128 logged values before it): alerted by the default ``Spike`` within 3
    logged steps. The default rule alerts above 6 of those same sigmas, so a 5-sigma spike alerts only
-   where the run's own noise adds the rest; ``Spike(k=3)`` is printed beside it for comparison.
+   where the run's own noise adds the rest: the goal contradicts k=6 (docs/alerts.md, "How big a spike
+   is alerted"). Beside it, the same injection points with other sizes (7 and 8 window sigmas, 5 sigmas
+   of the step-to-step changes) and ``Spike(k=3)``.
 4. The 6-key ``emit`` with the default rules against alerts off, the like-for-like structlog chain and
    stdlib with two WatchedFileHandlers (``bench.py``'s baselines, interleaved rounds, median ratios).
+   The added cost is read in CPU time (``time.process_time``): on a shared machine the wall clock
+   also counts the time the process waited for a core.
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import itertools
 import json
 import math
 import os
@@ -27,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -130,28 +136,65 @@ def goal_clean_runs(report: bench.Report, runs: list[tuple[str, Path]]) -> None:
 
 
 def goal_spikes(report: bench.Report, runs: list[tuple[str, Path]], injections: int) -> None:
-    print(f"\n[3] {injections} seeded 5-sigma spikes injected into the clean runs' loss series")
+    print(f"\n[3] {injections} seeded spikes injected into the clean runs' loss series")
     series = [
         [float(r["loss"]) for r in records(d) if r["event"] == "train_step" and r.get("rank", 0) == 0]
         for _, d in runs
         if "fresh" in _
     ]
     rng = random.Random(46)
-    rules = {"default Spike (k=6)": Spike, "Spike(k=3)": lambda: Spike(k=3)}
-    caught = dict.fromkeys(rules, 0)
+    places = []  # (series, step): the same injection points for every size and rule below
     for _ in range(injections):
         losses = rng.choice(series)
-        at = rng.randrange(128, len(losses) - 3)
-        spiked = list(losses)
-        spiked[at] += 5 * statistics.pstdev(losses[at - 128 : at])
-        for name, make in rules.items():
-            rule = make()
-            found = [a.step for i, v in enumerate(spiked) for a in rule.check(_step(i, v))]
-            caught[name] += any(at <= step <= at + 2 for step in found)
-    for name, hits in caught.items():
+        places.append((losses, rng.randrange(128, len(losses) - 3)))
+    gaps = sorted(_gap(losses[at - 128 : at], losses[at]) for losses, at in places)
+    print(
+        "    how far the value a spike lands on sits below its window's mean, in window sigmas: "
+        f"median {statistics.median(gaps):.2f}, 95th percentile {gaps[int(0.95 * len(gaps))]:.2f}"
+    )
+    cases = [
+        ("5 sigma (the window's std), default Spike (k=6)", 5.0, _window_std, Spike),
+        ("5 sigma (the window's std), Spike(k=3)", 5.0, _window_std, lambda: Spike(k=3)),
+        ("5 sigma (std of step-to-step changes), default Spike", 5.0, _step_std, Spike),
+        ("7 sigma (the window's std), default Spike", 7.0, _window_std, Spike),
+        ("8 sigma (the window's std), default Spike", 8.0, _window_std, Spike),
+    ]
+    shares = {}
+    for name, size, unit, make in cases:
+        hits = sum(_caught(losses, at, size * unit(losses[at - 128 : at]), make()) for losses, at in places)
+        shares[name] = hits / injections
         print(f"    {name}: {hits}/{injections} alerted within 3 logged steps")
-    share = caught["default Spike (k=6)"] / injections
-    report.goal("5-sigma spikes alerted within 3 logged steps", f"{share:.0%}", ">= 95%", share >= 0.95)
+    share = shares[cases[0][0]]
+    report.goal(
+        "5-sigma spikes alerted within 3 logged steps (contradicts k=6: docs/alerts.md)",
+        f"{share:.0%}",
+        ">= 95%",
+        share >= 0.95,
+    )
+
+
+def _window_std(window: list[float]) -> float:
+    """The rule's own sigma: the population standard deviation of the 128 values before."""
+    return statistics.pstdev(window)
+
+
+def _step_std(window: list[float]) -> float:
+    """The standard deviation of the step-to-step changes over the 128 values before."""
+    return statistics.pstdev([b - a for a, b in itertools.pairwise(window)])
+
+
+def _gap(window: list[float], value: float) -> float:
+    """How far ``value`` is below its window's mean, in the window's standard deviations: what a
+    spike must make up beyond ``k`` sigmas to be alerted."""
+    return (statistics.fmean(window) - value) / statistics.pstdev(window)
+
+
+def _caught(losses: list[float], at: int, jump: float, rule: Spike) -> bool:
+    """Whether ``rule`` alerts within 3 logged steps of ``jump`` added to the loss at ``at``."""
+    spiked = list(losses)
+    spiked[at] += jump
+    found = [a.step for i, v in enumerate(spiked) for a in rule.check(_step(i, v))]
+    return any(at <= step <= at + 2 for step in found if step is not None)
 
 
 def _step(step: int, loss: float) -> dict[str, Any]:
@@ -169,9 +212,36 @@ def speedtronic_with_rules(d: Path) -> tuple[Callable[[dict[str, Any]], None], C
     return lambda payload: logger.emit("train_step", payload), logger.close
 
 
+def cpu_interleaved(
+    candidates: dict[str, Any], events: int, rounds: int, make: Callable[[int], dict[str, Any]]
+) -> bench.Samples:
+    """CPU microseconds per event (``time.process_time``: this process's user and system time) of
+    each candidate in each round, rounds interleaved as ``bench.interleaved`` does. On a shared
+    machine the wall clock also counts the time the process waited for a core, which grows both
+    sides of a difference alike but not the difference's share: an absolute cost is read in CPU time."""
+    samples: bench.Samples = {name: [] for name in candidates}
+    with tempfile.TemporaryDirectory() as tmp:
+        live = {name: setup(Path(tmp)) for name, setup in candidates.items()}
+        for r in range(rounds):
+            for name in bench.rotated(list(live), r):
+                emit = live[name][0]
+                payloads = [make(i) for i in range(events)]
+                t0 = time.process_time()
+                for payload in payloads:
+                    emit(payload)
+                samples[name].append((time.process_time() - t0) / events * 1e6)
+        for _emit, close in live.values():
+            close()
+    return samples
+
+
 def goal_emit_cost(report: bench.Report, events: int, rounds: int) -> None:
     print(f"\n[4] per-event cost, 6 keys (median of {rounds} interleaved rounds x {events} events)")
     varied = [1.2345 + 0.01 * math.sin(i) for i in range(97)]  # a loss that moves: the rules' real work
+
+    def make(i: int) -> dict[str, Any]:
+        return dict(bench.PAYLOAD, step=i, loss=varied[i % len(varied)])
+
     samples = bench.interleaved(
         {
             "speedtronic, alerts off": bench.speedtronic_logger,
@@ -181,17 +251,25 @@ def goal_emit_cost(report: bench.Report, events: int, rounds: int) -> None:
         },
         events,
         rounds,
-        make=lambda i: dict(bench.PAYLOAD, step=i, loss=varied[i % len(varied)]),
+        make=make,
     )
     for name, values in samples.items():
-        print(f"    {name:28s} {statistics.median(values):8.2f} µs")
-    more = statistics.median(
-        a - b
-        for a, b in zip(
-            samples["speedtronic, default rules"], samples["speedtronic, alerts off"], strict=True
-        )
+        print(f"    {name:28s} {statistics.median(values):8.2f} µs (wall clock)")
+    cpu = cpu_interleaved(
+        {
+            "speedtronic, alerts off": bench.speedtronic_logger,
+            "speedtronic, default rules": speedtronic_with_rules,
+        },
+        events,
+        rounds,
+        make,
     )
-    report.goal("default rules: added cost per 6-key emit", f"{more:+.2f} µs", "<= 2 µs", more <= 2.0)
+    for name, values in cpu.items():
+        print(f"    {name:28s} {statistics.median(values):8.2f} µs (CPU time)")
+    wall = _added(samples)
+    more = _added(cpu)
+    print(f"    (added by the default rules: {wall:+.2f} µs wall clock, {more:+.2f} µs CPU time)")
+    report.goal("default rules: added CPU time per 6-key emit", f"{more:+.2f} µs", "<= 2 µs", more <= 2.0)
     to_chain = bench.ratio(samples, "speedtronic, default rules", "plain chain + stat")
     report.goal(
         "default rules / plain chain + stat (like for like)", f"{to_chain:.2f}x", "<= 0.9x", to_chain <= 0.9
@@ -203,6 +281,12 @@ def goal_emit_cost(report: bench.Report, events: int, rounds: int) -> None:
     off = bench.ratio(samples, "speedtronic, alerts off", "plain chain + stat")
     off_stdlib = bench.ratio(samples, "speedtronic, alerts off", "stdlib logging (watched)")
     print(f"    (alerts off: {off:.2f}x the chain + stat, {off_stdlib:.2f}x stdlib)")
+
+
+def _added(samples: bench.Samples) -> float:
+    """The median over rounds of the default rules' time minus alerts off's, in the same round."""
+    on, off = samples["speedtronic, default rules"], samples["speedtronic, alerts off"]
+    return statistics.median(a - b for a, b in zip(on, off, strict=True))
 
 
 def main() -> int:

@@ -55,7 +55,7 @@ def _keys(keys: str | Iterable[str] | None, default: Sequence[str], rule: str) -
     return chosen
 
 
-def _events(events: str | Iterable[str] | None, rule: str) -> frozenset[str] | None:
+def _event_names(events: str | Iterable[str] | None, rule: str) -> frozenset[str] | None:
     if events is None:
         return None
     chosen = frozenset((events,) if isinstance(events, str) else events)
@@ -88,7 +88,7 @@ class NonFinite:
     keys, ``LOSS_KEYS``) of ``events`` (default ``train_step`` and ``eval``: a summary at the end, such
     as Hugging Face's ``train_loss`` in ``train_end``, repeats what was alerted; ``None``: every event)."""
 
-    __slots__ = ("_bad", "_events", "cooldown", "keys", "name")
+    __slots__ = ("_bad", "cooldown", "events", "keys", "name")
 
     def __init__(
         self,
@@ -100,13 +100,13 @@ class NonFinite:
     ) -> None:
         self.name = name
         self.keys = _keys(keys, LOSS_KEYS, "NonFinite")
-        self._events = _events(events, "NonFinite")
+        self.events = _event_names(events, "NonFinite")
         self.cooldown = cooldown
         self._bad: set[tuple[Any, str]] = set()  # (event, key) non-finite at its last record
 
     def check(self, record: Mapping[str, Any]) -> Sequence[Alert]:
         event = record.get("event")
-        if self._events is not None and event not in self._events:
+        if self.events is not None and event not in self.events:
             return _NOTHING
         onset: list[tuple[str, float]] | None = None
         bad = self._bad
@@ -164,7 +164,7 @@ class Spike:
     series does not alert on its last digit. A steady trend, up or down, never alerts: the newest
     value of a straight line is 1.7 standard deviations from its window's mean."""
 
-    __slots__ = ("_events", "_k2", "_watched", "cooldown", "k", "keys", "min_std", "name", "warmup",
+    __slots__ = ("_k2", "_watched", "cooldown", "events", "k", "keys", "min_std", "name", "warmup",
                  "window")  # fmt: skip
 
     def __init__(
@@ -186,19 +186,19 @@ class Spike:
         self.window = _positive_int(window, "Spike", "window", 2)
         self.warmup = _positive_int(warmup, "Spike", "warmup", 2)
         self.min_std = _positive(min_std, "Spike", "min_std")
-        self._events = _events(events, "Spike")
+        self.events = _event_names(events, "Spike")
         self.cooldown = cooldown
         self._watched = [(key, _Window(self.window), is_rate(key)) for key in self.keys]
 
     def check(self, record: Mapping[str, Any]) -> Sequence[Alert]:
-        if self._events is not None and record.get("event") not in self._events:
+        if self.events is not None and record.get("event") not in self.events:
             return _NOTHING
         found: list[Alert] | None = None
         warmup, k2, floor = self.warmup, self._k2, self.min_std
         for key, window, down in self._watched:
             value = record.get(key)
             if value is None:
-                continue
+                continue  # a key the record doesn't have: one lookup, nothing else
             kind = type(value)
             if (kind is not float and kind is not int) or not _NEG_INF < value < _INF:
                 continue  # not a number, or not finite (NonFinite's)
@@ -209,19 +209,25 @@ class Spike:
                 mean = total / n
                 deviation = mean - value if down else value - mean
                 if deviation > 0.0:
+                    variance = squares / n - mean * mean
                     least = floor * mean
-                    if deviation * deviation > k2 * max(squares / n - mean * mean, least * least):
-                        found = found or []
+                    if least * least > variance:
+                        variance = least * least
+                    if deviation * deviation > k2 * variance:
+                        found = found if found is not None else []
                         found.append(self._alert(key, float(value), window, down, record))
-            # the window takes the value (_Window.add, inline: this runs for every logged step)
+            # the window takes the value (_Window's running sums, inline: this runs for every
+            # logged step; O(1): the value in, the oldest out)
             values.append(value)
             if n >= window.size:
                 old = values.popleft()
                 window.total, window.squares = total + value - old, squares + value * value - old * old
             else:
                 window.total, window.squares = total + value, squares + value * value
-            window.fresh += 1
-            if window.fresh >= _EXACT_EVERY:
+            fresh = window.fresh + 1
+            if fresh < _EXACT_EVERY:
+                window.fresh = fresh
+            else:
                 window.exact()
         return found or _NOTHING
 
@@ -245,7 +251,7 @@ class ThroughputDrop:
     (``is_rate``) of a ``train_step``; the window holds the last ``window`` values, ``warmup`` of
     them before it can fire."""
 
-    __slots__ = ("_below", "_events", "_keys", "_sorted", "_windows", "consecutive", "cooldown",
+    __slots__ = ("_below", "_keys", "_sorted", "_windows", "consecutive", "cooldown", "events",
                  "fraction", "keys", "name", "warmup", "window")  # fmt: skip
 
     def __init__(
@@ -268,14 +274,14 @@ class ThroughputDrop:
         self.consecutive = _positive_int(consecutive, "ThroughputDrop", "consecutive")
         self.window = _positive_int(window, "ThroughputDrop", "window", 2)
         self.warmup = _positive_int(warmup, "ThroughputDrop", "warmup")
-        self._events = _events(events, "ThroughputDrop")
+        self.events = _event_names(events, "ThroughputDrop")
         self.cooldown = cooldown
         self._windows: dict[str, deque[float]] = {}
         self._sorted: dict[str, list[float]] = {}
         self._below: dict[str, int] = {}
 
     def check(self, record: Mapping[str, Any]) -> Sequence[Alert]:
-        if self._events is not None and record.get("event") not in self._events:
+        if self.events is not None and record.get("event") not in self.events:
             return _NOTHING
         keys: Iterable[str] = self.keys if self.keys is not None else [k for k in record if is_rate(k)]
         found: list[Alert] = []
@@ -331,7 +337,7 @@ class Memory:
     ``torch.cuda.memory_stats`` on the host, no device sync); ``memory_bytes`` wherever an
     accelerator is in use."""
 
-    __slots__ = ("_counts", "_events", "_run", "_start", "climb", "cooldown", "name", "rise")
+    __slots__ = ("_counts", "_run", "_start", "climb", "cooldown", "events", "name", "rise")
 
     reads_allocator = True
     """The logger adds ``alloc_retries`` and ``ooms`` to its records when a rule says so."""
@@ -348,14 +354,14 @@ class Memory:
         self.name = name
         self.climb = _positive_int(climb, "Memory", "climb", 2)
         self.rise = _positive(rise, "Memory", "rise")
-        self._events = _events(events, "Memory")
+        self.events = _event_names(events, "Memory")
         self.cooldown = cooldown
         self._counts: dict[str, int] = {}
         self._run = 0  # logged steps in a row without a fall of memory_bytes
         self._start = 0.0  # memory_bytes where that run began
 
     def check(self, record: Mapping[str, Any]) -> Sequence[Alert]:
-        if self._events is not None and record.get("event") not in self._events:
+        if self.events is not None and record.get("event") not in self.events:
             return _NOTHING
         found: list[Alert] = []
         for key, severity, what in _COUNTERS:
@@ -399,7 +405,7 @@ class Threshold:
     """A key above ``above`` or below ``below``: one alert (``severity``) when it crosses, again once
     it has come back. In every event, or those of ``events``."""
 
-    __slots__ = ("_events", "_out", "above", "below", "cooldown", "key", "name", "severity")
+    __slots__ = ("_out", "above", "below", "cooldown", "events", "key", "name", "severity")
 
     def __init__(
         self,
@@ -424,7 +430,7 @@ class Threshold:
         self.above = None if above is None else float(above)
         self.below = None if below is None else float(below)
         self.severity = _severity(severity, "Threshold")
-        self._events = _events(events, "Threshold")
+        self.events = _event_names(events, "Threshold")
         self.cooldown = cooldown
         self._out = False
 
@@ -432,7 +438,7 @@ class Threshold:
         value = _number(record.get(self.key))
         if value is None:
             return _NOTHING
-        if self._events is not None and record.get("event") not in self._events:
+        if self.events is not None and record.get("event") not in self.events:
             return _NOTHING
         side, bound = None, None
         if self.above is not None and value > self.above:

@@ -72,19 +72,28 @@ class Alert:
 class Rule(Protocol):
     """A rule: ``name`` (the ``rule`` of its alerts) and ``check``, a record in, its alerts out.
 
-    ``cooldown`` (steps), when a rule has it, replaces ``DEFAULT_COOLDOWN`` for that rule."""
+    ``cooldown`` (steps), when a rule has it, replaces ``DEFAULT_COOLDOWN`` for that rule. ``events``
+    (event names), when a rule has it and it is not ``None``, says which records the rule reads: a
+    ``RuleSet`` calls the rule on those events' records only (the built-in rules have it)."""
 
     name: str
 
     def check(self, record: Mapping[str, Any]) -> Iterable[Alert]: ...
 
 
+_Indexed = tuple[tuple[int, Rule], ...]
+_NONE: tuple[Alert, ...] = ()
+
+
 class RuleSet:
     """Rules run in order on each record, each alert kept unless its rule alerted on the same key less
     than the rule's cooldown (steps) ago. A rule that raises is counted in ``errors`` and warned about
-    once (``LoggingFailureWarning``); the other rules still run."""
+    once (``LoggingFailureWarning``); the other rules still run.
 
-    __slots__ = ("_at", "_cooldowns", "_last", "errors", "rules")
+    Which rules read which event is decided here, once: a record goes to the rules whose ``events``
+    name its event and to those without ``events``, and to no other."""
+
+    __slots__ = ("_at", "_cooldowns", "_every", "_last", "_reading", "errors", "rules")
 
     def __init__(self, rules: Iterable[Rule]) -> None:
         self.rules: tuple[Rule, ...] = tuple(rules)
@@ -100,29 +109,43 @@ class RuleSet:
                 raise ValueError(
                     f"rule {rule.name!r}: cooldown must be an int >= 0 (steps), got {cooldown!r}"
                 )
+        events = [_events_of(rule) for rule in self.rules]
+        indexed = tuple(enumerate(self.rules))
+        self._every: _Indexed = tuple(pair for pair in indexed if events[pair[0]] is None)
+        """The rules of a record whose event no rule names."""
+        named = {event for chosen in events if chosen is not None for event in chosen}
+        self._reading: dict[str, _Indexed] = {
+            event: tuple(pair for pair in indexed if (chosen := events[pair[0]]) is None or event in chosen)
+            for event in named
+        }
+        """The rules of each event some rule names, in rule order."""
         self._cooldowns = tuple(cooldowns)
         self._last: dict[tuple[int, str | None], int] = {}
         self._at = 0  # the last step seen: where an alert without a step happened
         self.errors: dict[str, int] = {}
         """Failures per rule name."""
 
-    def check(self, record: Mapping[str, Any]) -> list[Alert]:
-        """The alerts ``record`` raises, after cooldown; in rule order."""
+    def check(self, record: Mapping[str, Any]) -> Sequence[Alert]:
+        """The alerts ``record`` raises, after cooldown; in rule order (an empty tuple, shared, when
+        none does: the usual case costs no allocation)."""
         step = record.get("step")
         if type(step) is int:
             self._at = step
-        raised: list[Alert] = []
-        for index, rule in enumerate(self.rules):
+        event = record.get("event")
+        rules = self._reading.get(event, self._every) if isinstance(event, str) else self._every
+        raised: list[Alert] | None = None
+        for index, rule in rules:
             try:
                 found = rule.check(record)
                 if not found:
                     continue
                 for alert in found:
                     if self._admits(index, alert):
+                        raised = raised if raised is not None else []
                         raised.append(alert)
             except Exception as error:
                 self._failed(rule, error)
-        return raised
+        return raised if raised is not None else _NONE
 
     def _admits(self, index: int, alert: Alert) -> bool:
         at = alert.step if alert.step is not None else self._at
@@ -151,3 +174,14 @@ class RuleSet:
 def as_rule_set(alerts: RuleSet | Sequence[Rule] | Iterable[Rule]) -> RuleSet:
     """``alerts`` as a ``RuleSet`` (one given is used as it is: its state is the run's)."""
     return alerts if isinstance(alerts, RuleSet) else RuleSet(alerts)
+
+
+def _events_of(rule: Rule) -> frozenset[str] | None:
+    """The events ``rule`` reads (its ``events``), or ``None`` for every event."""
+    events = getattr(rule, "events", None)
+    if events is None:
+        return None
+    chosen = [events] if isinstance(events, str) else list(events) if isinstance(events, Iterable) else []
+    if not chosen or not all(isinstance(name, str) and name for name in chosen):
+        raise ValueError(f"rule {rule.name!r}: events must be event names or None, got {events!r}")
+    return frozenset(chosen)

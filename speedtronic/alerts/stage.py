@@ -9,18 +9,19 @@ stock structlog chain, give it ``on_alert``: it is called with each alert's fiel
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from structlog.typing import EventDict, WrappedLogger
 
 from speedtronic.alerts.rule import Alert, Rule, RuleSet, as_rule_set
-from speedtronic.record import is_own_record
+from speedtronic.events import Event
+from speedtronic.record import NOTE_KEY, is_own_note
 
 __all__ = ["ALERT", "AlertWatch", "CheckAlerts", "alert_fields", "derive_alerts"]
 
-ALERT = "alert"
-"""The event name of an alert's record."""
+ALERT: str = Event.ALERT.value
+"""The event name of an alert's record (the catalog's ``Event.ALERT``, as a plain ``str``)."""
 
 _RANK_KEYS = ("rank", "world_size")
 
@@ -50,10 +51,11 @@ class CheckAlerts:
         self.last: Alert | None = None
         """The latest alert raised."""
 
-    def check(self, record: Mapping[str, Any]) -> list[Alert]:
+    def check(self, record: Mapping[str, Any]) -> Sequence[Alert]:
         """The alerts ``record`` raises (none for an ``alert`` or the logger's own record)."""
-        if record.get("event") == ALERT or is_own_record(record):
-            return []
+        note = record.get(NOTE_KEY)  # a record has a note only when it has something to say
+        if (note is not None and is_own_note(note)) or record.get("event") == ALERT:
+            return ()
         alerts = self.rules.check(record)
         if alerts:
             self.raised += len(alerts)

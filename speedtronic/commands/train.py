@@ -421,7 +421,7 @@ def _die_with_parent(signum: int) -> None:
 
 def _first_line(error: BaseException) -> str:
     """The first line of ``error``'s message, redacted (``redact_exception``): it goes to stderr."""
-    from speedtronic.processors.redact import redact_exception
+    from speedtronic.record.secrets import redact_exception
 
     text = redact_exception(error).message.strip()
     return text.splitlines()[0] if text else ""

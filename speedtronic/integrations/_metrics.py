@@ -108,21 +108,21 @@ class TrainSpan:
         self._last = payload.get("step", self._last)
         self._loss = next((payload[name] for name in LOSS_KEYS if name in payload), self._loss)
 
-    def end(self, logger: MetricLogger, status: str) -> None:
-        """Emit ``train_end`` with ``status`` (``completed``, ``failed``, ``interrupted``) if training
-        is under way: ``step`` and ``final_loss`` are the last ``train_step``'s, ``duration_s`` the
-        time since ``train_start``."""
+    def end(self, logger: MetricLogger, status: str, reason: str | None = None) -> None:
+        """Emit ``train_end`` with ``status`` (``completed``, ``failed``, ``interrupted``, ``stopped``
+        with the alert's message as ``reason``) if training is under way: ``step`` and ``final_loss``
+        are the last ``train_step``'s, ``duration_s`` the time since ``train_start``."""
         if self._started is None:
             return
-        logger.emit(
-            Event.TRAIN_END,
-            {
-                "step": self._last,
-                "duration_s": round(time.perf_counter() - self._started, 6),
-                "final_loss": self._loss,
-                "status": status,
-            },
-        )
+        payload = {
+            "step": self._last,
+            "duration_s": round(time.perf_counter() - self._started, 6),
+            "final_loss": self._loss,
+            "status": status,
+        }
+        if reason is not None:
+            payload["reason"] = reason
+        logger.emit(Event.TRAIN_END, payload)
         self._started = None
 
 

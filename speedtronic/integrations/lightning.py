@@ -20,8 +20,9 @@ What Lightning hands a logger and the records it becomes:
 - ``after_save_checkpoint``: ``checkpoint`` (``step``: ``trainer.global_step``, as in the file's name;
   ``path`` of the file ``ModelCheckpoint`` wrote).
 - ``finalize(status)``: after a ``fit()``, ``train_end`` (``status``: Lightning's ``success`` is
-  ``completed``, ``failed`` is ``failed``, ``finished``, a signal, is ``interrupted``; ``final_loss``:
-  the last training loss); then the ``MetricLogger`` is flushed (its hooks' output on disk), not
+  ``completed``, or ``stopped`` with the alert's message as ``reason`` when ``StopOnAlert`` stopped
+  it; ``failed`` is ``failed``, ``finished``, a signal, is ``interrupted``; ``final_loss``: the last
+  training loss); then the ``MetricLogger`` is flushed (its hooks' output on disk), not
   closed, so its hooks (TensorBoard, W&B) get a later ``trainer.validate()`` or ``test()`` too, as
   Lightning's own loggers do.
 
@@ -104,6 +105,9 @@ class SpeedtronicLogger(Logger):
         self._save_dir, self._name, self._version = os.fspath(save_dir), name, version
         self._span = TrainSpan()
         self._hyperparams: dict[str, Any] | None = None  # the last ones recorded
+        self.stopped_by: Alert | None = None
+        """The alert that stopped ``fit()`` (``StopOnAlert`` sets it): ``train_end`` then says
+        ``stopped``, with the alert's message as ``reason``, where Lightning says ``success``."""
 
     @property
     def save_dir(self) -> str:
@@ -172,7 +176,10 @@ class SpeedtronicLogger(Logger):
     def finalize(self, status: str) -> None:
         if self._logger is None or self._logger.closed:
             return
-        self._span.end(self._logger, _STATUS.get(status, status))
+        if status == "success" and self.stopped_by is not None:
+            self._span.end(self._logger, "stopped", reason=self.stopped_by.message)
+        else:
+            self._span.end(self._logger, _STATUS.get(status, status))
         self._logger.flush(FLUSH_TIMEOUT_S)
 
 
@@ -232,6 +239,9 @@ class StopOnAlert(Callback):
         if fired is not None:
             self.alert = fired
             trainer.should_stop = True
+            for logger in trainer.loggers:  # their train_end says stopped, and why
+                if isinstance(logger, SpeedtronicLogger):
+                    logger.stopped_by = fired
 
     def on_train_batch_end(
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int

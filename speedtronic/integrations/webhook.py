@@ -32,6 +32,7 @@ from typing import Any
 from speedtronic._version import __version__
 from speedtronic.checks import check_count, check_seconds
 from speedtronic.errors import HookFailureWarning
+from speedtronic.events import Event
 from speedtronic.integrations.structlog import exception_text
 from speedtronic.lifecycle import close_loggers_first_at_exit
 from speedtronic.processors.redact import Redact
@@ -55,7 +56,7 @@ def alert_text(record: Mapping[str, Any], name: str | None = None) -> str:
     """The one-line text of a record: ``[name] WARNING spike (rank 1): <message>`` for an alert,
     ``[name] <event>: key=value ...`` for any other event."""
     prefix = f"[{name}] " if name else ""
-    if record.get("event") != "alert":
+    if record.get("event") != Event.ALERT:
         return f"{prefix}{record.get('event')}:{format_fields(record, skip=_NOT_IN_TEXT)}"
     severity = str(record.get("severity", "warning")).upper()
     rank = f" (rank {record['rank']})" if record.get("rank") is not None else ""
@@ -120,7 +121,7 @@ class WebhookHook:
         url: str | None = None,
         *,
         url_env: str | None = None,
-        events: Collection[str] = ("alert",),
+        events: Collection[str] = (Event.ALERT,),
         name: str | None = None,
         headers: Mapping[str, str] | None = None,
         timeout_s: float = 5.0,

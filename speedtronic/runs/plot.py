@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from speedtronic.events import Event
 from speedtronic.extras import require
 from speedtronic.runs.reader import RankChoice, Record, RunClock, Skipped, as_number, read_records, run_files
-from speedtronic.runs.recorded_alerts import ALERT_EVENT, AlertMark, alert_mark
+from speedtronic.runs.recorded_alerts import AlertMark, alert_mark
 from speedtronic.runs.roles import Roles, eval_split
 
 __all__ = [
@@ -310,7 +311,7 @@ def _collect(
     clock = RunClock()
     for record in read_records(path, skipped, rank=rank):
         since_start = clock.add(record)  # every record: a segment's time counts even without points
-        if record.event == ALERT_EVENT and alerts is not None:
+        if record.event == Event.ALERT and alerts is not None:
             _add_mark(alerts, record, label, x, since_start)
         if record.event not in events:
             continue

@@ -14,13 +14,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from speedtronic.events import Event
 from speedtronic.record.text import quote
 from speedtronic.runs.reader import Record
 
-__all__ = ["ALERT_EVENT", "AlertCount", "AlertMark", "RecordedAlerts", "alert_mark", "alert_rows"]
-
-ALERT_EVENT = "alert"
-"""The event name of an alert record."""
+__all__ = ["AlertCount", "AlertMark", "RecordedAlerts", "alert_mark", "alert_rows"]
 
 _SEVERITY_ORDER = {"warning": 0, "error": 1}
 _MISSING = "-"
@@ -156,7 +154,7 @@ class AlertMark:
 def alert_mark(record: Record, run: str, at: float | None = None) -> AlertMark | None:
     """The mark of an ``alert`` record: at ``at`` when given (its time on an ``elapsed_s`` axis), else
     at its step; ``None`` for another event, or an alert without a whole-number step to place it."""
-    if record.event != ALERT_EVENT:
+    if record.event != Event.ALERT:
         return None
     payload = record.payload
     if at is None:

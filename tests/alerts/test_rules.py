@@ -216,6 +216,51 @@ class TestRuleSet:
         with pytest.raises(TypeError, match="alerts\\[0\\]"):
             RuleSet([lambda record: []])  # type: ignore[list-item]  # the mistake under test
 
+    def test_a_rule_reads_only_the_events_it_names(self) -> None:
+        """A rule with ``events`` is called on those events' records only; one without, on every record."""
+        journal: list[str] = []
+
+        class Journal:
+            def __init__(self, name: str, events: tuple[str, ...] | None) -> None:
+                self.name, self.events = name, events
+
+            def check(self, record: Mapping[str, Any]) -> list[Alert]:
+                journal.append(f"{self.name} {record.get('event')}")
+                return []
+
+        rules = RuleSet(
+            [Journal("evals", ("eval",)), Journal("all", None), Journal("steps", ("train_step",))]
+        )
+        for record in [step(1, loss=1.0), {"event": "eval", "step": 1}, {"event": "epoch"}, {"step": 2}]:
+            rules.check(record)
+        assert journal == [
+            "all train_step",
+            "steps train_step",
+            "evals eval",
+            "all eval",
+            "all epoch",
+            "all None",
+        ]
+
+    def test_events_that_are_not_event_names_are_refused_up_front(self) -> None:
+        """A rule whose ``events`` holds no event names: ValueError naming the rule."""
+
+        class Odd:
+            name = "odd"
+            events = (1, 2)
+
+            def check(self, record: Mapping[str, Any]) -> list[Alert]:
+                return []
+
+        with pytest.raises(ValueError, match="rule 'odd': events must be event names"):
+            RuleSet([Odd()])
+
+    def test_built_in_rules_say_which_events_they_read(self) -> None:
+        """The built-in rules' ``events``: what their ``events=`` argument chose."""
+        assert Spike().events == frozenset({"train_step"})
+        assert NonFinite().events == frozenset({"train_step", "eval"})
+        assert Threshold("loss", above=1).events is None
+
     def test_a_user_rule_is_a_rule(self) -> None:
         """A class with name and check is a Rule (runtime-checkable Protocol)."""
         assert isinstance(Spike(), Rule)

@@ -102,6 +102,22 @@ class NaNModule(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
+class FiniteModule(pl.LightningModule):
+    """A tiny regressor whose loss stays finite."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], index: int) -> torch.Tensor:
+        loss = torch.nn.functional.mse_loss(self.linear(batch[0]).squeeze(-1), batch[1])
+        self.log("train_loss", loss)
+        return loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
 class TestLightning:
     def test_a_nan_stops_fit_through_trainer_should_stop(self, tmp_path: Path) -> None:
         """SpeedtronicLogger builds its MetricLogger with the default rules; StopOnAlert sets
@@ -121,6 +137,41 @@ class TestLightning:
         assert stop.alert is not None
         assert NAN_FROM <= trainer.global_step <= NAN_FROM + 1  # the step logged, then the stop
         assert max(steps) < 40
+
+    def test_train_end_says_stopped_with_the_alert_as_reason(self, tmp_path: Path) -> None:
+        """After StopOnAlert stopped fit(), train_end's status is stopped and its reason the alert's
+        message (Lightning itself calls that ending a success)."""
+        logger = SpeedtronicLogger(save_dir=tmp_path, stream=io.StringIO())
+        stop = StopOnAlert(logger)
+        x = torch.randn(256, 4, generator=torch.Generator().manual_seed(0))
+        trainer = pl.Trainer(
+            max_steps=40, log_every_n_steps=1, accelerator="cpu", devices=1, logger=logger, callbacks=[stop],
+            enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+            default_root_dir=str(tmp_path),
+        )  # fmt: skip
+        trainer.fit(NaNModule(), DataLoader(TensorDataset(x, x.sum(-1)), batch_size=4))
+        logger.experiment.close()
+        (end,) = [r for r in read_jsonl(Path(logger.log_dir) / "metrics.jsonl") if r["event"] == "train_end"]
+        assert stop.alert is not None
+        assert (end["status"], end["reason"]) == ("stopped", stop.alert.message)
+        assert end["step"] == trainer.global_step
+
+    def test_a_fit_that_ran_to_its_end_is_completed(self, tmp_path: Path) -> None:
+        """StopOnAlert on a run without alerts changes nothing: train_end says completed, no reason."""
+        logger = SpeedtronicLogger(save_dir=tmp_path, stream=io.StringIO())
+        stop = StopOnAlert(logger)
+        x = torch.randn(64, 4, generator=torch.Generator().manual_seed(0))
+        trainer = pl.Trainer(
+            max_steps=6, log_every_n_steps=1, accelerator="cpu", devices=1, logger=logger, callbacks=[stop],
+            enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+            default_root_dir=str(tmp_path),
+        )  # fmt: skip
+        trainer.fit(FiniteModule(), DataLoader(TensorDataset(x, x.sum(-1)), batch_size=4))
+        logger.experiment.close()
+        (end,) = [r for r in read_jsonl(Path(logger.log_dir) / "metrics.jsonl") if r["event"] == "train_end"]
+        assert stop.alert is None
+        assert end["status"] == "completed"
+        assert "reason" not in end
 
 
 class TestTorchtune:
