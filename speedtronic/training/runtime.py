@@ -497,6 +497,7 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
                 eval_data=task.held_out(train["eval_batches"]) if train["eval_every"] else None,
                 eval_every=train["eval_every"],
                 resume_group=start_group,
+                peak_flops=train["peak_flops"],
             )
             trainer.at_fit_start.insert(0, _train_at(train["lr"]))
             monitor = _system_monitor(config["logging"]["system_interval_s"], logger, rank)
