@@ -208,6 +208,12 @@ class TrainEndPayload(_TrainEndRequired, total=False):
     """How ``fit()`` ended: reached its target, stopped by the user (Ctrl-C, SIGTERM), or raised."""
     error: str
     """``failed`` and ``interrupted``: the exception, on one line (``"DistBackendError: ..."``)."""
+    peak_allocated_bytes: int
+    """CUDA: the most memory tensors held at once (the caching allocator's peak)."""
+    peak_reserved_bytes: int
+    """CUDA: the most memory the caching allocator held from the device at once."""
+    alloc_retries: int
+    """CUDA: allocations that failed, freed the allocator's cache and were tried again."""
 
 
 class _CompileRequired(TypedDict):

@@ -349,7 +349,11 @@ class Trainer:
         }
         self._ended = True
         with contextlib.suppress(Exception):  # the error on its way is the one to report
-            self.emit(Event.TRAIN_END, payload, level="warning" if interrupted else "error")
+            self.emit(
+                Event.TRAIN_END,
+                {**payload, **_memory_peaks(self.device)},
+                level="warning" if interrupted else "error",
+            )
             self.logger.flush()
 
     def _fit(self, started: float) -> FitResult:
@@ -451,6 +455,7 @@ class Trainer:
                 "samples_per_s": result.samples_per_s,
                 "tokens_per_s": result.tokens_per_s,
                 "status": "completed",
+                **_memory_peaks(self.device),
             },
         )
         self._ended = True
@@ -800,6 +805,19 @@ class Trainer:
         """Log ``payload`` (at ``level``, default the catalog's); whether the logger's cadence kept it.
         Thread-safe."""
         return self.logger.emit(event, payload, level=level)
+
+
+def _memory_peaks(device: torch.device) -> dict[str, int]:
+    """The CUDA caching allocator's peaks since the process started, and its retries (a cudaMalloc
+    that failed, freed the cache and tried again): read from its counters, no device sync."""
+    if device.type != "cuda":
+        return {}
+    stats = torch.cuda.memory_stats(device)
+    return {
+        "peak_allocated_bytes": int(stats.get("allocated_bytes.all.peak", 0)),
+        "peak_reserved_bytes": int(stats.get("reserved_bytes.all.peak", 0)),
+        "alloc_retries": int(stats.get("num_alloc_retries", 0)),
+    }
 
 
 def _device_peak(device: torch.device, precision: str) -> float | None:

@@ -1,0 +1,151 @@
+"""Goodput, throughput and MFU read back from real runs of the reference trainer (`run_health`)."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from speedtronic.runs.health import run_health
+from tests.training.test_run_dirs import ROOT, records, train, write_config
+from tests.training.test_rundir import WAIT_AT, wait_for
+
+pytest.importorskip("torch")
+
+
+def _killed_at(tmp_path: Path, step: int, ready: str, *args: str) -> None:
+    """`speedtronic train ARGS` paused inside ``step``, then SIGKILLed there."""
+    hook = {"type": WAIT_AT, "event": "train_step", "step": step, "ready": ready, "go": "never"}
+    config = write_config(
+        tmp_path / f"{ready}.yaml",
+        logging={"hooks": [hook]},
+        train={"steps": 24, "checkpoint_every": 5, "eval_every": 10},
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "speedtronic", "train", "--no-progress", "--config", str(config)]
+    process = subprocess.Popen(
+        [*command, *args], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        wait_for(tmp_path / ready, process)
+        process.send_signal(signal.SIGKILL)
+    finally:
+        process.communicate(timeout=180)
+    assert process.returncode == -signal.SIGKILL
+
+
+@pytest.fixture(scope="module")
+def killed_twice(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 24-step run (checkpoints every 5) SIGKILLed in step 8, resumed, killed in 17, resumed to the end."""
+    tmp_path = tmp_path_factory.mktemp("killed")
+    _killed_at(tmp_path, 8, "ready1", "--run-dir", "r")
+    _killed_at(tmp_path, 17, "ready2", "--run-dir", "r", "--resume")
+    config = write_config(tmp_path / "end.yaml", train={"steps": 24, "checkpoint_every": 5, "eval_every": 10})
+    done = train("--config", config, "--run-dir", "r", "--resume", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    return tmp_path / "r"
+
+
+class TestGoodput:
+    def test_the_run_has_three_segments(self, killed_twice: Path) -> None:
+        """The fixture is what it says: started at 0, resumed from steps 5 and 15."""
+        starts = [r["start_step"] for r in records(killed_twice) if r["event"] == "train_start"]
+        assert starts == [0, 5, 15]
+
+    def test_the_parts_add_up_to_the_wall_time(self, killed_twice: Path) -> None:
+        """The parts (productive, start-up, restarts, checkpoints, eval, data, other) sum to the wall time."""
+        health = run_health(killed_twice)
+        assert health.wall_s is not None
+        parts = health.as_dict()["parts_s"]
+        assert all(value >= 0 for value in parts.values()), parts
+        assert math.isclose(sum(parts.values()), health.wall_s, rel_tol=0.01)
+
+    def test_the_wall_time_is_first_start_to_last_record(self, killed_twice: Path) -> None:
+        """Wall time: from the first logger's start (timestamp less elapsed_s) to the last record."""
+        rows = records(killed_twice)
+        stamp = [_seconds(r["timestamp"]) for r in rows]
+        expected = stamp[-1] - (stamp[0] - rows[0]["elapsed_s"])
+        assert run_health(killed_twice).wall_s == pytest.approx(expected, abs=1e-5)
+
+    def test_steps_run_again_are_restart_time(self, killed_twice: Path) -> None:
+        """Steps 6-8 and 16-17, recorded before the kills and again after: restart time, not productive."""
+        health = run_health(killed_twice)
+        rows = records(killed_twice)
+        redone = [
+            r["step"] for r in rows if r["event"] == "train_step" and r["step"] <= _highest_before(rows, r)
+        ]
+        assert sorted(redone) == [6, 7, 8, 16, 17]
+        assert health.redone_steps == 5
+        assert health.steps == 24
+        assert health.restart_s >= _redone_time(rows) > 0
+
+    def test_goodput_is_productive_over_wall(self, killed_twice: Path) -> None:
+        """goodput = productive_s / wall_s; productive: the first runs' step times less data wait."""
+        health = run_health(killed_twice)
+        assert health.goodput == pytest.approx(health.productive_s / health.wall_s)  # type: ignore[operator]
+        firsts: dict[int, dict[str, Any]] = {}
+        for row in records(killed_twice):
+            if row["event"] == "train_step":
+                firsts.setdefault(row["step"], row)
+        productive = sum(r["step_time_s"] - r["data_wait_s"] for r in firsts.values())
+        assert health.productive_s == pytest.approx(productive)
+
+    def test_checkpoint_and_eval_time_are_their_records(self, killed_twice: Path) -> None:
+        """checkpoint_s sums every checkpoint's save_s; eval_s every eval's eval_s."""
+        rows = records(killed_twice)
+        health = run_health(killed_twice)
+        assert health.checkpoint_s == pytest.approx(
+            sum(r["save_s"] for r in rows if r["event"] == "checkpoint")
+        )
+        assert health.eval_s == pytest.approx(sum(r["eval_s"] for r in rows if r["event"] == "eval"))
+
+
+class TestMfu:
+    def test_mfu_is_the_formula_over_the_recorded_figures(self, killed_twice: Path) -> None:
+        """mfu = flops_per_token * tokens_per_s / peak_flops (torchtitan's, a fraction), from records."""
+        rows = records(killed_twice)
+        health = run_health(killed_twice, peak_flops=2e12)
+        (flops_per_token,) = {r["flops_per_token"] for r in rows if r["event"] == "train_start"}
+        tokens = max(r["tokens"] for r in rows if r["event"] == "train_step")
+        assert health.tokens_per_s == pytest.approx(tokens / (health.productive_s + health.data_wait_s))
+        assert health.mfu == pytest.approx(flops_per_token * health.tokens_per_s / 2e12)
+
+    def test_no_peak_on_a_cpu_no_mfu(self, killed_twice: Path) -> None:
+        """A CPU run records no peak: MFU is not shown unless one is given."""
+        assert run_health(killed_twice).mfu is None
+
+    def test_a_recorded_peak_is_used(self, tmp_path: Path) -> None:
+        """train.peak_flops in the config: the run's own records give its MFU."""
+        config = write_config(tmp_path / "c.yaml", train={"steps": 3, "peak_flops": 1e12})
+        assert train("--config", config, "--run-dir", "r", cwd=tmp_path).returncode == 0
+        health = run_health(tmp_path / "r")
+        assert health.peak_flops == 1e12
+        assert health.mfu == pytest.approx(health.flops_per_token * health.tokens_per_s / 1e12)  # type: ignore[operator]
+
+
+def _seconds(stamp: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def _highest_before(rows: list[dict[str, Any]], row: dict[str, Any]) -> int:
+    before = rows[: next(i for i, r in enumerate(rows) if r is row)]
+    return max((r["step"] for r in before if r["event"] == "train_step"), default=0)
+
+
+def _redone_time(rows: list[dict[str, Any]]) -> float:
+    seen: set[int] = set()
+    lost = 0.0
+    for row in rows:
+        if row["event"] == "train_step":
+            if row["step"] in seen:
+                lost += row["step_time_s"]
+            seen.add(row["step"])
+    return lost
