@@ -17,6 +17,7 @@ from speedtronic.commands._runs import (
     runs_in,
 )
 from speedtronic.commands.cli import CommandError
+from speedtronic.runs.health import format_health, run_health
 from speedtronic.runs.reader import RunError
 from speedtronic.runs.summary import available_workers, format_summaries, summarize_run
 
@@ -44,6 +45,18 @@ def add_parser(subparsers: Any) -> None:
         help="processes that read a run's files and parts of its large files at once (default: one per "
         "CPU this process may use; 1 reads in this process only)",
     )
+    parser.add_argument(
+        "--health",
+        action="store_true",
+        help="also where the time went (goodput), tokens/s, MFU, step time and memory, from the timing keys",
+    )
+    parser.add_argument(
+        "--peak-flops",
+        type=float,
+        default=None,
+        metavar="FLOPS",
+        help="the device's peak FLOP/s for MFU, over what the run recorded (e.g. 989e12: H100 bf16)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -54,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
     if args.workers is not None and args.workers < 1:
         raise CommandError(f"--workers: expected a positive integer, got {args.workers}")
     workers = args.workers if args.workers is not None else available_workers()
+    if args.peak_flops is not None and not args.peak_flops > 0:
+        raise CommandError(f"--peak-flops: expected a positive number of FLOP/s, got {args.peak_flops}")
     summaries, unreadable = [], []
     for path in runs_in(args.runs):
         try:
@@ -66,10 +81,20 @@ def run(args: argparse.Namespace) -> int:
         for problem in unreadable:
             print(f"speedtronic: {problem}", file=sys.stderr)
         raise CommandError(f"none of the {len(unreadable)} runs could be read")
+    rows = [s.as_dict() for s in summaries]
+    healths = []
+    if args.health:  # one rank's figures: the one asked for, else the first
+        one = rank if isinstance(rank, int) else "first"
+        for row, summary in zip(rows, summaries, strict=True):
+            health = run_health(summary.run, rank=one, peak_flops=args.peak_flops, roles=roles)
+            healths.append(health)
+            row["health"] = health.as_dict()
     if args.json:
-        print(orjson.dumps([s.as_dict() for s in summaries], option=orjson.OPT_INDENT_2).decode())
+        print(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode())
     else:
         print(format_summaries(summaries))
+        for health in healths:
+            print(format_health(health))
     sys.stdout.flush()  # the table first, then what was skipped, also on a terminal
     for summary in summaries:
         report_skipped(summary.run, summary.skipped)

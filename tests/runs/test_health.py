@@ -10,9 +10,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from speedtronic.runs.health import run_health
+from tests.runs.conftest import assert_one_line_error, speedtronic
 from tests.training.test_run_dirs import ROOT, records, train, write_config
 from tests.training.test_rundir import WAIT_AT, wait_for
 
@@ -127,6 +129,41 @@ class TestMfu:
         health = run_health(tmp_path / "r")
         assert health.peak_flops == 1e12
         assert health.mfu == pytest.approx(health.flops_per_token * health.tokens_per_s / 1e12)  # type: ignore[operator]
+
+
+class TestSummarizeHealth:
+    def test_json_carries_every_figure(self, killed_twice: Path) -> None:
+        """summarize --health --json: each run's object has a health object equal to run_health's."""
+        done = speedtronic(
+            "summarize", killed_twice, "--health", "--json", "--peak-flops", "2e12", cwd=killed_twice
+        )
+        assert done.returncode == 0, done.stderr
+        (row,) = orjson.loads(done.stdout)
+        expected = run_health(killed_twice, peak_flops=2e12).as_dict()
+        assert row["health"] == {**expected, "run": row["health"]["run"]}
+        assert {"goodput", "mfu", "tokens_per_s", "median_step_s", "parts_s"} <= row["health"].keys()
+
+    def test_the_table_names_the_parts(self, killed_twice: Path) -> None:
+        """summarize --health prints goodput, each part, tokens/s, and no MFU on a CPU."""
+        done = speedtronic("summarize", killed_twice, "--health", cwd=killed_twice)
+        assert done.returncode == 0, done.stderr
+        for part in (
+            "goodput",
+            "productive",
+            "startup",
+            "restart",
+            "checkpoint",
+            "eval",
+            "data_wait",
+            "other",
+        ):
+            assert part in done.stdout
+        assert "MFU            - (no peak FLOP/s recorded or given)" in done.stdout
+
+    def test_a_bad_peak_is_one_line(self, killed_twice: Path) -> None:
+        """--peak-flops 0: one line naming the option, exit 2."""
+        done = speedtronic("summarize", killed_twice, "--health", "--peak-flops", "0", cwd=killed_twice)
+        assert_one_line_error(done, "--peak-flops", "positive")
 
 
 def _seconds(stamp: str) -> float:
