@@ -18,7 +18,7 @@ from speedtronic.commands._runs import (
 )
 from speedtronic.commands.cli import CommandError
 from speedtronic.runs.health import format_health, run_health
-from speedtronic.runs.reader import RunError
+from speedtronic.runs.reader import RankChoice, RunError
 from speedtronic.runs.summary import available_workers, format_summaries, summarize_run
 
 __all__ = ["add_parser", "run"]
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     rows = [s.as_dict() for s in summaries]
     healths = []
     if args.health:  # one rank's figures: the one asked for, else the first
-        one = rank if isinstance(rank, int) else "first"
+        one: RankChoice = rank if isinstance(rank, int) else "first"
         for row, summary in zip(rows, summaries, strict=True):
             health = run_health(summary.run, rank=one, peak_flops=args.peak_flops, roles=roles)
             healths.append(health)
