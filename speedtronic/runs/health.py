@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import os
+import random
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -35,7 +36,16 @@ from typing import Any
 from speedtronic.runs.reader import RankChoice, Record, as_number, read_records
 from speedtronic.runs.roles import Roles
 
-__all__ = ["DEFAULT_WARMUP_STEPS", "RunHealth", "format_health", "run_health"]
+__all__ = [
+    "BOOTSTRAP_RESAMPLES",
+    "BOOTSTRAP_SEED",
+    "DEFAULT_WARMUP_STEPS",
+    "RunHealth",
+    "Slowdown",
+    "format_health",
+    "run_health",
+    "slowdown",
+]
 
 DEFAULT_WARMUP_STEPS = 5
 """Steps left out of ``step_times`` at the start of each segment (compilation, caches, allocator)."""
@@ -312,3 +322,56 @@ def format_health(health: RunHealth) -> str:
             memory += f", allocator retries {health.alloc_retries:.0f}"
         lines.append(memory)
     return "\n".join(lines)
+
+
+BOOTSTRAP_RESAMPLES = 1000
+BOOTSTRAP_SEED = 0
+
+
+@dataclass(frozen=True)
+class Slowdown:
+    """How much worse B is than A on one figure: ``ratio`` > 1 is worse (B's step time over A's, or
+    A's tokens/s over B's), with its 95% bootstrap interval ``low``-``high``."""
+
+    figure: str
+    ratio: float
+    low: float
+    high: float
+
+    def regressed(self, limit: float) -> bool:
+        """Whether B is worse by more than ``limit`` (0.05: 5%) at 95% confidence: the interval's
+        lower end is above ``1 + limit``."""
+        return self.low > 1 + limit
+
+
+def slowdown(
+    figure: str,
+    baseline: list[float],
+    candidate: list[float],
+    *,
+    higher_is_better: bool = False,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+) -> Slowdown | None:
+    """The ratio of the candidate's mean to the baseline's (inverted for a figure where more is
+    better), with a 95% percentile-bootstrap interval over the per-step values (each run resampled
+    on its own, ``random.Random(seed)``: the same runs give the same interval); ``None`` when either
+    run has fewer than 2 values."""
+    if len(baseline) < 2 or len(candidate) < 2:
+        return None
+    rng = random.Random(seed)
+    ratios = []
+    for _ in range(resamples):
+        a = math.fsum(rng.choices(baseline, k=len(baseline))) / len(baseline)
+        b = math.fsum(rng.choices(candidate, k=len(candidate))) / len(candidate)
+        ratios.append(_ratio(a, b, higher_is_better))
+    ratios.sort()
+    point = _ratio(
+        math.fsum(baseline) / len(baseline), math.fsum(candidate) / len(candidate), higher_is_better
+    )
+    return Slowdown(figure, point, ratios[int(0.025 * resamples)], ratios[int(0.975 * resamples) - 1])
+
+
+def _ratio(a: float, b: float, higher_is_better: bool) -> float:
+    numerator, denominator = (a, b) if higher_is_better else (b, a)
+    return numerator / denominator if denominator > 0 else math.inf
