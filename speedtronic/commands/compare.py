@@ -167,10 +167,6 @@ def _milliseconds(value: float | None) -> str:
     return "-" if value is None else f"{1000 * value:.3f} ms"
 
 
-def _milliseconds(value: float | None) -> str:
-    return "-" if value is None else f"{1000 * value:.3f} ms"
-
-
 def _percent(value: float | None, spec: str) -> str:
     return "-" if value is None else f"{100 * value:{spec}}%"
 
