@@ -35,7 +35,7 @@ def add_parser(subparsers: Any) -> None:
         "--max-regression",
         default=None,
         metavar="PCT",
-        help="the slowdown allowed, e.g. 5%% (or 0.05): exit 1 when a run is worse by more (95%% confidence)",
+        help="the slowdown allowed, e.g. 5%% or 0.05: exit 1 when a run is worse by more, at 95%% confidence",
     )
     parser.add_argument(
         "--warmup",
