@@ -1,7 +1,8 @@
 # The two commands a newcomer needs; each sets up its own virtualenv from scratch.
 #   make run    runs the main job (then `.venv/bin/speedtronic summarize runs/...`: nothing is activated)
 #   make test   runs ruff (lint and format check), mypy --strict and every test, and prints its wall time
-#   make bench  prints every speed goal and any missed (emit: bench.py; read-back: readback.py --goals)
+#   make bench  prints every speed goal and any missed (emit: bench.py; read-back: readback.py --goals;
+#               the compare gate: compare.py)
 PYTHON ?= python3
 VENV ?= .venv
 # A CPU build is on these machines' disk; an unpinned torch pulls a multi-GB CUDA build.
@@ -51,6 +52,7 @@ $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
 bench: $(VENV)/.dev-installed
 	$(BIN)/python benchmarks/bench.py
 	$(BIN)/python benchmarks/readback.py --goals
+	$(BIN)/python benchmarks/compare.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
