@@ -17,7 +17,7 @@ from speedtronic.commands._runs import (
     runs_in,
 )
 from speedtronic.commands.cli import CommandError
-from speedtronic.runs.health import format_health, run_health
+from speedtronic.runs.health import format_health, format_stragglers, run_health, stragglers
 from speedtronic.runs.reader import RankChoice, RunError
 from speedtronic.runs.summary import available_workers, format_summaries, summarize_run
 
@@ -83,18 +83,25 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"none of the {len(unreadable)} runs could be read")
     rows = [s.as_dict() for s in summaries]
     healths = []
+    health_lines: dict[str, str] = {}
     if args.health:  # one rank's figures: the one asked for, else the first
         one: RankChoice = rank if isinstance(rank, int) else "first"
         for row, summary in zip(rows, summaries, strict=True):
             health = run_health(summary.run, rank=one, peak_flops=args.peak_flops, roles=roles)
             healths.append(health)
             row["health"] = health.as_dict()
+            if rank == "all":  # the ranks that hold the others back
+                found = stragglers(summary.run)
+                row["health"]["stragglers"] = [item.as_dict() for item in found]
+                health_lines[summary.run] = format_stragglers(found)
     if args.json:
         print(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode())
     else:
         print(format_summaries(summaries))
         for health in healths:
             print(format_health(health))
+            if health.run in health_lines:
+                print(health_lines[health.run])
     sys.stdout.flush()  # the table first, then what was skipped, also on a terminal
     for summary in summaries:
         report_skipped(summary.run, summary.skipped)

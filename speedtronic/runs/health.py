@@ -40,11 +40,15 @@ __all__ = [
     "BOOTSTRAP_RESAMPLES",
     "BOOTSTRAP_SEED",
     "DEFAULT_WARMUP_STEPS",
+    "STRAGGLER_SCORE",
     "RunHealth",
     "Slowdown",
+    "Straggler",
     "format_health",
+    "format_stragglers",
     "run_health",
     "slowdown",
+    "stragglers",
 ]
 
 DEFAULT_WARMUP_STEPS = 5
@@ -375,3 +379,96 @@ def slowdown(
 def _ratio(a: float, b: float, higher_is_better: bool) -> float:
     numerator, denominator = (a, b) if higher_is_better else (b, a)
     return numerator / denominator if denominator > 0 else math.inf
+
+
+STRAGGLER_SCORE = 0.05
+"""A rank is named when the others wait for it, on average, at least this share of a step."""
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """A rank that holds the others back: it waits least at the sync point.
+
+    ``score`` = (the ranks' median sync wait - this rank's) / the ranks' median step time, over the
+    steps after each segment's warm-up; ``data_wait_s`` and ``compute_s`` are its means, beside the
+    ranks' medians (``median_data_wait_s``, ``median_compute_s``): the larger gap names the cause."""
+
+    rank: int
+    score: float
+    sync_wait_s: float
+    data_wait_s: float
+    compute_s: float
+    median_sync_wait_s: float
+    median_data_wait_s: float
+    median_compute_s: float
+
+    @property
+    def cause(self) -> str:
+        data = self.data_wait_s - self.median_data_wait_s
+        compute = self.compute_s - self.median_compute_s
+        return "data loading" if data > compute else "compute"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "cause": self.cause}
+
+
+def stragglers(
+    path: str | os.PathLike[str],
+    *,
+    warmup_steps: int = DEFAULT_WARMUP_STEPS,
+    threshold: float = STRAGGLER_SCORE,
+) -> list[Straggler]:
+    """The ranks of the run at ``path`` that hold the others back, most first (``[]`` for a balanced
+    run, and for a run whose steps have no ``sync_wait_s``). Under a synchronous all-reduce every
+    rank's step takes as long as the slowest's, so step times can't tell the culprit; it is the rank
+    that waits least at the sync (TraceML's finding). Memory: a few sums per rank."""
+    sums: dict[int, list[float]] = {}
+    """rank -> [steps, sync wait, data wait, compute, step time]"""
+    seen: dict[int, tuple[Any, int]] = {}
+    for record in read_records(path, rank="all"):
+        if record.event != "train_step":
+            continue
+        wait = as_number(record.payload.get("sync_wait_s"))
+        if wait is None:
+            continue
+        where = (record.source, record.segment)
+        position = seen.get(record.rank)
+        count = position[1] + 1 if position is not None and position[0] == where else 1
+        seen[record.rank] = (where, count)
+        if count <= warmup_steps:  # the warm-up after each (re)start
+            continue
+        row = sums.setdefault(record.rank, [0.0, 0.0, 0.0, 0.0, 0.0])
+        row[0] += 1
+        row[1] += wait
+        row[2] += as_number(record.payload.get("data_wait_s")) or 0.0
+        row[3] += as_number(record.payload.get("compute_s")) or 0.0
+        row[4] += as_number(record.payload.get("step_time_s")) or 0.0
+    if len(sums) < 2:
+        return []
+    means = {rank: [value / row[0] for value in row[1:]] for rank, row in sums.items()}
+    medians = [_median([mean[index] for mean in means.values()]) or 0.0 for index in range(4)]
+    step = medians[3]
+    if step <= 0:
+        return []
+    found = [
+        Straggler(
+            rank, (medians[0] - mean[0]) / step, mean[0], mean[1], mean[2], medians[0], medians[1], medians[2]
+        )
+        for rank, mean in means.items()
+        if (medians[0] - mean[0]) / step >= threshold
+    ]
+    return sorted(found, key=lambda straggler: -straggler.score)
+
+
+def format_stragglers(found: list[Straggler]) -> str:
+    if not found:
+        return "stragglers     none (no rank makes the others wait)"
+    lines = [f"stragglers     {len(found)} rank(s) hold the others back (they wait least at the sync):"]
+    for item in found:
+        lines.append(
+            f"  rank {item.rank}: others wait {100 * item.score:.1f}% of a step for it; its sync wait "
+            f"{1000 * item.sync_wait_s:.2f} ms (median {1000 * item.median_sync_wait_s:.2f}), data wait "
+            f"{1000 * item.data_wait_s:.2f} ms (median {1000 * item.median_data_wait_s:.2f}), compute "
+            f"{1000 * item.compute_s:.2f} ms (median {1000 * item.median_compute_s:.2f}): {item.cause}"
+        )
+    return "\n".join(lines)
