@@ -7,7 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
+from speedtronic.accelerators import peak_flops
+from speedtronic.runs.health import run_health
 from tests.training.test_run_dirs import records, train, write_config
 
 TIMES = ("step_time_s", "data_wait_s", "compute_s")
@@ -68,3 +71,24 @@ class TestTimingKeys:
         assert done.returncode == 0, done.stderr
         (start,) = [r for r in records(tmp_path / "r") if r["event"] == "train_start"]
         assert start["peak_flops"] == 1.5e12
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+class TestCuda:
+    def test_a_gpu_run_records_its_peaks_and_mfu(self, tmp_path: Path) -> None:
+        """On a GPU the table knows, train_start records its peak and train_end the allocator's peaks;
+        summarize's MFU is flops_per_token * tokens_per_s / peak_flops."""
+        config = write_config(tmp_path / "c.yaml", train={"steps": 12, "device": "cuda", "precision": "bf16"})
+        done = train("--config", config, "--run-dir", "r", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        rows = records(tmp_path / "r")
+        (start,) = [r for r in rows if r["event"] == "train_start"]
+        (end,) = [r for r in rows if r["event"] == "train_end"]
+        expected = peak_flops(torch.cuda.get_device_name(), "bf16")
+        assert start.get("peak_flops") == expected
+        assert end["peak_reserved_bytes"] >= end["peak_allocated_bytes"] > 0
+        assert end["alloc_retries"] >= 0
+        health = run_health(tmp_path / "r")
+        assert health.fragmentation_bytes == end["peak_reserved_bytes"] - end["peak_allocated_bytes"]
+        if expected is not None:
+            assert health.mfu == pytest.approx(start["flops_per_token"] * health.tokens_per_s / expected)
