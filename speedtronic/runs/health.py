@@ -40,6 +40,7 @@ __all__ = [
     "BOOTSTRAP_RESAMPLES",
     "BOOTSTRAP_SEED",
     "DEFAULT_WARMUP_STEPS",
+    "PARTS",
     "STRAGGLER_SCORE",
     "RunHealth",
     "Slowdown",
@@ -54,7 +55,8 @@ __all__ = [
 DEFAULT_WARMUP_STEPS = 5
 """Steps left out of ``step_times`` at the start of each segment (compilation, caches, allocator)."""
 
-_PARTS = ("productive_s", "startup_s", "restart_s", "checkpoint_s", "eval_s", "data_wait_s", "other_s")
+PARTS = ("productive_s", "startup_s", "restart_s", "checkpoint_s", "eval_s", "data_wait_s", "other_s")
+"""The parts the wall time is split into, in the order they are shown."""
 
 
 @dataclass
@@ -97,7 +99,7 @@ class RunHealth:
         """Every figure, JSON-ready (the per-step lists left out)."""
         figures = {key: value for key, value in self.__dict__.items() if key not in ("step_times", "rates")}
         figures["median_step_s"] = self.median_step_s
-        figures["parts_s"] = {part: getattr(self, part) for part in _PARTS}
+        figures["parts_s"] = {part: getattr(self, part) for part in PARTS}
         return figures
 
 
@@ -237,7 +239,7 @@ def _account(health: RunHealth, segments: list[_Segment]) -> None:
             scale = segment.steps_new / segment.logged  # steps the cadence did not log count at the mean
             health.data_wait_s += segment.data_wait * scale
             health.productive_s += (segment.step_time - segment.data_wait) * scale
-    accounted = sum(getattr(health, part) for part in _PARTS if part != "other_s")
+    accounted = sum(getattr(health, part) for part in PARTS if part != "other_s")
     health.other_s = health.wall_s - accounted
     health.goodput = health.productive_s / health.wall_s if health.wall_s > 0 else None
 
@@ -300,7 +302,7 @@ def format_health(health: RunHealth) -> str:
     lines.append(f"  wall time      {_seconds(wall)}")
     goodput = "-" if health.goodput is None else f"{100 * health.goodput:.1f}%"
     lines.append(f"  goodput        {goodput}")
-    for part in _PARTS:
+    for part in PARTS:
         value = getattr(health, part)
         lines.append(f"    {part.removesuffix('_s'):<12} {_seconds(value)}{_share(value, wall)}")
     if health.redone_steps:

@@ -186,3 +186,23 @@ def _redone_time(rows: list[dict[str, Any]]) -> float:
                 lost += row["step_time_s"]
             seen.add(row["step"])
     return lost
+
+
+class TestBreakdownPlot:
+    def test_plot_breakdown_writes_a_bar_per_run(self, killed_twice: Path, tmp_path: Path) -> None:
+        """plot --breakdown: a PNG of the runs' time parts; plot_breakdown returns the figures drawn."""
+        from speedtronic.runs.breakdown import plot_breakdown
+
+        done = speedtronic(
+            "plot", killed_twice, killed_twice, "--breakdown", "-o", tmp_path / "b.png", cwd=tmp_path
+        )
+        assert done.returncode == 0, done.stderr
+        assert (tmp_path / "b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        (drawn,) = plot_breakdown([killed_twice], tmp_path / "b.svg")
+        assert drawn.as_dict() == run_health(killed_twice).as_dict()
+        assert "productive" in (tmp_path / "b.svg").read_text()
+
+    def test_a_bad_suffix_is_one_line(self, killed_twice: Path, tmp_path: Path) -> None:
+        """plot --breakdown -o b.txt: one line naming the file, exit 2."""
+        done = speedtronic("plot", killed_twice, "--breakdown", "-o", tmp_path / "b.txt", cwd=tmp_path)
+        assert_one_line_error(done, "b.txt", ".png")
