@@ -241,7 +241,8 @@ def _account(health: RunHealth, segments: list[_Segment]) -> None:
             health.productive_s += (segment.step_time - segment.data_wait) * scale
     accounted = sum(getattr(health, part) for part in PARTS if part != "other_s")
     health.other_s = health.wall_s - accounted
-    health.goodput = health.productive_s / health.wall_s if health.wall_s > 0 else None
+    stepped = any(segment.logged for segment in segments)  # a run without step_time_s has no goodput
+    health.goodput = health.productive_s / health.wall_s if stepped and health.wall_s > 0 else None
 
 
 def _throughput(health: RunHealth, tokens: float | None, samples: float | None, peak: float | None) -> None:

@@ -206,3 +206,19 @@ class TestBreakdownPlot:
         """plot --breakdown -o b.txt: one line naming the file, exit 2."""
         done = speedtronic("plot", killed_twice, "--breakdown", "-o", tmp_path / "b.txt", cwd=tmp_path)
         assert_one_line_error(done, "b.txt", ".png")
+
+
+class TestWithoutTimingKeys:
+    def test_a_run_without_step_times_has_no_goodput(self, tmp_path: Path) -> None:
+        """A framework's run (loss and a rate, no step_time_s): no goodput, tokens/s the median rate."""
+        from tests.runs.conftest import write_run
+
+        rates = [100.0, 300.0, 200.0, 250.0, 150.0, 120.0, 180.0, 400.0]
+        write_run(tmp_path / "m.jsonl", [("train_step", {"step": s, "loss": 1.0 / s, "tokens_per_s": r})
+                                         for s, r in enumerate(rates, 1)])  # fmt: skip
+        health = run_health(tmp_path / "m.jsonl", warmup_steps=2)
+        assert health.goodput is None
+        assert health.productive_s == 0
+        assert health.tokens_per_s == 190.0  # the median of the rates after the warm-up
+        assert health.final_loss == 1.0 / 8
+        assert health.best_loss == 1.0 / 8
