@@ -8,6 +8,10 @@ steps and at the end, and ``train_end``. Losses and grad norms
 are passed to the logger as detached 0-d tensors: the trainer never calls ``.item()`` on a step, so the
 logger's cadence decides when the device syncs.
 
+Each ``train_step`` says where its time went (``step_time_s``, ``data_wait_s``, ``compute_s``, and
+``sync_wait_s`` under the outer loop), ``eval`` and ``checkpoint`` their own time: host-side
+``time.perf_counter()`` readings, never a device sync (docs/events.md, *Timing keys*).
+
 Each step is ``_optimizer_step`` (microbatches, clipping, optimizer and schedule) followed by the
 ``after_optimizer_step`` callbacks, then the event and the checkpoint: the outer loop
 (``speedtronic.training.outer.OuterLoop``) attaches there, to ``at_fit_start`` and to ``before_fit_end``.
@@ -416,7 +420,7 @@ class Trainer:
                 "data_wait_s": done.data_wait_s,
                 "compute_s": done.compute_s,
             }
-            if self.after_optimizer_step:
+            if self.outer is not None:  # its boundary waits for the replicas in the after-step callbacks
                 payload["sync_wait_s"] = ended - synced
             if self.emit(Event.TRAIN_STEP, payload):  # logged: the next rates start from here
                 window.restart()
