@@ -4,7 +4,8 @@
 #               processes included; fails below [tool.coverage.report] fail_under), and prints its wall time
 #   make bench  prints every speed goal and any missed (emit: bench.py; read-back: readback.py --goals;
 #               a webhook that never answers: webhook.py; alerts: alerts.py;
-#               redact_text against adversarial text: redact_fuzz.py)
+#               redact_text against adversarial text: redact_fuzz.py;
+#               the compare gate: compare.py)
 PYTHON ?= python3
 VENV ?= .venv
 # A CPU build is on these machines' disk; an unpinned torch pulls a multi-GB CUDA build.
@@ -67,6 +68,7 @@ bench: $(VENV)/.dev-installed
 	$(BIN)/python benchmarks/webhook.py
 	$(BIN)/python benchmarks/alerts.py
 	$(BIN)/python benchmarks/redact_fuzz.py
+	$(BIN)/python benchmarks/compare.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

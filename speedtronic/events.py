@@ -140,6 +140,11 @@ class TrainStartPayload(_TrainStartRequired, total=False):
 
     outer_every: int
     """Inner steps per outer (DiLoCo) step, when the outer loop is on."""
+    flops_per_token: float
+    """Training FLOPs per token (per target element): the reference trainer's ``6 * parameters``."""
+    peak_flops: float
+    """The device's peak FLOP/s at ``precision`` (given, or ``speedtronic.accelerators.PEAK_FLOPS``):
+    with ``flops_per_token`` and ``tokens_per_s``, the run's MFU."""
 
 
 class _TrainStepRequired(TypedDict):
@@ -164,6 +169,16 @@ class TrainStepPayload(_TrainStepRequired, total=False):
 
     grad_norm: Real
     """Total gradient norm before clipping."""
+    step_time_s: float
+    """Host wall time of this step: its microbatches, the optimizer step and the after-step work."""
+    data_wait_s: float
+    """Host time this step waited for its microbatches (drawing them, copying them to the device)."""
+    compute_s: float
+    """Host time in the microbatches' forward and backward passes (a DDP all-reduce runs in the last
+    backward, so it is counted here)."""
+    sync_wait_s: float
+    """Host time waiting for the other replicas after the optimizer step (the DiLoCo outer loop's
+    agreement at an outer boundary); written when something waits there."""
 
 
 class _CheckpointRequired(TypedDict):
@@ -175,6 +190,7 @@ class CheckpointPayload(_CheckpointRequired, total=False):
     """``checkpoint``: a checkpoint (model, optimizer, schedule, step) was written."""
 
     save_s: float
+    """Host wall time of writing the checkpoint (the checkpoint time of ``summarize --health``)."""
 
 
 class _TrainEndRequired(TypedDict):
@@ -200,6 +216,12 @@ class TrainEndPayload(_TrainEndRequired, total=False):
     """``failed`` and ``interrupted``: the exception, on one line (``"DistBackendError: ..."``)."""
     reason: str
     """``stopped``: the alert's message."""
+    peak_allocated_bytes: int
+    """CUDA: the most memory tensors held at once (the caching allocator's peak)."""
+    peak_reserved_bytes: int
+    """CUDA: the most memory the caching allocator held from the device at once."""
+    alloc_retries: int
+    """CUDA: allocations that failed, freed the allocator's cache and were tried again."""
 
 
 class _CompileRequired(TypedDict):
@@ -357,6 +379,8 @@ class EvalPayload(_EvalRequired, total=False):
     """``exp(loss)``, for a token-level loss (the reference trainer)."""
     split: str
     """The prefix a framework logged the metrics under (``"eval"``, ``"val"``, ``"test"``)."""
+    eval_s: float
+    """Host wall time of the evaluation."""
 
 
 EVAL_SPLITS = ("eval", "val", "valid", "validation", "test")

@@ -11,6 +11,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "speedtronic"
 LAYERS = [
     # catalog and contracts: what an event, a record, a level, an error, a rank is
     [
+        "accelerators",
         "errors",
         "extras",
         "strings",

@@ -57,12 +57,19 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("--log-y", action="store_true", help="logarithmic y axes")
     parser.add_argument("--title", help="the figure's title (default: the runs and the event)")
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="draw where each run's wall time went instead: a stacked bar per run (goodput's parts)",
+    )
     add_rank_argument(parser, several=True)
     add_role_arguments(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.breakdown:
+        return _breakdown(args)
     keys = [key.strip() for key in args.keys.split(",") if key.strip()]
     if not keys:
         raise CommandError("--keys: name at least one key")
@@ -104,4 +111,18 @@ def run(args: argparse.Namespace) -> int:
     for key in result.empty_keys():
         print(f"speedtronic: warning: no run has {key!r} in its {args.event} records", file=sys.stderr)
     print(f"wrote {result.path}", file=sys.stderr)
+    return 0
+
+
+def _breakdown(args: argparse.Namespace) -> int:
+    """``plot --breakdown``: the time-breakdown bars (``speedtronic.runs.breakdown``)."""
+    from speedtronic.runs.breakdown import plot_breakdown
+
+    try:
+        plot_breakdown(runs_in(args.runs), args.output)
+    except (RunError, ModuleNotFoundError, ValueError) as error:
+        raise CommandError(str(error)) from None
+    except OSError as error:
+        raise CommandError(f"{args.output}: can't write the plot: {error.strerror or error}") from None
+    print(f"wrote {args.output}", file=sys.stderr)
     return 0

@@ -21,6 +21,7 @@ from speedtronic.commands._runs import (
 )
 from speedtronic.commands.cli import CommandError
 from speedtronic.runs.alerts import run_alerts
+from speedtronic.runs.health import format_health, format_stragglers, run_health, stragglers
 from speedtronic.runs.reader import RankChoice, RunError
 from speedtronic.runs.summary import available_workers, format_summaries, summarize_run
 
@@ -49,6 +50,18 @@ def add_parser(subparsers: Any) -> None:
         help="processes that read a run's files and parts of its large files at once (default: one per "
         "CPU this process may use; 1 reads in this process only)",
     )
+    parser.add_argument(
+        "--health",
+        action="store_true",
+        help="also where the time went (goodput), tokens/s, MFU, step time and memory, from the timing keys",
+    )
+    parser.add_argument(
+        "--peak-flops",
+        type=float,
+        default=None,
+        metavar="FLOPS",
+        help="the device's peak FLOP/s for MFU, over what the run recorded (e.g. 989e12: H100 bf16)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -60,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"--workers: expected a positive integer, got {args.workers}")
     workers = args.workers if args.workers is not None else available_workers()
     alerts = read_alerts_file(args.alerts) if args.alerts is not None else None
+    if args.peak_flops is not None and not args.peak_flops > 0:
+        raise CommandError(f"--peak-flops: expected a positive number of FLOP/s, got {args.peak_flops}")
     summaries, unreadable = [], []
     for path in runs_in(args.runs):
         try:
@@ -73,16 +88,32 @@ def run(args: argparse.Namespace) -> int:
             print(f"speedtronic: {problem}", file=sys.stderr)
         raise CommandError(f"none of the {len(unreadable)} runs could be read")
     derived = {s.run: _derived(s.run, alerts, rank) for s in summaries} if alerts is not None else {}
+    rows = [s.as_dict() for s in summaries]
+    if alerts is not None:
+        for row, summary in zip(rows, summaries, strict=True):
+            row["derived_alerts"] = derived[summary.run]
+    healths = []
+    health_lines: dict[str, str] = {}
+    if args.health:  # one rank's figures: the one asked for, else the first
+        one: RankChoice = rank if isinstance(rank, int) else "first"
+        for row, summary in zip(rows, summaries, strict=True):
+            health = run_health(summary.run, rank=one, peak_flops=args.peak_flops, roles=roles)
+            healths.append(health)
+            row["health"] = health.as_dict()
+            if rank == "all":  # the ranks that hold the others back
+                found = stragglers(summary.run)
+                row["health"]["stragglers"] = [item.as_dict() for item in found]
+                health_lines[summary.run] = format_stragglers(found)
     if args.json:
-        rows = [s.as_dict() for s in summaries]
-        if alerts is not None:
-            for row, summary in zip(rows, summaries, strict=True):
-                row["derived_alerts"] = derived[summary.run]
         print(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode())
     else:
         print(format_summaries(summaries))
         if alerts is not None:
             print(_alerts_text(derived, alerts))
+        for health in healths:
+            print(format_health(health))
+            if health.run in health_lines:
+                print(health_lines[health.run])
     sys.stdout.flush()  # the table first, then what was skipped, also on a terminal
     for summary in summaries:
         report_skipped(summary.run, summary.skipped)

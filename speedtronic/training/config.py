@@ -148,6 +148,11 @@ class TrainConfig:
         1.0, _optional(_POSITIVE), "clip the gradient norm to this; null measures it without clipping"
     )
     precision: str = _key("fp32", _choice("fp32", "bf16"), "fp32, or bf16 autocast where the device has it")
+    peak_flops: float | None = _key(
+        None,
+        _optional(_POSITIVE),
+        "the device's peak FLOP/s at `precision`, recorded for MFU; null: the table's figure for a known GPU",
+    )
     device: str = _key(
         "auto",
         Value("'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'", lambda v: isinstance(v, str) and v != ""),

@@ -550,6 +550,7 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
                 eval_every=train["eval_every"],
                 resume_group=start_group,
                 stop_on_alert=config["on_alert"] == "stop",
+                peak_flops=train["peak_flops"],
             )
             trainer.at_fit_start.insert(0, _train_at(train["lr"]))
             monitor = _system_monitor(config["logging"]["system_interval_s"], logger, rank)

@@ -8,6 +8,10 @@ steps and at the end, and ``train_end``. Losses and grad norms
 are passed to the logger as detached 0-d tensors: the trainer never calls ``.item()`` on a step, so the
 logger's cadence decides when the device syncs.
 
+Each ``train_step`` says where its time went (``step_time_s``, ``data_wait_s``, ``compute_s``, and
+``sync_wait_s`` under the outer loop), ``eval`` and ``checkpoint`` their own time: host-side
+``time.perf_counter()`` readings, never a device sync (docs/events.md, *Timing keys*).
+
 Each step is ``_optimizer_step`` (microbatches, clipping, optimizer and schedule) followed by the
 ``after_optimizer_step`` callbacks, then the event and the checkpoint: the outer loop
 (``speedtronic.training.outer.OuterLoop``) attaches there, to ``at_fit_start`` and to ``before_fit_end``.
@@ -54,6 +58,7 @@ try:
 except ModuleNotFoundError as error:  # pragma: no cover - exercised by a subprocess test
     raise missing(error, "torch", "torch", needed_by="speedtronic.training.trainer") from None
 
+from speedtronic.accelerators import FLOPS_PER_PARAMETER, peak_flops
 from speedtronic.errors import SpeedtronicWarning, capped
 from speedtronic.events import (
     CompilePayload,
@@ -160,6 +165,10 @@ class _Step(NamedTuple):
     """The learning rate the step used."""
     samples: int
     tokens: int
+    data_wait_s: float
+    """Host time waiting for the microbatches (drawing them, moving them to the device)."""
+    compute_s: float
+    """Host time in the microbatches' forward and backward passes."""
 
 
 class _Window:
@@ -209,6 +218,8 @@ class Trainer:
         resume: start from the newest readable checkpoint in ``checkpoint_dir``, when there is one.
         resume_group: the process group the ranks agree on the step to resume from over (the runtime
             passes a gloo group with ``train.dist_timeout_s``); ``None``: the default group.
+        peak_flops: the device's peak FLOP/s at ``precision``, recorded in ``train_start`` for MFU;
+            ``None``: ``speedtronic.accelerators.peak_flops`` of a known CUDA device, else none recorded.
     """
 
     def __init__(
@@ -234,6 +245,7 @@ class Trainer:
         eval_every: int = 0,
         resume_group: Any = None,
         stop_on_alert: bool = False,
+        peak_flops: float | None = None,
     ) -> None:
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
@@ -267,6 +279,7 @@ class Trainer:
         self.eval_data = eval_data
         self.eval_every = eval_every
         self.resume_group = resume_group
+        self.peak_flops = peak_flops if peak_flops is not None else _device_peak(self.device, precision)
         self.logger = logger if logger is not None else MetricLogger(device=self.device)
         self.stop_on_alert = stop_on_alert
         self._alerts = AlertWatch(self.logger.chain.alerts)  # the logger's rules (alerts=...), if any
@@ -348,7 +361,11 @@ class Trainer:
         }
         self._ended = True
         with contextlib.suppress(Exception):  # the error on its way is the one to report
-            self.emit(Event.TRAIN_END, payload, level="warning" if interrupted else "error")
+            self.emit(
+                Event.TRAIN_END,
+                {**payload, **_memory_peaks(self.device)},
+                level="warning" if interrupted else "error",
+            )
             self.logger.flush()
 
     def _fit(self, started: float) -> FitResult:
@@ -368,6 +385,9 @@ class Trainer:
         }
         if self.outer is not None:
             start["outer_every"] = self.outer.every
+        start["flops_per_token"] = FLOPS_PER_PARAMETER * start["parameters"]
+        if self.peak_flops is not None:
+            start["peak_flops"] = self.peak_flops
         self.emit(Event.TRAIN_START, {**start, **self.start_notes})
         if self.hyperparams is not None:
             self.emit(Event.HYPERPARAMS, {"config": self.hyperparams}, level="debug")
@@ -378,7 +398,9 @@ class Trainer:
         window = _Window()
         loss: Tensor | None = None
         self.model.train()
+        clock = time.perf_counter
         while self.step < self.target_step:
+            began = clock()
             done = self._optimizer_step(batches)
             loss = done.loss
             self._fit_start = (start_step, loss)
@@ -387,8 +409,10 @@ class Trainer:
             self.tokens += done.tokens
             window.samples += done.samples
             window.tokens += done.tokens
+            synced = clock()
             for callback in self.after_optimizer_step:
                 callback(self)
+            ended = clock()
             samples_per_s, tokens_per_s = window.rates()
             payload: TrainStepPayload = {
                 "step": self.step,
@@ -400,7 +424,12 @@ class Trainer:
                 "tokens": self.tokens,
                 "microbatches": self.grad_accum,
                 "grad_norm": done.grad_norm,
+                "step_time_s": ended - began,
+                "data_wait_s": done.data_wait_s,
+                "compute_s": done.compute_s,
             }
+            if self.outer is not None:  # its boundary waits for the replicas in the after-step callbacks
+                payload["sync_wait_s"] = ended - synced
             if self.emit(Event.TRAIN_STEP, payload):  # logged: the next rates start from here
                 window.restart()
             if self.eval_every and self.step % self.eval_every == 0:
@@ -440,6 +469,7 @@ class Trainer:
                 "samples_per_s": result.samples_per_s,
                 "tokens_per_s": result.tokens_per_s,
                 "status": "completed",
+                **_memory_peaks(self.device),
             },
         )
         self._ended = True
@@ -497,11 +527,17 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         total = torch.zeros((), device=self.device)
         samples = tokens = 0
+        clock = time.perf_counter
+        data_wait = compute = 0.0
         for index in range(self.grad_accum):
+            asked = clock()
             inputs, targets = (t.to(self.device, non_blocking=True) for t in next(batches))
             self._drawn += 1
+            drawn = clock()
             with self._accumulating(last=index == self.grad_accum - 1):
                 total += self._microbatch(inputs, targets)
+            data_wait += drawn - asked
+            compute += clock() - drawn
             samples += inputs.shape[0]
             tokens += targets.numel()
         grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
@@ -509,7 +545,7 @@ class Trainer:
         self.optimizer.step()
         if self.scheduler is not None:
             self.scheduler.step()
-        return _Step(total / self.grad_accum, grad_norm.detach(), lr, samples, tokens)
+        return _Step(total / self.grad_accum, grad_norm.detach(), lr, samples, tokens, data_wait, compute)
 
     def _microbatch(self, inputs: Tensor, targets: Tensor) -> Tensor:
         if self._compile_pending:
@@ -533,6 +569,7 @@ class Trainer:
         emits it as ``eval`` at the current step and returns the payload."""
         if self.eval_data is None:
             raise ValueError("evaluate() needs eval_data")
+        started = time.perf_counter()
         total = torch.zeros((), device=self.device, dtype=torch.float64)
         count = 0
         self.module.eval()
@@ -550,7 +587,7 @@ class Trainer:
             raise ValueError(f"eval_data yielded no batch at step {self.step}")
         mean = float(total.item()) / count
         self._eval_loss = mean
-        payload: EvalPayload = {"step": self.step, "loss": mean}
+        payload: EvalPayload = {"step": self.step, "loss": mean, "eval_s": time.perf_counter() - started}
         if self.loss_fn is token_cross_entropy:
             payload["perplexity"] = math.exp(mean) if mean < 700 else math.inf
         self.emit(Event.EVAL, payload)
@@ -828,6 +865,26 @@ class Trainer:
         """Log ``payload`` (at ``level``, default the catalog's); whether the logger's cadence kept it.
         Thread-safe."""
         return self.logger.emit(event, payload, level=level)
+
+
+def _memory_peaks(device: torch.device) -> dict[str, int]:
+    """The CUDA caching allocator's peaks since the process started, and its retries (a cudaMalloc
+    that failed, freed the cache and tried again): read from its counters, no device sync."""
+    if device.type != "cuda":
+        return {}
+    stats = torch.cuda.memory_stats(device)
+    return {
+        "peak_allocated_bytes": int(stats.get("allocated_bytes.all.peak", 0)),
+        "peak_reserved_bytes": int(stats.get("reserved_bytes.all.peak", 0)),
+        "alloc_retries": int(stats.get("num_alloc_retries", 0)),
+    }
+
+
+def _device_peak(device: torch.device, precision: str) -> float | None:
+    """The table's peak FLOP/s for a CUDA device at ``precision``; ``None`` elsewhere (no MFU on a CPU)."""
+    if device.type != "cuda":
+        return None
+    return peak_flops(torch.cuda.get_device_name(device), precision)
 
 
 def _check_precision(device: torch.device, precision: str) -> None:

@@ -205,6 +205,9 @@ def test_outer_loop_under_torchrun(tmp_path: Path) -> None:
             assert payload_problems(record["event"], record) == [], record
         events = [r["event"] for r in mine]
         assert [r["step"] for r in named(mine, "train_step")] == list(range(1, 17))
+        for step in named(mine, "train_step"):  # the outer loop's wait is timed apart from the step's parts
+            assert step["sync_wait_s"] >= 0
+            assert step["step_time_s"] >= step["data_wait_s"] + step["compute_s"] + step["sync_wait_s"]
         assert events[-1] == "train_end"
         outer = named(mine, "outer_step")
         assert [(r["outer_step"], r["step"], r["lag"], r["candidates"], r["included"]) for r in outer] == [

@@ -22,7 +22,8 @@ python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_devic
 # 1. The suite's CUDA tests: training on the GPU in bf16 with memory_bytes, no device sync on skipped steps,
 #    the memory probe on CUDA.
 step "CUDA tests" python3 -m pytest -p speedtronic.pytest_plugin -p no:cacheprovider -q -rs \
-  tests/training/test_trainer.py::TestCuda tests/processors/test_cadence.py tests/processors/test_memory.py
+  tests/training/test_trainer.py::TestCuda tests/training/test_timing.py::TestCuda \
+  tests/processors/test_cadence.py tests/processors/test_memory.py
 
 # 1b. System metrics: each visible GPU's utilisation, memory, power and temperature through NVML
 #     (needs nvidia-ml-py and psutil: the speedtronic[system] extra).

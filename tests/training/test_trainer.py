@@ -144,6 +144,7 @@ class TestEvents:
                 "precision": "fp32",
                 "grad_accum": 1,
                 "parameters": parameters,
+                "flops_per_token": 6 * parameters,
                 "elapsed_s": hook.named("train_start")[0]["elapsed_s"],
                 "timestamp": hook.named("train_start")[0]["timestamp"],
             }

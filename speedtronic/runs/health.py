@@ -1,0 +1,477 @@
+"""``run_health``: was a run healthy and fast? Goodput, throughput, MFU, memory and per-step times,
+read from a run's records across its restarts.
+
+Where the wall time went (one rank; ``goodput`` in the docs' *Reading runs* page):
+
+- the wall time runs from the first segment's start (its first record's ``timestamp`` less its
+  ``elapsed_s``: when its logger started) to the run's last record;
+- ``startup_s``: from that start to the first step's start (a step starts ``step_time_s`` before
+  its record);
+- ``restart_s``: from each crashed or stopped segment's last record to the next segment's first
+  step's start, plus the steps run again after a resume (a step at or below the highest step done
+  before);
+- ``checkpoint_s`` (``checkpoint.save_s``), ``eval_s`` (``eval.eval_s``), ``data_wait_s``
+  (``train_step.data_wait_s`` of the steps done once);
+- ``productive_s``: the steps done once, less their data wait; a step the cadence did not log
+  counts at the mean of its segment's logged steps;
+- ``other_s``: the rest (logging, the work between steps, the end of each segment).
+
+``goodput = productive_s / wall_s``. Throughput is tokens (or samples) over the productive step time;
+``mfu = flops_per_token * tokens_per_s / peak_flops`` (torchtitan's definition, as a fraction) with
+both recorded in ``train_start`` (or ``peak_flops`` given here); no peak, no MFU.
+
+The figures come from one pass over the records (``speedtronic.runs.reader.read_records``), keeping
+the per-step times (``step_times``) that ``speedtronic compare`` bootstraps over.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from speedtronic.runs.reader import RankChoice, Record, as_number, read_records
+from speedtronic.runs.roles import Roles
+
+__all__ = [
+    "BOOTSTRAP_RESAMPLES",
+    "BOOTSTRAP_SEED",
+    "DEFAULT_WARMUP_STEPS",
+    "PARTS",
+    "STRAGGLER_SCORE",
+    "RunHealth",
+    "Slowdown",
+    "Straggler",
+    "format_health",
+    "format_stragglers",
+    "run_health",
+    "slowdown",
+    "stragglers",
+]
+
+DEFAULT_WARMUP_STEPS = 5
+"""Steps left out of ``step_times`` at the start of each segment (compilation, caches, allocator)."""
+
+PARTS = ("productive_s", "startup_s", "restart_s", "checkpoint_s", "eval_s", "data_wait_s", "other_s")
+"""The parts the wall time is split into, in the order they are shown."""
+
+
+@dataclass
+class RunHealth:
+    """One rank's health figures; ``None`` where the run did not record what a figure needs."""
+
+    run: str
+    wall_s: float | None = None
+    productive_s: float = 0.0
+    startup_s: float = 0.0
+    restart_s: float = 0.0
+    redone_steps: int = 0
+    checkpoint_s: float = 0.0
+    eval_s: float = 0.0
+    data_wait_s: float = 0.0
+    other_s: float = 0.0
+    goodput: float | None = None
+    steps: int = 0
+    tokens_per_s: float | None = None
+    samples_per_s: float | None = None
+    flops_per_token: float | None = None
+    peak_flops: float | None = None
+    mfu: float | None = None
+    final_loss: float | None = None
+    best_loss: float | None = None
+    peak_allocated_bytes: float | None = None
+    peak_reserved_bytes: float | None = None
+    fragmentation_bytes: float | None = None
+    alloc_retries: float | None = None
+    step_times: list[float] = field(default_factory=list)
+    """Per-step wall times (``step_time_s``), steps run again and each segment's warm-up left out."""
+    rates: list[float] = field(default_factory=list)
+    """Per-record throughput (the role table's first rate key: ``tokens_per_s``), warm-up left out."""
+
+    @property
+    def median_step_s(self) -> float | None:
+        return _median(self.step_times)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every figure, JSON-ready (the per-step lists left out)."""
+        figures = {key: value for key, value in self.__dict__.items() if key not in ("step_times", "rates")}
+        figures["median_step_s"] = self.median_step_s
+        figures["parts_s"] = {part: getattr(self, part) for part in PARTS}
+        return figures
+
+
+class _Segment:
+    """What one segment (one process's ``fit()``) did: its start, its first step, its last record."""
+
+    __slots__ = ("data_wait", "first_step_start", "last_time", "logged", "start", "step_time", "steps_new")
+
+    def __init__(self, start: float | None) -> None:
+        self.start = start
+        self.first_step_start: float | None = None
+        self.last_time = start
+        self.step_time = self.data_wait = 0.0
+        self.logged = 0
+        """Logged steps done for the first time."""
+        self.steps_new = 0
+        """Steps done for the first time, logged or not."""
+
+
+def _time(record: Record) -> float | None:
+    """The record's ``timestamp`` in seconds since the epoch; ``None`` without a readable one."""
+    if record.timestamp is None:
+        return None
+    try:
+        return datetime.fromisoformat(record.timestamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def run_health(
+    path: str | os.PathLike[str],
+    *,
+    rank: RankChoice = "first",
+    peak_flops: float | None = None,
+    warmup_steps: int = DEFAULT_WARMUP_STEPS,
+    roles: Roles | None = None,
+) -> RunHealth:
+    """The health figures of one rank of the run at ``path`` (``RunError`` if it can't be read).
+
+    ``peak_flops`` overrides the peak the run recorded; ``warmup_steps`` are left out of the per-step
+    times at the start of each segment."""
+    roles = roles or Roles()
+    health = RunHealth(run=str(path))
+    segments: list[_Segment] = []
+    where: tuple[Any, int] | None = None
+    highest = 0
+    tokens: float | None = None
+    samples: float | None = None
+    in_segment = 0
+    for record in read_records(path, rank=rank):
+        moment = _time(record)
+        if (record.source, record.segment) != where:
+            where = (record.source, record.segment)
+            elapsed = as_number(record.payload.get("elapsed_s"))
+            segments.append(_Segment(moment - elapsed if moment is not None and elapsed else moment))
+            in_segment = 0
+        segment = segments[-1]
+        if moment is not None:
+            segment.last_time = moment if segment.last_time is None else max(segment.last_time, moment)
+        payload = record.payload
+        if record.event == "train_start":
+            health.flops_per_token = as_number(payload.get("flops_per_token")) or health.flops_per_token
+            health.peak_flops = as_number(payload.get("peak_flops")) or health.peak_flops
+        elif record.event == "train_step":
+            step = payload.get("step")
+            if not isinstance(step, int):
+                continue
+            in_segment += 1
+            duration = as_number(payload.get("step_time_s"))
+            if segment.first_step_start is None and moment is not None:
+                segment.first_step_start = moment - (duration or 0.0)
+            loss = _loss(payload, roles)
+            if loss is not None:
+                health.final_loss = loss
+                health.best_loss = loss if health.best_loss is None else min(health.best_loss, loss)
+            if step <= highest:  # run again after a resume: time lost to the restart
+                health.restart_s += duration or 0.0
+                health.redone_steps += 1
+                continue
+            segment.steps_new += step - highest
+            highest = step
+            tokens = as_number(payload.get("tokens")) or tokens
+            samples = as_number(payload.get("samples")) or samples
+            rate = next((as_number(payload[key]) for key in payload if roles.is_rate(key)), None)
+            if duration is None:
+                if rate is not None and in_segment > warmup_steps:
+                    health.rates.append(rate)
+                continue
+            segment.logged += 1
+            segment.step_time += duration
+            segment.data_wait += as_number(payload.get("data_wait_s")) or 0.0
+            if in_segment > warmup_steps:
+                health.step_times.append(duration)
+                if rate is not None:
+                    health.rates.append(rate)
+        elif record.event == "checkpoint":
+            health.checkpoint_s += as_number(payload.get("save_s")) or 0.0
+        elif record.event == "eval":
+            health.eval_s += as_number(payload.get("eval_s")) or 0.0
+        elif record.event == "train_end":
+            _memory(health, payload)
+        _memory_key(health, payload)
+    health.steps = highest
+    _account(health, segments)
+    _throughput(health, tokens, samples, peak_flops)
+    return health
+
+
+def _loss(payload: dict[str, Any], roles: Roles) -> float | None:
+    ranked = [(rank, key) for key in payload if (rank := roles.loss_rank(key)) is not None]
+    if not ranked:
+        return None
+    value = as_number(payload[min(ranked)[1]])
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _account(health: RunHealth, segments: list[_Segment]) -> None:
+    """Split the wall time into its parts, segment by segment."""
+    timed = [segment for segment in segments if segment.start is not None and segment.last_time is not None]
+    if not timed:
+        return
+    first, last = timed[0], timed[-1]
+    assert first.start is not None
+    assert last.last_time is not None
+    health.wall_s = last.last_time - first.start
+    previous_end: float | None = None
+    for segment in timed:
+        assert segment.start is not None
+        assert segment.last_time is not None
+        began = segment.first_step_start if segment.first_step_start is not None else segment.last_time
+        if previous_end is None:
+            health.startup_s += began - segment.start
+        else:
+            health.restart_s += began - previous_end
+        previous_end = segment.last_time
+        if segment.logged:
+            scale = segment.steps_new / segment.logged  # steps the cadence did not log count at the mean
+            health.data_wait_s += segment.data_wait * scale
+            health.productive_s += (segment.step_time - segment.data_wait) * scale
+    accounted = sum(getattr(health, part) for part in PARTS if part != "other_s")
+    health.other_s = health.wall_s - accounted
+    stepped = any(segment.logged for segment in segments)  # a run without step_time_s has no goodput
+    health.goodput = health.productive_s / health.wall_s if stepped and health.wall_s > 0 else None
+
+
+def _throughput(health: RunHealth, tokens: float | None, samples: float | None, peak: float | None) -> None:
+    """Tokens and samples per second of step time (median recorded rate where no step was timed), and MFU."""
+    busy = health.productive_s + health.data_wait_s
+    if busy > 0 and tokens is not None:
+        health.tokens_per_s = tokens / busy
+    if busy > 0 and samples is not None:
+        health.samples_per_s = samples / busy
+    if health.tokens_per_s is None:
+        health.tokens_per_s = _median(health.rates)
+    health.peak_flops = peak if peak is not None else health.peak_flops
+    if health.flops_per_token and health.peak_flops and health.tokens_per_s is not None:
+        health.mfu = health.flops_per_token * health.tokens_per_s / health.peak_flops
+
+
+_MEMORY_KEYS = ("peak_allocated_bytes", "peak_reserved_bytes", "alloc_retries")
+
+
+def _memory(health: RunHealth, payload: dict[str, Any]) -> None:
+    """The device's peaks as ``train_end`` records them (the largest over the segments)."""
+    for key in _MEMORY_KEYS:
+        value = as_number(payload.get(key))
+        if value is not None:
+            held = getattr(health, key)
+            setattr(health, key, value if held is None else max(held, value))
+    if health.peak_allocated_bytes is not None and health.peak_reserved_bytes is not None:
+        health.fragmentation_bytes = health.peak_reserved_bytes - health.peak_allocated_bytes
+
+
+def _memory_key(health: RunHealth, payload: dict[str, Any]) -> None:
+    """``memory_bytes`` (allocated now, added by the logger on an accelerator): a floor for the peak."""
+    value = as_number(payload.get("memory_bytes"))
+    if value is not None and (health.peak_allocated_bytes is None or value > health.peak_allocated_bytes):
+        health.peak_allocated_bytes = value
+
+
+def _median(values: list[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}s"
+
+
+def _share(part: float, whole: float | None) -> str:
+    return "" if not whole else f" ({100 * part / whole:.1f}%)"
+
+
+def format_health(health: RunHealth) -> str:
+    """The figures as a few aligned lines for the terminal."""
+    wall = health.wall_s
+    lines = [f"health of {health.run}"]
+    lines.append(f"  wall time      {_seconds(wall)}")
+    goodput = "-" if health.goodput is None else f"{100 * health.goodput:.1f}%"
+    lines.append(f"  goodput        {goodput}")
+    for part in PARTS:
+        value = getattr(health, part)
+        lines.append(f"    {part.removesuffix('_s'):<12} {_seconds(value)}{_share(value, wall)}")
+    if health.redone_steps:
+        lines.append(f"    ({health.redone_steps} steps run again after a resume, in restart)")
+    rate = "-" if health.tokens_per_s is None else f"{health.tokens_per_s:,.1f}"
+    lines.append(f"  tokens/s       {rate}")
+    median = health.median_step_s
+    lines.append(f"  step time      {'-' if median is None else f'{1000 * median:.3f} ms'} (median)")
+    if health.mfu is not None:
+        lines.append(
+            f"  MFU            {100 * health.mfu:.2f}% ({health.flops_per_token:,.0f} FLOPs/token, "
+            f"peak {health.peak_flops:.3g} FLOP/s)"
+        )
+    else:
+        lines.append("  MFU            - (no peak FLOP/s recorded or given)")
+    if health.peak_allocated_bytes is not None:
+        memory = f"  memory         peak allocated {health.peak_allocated_bytes / 2**20:,.1f} MiB"
+        if health.peak_reserved_bytes is not None:
+            memory += f", reserved {health.peak_reserved_bytes / 2**20:,.1f} MiB"
+        if health.fragmentation_bytes is not None:
+            memory += f", fragmentation {health.fragmentation_bytes / 2**20:,.1f} MiB"
+        if health.alloc_retries is not None:
+            memory += f", allocator retries {health.alloc_retries:.0f}"
+        lines.append(memory)
+    return "\n".join(lines)
+
+
+BOOTSTRAP_RESAMPLES = 1000
+BOOTSTRAP_SEED = 0
+
+
+@dataclass(frozen=True)
+class Slowdown:
+    """How much worse B is than A on one figure: ``ratio`` > 1 is worse (B's step time over A's, or
+    A's tokens/s over B's), with its 95% bootstrap interval ``low``-``high``."""
+
+    figure: str
+    ratio: float
+    low: float
+    high: float
+
+    def regressed(self, limit: float) -> bool:
+        """Whether B is worse by more than ``limit`` (0.05: 5%) at 95% confidence: the interval's
+        lower end is above ``1 + limit``."""
+        return self.low > 1 + limit
+
+
+def slowdown(
+    figure: str,
+    baseline: list[float],
+    candidate: list[float],
+    *,
+    higher_is_better: bool = False,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+) -> Slowdown | None:
+    """The ratio of the candidate's mean to the baseline's (inverted for a figure where more is
+    better), with a 95% percentile-bootstrap interval over the per-step values (each run resampled
+    on its own, ``random.Random(seed)``: the same runs give the same interval); ``None`` when either
+    run has fewer than 2 values."""
+    if len(baseline) < 2 or len(candidate) < 2:
+        return None
+    rng = random.Random(seed)
+    ratios = []
+    for _ in range(resamples):
+        a = math.fsum(rng.choices(baseline, k=len(baseline))) / len(baseline)
+        b = math.fsum(rng.choices(candidate, k=len(candidate))) / len(candidate)
+        ratios.append(_ratio(a, b, higher_is_better))
+    ratios.sort()
+    point = _ratio(
+        math.fsum(baseline) / len(baseline), math.fsum(candidate) / len(candidate), higher_is_better
+    )
+    return Slowdown(figure, point, ratios[int(0.025 * resamples)], ratios[int(0.975 * resamples) - 1])
+
+
+def _ratio(a: float, b: float, higher_is_better: bool) -> float:
+    numerator, denominator = (a, b) if higher_is_better else (b, a)
+    return numerator / denominator if denominator > 0 else math.inf
+
+
+STRAGGLER_SCORE = 0.05
+"""A rank is named when the others wait for it, on average, at least this share of a step."""
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """A rank that holds the others back: it waits least at the sync point.
+
+    ``score`` = (the ranks' median sync wait - this rank's) / the ranks' median step time, over the
+    steps after each segment's warm-up; ``data_wait_s`` and ``compute_s`` are its means, beside the
+    ranks' medians (``median_data_wait_s``, ``median_compute_s``): the larger gap names the cause."""
+
+    rank: int
+    score: float
+    sync_wait_s: float
+    data_wait_s: float
+    compute_s: float
+    median_sync_wait_s: float
+    median_data_wait_s: float
+    median_compute_s: float
+
+    @property
+    def cause(self) -> str:
+        data = self.data_wait_s - self.median_data_wait_s
+        compute = self.compute_s - self.median_compute_s
+        return "data loading" if data > compute else "compute"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "cause": self.cause}
+
+
+def stragglers(
+    path: str | os.PathLike[str],
+    *,
+    warmup_steps: int = DEFAULT_WARMUP_STEPS,
+    threshold: float = STRAGGLER_SCORE,
+) -> list[Straggler]:
+    """The ranks of the run at ``path`` that hold the others back, most first (``[]`` for a balanced
+    run, and for a run whose steps have no ``sync_wait_s``). Under a synchronous all-reduce every
+    rank's step takes as long as the slowest's, so step times can't tell the culprit; it is the rank
+    that waits least at the sync (TraceML's finding). Memory: a few sums per rank."""
+    sums: dict[int, list[float]] = {}
+    """rank -> [steps, sync wait, data wait, compute, step time]"""
+    seen: dict[int, tuple[Any, int]] = {}
+    for record in read_records(path, rank="all"):
+        if record.event != "train_step":
+            continue
+        wait = as_number(record.payload.get("sync_wait_s"))
+        if wait is None:
+            continue
+        where = (record.source, record.segment)
+        position = seen.get(record.rank)
+        count = position[1] + 1 if position is not None and position[0] == where else 1
+        seen[record.rank] = (where, count)
+        if count <= warmup_steps:  # the warm-up after each (re)start
+            continue
+        row = sums.setdefault(record.rank, [0.0, 0.0, 0.0, 0.0, 0.0])
+        row[0] += 1
+        row[1] += wait
+        row[2] += as_number(record.payload.get("data_wait_s")) or 0.0
+        row[3] += as_number(record.payload.get("compute_s")) or 0.0
+        row[4] += as_number(record.payload.get("step_time_s")) or 0.0
+    if len(sums) < 2:
+        return []
+    means = {rank: [value / row[0] for value in row[1:]] for rank, row in sums.items()}
+    medians = [_median([mean[index] for mean in means.values()]) or 0.0 for index in range(4)]
+    step = medians[3]
+    if step <= 0:
+        return []
+    found = [
+        Straggler(
+            rank, (medians[0] - mean[0]) / step, mean[0], mean[1], mean[2], medians[0], medians[1], medians[2]
+        )
+        for rank, mean in means.items()
+        if (medians[0] - mean[0]) / step >= threshold
+    ]
+    return sorted(found, key=lambda straggler: -straggler.score)
+
+
+def format_stragglers(found: list[Straggler]) -> str:
+    if not found:
+        return "stragglers     none (no rank makes the others wait)"
+    lines = [f"stragglers     {len(found)} rank(s) hold the others back (they wait least at the sync):"]
+    for item in found:
+        lines.append(
+            f"  rank {item.rank}: others wait {100 * item.score:.1f}% of a step for it; its sync wait "
+            f"{1000 * item.sync_wait_s:.2f} ms (median {1000 * item.median_sync_wait_s:.2f}), data wait "
+            f"{1000 * item.data_wait_s:.2f} ms (median {1000 * item.median_data_wait_s:.2f}), compute "
+            f"{1000 * item.compute_s:.2f} ms (median {1000 * item.median_compute_s:.2f}): {item.cause}"
+        )
+    return "\n".join(lines)
