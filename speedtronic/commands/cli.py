@@ -43,7 +43,7 @@ EPILOG = """\
 examples:
   speedtronic train --steps 200               train the reference model (runs/<timestamp>/)
   speedtronic summarize runs/a runs/b         loss, throughput and trouble, side by side
-  speedtronic compare runs/a runs/b            side by side; --max-regression 5% gates CI
+  speedtronic compare runs/a runs/b           side by side; --max-regression 5% gates CI
   speedtronic plot runs/a -o loss.png         loss and learning-rate curves to a PNG
   speedtronic replay runs/a --tensorboard tb  a finished run into TensorBoard, as if live
 
