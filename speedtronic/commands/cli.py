@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["COMMANDS", "Terminated", "main"]
 
-COMMANDS: tuple[str, ...] = ("train", "summarize", "plot", "replay")
+COMMANDS: tuple[str, ...] = ("train", "summarize", "plot", "replay", "tail")
 """Module names under ``speedtronic.commands``, in the order ``--help`` lists them."""
 
 DESCRIPTION = """\
@@ -45,6 +45,7 @@ examples:
   speedtronic summarize runs/a runs/b         loss, throughput and trouble, side by side
   speedtronic plot runs/a -o loss.png         loss and throughput curves to a PNG
   speedtronic replay runs/a --tensorboard tb  a finished run into TensorBoard, as if live
+  speedtronic tail runs/a                     watch a run as it is written (progress, alerts, stalls)
 
 'speedtronic COMMAND --help' lists a command's options."""
 

@@ -220,7 +220,7 @@ class Follower:
         if (os.fstat(fd).st_dev, os.fstat(fd).st_ino) != ident:  # replaced between stat and open
             os.close(fd)
             return None
-        tail = self._tails[path] = _Tail(path, fd, ident, self._saved.pop(str(path), None))
+        tail = self._tails[path] = _Tail(path, fd, ident, self._saved.pop(self._key(path), None))
         tail.grew_at = time.monotonic()
         return tail
 
@@ -321,7 +321,12 @@ class Follower:
 
     def positions(self) -> dict[str, Position]:
         """Where each file now followed was read to (``Follower(positions=...)`` resumes there)."""
-        return {str(path): tail.position() for path, tail in self._tails.items()}
+        return {self._key(path): tail.position() for path, tail in self._tails.items()}
+
+    def _key(self, path: Path) -> str:
+        """A file's name in ``positions()``: its path below the followed directory (its name, for a file),
+        so the positions hold from any working directory."""
+        return os.path.relpath(path, self.path if self.path.is_dir() else self.path.parent)
 
     def close(self) -> None:
         for tail in [*self._tails.values(), *self._retired]:
