@@ -199,7 +199,7 @@ class _Watcher:
         self.pace: dict[int, tuple[float, int]] = {}  # rank -> (elapsed_s, step) at its segment's first step
         self.ended: dict[int, bool] = {}
         self.world = 0
-        self.pids: dict[int, tuple[int, int]] = {}  # rank -> (pid, stack signal)
+        self.pids: dict[int, tuple[int, int, str]] = {}  # rank -> (pid, stack signal, stacks file)
         self.alerts = 0
         self.run_dir = Path(args.run) if Path(args.run).is_dir() else Path(args.run).parent
         self.last_steps: dict[int, int | None] = {}
@@ -263,7 +263,7 @@ class _Watcher:
             self.target = target if type(target) is int else self.target
             pid, number = record.payload.get("pid"), record.payload.get("stack_signal")
             if type(pid) is int and type(number) is int:
-                self.pids[record.rank] = (pid, number)
+                self.pids[record.rank] = (pid, number, str(record.payload.get("stacks")))
         elif event == "train_end":
             self.ended[record.rank] = True
         elif event == "train_step":
@@ -314,7 +314,7 @@ class _Watcher:
             payload["stacks"] = None
             payload["message"] += "; no stacks: the run's train_start names no pid and stack_signal"
             return
-        pid, number = found
+        pid, number, stacks = found
         state = _process_state(pid)
         if state is None:
             payload["stacks"] = None
@@ -330,9 +330,8 @@ class _Watcher:
             payload["stacks"] = None
             payload["message"] += f"; no stacks: can't signal process {pid}: {error.strerror}"
             return
-        folder = self.run_dir / "stacks"
-        payload["stacks"] = str(folder / f"rank{rank}-*.txt")
-        payload["message"] += f"; stacks requested from process {pid}: {folder}/rank{rank}-*.txt"
+        payload["stacks"] = stacks
+        payload["message"] += f"; stacks of process {pid}: {stacks}"
 
     def _window(self) -> None:
         if not self.fresh_ranks:

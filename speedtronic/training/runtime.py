@@ -46,6 +46,7 @@ from speedtronic.integrations.system import SystemMonitor
 from speedtronic.processors.validate import ValidatePayloads
 from speedtronic.profiling import MetricLogger
 from speedtronic.record import rank_path
+from speedtronic.stacks import register_stack_dump
 from speedtronic.training import launch as _launch
 from speedtronic.training import rundir as _rundir
 from speedtronic.training.config import SCHEMA, ConfigError, default_values, validate, yaml_loader
@@ -510,6 +511,9 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
             if monitor is not None:
                 trainer.at_fit_start.append(lambda _: monitor.start())
             trainer.start_notes["lr_schedule_steps"] = train["schedule_steps"]
+            with contextlib.suppress(ValueError):  # no signal to use here: the run goes on without
+                # pid, stack_signal, stacks: what `speedtronic tail --dump-stacks` signals on a stall
+                trainer.start_notes.update(register_stack_dump(run_dir, rank.rank))
             trainer.hyperparams = config  # the run's settings, for trackers (W&B's run config)
             if changes:
                 trainer.start_notes["config_changes"] = list(changes)
