@@ -53,6 +53,7 @@ bench: $(VENV)/.dev-installed
 	$(BIN)/python benchmarks/bench.py
 	$(BIN)/python benchmarks/readback.py --goals
 	$(BIN)/python benchmarks/alerts.py
+	$(BIN)/python benchmarks/tail.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
