@@ -176,3 +176,47 @@ def test_missing_path_is_an_error(tmp_path: Path) -> None:
     """A path that does not exist is a RunError naming it."""
     with pytest.raises(RunError, match="nope"):
         Follower(tmp_path / "nope")
+
+
+LOGROTATE = shutil.which("logrotate") or shutil.which("/usr/sbin/logrotate")
+
+
+@pytest.mark.skipif(LOGROTATE is None, reason="logrotate is not installed (apt-get install logrotate)")
+@pytest.mark.parametrize("poll", MODES)
+def test_real_logrotate_create_and_copytruncate(tmp_path: Path, poll: bool) -> None:
+    """The real logrotate -f, create and copytruncate in turn (up to 10 times, at least once each) while
+    a writer process emits: the follower gets exactly the lines the files hold, in order."""
+    assert LOGROTATE is not None
+    run = tmp_path / "run"
+    run.mkdir()
+    path = run / "metrics.jsonl"
+    configs = []
+    for mode in ("create", "copytruncate"):
+        config = tmp_path / f"{mode}.conf"
+        config.write_text(f"{path} {{\n  rotate 100\n  {mode}\n  missingok\n}}\n")
+        configs.append(config)
+    script = (
+        "import io, sys, time\nfrom speedtronic.profiling import MetricLogger\n"
+        f"log = MetricLogger(stream=io.StringIO(), json_file={str(path)!r})\n"
+        "for step in range(1, 2001):\n    log.emit('train_step', {'step': step})\n    time.sleep(0.001)\n"
+        "log.close()\n"
+    )
+    writer = subprocess.Popen([sys.executable, "-c", script])
+    got: list = []
+    rotations = 0
+    with Follower(run, poll=poll, interval=0.02) as follower:
+        while writer.poll() is None:
+            got += follower.read()
+            if rotations < 10 and path.exists() and path.stat().st_size:
+                state = tmp_path / "state"
+                subprocess.run([LOGROTATE, "-f", "-s", str(state), str(configs[rotations % 2])], check=True)
+                rotations += 1
+            follower.wait(0.02)
+        assert writer.wait(timeout=120) == 0
+        kept = [run / f"metrics.jsonl.{n}" for n in range(rotations, 0, -1)] + [path]
+        written = [step for file in kept for step in steps(list(read_records(file, rank="all")))]
+        got += until(follower, lambda more: len(got) + len(more) >= len(written), timeout=60)
+    assert rotations >= 2
+    assert steps(got) == written
+    assert written[-1] == 2000
+    assert len(set(written)) == len(written)
