@@ -138,6 +138,12 @@ class TrainStartPayload(_TrainStartRequired, total=False):
 
     outer_every: int
     """Inner steps per outer (DiLoCo) step, when the outer loop is on."""
+    pid: int
+    """The process's id, when it registered its stack signal (``speedtronic.stacks.register_stack_dump``)."""
+    stack_signal: int
+    """The signal that makes it write every thread's stack to ``stacks``."""
+    stacks: str
+    """The file the stacks go to (``<run_dir>/stacks/rank<r>-<time>-<pid>.txt``)."""
 
 
 class _TrainStepRequired(TypedDict):
