@@ -16,19 +16,36 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_STACK_SIGNAL", "register_stack_dump"]
+__all__ = ["DEFAULT_STACK_SIGNAL", "StackDump", "register_stack_dump"]
 
 DEFAULT_STACK_SIGNAL = int(getattr(signal, "SIGUSR2", 0))
 """The signal the reference trainer registers (``SIGUSR2``; none on Windows)."""
 
 
+class StackDump:
+    """A registered stack signal and its open file; ``close()`` unregisters the signal and closes it."""
+
+    __slots__ = ("_file", "notes", "path", "signum")
+
+    def __init__(self, path: Path, signum: int, file: Any) -> None:
+        self.path, self.signum, self._file = path, signum, file
+        self.notes: dict[str, Any] = {"pid": os.getpid(), "stack_signal": signum, "stacks": str(path)}
+        """The keys a ``train_start`` record carries so a watcher can ask: ``pid``, ``stack_signal``,
+        ``stacks`` (the file)."""
+
+    def close(self) -> None:
+        if self._file.closed:
+            return
+        faulthandler.unregister(self.signum)
+        self._file.close()
+
+
 def register_stack_dump(
     run_dir: str | os.PathLike[str], rank: int = 0, signum: int = DEFAULT_STACK_SIGNAL
-) -> dict[str, Any]:
+) -> StackDump:
     """Register ``signum`` with ``faulthandler`` to write every thread's stack to
-    ``<run_dir>/stacks/rank<rank>-<time>.txt``; returns the keys a ``train_start`` record carries so a
-    watcher can ask for them: ``pid``, ``stack_signal``, ``stacks`` (the file). ``ValueError`` for a
-    signal that can't be used (``faulthandler.register`` refuses SIGSEGV and the like)."""
+    ``<run_dir>/stacks/rank<rank>-<time>-<pid>.txt`` until ``close()``. ``ValueError`` for a signal that
+    can't be used (none on this platform; ``faulthandler.register`` refuses SIGSEGV and the like)."""
     if not signum:
         raise ValueError("register_stack_dump: no signal to register on this platform")
     folder = Path(run_dir) / "stacks"
@@ -40,9 +57,4 @@ def register_stack_dump(
     except (ValueError, RuntimeError, OSError) as error:
         file.close()
         raise ValueError(f"register_stack_dump: can't register signal {signum}: {error}") from None
-    _OPEN.append(file)
-    return {"pid": os.getpid(), "stack_signal": signum, "stacks": str(path)}
-
-
-_OPEN: list[Any] = []
-"""The files registered: faulthandler holds only their descriptors, so they must stay referenced."""
+    return StackDump(path, signum, file)

@@ -67,7 +67,7 @@ import ctypes, io, os, signal, sys, time
 from speedtronic.profiling import MetricLogger
 from speedtronic.stacks import register_stack_dump
 run = sys.argv[1]
-notes = register_stack_dump(run, 0)
+notes = register_stack_dump(run, 0).notes
 log = MetricLogger(stream=io.StringIO(), json_file=os.path.join(run, "metrics.jsonl"))
 log.emit("train_start", {"start_step": 0, "target_step": 100, **notes})
 for step in range(1, 4):
