@@ -156,6 +156,7 @@ def test_alerts_sent_once_by_restarted_and_concurrent_watchers(tmp_path: Path) -
     out, _ = again.communicate(timeout=120)
     assert again.returncode == 0
     assert '"alert"' not in out
+    assert '"window"' not in out  # it went on where the last watcher stopped: nothing new to show
     fresh = tail(run, "--json", "--alerts", rules, "--no-state")
     out, _ = fresh.communicate(timeout=120)
     assert [json.loads(line)["step"] for line in out.splitlines() if '"alert"' in line] == [10, 250]
@@ -222,3 +223,30 @@ def test_hook_gets_alerts(tmp_path: Path) -> None:
     _, err = watcher.communicate(timeout=120)
     assert watcher.returncode == 0, err
     assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
+
+
+def test_since_now_and_ranks(tmp_path: Path) -> None:
+    """--since now shows nothing already written (and still ends with the run); --ranks keeps only the
+    ranks named."""
+    run = tmp_path / "run"
+    finished_run(run)
+    (run / "metrics.rank1.jsonl").write_text(
+        "".join(
+            json.dumps(line) + "\n"
+            for line in [
+                {"event": "train_start", "rank": 1, "world_size": 2},
+                {"event": "train_step", "step": 7, "rank": 1, "world_size": 2, "loss": 1.0},
+                {"event": "train_end", "step": 7, "rank": 1, "world_size": 2},
+            ]
+        )
+    )
+    now = tail(run, "--json", "--no-state", "--since", "now")
+    out, _ = now.communicate(timeout=120)
+    assert now.returncode == 0
+    assert [json.loads(line)["kind"] for line in out.splitlines()] == ["end"]
+    one = tail(run, "--json", "--no-state", "--ranks", "1")
+    out, _ = one.communicate(timeout=120)
+    assert one.returncode == 0
+    windows = [json.loads(line) for line in out.splitlines() if '"window"' in line]
+    assert [window["step"] for window in windows] == [7]
+    assert json.loads(out.splitlines()[-1]) == {"kind": "end", "ranks": [1]}
