@@ -147,10 +147,11 @@ class Follower:
     # -- which files ------------------------------------------------------------------------------------
 
     def files(self) -> list[Path]:
-        """The run files now under the followed path (a file: itself, while it exists)."""
+        """The run files now under the followed path: a file itself (while it exists); a run directory's
+        run files; for a directory without any (a folder of runs), those of each directory in it."""
         if not self.path.is_dir():
             return [self.path] if self.path.exists() else []
-        found = []
+        found, folders = [], []
         try:
             entries = list(os.scandir(self.path))
         except OSError:
@@ -159,11 +160,15 @@ class Follower:
             if _is_run_file(entry.name) and entry.is_file():
                 found.append(Path(entry.path))
             elif entry.is_dir() and not entry.name.startswith("."):
-                self._watch(Path(entry.path))
-                try:
-                    found += [Path(one.path) for one in os.scandir(entry.path) if _is_run_file(one.name)]
-                except OSError:
-                    continue
+                folders.append(Path(entry.path))
+        if found:  # a run directory: its checkpoints/, stacks/, tensorboard/ are no runs
+            return sorted(found)
+        for folder in folders:
+            self._watch(folder)
+            try:
+                found += [Path(one.path) for one in os.scandir(folder) if _is_run_file(one.name)]
+            except OSError:
+                continue
         return sorted(found)
 
     def _watch(self, directory: Path) -> None:
