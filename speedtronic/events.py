@@ -143,7 +143,7 @@ class TrainStartPayload(_TrainStartRequired, total=False):
     stack_signal: int
     """The signal that makes it write every thread's stack to ``stacks``."""
     stacks: str
-    """The file the stacks go to (``<run_dir>/stacks/rank<r>-<time>-<pid>.txt``)."""
+    """The file the stacks go to, relative to the run directory (``stacks/rank<r>-<time>.txt``)."""
 
 
 class _TrainStepRequired(TypedDict):

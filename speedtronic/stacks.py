@@ -29,9 +29,10 @@ class StackDump:
 
     def __init__(self, path: Path, signum: int, file: Any) -> None:
         self.path, self.signum, self._file = path, signum, file
-        self.notes: dict[str, Any] = {"pid": os.getpid(), "stack_signal": signum, "stacks": str(path)}
+        relative = f"{path.parent.name}/{path.name}"
+        self.notes: dict[str, Any] = {"pid": os.getpid(), "stack_signal": signum, "stacks": relative}
         """The keys a ``train_start`` record carries so a watcher can ask: ``pid``, ``stack_signal``,
-        ``stacks`` (the file)."""
+        ``stacks`` (the file, relative to the run directory: ``stacks/rank<r>-<time>.txt``)."""
 
     def close(self) -> None:
         if self._file.closed:
@@ -44,13 +45,13 @@ def register_stack_dump(
     run_dir: str | os.PathLike[str], rank: int = 0, signum: int = DEFAULT_STACK_SIGNAL
 ) -> StackDump:
     """Register ``signum`` with ``faulthandler`` to write every thread's stack to
-    ``<run_dir>/stacks/rank<rank>-<time>-<pid>.txt`` until ``close()``. ``ValueError`` for a signal that
+    ``<run_dir>/stacks/rank<rank>-<time>.txt`` until ``close()``. ``ValueError`` for a signal that
     can't be used (none on this platform; ``faulthandler.register`` refuses SIGSEGV and the like)."""
     if not signum:
         raise ValueError("register_stack_dump: no signal to register on this platform")
     folder = Path(run_dir) / "stacks"
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"rank{rank}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}.txt"
+    path = folder / f"rank{rank}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.txt"
     file = path.open("a", encoding="utf-8")  # kept open: faulthandler writes to its descriptor
     try:
         faulthandler.register(signum, file=file, all_threads=True, chain=False)

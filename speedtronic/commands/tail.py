@@ -263,7 +263,8 @@ class _Watcher:
             self.target = target if type(target) is int else self.target
             pid, number = record.payload.get("pid"), record.payload.get("stack_signal")
             if type(pid) is int and type(number) is int:
-                self.pids[record.rank] = (pid, number, str(record.payload.get("stacks")))
+                stacks = record.source.parent / str(record.payload.get("stacks"))  # relative to the run
+                self.pids[record.rank] = (pid, number, str(stacks))
         elif event == "train_end":
             self.ended[record.rank] = True
         elif event == "train_step":

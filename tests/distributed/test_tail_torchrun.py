@@ -55,4 +55,4 @@ def test_tail_follows_both_ranks_to_the_end(tmp_path: Path) -> None:
         if '"train_start"' in line
     ]
     assert len({start["pid"] for start in starts}) == 2
-    assert all(Path(start["stacks"]).parent == run_dir / "stacks" for start in starts)
+    assert all((run_dir / start["stacks"]).parent == run_dir / "stacks" for start in starts)
