@@ -9,7 +9,10 @@
 2. 1,000 rank files at 10 records/s each (a writer process appending whole lines), one follower
    process reading them: its CPU (user + system seconds per wall second) and peak RSS. Goals: under
    half a core, under 100 MiB.
-3. Rotations: a writer process emitting while its file is rotated (create and copytruncate,
+3. Stall lateness: a writer process logs steps then goes silent; ``speedtronic tail --stall-budget 2``
+   follows it; the time from its last record to the stall alert on the watcher's stdout, less the
+   budget. Goal: within the budget + 1 s.
+4. Rotations: a writer process emitting while its file is rotated (create and copytruncate,
    alternating) N times and the writer restarted 3 times: records the follower got against the lines
    the files hold: lost, duplicated, torn.
 """
@@ -109,6 +112,44 @@ def many(files: int, seconds: float, mode: str) -> tuple[int, float, float]:
     return int(out[0]), float(out[1]), float(out[2])
 
 
+def stall_lateness(budget: float = 2.0) -> float:
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "metrics.jsonl"
+        script = WRITER.replace("log.close()", "time.sleep(60)")
+        writer = subprocess.Popen([sys.executable, "-c", script, str(path), "20", "0.01"], env=ENV)
+        watcher = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "speedtronic",
+                "tail",
+                folder,
+                "--json",
+                "--no-state",
+                "--stall-budget",
+                str(budget),
+                "--startup-budget",
+                str(budget),
+            ],
+            env=ENV,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert watcher.stdout is not None
+        try:
+            for line in watcher.stdout:
+                if '"alert"' in line:
+                    arrived = time.time()
+                    break
+            last = max(r.payload["sent"] for r in read_records(path, rank="all") if r.event == "train_step")
+        finally:
+            watcher.kill()
+            writer.kill()
+            watcher.wait()
+            writer.wait()
+    return arrived - last - budget
+
+
 def rotations(count: int) -> tuple[int, int, int, int]:
     with tempfile.TemporaryDirectory() as folder:
         run = Path(folder)
@@ -166,6 +207,8 @@ def main() -> None:
             f"  1,000 rank files x 10 records/s ({mode}): {records:,} records, {cores:.2f} cores, "
             f"peak RSS {rss:.0f} MiB (goals: < 0.5 cores, < 100 MiB)"
         )
+    late = stall_lateness()
+    print(f"  stall alert: {late:.2f} s after its 2 s budget ran out (goal: within 1 s)")
     rotated, lost, duplicated, torn = rotations(20 if args.quick else 100)
     print(
         f"  {rotated} rotations, 3 writer restarts: lost {lost}, duplicated {duplicated}, torn {torn} "
