@@ -5,7 +5,8 @@ ranks reporting, alerts so far; each alert on a line of its own as it comes. A l
 terminal, plain lines when piped, one JSON object per line with ``--json``. Alerts: the ``--alerts``
 rules (``speedtronic.runs.alerts.RunAlerts``, the rules the logger runs live) and ``stall`` alerts
 (``speedtronic.runs.stall``), delivered to ``--hook`` hooks as ``alert`` events (hooks made as
-``speedtronic replay --hook`` makes them). Exits 0 once every rank seen wrote its ``train_end``; 130 at
+``speedtronic replay --hook`` makes them). The run's own ``alert`` records are shown too (``"recorded":
+true`` in JSON), not delivered again. Exits 0 once every rank seen wrote its ``train_end``; 130 at
 Ctrl-C. The watcher's state (``speedtronic.runs.watchstate``) lives in the run directory.
 """
 
@@ -281,6 +282,10 @@ class _Watcher:
             elapsed, step = as_number(record.payload.get("elapsed_s")), record.payload.get("step")
             if elapsed is not None and type(step) is int and record.rank not in self.pace:
                 self.pace[record.rank] = (elapsed, step)
+        if event == "alert" and "rule" in record.payload and "message" in record.payload:
+            # The run's own alert (its logger's rules): shown and counted; its hooks had it already.
+            self.alerts += 1
+            self.view.alert({**record.payload, "severity": record.payload.get("severity"), "recorded": True})
         if self.derive is not None:
             for payload in self.derive.check(record):
                 self._alert(payload, record.segment, record.timestamp)

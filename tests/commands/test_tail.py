@@ -250,3 +250,24 @@ def test_since_now_and_ranks(tmp_path: Path) -> None:
     windows = [json.loads(line) for line in out.splitlines() if '"window"' in line]
     assert [window["step"] for window in windows] == [7]
     assert json.loads(out.splitlines()[-1]) == {"kind": "end", "ranks": [1]}
+
+
+def test_recorded_alerts_are_shown(tmp_path: Path) -> None:
+    """The run's own alert records (its logger's rules) are shown and counted, marked recorded."""
+    run = tmp_path / "run"
+    finished_run(run)
+    with (run / "metrics.jsonl").open("r+") as file:
+        lines = file.readlines()
+        alert = {"event": "alert", "rule": "spike", "severity": "warning", "key": "loss", "step": 10}
+        alert |= {"value": 9.0, "threshold": 3.0, "message": "loss 9 above 3 at step 10"}
+        lines.insert(11, json.dumps(alert) + "\n")
+        file.seek(0)
+        file.writelines(lines)
+    watcher = tail(run, "--json", "--no-state", "--every", "1000")
+    out, _ = watcher.communicate(timeout=120)
+    assert watcher.returncode == 0
+    [shown] = [json.loads(line) for line in out.splitlines() if '"alert"' in line]
+    assert shown["rule"] == "spike"
+    assert shown["recorded"] is True
+    [window] = [json.loads(line) for line in out.splitlines() if '"window"' in line]
+    assert window["alerts"] == 1
