@@ -184,6 +184,8 @@ class _Watcher:
 
         self.args, self.since, self.ranks = args, since, ranks
         self.state = None if args.no_state else WatchState(args.run)
+        if self.state is not None and not os.access(self.state.directory.parent, os.W_OK):
+            self._no_state("the run directory is not writable")
         positions, before = self.state.load() if self.state is not None else ({}, {})
         try:
             self.follower = Follower(args.run, poll=args.poll, interval=args.interval, positions=positions)
@@ -202,7 +204,6 @@ class _Watcher:
         self.world = 0
         self.pids: dict[int, tuple[int, int, str]] = {}  # rank -> (pid, stack signal, stacks file)
         self.alerts = 0
-        self.run_dir = Path(args.run) if Path(args.run).is_dir() else Path(args.run).parent
         self.last_steps: dict[int, int | None] = {}
         self.world = int(before.get("world", 0))
         self.target = before.get("target_step")
@@ -227,7 +228,10 @@ class _Watcher:
                         self._stack_dump(payload)
                         self._alert(payload, None)
                 if records and self.state is not None:
-                    self.state.save(self.follower.positions(), self._notes())
+                    try:
+                        self.state.save(self.follower.positions(), self._notes())
+                    except OSError as error:
+                        self._no_state(f"can't write {self.state.directory}: {error.strerror or error}")
                 if time.monotonic() >= next_window:
                     self._window()
                     next_window = time.monotonic() + self.args.every
@@ -240,6 +244,15 @@ class _Watcher:
             self.follower.close()
             self.hooks.close()
             self.view.close()
+
+    def _no_state(self, why: str) -> None:
+        """Go on without a state file (a read-only run directory), saying so once on stderr."""
+        self.state = None
+        print(
+            f"speedtronic: tail: {why}; keeping no state (a restarted or second watcher may send "
+            "alerts again)",
+            file=sys.stderr,
+        )
 
     def _notes(self) -> dict[str, Any]:
         """What a restarted watcher must know of the run: its ranks (ended, last step), world, target."""
@@ -302,8 +315,13 @@ class _Watcher:
     def _alert(self, payload: dict[str, Any], segment: object, timestamp: str | None = None) -> None:
         from speedtronic.runs.watchstate import alert_id
 
-        if self.state is not None and not self.state.claim(alert_id(payload, segment)):
-            return  # this watcher, before a restart, or another one sent it
+        try:
+            if self.state is not None and not self.state.claim(alert_id(payload, segment)):
+                return  # this watcher, before a restart, or another one sent it
+        except OSError as error:
+            self._no_state(
+                f"can't write {self.state.directory if self.state else ''}: {error.strerror or error}"
+            )
         self.alerts += 1
         self.view.alert(payload)
         stamp = timestamp or dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

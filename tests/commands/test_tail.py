@@ -271,3 +271,20 @@ def test_recorded_alerts_are_shown(tmp_path: Path) -> None:
     assert shown["recorded"] is True
     [window] = [json.loads(line) for line in out.splitlines() if '"window"' in line]
     assert window["alerts"] == 1
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes to read-only directories")
+def test_read_only_run_keeps_no_state(tmp_path: Path) -> None:
+    """A run directory the watcher can't write: it follows the run anyway, saying once that it keeps
+    no state."""
+    run = tmp_path / "run"
+    finished_run(run)
+    run.chmod(0o555)
+    try:
+        watcher = tail(run, "--json")
+        out, err = watcher.communicate(timeout=120)
+    finally:
+        run.chmod(0o755)
+    assert watcher.returncode == 0
+    assert json.loads(out.splitlines()[-1])["kind"] == "end"
+    assert err.count("keeping no state") == 1
