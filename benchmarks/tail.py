@@ -12,7 +12,9 @@
 3. Stall lateness: a writer process logs steps then goes silent; ``speedtronic tail --stall-budget 2``
    follows it; the time from its last record to the stall alert on the watcher's stdout, less the
    budget. Goal: within the budget + 1 s.
-4. Rotations: a writer process emitting while its file is rotated (create and copytruncate,
+4. Clean runs: ``speedtronic train`` runs with checkpoints and evals, each followed live by ``speedtronic
+   tail`` with tight budgets (steps 2 s, checkpoint and eval 10 s): stall alerts raised. Goal: 0.
+5. Rotations: a writer process emitting while its file is rotated (create and copytruncate,
    alternating) N times and the writer restarted 3 times: records the follower got against the lines
    the files hold: lost, duplicated, torn.
 """
@@ -20,6 +22,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -150,6 +153,30 @@ def stall_lateness(budget: float = 2.0) -> float:
     return arrived - last - budget
 
 
+def clean_runs(count: int) -> tuple[int, int]:
+    """``count`` clean runs followed live: (runs that ended with exit 0 at both ends, stall alerts)."""
+    ended = alerts = 0
+    for seed in range(count):
+        with tempfile.TemporaryDirectory() as folder:
+            run = Path(folder) / "run"
+            run.mkdir()
+            command = [sys.executable, "-m", "speedtronic", "tail", str(run), "--json", "--no-state"]
+            command += ["--stall-budget", "2", "--checkpoint-budget", "10", "--eval-budget", "10"]
+            watcher = subprocess.Popen(command, env=ENV, stdout=subprocess.PIPE, text=True)
+            config = Path(folder) / "config.yaml"  # JSON is YAML
+            every = {"steps": 60, "checkpoint_every": 20, "eval_every": 20, "seed": seed, "device": "cpu"}
+            logging = {"every_steps": 1, "hooks": []}
+            config.write_text(json.dumps({"run_dir": str(run), "train": every, "logging": logging}))
+            train = [sys.executable, "-m", "speedtronic", "train", "--no-progress", "--config", str(config)]
+            trained = subprocess.run(
+                train, env={**ENV, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, check=False
+            )
+            out, _ = watcher.communicate(timeout=300)
+            alerts += sum('"rule":"stall"' in line for line in out.splitlines())
+            ended += trained.returncode == 0 and watcher.returncode == 0
+    return ended, alerts
+
+
 def rotations(count: int) -> tuple[int, int, int, int]:
     with tempfile.TemporaryDirectory() as folder:
         run = Path(folder)
@@ -209,6 +236,12 @@ def main() -> None:
         )
     late = stall_lateness()
     print(f"  stall alert: {late:.2f} s after its 2 s budget ran out (goal: within 1 s)")
+    runs = 3 if args.quick else 20
+    ended, stalls = clean_runs(runs)
+    print(
+        f"  {runs} clean train runs followed live (tight budgets): {ended} ended, "
+        f"{stalls} stall alerts (goal 0)"
+    )
     rotated, lost, duplicated, torn = rotations(20 if args.quick else 100)
     print(
         f"  {rotated} rotations, 3 writer restarts: lost {lost}, duplicated {duplicated}, torn {torn} "
