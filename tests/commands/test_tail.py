@@ -222,7 +222,11 @@ def test_hook_gets_alerts(tmp_path: Path) -> None:
     watcher = tail(run, "--alerts", rules, "--hook", f"tensorboard:log_dir={tmp_path / 'tb'}", "--no-state")
     _, err = watcher.communicate(timeout=120)
     assert watcher.returncode == 0, err
-    assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("alert/value")] == [(10, 9.0), (250, 9.0)]
 
 
 def test_since_now_and_ranks(tmp_path: Path) -> None:
