@@ -69,6 +69,7 @@ bench: $(VENV)/.dev-installed
 	$(BIN)/python benchmarks/alerts.py
 	$(BIN)/python benchmarks/redact_fuzz.py
 	$(BIN)/python benchmarks/compare.py
+	$(BIN)/python benchmarks/tail.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

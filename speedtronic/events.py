@@ -145,6 +145,12 @@ class TrainStartPayload(_TrainStartRequired, total=False):
     peak_flops: float
     """The device's peak FLOP/s at ``precision`` (given, or ``speedtronic.accelerators.PEAK_FLOPS``):
     with ``flops_per_token`` and ``tokens_per_s``, the run's MFU."""
+    pid: int
+    """The process's id, when it registered its stack signal (``speedtronic.stacks.register_stack_dump``)."""
+    stack_signal: int
+    """The signal that makes it write every thread's stack to ``stacks``."""
+    stacks: str
+    """The file the stacks go to, relative to the run directory (``stacks/rank<r>-<time>.txt``)."""
 
 
 class _TrainStepRequired(TypedDict):

@@ -55,6 +55,7 @@ from speedtronic.processors.memory import memory_usage_bytes
 from speedtronic.record import rank_path
 from speedtronic.record.text import DEFAULT_FLOAT_DIGITS
 from speedtronic.sinks import LineFile, TextStream, open_text_sink
+from speedtronic.stacks import StackDump, register_stack_dump
 
 __all__ = ["MetricLogger", "memory_usage_bytes"]
 
@@ -100,6 +101,10 @@ class MetricLogger:
             (``2026-01-01 07:00:00-05:00``); by default both the text line and the JSONL record are
             in UTC, and name the same instant.
         clock: the wall clock, seconds since the epoch (``time.time``): for tests needing fixed time.
+        stack_signal: a signal (``signal.SIGUSR2``) that makes this process write every thread's
+            Python stack to ``stacks/rank<r>-<time>.txt`` beside ``json_file`` (``faulthandler``, so
+            also while a thread holds the GIL); ``stack_notes`` holds the keys to put in your
+            ``train_start`` for ``speedtronic tail --dump-stacks``. Unregistered at ``close()``.
         alerts: rules run on every logged record (``speedtronic.alerts``: built-in rules, your own,
             or a ``RuleSet``); each alert is an ``alert`` record written and delivered right after
             the record that raised it, in the same ``emit``. None by default.
@@ -131,8 +136,16 @@ class MetricLogger:
         local_time: bool = False,
         clock: Callable[[], float] = time.time,
         alerts: RuleSet | Iterable[Rule] | None = None,
+        stack_signal: int | None = None,
     ) -> None:
         # Every argument is checked before any file is opened.
+        if stack_signal is not None and (
+            not isinstance(stack_signal, int) or isinstance(stack_signal, bool) or json_file is None
+        ):
+            raise ValueError(
+                f"MetricLogger(stack_signal={stack_signal!r}): expected a signal number, with json_file= "
+                "(the stacks go to stacks/ beside it)"
+            )
         levelno = threshold(level)
         check_options(
             hook_queue_size, hook_put_timeout_s, close_timeout_s,
@@ -210,6 +223,17 @@ class MetricLogger:
         owned = [self._background] if self._background is not None else self._hooks if self.is_lead else []
         self._finalizer = weakref.finalize(self, _release, self._text, self._json, owned)
         self._finalizer.atexit = False
+        self._stacks: StackDump | None = None
+        self.stack_notes: dict[str, Any] = {}
+        """With ``stack_signal``: ``pid``, ``stack_signal`` and ``stacks`` (``speedtronic.stacks``), the
+        keys to put in your ``train_start`` so ``speedtronic tail --dump-stacks`` can ask for stacks."""
+        if stack_signal is not None and json_file is not None:
+            try:
+                self._stacks = register_stack_dump(Path(json_file).parent, self.rank.rank, int(stack_signal))
+            except ValueError:
+                self.close()
+                raise
+            self.stack_notes = dict(self._stacks.notes)
 
     def _open_sinks(
         self,
@@ -390,6 +414,8 @@ class MetricLogger:
         self._finalizer.detach()
         self._failures.release()
         _release(self._text, self._json)
+        if self._stacks is not None:
+            self._stacks.close()
         _exit_and_fork.forget(self)
         if errors:
             raise errors[0]

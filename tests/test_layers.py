@@ -25,7 +25,7 @@ LAYERS = [
     ],
     ["processors"],  # the stages
     ["alerts"],  # rules over records, their chain stage, rules from config
-    ["sinks", "lifecycle"],  # where lines go, and the process's signals and exit
+    ["sinks", "lifecycle", "stacks"],  # where lines go, the process's signals and exit, stacks on demand
     ["hooks"],  # the hook contract, dispatch, background hooks, hooks from config
     ["chain", "failures", "profiling", "testing", "pytest_plugin"],  # the logger
     ["integrations"],  # W&B, TensorBoard, structlog, MLflow, OpenTelemetry, the framework adapters

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["COMMANDS", "Terminated", "main"]
 
-COMMANDS: tuple[str, ...] = ("train", "summarize", "compare", "plot", "replay")
+COMMANDS: tuple[str, ...] = ("train", "summarize", "compare", "plot", "replay", "tail")
 """Module names under ``speedtronic.commands``, in the order ``--help`` lists them."""
 
 DESCRIPTION = """\
@@ -46,6 +46,7 @@ examples:
   speedtronic compare runs/a runs/b           side by side; --max-regression 5% gates CI
   speedtronic plot runs/a -o loss.png         loss and learning-rate curves to a PNG
   speedtronic replay runs/a --tensorboard tb  a finished run into TensorBoard, as if live
+  speedtronic tail runs/a                     watch a run as it is written (progress, alerts, stalls)
 
 'speedtronic COMMAND --help' lists a command's options."""
 

@@ -46,6 +46,7 @@ from speedtronic.integrations.system import SystemMonitor
 from speedtronic.processors.validate import ValidatePayloads
 from speedtronic.profiling import MetricLogger
 from speedtronic.record import rank_path
+from speedtronic.stacks import StackDump, register_stack_dump
 from speedtronic.training import launch as _launch
 from speedtronic.training import rundir as _rundir
 from speedtronic.training.config import SCHEMA, ConfigError, default_values, validate, yaml_loader
@@ -455,6 +456,8 @@ class RunInfo:
     hooks: tuple[Any, ...] = field(default=(), repr=False, compare=False)
     """The hooks ``logging.hooks`` built (on the lead rank), in order: where each tracker's run went
     (``speedtronic train``'s closing summary reads their ``run``, ``run_id``, ``endpoint``)."""
+    stacks: StackDump | None = field(default=None, repr=False, compare=False)
+    """The stack signal registered for this run (``speedtronic.stacks``); closed with the run."""
 
 
 def _settings(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -492,6 +495,7 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
     owns_group = _launch.init_process_group(rank, device, train["dist_timeout_s"])
     logger = None
     monitor: SystemMonitor | None = None
+    stacks: StackDump | None = None
     outer: OuterLoop | None = None
     opened: _rundir.OpenRun | None = None
     try:
@@ -557,6 +561,10 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
             if monitor is not None:
                 trainer.at_fit_start.append(lambda _: monitor.start())
             trainer.start_notes["lr_schedule_steps"] = train["schedule_steps"]
+            with contextlib.suppress(ValueError):  # no signal to use here: the run goes on without
+                # pid, stack_signal, stacks: what `speedtronic tail --dump-stacks` signals on a stall
+                stacks = register_stack_dump(run_dir, rank.rank)
+                trainer.start_notes.update(stacks.notes)
             trainer.hyperparams = _settings(config)  # for trackers (W&B's run config, MLflow's params)
             if changes:
                 trainer.start_notes["config_changes"] = list(changes)
@@ -585,6 +593,7 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
             run=opened,
             monitor=monitor,
             hooks=tuple(logger.hooks),
+            stacks=stacks,
         )
     except BaseException:
         _launch.shutdown(
@@ -593,6 +602,7 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
                 for step in (
                     outer.close if outer is not None else None,  # its thread joined before the group goes
                     monitor.close if monitor is not None else None,
+                    stacks.close if stacks is not None else None,
                     logger.close if logger is not None else None,
                     _launch.destroy_process_group if owns_group else None,
                     opened.undo if opened is not None else None,  # files closed first: then removable
@@ -701,6 +711,7 @@ def fit_and_close(trainer: Trainer, info: RunInfo) -> tuple[FitResult, RunInfo]:
         for step in (
             trainer.outer.close if trainer.outer is not None else None,
             info.monitor.close if info.monitor is not None else None,
+            info.stacks.close if info.stacks is not None else None,
             trainer.logger.close,
             _launch.destroy_process_group if info.owns_process_group else None,
             info.run.release if info.run is not None else None,

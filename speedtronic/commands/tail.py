@@ -1,0 +1,501 @@
+"""``speedtronic tail RUN``: watch a run as it is written, from another process.
+
+One line per window (``--every`` seconds) with new steps: step (of the target), loss, lr, rates, ETA,
+ranks reporting, alerts so far; each alert on a line of its own as it comes. A live view (Rich) on a
+terminal, plain lines when piped, one JSON object per line with ``--json``. Alerts: the ``--alerts``
+rules (``speedtronic.runs.alerts.RunAlerts``, the rules the logger runs live) and ``stall`` alerts
+(``speedtronic.runs.stall``), delivered to ``--hook`` hooks as ``alert`` events (hooks made as
+``speedtronic replay --hook`` makes them). The run's own ``alert`` records are shown too (``"recorded":
+true`` in JSON), not delivered again. Exits 0 once every rank seen wrote its ``train_end``; 130 at
+Ctrl-C. The watcher's state (``speedtronic.runs.watchstate``) lives in the run directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from speedtronic.commands._runs import add_alerts_argument, read_alerts_file
+from speedtronic.commands.cli import CommandError
+from speedtronic.runs.reader import Record, RunError, as_number, rate_keys
+
+__all__ = ["add_parser", "run"]
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
+_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "tail",
+        help="watch a run as it is written: live progress, alerts, stalls",
+        description="Follow a run (a JSONL file, a run directory or a folder of runs) as it is written, "
+        "across new ranks, restarts and log rotation: one line per window with new steps, alerts as "
+        "they come, a stall alert when a rank stops stepping. Exits 0 when every rank has ended.",
+    )
+    parser.add_argument("run", metavar="RUN", help="a JSONL file, a run directory or a folder of runs")
+    parser.add_argument("--json", action="store_true", help="one JSON object per line (windows, alerts, end)")
+    parser.add_argument(
+        "--since",
+        metavar="now|DURATION",
+        help="show only what is written from now on ('now'), or records of the last DURATION (30s, 10m, "
+        "2h); default: the whole run",
+    )
+    parser.add_argument("--ranks", metavar="N[,N...]", help="follow only these ranks (default: every rank)")
+    parser.add_argument("--every", type=float, default=2.0, metavar="S", help="seconds per window (2)")
+    parser.add_argument(
+        "--poll",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="poll files instead of waiting on inotify (default: inotify on a local Linux file system)",
+    )
+    parser.add_argument("--interval", type=float, default=0.25, metavar="S", help="seconds between polls")
+    add_alerts_argument(parser, "the same rules, checked out of process, alerts sent to --hook hooks")
+    parser.add_argument(
+        "--hook",
+        metavar="NAME[:KEY=VALUE,...]",
+        action="append",
+        default=[],
+        help="send alerts to a registered hook type (as replay --hook); repeat for several",
+    )
+    stall = parser.add_argument_group("stalls (a rank writing no train_step for longer than its budget)")
+    stall.add_argument("--no-stall", action="store_true", help="raise no stall alerts")
+    stall.add_argument(
+        "--stall-budget", type=float, metavar="S", help="least budget between steps, seconds (60)"
+    )
+    stall.add_argument("--stall-factor", type=float, metavar="X", help="budget = X * p95 step interval (5)")
+    stall.add_argument("--startup-budget", type=float, metavar="S", help="before the first step (900)")
+    stall.add_argument("--checkpoint-budget", type=float, metavar="S", help="at a checkpoint step (600)")
+    stall.add_argument("--eval-budget", type=float, metavar="S", help="at an eval step (600)")
+    stall.add_argument(
+        "--dump-stacks",
+        action="store_true",
+        help="on a stall, send the rank's process its stack signal (train_start's stack_signal) so it "
+        "writes every thread's stack to stacks/ in the run directory",
+    )
+    parser.add_argument(
+        "--no-state",
+        action="store_true",
+        help="keep no state in the run directory (.speedtronic-tail/): read from the start, and send "
+        "alerts another watcher sent",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from speedtronic.runs.stall import StallBudgets
+
+    since = _since(args.since)
+    ranks = _ranks(args.ranks)
+    for name in ("every", "interval"):
+        if not getattr(args, name) > 0:
+            raise CommandError(f"tail: --{name}: expected seconds > 0, got {getattr(args, name)}")
+    chosen = {
+        name: getattr(args, option)
+        for name, option in (
+            ("step_min_s", "stall_budget"),
+            ("step_factor", "stall_factor"),
+            ("startup_s", "startup_budget"),
+            ("checkpoint_s", "checkpoint_budget"),
+            ("eval_s", "eval_budget"),
+        )
+        if getattr(args, option) is not None
+    }
+    try:
+        budgets = StallBudgets(**chosen)
+    except ValueError as error:
+        raise CommandError(f"tail: {error}") from None
+    alerts = read_alerts_file(args.alerts) if args.alerts is not None else None
+    if not Path(args.run).exists():
+        raise CommandError(f"tail: {args.run}: no such file or directory")
+    hooks = _hooks(args.hook)
+    watcher = _Watcher(args, since, ranks, budgets, alerts, hooks)
+    return watcher.loop()
+
+
+def _since(text: str | None) -> float | str | None:
+    if text is None or text == "now":
+        return text
+    match = _DURATION.fullmatch(text.strip())
+    if match is None:
+        raise CommandError(f"tail: --since {text!r}: expected 'now' or a duration such as 30s, 10m, 2h")
+    return float(match[1]) * _UNITS[match[2]]
+
+
+def _ranks(text: str | None) -> frozenset[int] | None:
+    if text is None:
+        return None
+    try:
+        ranks = frozenset(int(part) for part in text.split(","))
+    except ValueError:
+        ranks = frozenset({-1})
+    if not ranks or min(ranks) < 0:
+        raise CommandError(f"tail: --ranks {text!r}: expected ranks (integers >= 0), comma-separated")
+    return ranks
+
+
+def _hooks(texts: list[str]) -> list[Any]:
+    from speedtronic.commands.replay import parse_hook
+    from speedtronic.hooks import HookConfigError, hook_type
+    from speedtronic.hooks.registry import hook_argument_problem
+    from speedtronic.runs.replay import ReplayRefused, replay_hook
+
+    made = []
+    for text in texts:
+        try:
+            name, options = parse_hook(text)
+            problem = hook_argument_problem(hook_type(name), options)
+            if problem is not None:
+                raise CommandError(f"tail: {name} hook: {problem}")
+            made.append(replay_hook(name, options, append=True))
+        except ValueError as error:
+            raise CommandError(f"tail: {error}") from None
+        except (LookupError, ModuleNotFoundError, ReplayRefused, HookConfigError) as error:
+            raise CommandError(f"tail: {error}") from None
+    return made
+
+
+class _Watcher:
+    """The follow, check, show loop of one ``tail``."""
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        since: float | str | None,
+        ranks: frozenset[int] | None,
+        budgets: Any,
+        alerts: Any,
+        hooks: list[Any],
+    ) -> None:
+        from speedtronic.hooks import CallbackList, DispatchHooks
+        from speedtronic.runs.alerts import RunAlerts
+        from speedtronic.runs.follow import Follower
+        from speedtronic.runs.stall import StallWatch
+        from speedtronic.runs.watchstate import WatchState
+
+        self.args, self.since, self.ranks = args, since, ranks
+        self.state = None if args.no_state else WatchState(args.run)
+        if self.state is not None and not os.access(self.state.directory.parent, os.W_OK):
+            self._no_state("the run directory is not writable")
+        positions, before = self.state.load() if self.state is not None else ({}, {})
+        try:
+            self.follower = Follower(args.run, poll=args.poll, interval=args.interval, positions=positions)
+        except (RunError, ValueError) as error:
+            raise CommandError(f"tail: {error}") from None
+        self.derive = RunAlerts(alerts.rules) if alerts is not None else None
+        self.stalls = None if args.no_stall else StallWatch(budgets)
+        self.hooks = CallbackList(hooks)
+        self.dispatch = DispatchHooks(self.hooks.callbacks, consume=False)
+        self.view = _View.make(args)
+        self.steps: dict[int, dict[str, Any]] = {}  # rank -> latest train_step payload
+        self.fresh_ranks: set[int] = set()
+        self.target: int | None = None
+        self.pace: dict[int, tuple[float, int]] = {}  # rank -> (elapsed_s, step) at its segment's first step
+        self.ended: dict[int, bool] = {}
+        self.world = 0
+        self.pids: dict[int, tuple[int, int, str]] = {}  # rank -> (pid, stack signal, stacks file)
+        self.alerts = 0
+        self.last_steps: dict[int, int | None] = {}
+        self.world = int(before.get("world", 0))
+        self.target = before.get("target_step")
+        for key, (ended, last_step) in dict(before.get("ranks", {})).items():  # a restarted watcher's
+            rank = int(key)
+            if ranks is None or rank in ranks:
+                self.ended[rank], self.last_steps[rank] = bool(ended), last_step
+                if self.stalls is not None:
+                    self.stalls.resume(rank, last_step, ended=bool(ended))
+
+    def loop(self) -> int:
+        first = True
+        next_window = time.monotonic() + self.args.every
+        try:
+            while True:
+                records = self.follower.read()
+                for record in records:
+                    self._take(record, backlog=first and self.since == "now")
+                first = False
+                if self.stalls is not None:
+                    for payload in self.stalls.check():
+                        self._stack_dump(payload)
+                        self._alert(payload, None)
+                if records and self.state is not None:
+                    try:
+                        self.state.save(self.follower.positions(), self._notes())
+                    except OSError as error:
+                        self._no_state(f"can't write {self.state.directory}: {error.strerror or error}")
+                if time.monotonic() >= next_window:
+                    self._window()
+                    next_window = time.monotonic() + self.args.every
+                if self.ended and all(self.ended.values()) and len(self.ended) >= self.world:
+                    self._window()
+                    self.view.end(sorted(self.ended))
+                    return 0
+                self.follower.wait()
+        finally:
+            self.follower.close()
+            self.hooks.close()
+            self.view.close()
+
+    def _no_state(self, why: str) -> None:
+        """Go on without a state file (a read-only run directory), saying so once on stderr."""
+        self.state = None
+        print(
+            f"speedtronic: tail: {why}; keeping no state (a restarted or second watcher may send "
+            "alerts again)",
+            file=sys.stderr,
+        )
+
+    def _notes(self) -> dict[str, Any]:
+        """What a restarted watcher must know of the run: its ranks (ended, last step), world, target."""
+        ranks = {str(rank): [ended, self.last_steps.get(rank)] for rank, ended in self.ended.items()}
+        return {"ranks": ranks, "world": self.world, "target_step": self.target}
+
+    def _take(self, record: Record, *, backlog: bool) -> None:
+        if self.ranks is not None and record.rank not in self.ranks:
+            return
+        if record.own:
+            return
+        world = record.payload.get("world_size")
+        if type(world) is int and self.ranks is None:
+            self.world = max(self.world, world)
+        if self.stalls is not None:
+            self.stalls.see(record)
+        event = record.event
+        if event == "train_start":
+            self.ended[record.rank] = False
+            self.pace.pop(record.rank, None)
+            target = record.payload.get("target_step")
+            self.target = target if type(target) is int else self.target
+            pid, number = record.payload.get("pid"), record.payload.get("stack_signal")
+            if type(pid) is int and type(number) is int:
+                stacks = record.source.parent / str(record.payload.get("stacks"))  # relative to the run
+                self.pids[record.rank] = (pid, number, str(stacks))
+        elif event == "train_end":
+            self.ended[record.rank] = True
+        elif event == "train_step":
+            self.ended.setdefault(record.rank, False)
+            step = record.payload.get("step")
+            self.last_steps[record.rank] = step if type(step) is int else self.last_steps.get(record.rank)
+        if backlog or not self._recent(record):
+            if self.derive is not None:
+                self.derive.check(record)  # the rules' windows fill; their alerts were the past's
+            return
+        if event == "train_step":
+            self.steps[record.rank] = record.payload
+            self.fresh_ranks.add(record.rank)
+            elapsed, step = as_number(record.payload.get("elapsed_s")), record.payload.get("step")
+            if elapsed is not None and type(step) is int and record.rank not in self.pace:
+                self.pace[record.rank] = (elapsed, step)
+        if event == "alert" and "rule" in record.payload and "message" in record.payload:
+            # The run's own alert (its logger's rules): shown and counted; its hooks had it already.
+            self.alerts += 1
+            self.view.alert({**record.payload, "severity": record.payload.get("severity"), "recorded": True})
+        if self.derive is not None:
+            for payload in self.derive.check(record):
+                self._alert(payload, record.segment, record.timestamp)
+
+    def _recent(self, record: Record) -> bool:
+        if not isinstance(self.since, float) or record.timestamp is None:
+            return True
+        try:
+            when = dt.datetime.fromisoformat(record.timestamp.replace("Z", "+00:00"))
+        except ValueError:
+            return True
+        return (dt.datetime.now(dt.timezone.utc) - when).total_seconds() <= self.since
+
+    def _alert(self, payload: dict[str, Any], segment: object, timestamp: str | None = None) -> None:
+        from speedtronic.runs.watchstate import alert_id
+
+        try:
+            if self.state is not None and not self.state.claim(alert_id(payload, segment)):
+                return  # this watcher, before a restart, or another one sent it
+        except OSError as error:
+            self._no_state(
+                f"can't write {self.state.directory if self.state else ''}: {error.strerror or error}"
+            )
+        self.alerts += 1
+        self.view.alert(payload)
+        stamp = timestamp or dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        self.dispatch(None, payload["severity"], {**payload, "timestamp": stamp, "event": "alert"})
+
+    def _stack_dump(self, payload: dict[str, Any]) -> None:
+        """With ``--dump-stacks``: signal the stalled rank's process, and name in the alert where its
+        stacks go (or why there are none)."""
+        if not self.args.dump_stacks:
+            return
+        rank = payload.get("rank", 0)
+        found = self.pids.get(rank)
+        if found is None:
+            payload["stacks"] = None
+            payload["message"] += "; no stacks: the run's train_start names no pid and stack_signal"
+            return
+        pid, number, stacks = found
+        state = _process_state(pid)
+        if state is None:
+            payload["stacks"] = None
+            payload["message"] += f"; no stacks: process {pid} is gone"
+            return
+        if state == "T":
+            payload["stacks"] = None
+            payload["message"] += f"; no stacks: process {pid} is stopped (SIGSTOP)"
+            return
+        try:
+            os.kill(pid, number)
+        except OSError as error:
+            payload["stacks"] = None
+            payload["message"] += f"; no stacks: can't signal process {pid}: {error.strerror}"
+            return
+        payload["stacks"] = stacks
+        payload["message"] += f"; stacks of process {pid}: {stacks}"
+
+    def _window(self) -> None:
+        if not self.fresh_ranks:
+            return
+        lead = min(self.fresh_ranks)
+        step = self.steps[lead]
+        number = step.get("step")
+        eta = None
+        start = self.pace.get(lead)
+        elapsed = as_number(step.get("elapsed_s"))
+        if self.target is not None and start is not None and elapsed is not None and type(number) is int:
+            done, took = number - start[1], elapsed - start[0]
+            if done > 0 and took > 0:
+                eta = max(0.0, (self.target - number) * took / done)
+        window = {
+            "kind": "window",
+            "step": number,
+            "target_step": self.target,
+            "loss": step.get("loss"),
+            "lr": step.get("lr"),
+            "rates": {key: step[key] for key in rate_keys(step)},
+            "eta_s": None if eta is None else round(eta, 1),
+            "ranks_reporting": sorted(self.fresh_ranks),
+            "ranks_seen": len(self.ended),
+            "alerts": self.alerts,
+        }
+        self.fresh_ranks = set()
+        self.view.window(window)
+
+
+def _process_state(pid: int) -> str | None:
+    """The process's state letter (``/proc/<pid>/stat``: ``R``, ``S``, ``T`` stopped...), ``None`` if gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+        return text.rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return None
+        return "?"
+
+
+def _number(value: Any, spec: str) -> str:
+    number = as_number(value)
+    return "-" if number is None else format(number, spec)
+
+
+def window_line(window: dict[str, Any]) -> str:
+    """A window as one plain line."""
+    step = f"{window['step']}" + (f"/{window['target_step']}" if window["target_step"] is not None else "")
+    rates = "  ".join(
+        f"{key.removesuffix('_per_s')}/s {_number(v, ',.0f')}" for key, v in window["rates"].items()
+    )
+    eta = "-" if window["eta_s"] is None else str(dt.timedelta(seconds=round(window["eta_s"])))
+    reporting = len(window["ranks_reporting"])
+    return (
+        f"step {step}  loss {_number(window['loss'], '.4g')}  lr {_number(window['lr'], '.3g')}  {rates}  "
+        f"eta {eta}  ranks {reporting}/{window['ranks_seen']}  alerts {window['alerts']}"
+    ).replace("    ", "  ")
+
+
+def alert_line(payload: dict[str, Any]) -> str:
+    """An alert as one plain line."""
+    return f"ALERT {payload['severity']} {payload['rule']}: {payload['message']}"
+
+
+class _View:
+    """Where windows and alerts are shown: JSON lines, plain lines, or a Rich live view."""
+
+    @staticmethod
+    def make(args: argparse.Namespace) -> _View:
+        if args.json:
+            return _JsonView()
+        if sys.stdout.isatty():
+            return _RichView(args.run)
+        return _View()
+
+    def _print(self, line: str) -> None:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+    def window(self, window: dict[str, Any]) -> None:
+        self._print(window_line(window))
+
+    def alert(self, payload: dict[str, Any]) -> None:
+        self._print(alert_line(payload))
+
+    def end(self, ranks: list[int]) -> None:
+        self._print(
+            f"run ended (train_end from rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))})"
+        )
+
+    def close(self) -> None:
+        pass
+
+
+class _JsonView(_View):
+    def window(self, window: dict[str, Any]) -> None:
+        self._print(orjson.dumps(window).decode())
+
+    def alert(self, payload: dict[str, Any]) -> None:
+        self._print(orjson.dumps({"kind": "alert", **payload}).decode())
+
+    def end(self, ranks: list[int]) -> None:
+        self._print(orjson.dumps({"kind": "end", "ranks": ranks}).decode())
+
+
+class _RichView(_View):
+    """Lines printed above a one-line live footer saying what is followed."""
+
+    def __init__(self, run: str) -> None:
+        try:
+            from rich.console import Console
+            from rich.live import Live
+            from rich.text import Text
+        except ModuleNotFoundError as error:
+            raise ModuleNotFoundError(
+                "speedtronic tail's live view requires Rich: pip install 'speedtronic[watch]'", name="rich"
+            ) from error
+        self._text = Text
+        self._console = Console()
+        self._run = run
+        self._live = Live(Text(f"following {run}"), console=self._console, auto_refresh=False, transient=True)
+        self._live.start()
+
+    def window(self, window: dict[str, Any]) -> None:
+        self._console.print(self._text(window_line(window), style="bold" if window["alerts"] else ""))
+        now = time.strftime("%H:%M:%S")
+        self._live.update(self._text(f"following {self._run} · last window {now}", style="dim"), refresh=True)
+
+    def alert(self, payload: dict[str, Any]) -> None:
+        style = "bold red" if payload["severity"] == "error" else "yellow"
+        self._console.print(self._text(alert_line(payload), style=style))
+
+    def end(self, ranks: list[int]) -> None:
+        self._console.print(
+            self._text(f"run ended (train_end from ranks {', '.join(map(str, ranks))})", style="green")
+        )
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._live.stop()

@@ -1,0 +1,71 @@
+"""The watcher's own state, kept in the followed run's directory under ``.speedtronic-tail/``.
+
+- ``positions.json``: where each file was read to (``Follower.positions()``), so a restarted watcher
+  goes on from there instead of the start. Written whole to a temporary file and renamed over.
+- ``alerts/<id>``: one empty file per alert sent, made with ``O_CREAT | O_EXCL``: whichever watcher
+  makes it sends the alert, so a restarted watcher, or two watchers on one run, send each alert once.
+  An alert's id names its rule, rank, segment, step and key (``alert_id``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from speedtronic.runs.follow import Position
+
+__all__ = ["STATE_DIR", "WatchState", "alert_id"]
+
+STATE_DIR = ".speedtronic-tail"
+
+
+def alert_id(payload: dict[str, Any], segment: object = None) -> str:
+    """A file name for one alert: the same alert, raised by any watcher, gets the same id."""
+    parts = [payload.get(key) for key in ("rule", "rank", "step", "key")] + [segment]
+    text = json.dumps(parts, default=str)
+    name = f"{payload.get('rule')}-r{payload.get('rank', 0)}-s{payload.get('step')}"
+    safe = "".join(char if char.isalnum() or char in "-_" else "_" for char in name)[:80]
+    return f"{safe}-{hashlib.sha1(text.encode()).hexdigest()[:12]}"
+
+
+class WatchState:
+    """The state of watchers of the run at ``path`` (its directory, or a file's directory)."""
+
+    __slots__ = ("directory",)
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        run = Path(path)
+        self.directory = (run if run.is_dir() else run.parent) / STATE_DIR
+
+    def load(self) -> tuple[dict[str, Position], dict[str, Any]]:
+        """The positions saved last, and the watcher's notes on the run (its ranks: ended or not, their
+        last step); both empty when there is no state yet, or it can't be read."""
+        try:
+            data = json.loads((self.directory / "positions.json").read_text())
+            files = {str(key): tuple(value) for key, value in data["files"].items()}
+            return files, dict(data["run"])
+        except (OSError, ValueError, TypeError, AttributeError, KeyError):
+            return {}, {}
+
+    def save(self, positions: dict[str, Position], run: dict[str, Any]) -> None:
+        """Keep ``positions`` (``Follower.positions()``) and ``run`` (what ``load`` gives back)."""
+        self.directory.mkdir(exist_ok=True)
+        partial = self.directory / f".positions.{os.getpid()}"
+        partial.write_text(json.dumps({"files": positions, "run": run}))
+        os.replace(partial, self.directory / "positions.json")
+
+    def claim(self, alert: str) -> bool:
+        """Whether this watcher is the first to send the alert with id ``alert`` (and now owns it)."""
+        folder = self.directory / "alerts"
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(folder / alert, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        return True

@@ -1,0 +1,294 @@
+"""``speedtronic tail``: real runs followed by a real watcher process, stalled processes, a pty."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.torch_run import ROOT, train_cli
+
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+
+
+def tail(*args: str | Path, **kwargs: Any) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "speedtronic", "tail", *map(str, args)],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,
+    )
+
+
+def write_config(tmp_path: Path, config: dict[str, Any]) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_finished_run_json_exits_0(tmp_path: Path, config: dict[str, Any], run_dir: Path) -> None:
+    """A finished run: its windows as JSON lines, then the end, exit 0."""
+    assert train_cli("--config", write_config(tmp_path, config), cwd=tmp_path).returncode == 0
+    watcher = tail(run_dir, "--json", "--no-state")
+    out, err = watcher.communicate(timeout=120)
+    assert watcher.returncode == 0, err
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert lines[-1] == {"kind": "end", "ranks": [0]}
+    windows = [line for line in lines if line["kind"] == "window"]
+    assert windows
+    assert windows[-1]["target_step"] == 20
+    assert set(windows[-1]) >= {"step", "loss", "lr", "rates", "eta_s", "ranks_reporting", "alerts"}
+
+
+def test_follows_a_live_run_to_its_end(tmp_path: Path, config: dict[str, Any], run_dir: Path) -> None:
+    """Started before the run, the watcher follows it as written and exits 0 at its train_end."""
+    run_dir.mkdir()
+    watcher = tail(run_dir, "--every", "0.2")
+    assert train_cli("--config", write_config(tmp_path, config), cwd=tmp_path).returncode == 0
+    out, err = watcher.communicate(timeout=120)
+    assert watcher.returncode == 0, err
+    assert "step 20/20" in out
+    assert out.splitlines()[-1] == "run ended (train_end from rank 0)"
+
+
+STALLER = """
+import ctypes, io, os, signal, sys, time
+from speedtronic.profiling import MetricLogger
+from speedtronic.stacks import register_stack_dump
+run = sys.argv[1]
+notes = register_stack_dump(run, 0).notes
+log = MetricLogger(stream=io.StringIO(), json_file=os.path.join(run, "metrics.jsonl"))
+log.emit("train_start", {"start_step": 0, "target_step": 100, **notes})
+for step in range(1, 4):
+    log.emit("train_step", {"step": step, "loss": 1.0})
+how = sys.argv[2]
+if how == "stop":
+    os.kill(os.getpid(), signal.SIGSTOP)
+elif how == "gil":  # a blocking C call that holds the GIL (PyDLL does not release it)
+    ctypes.PyDLL(None).sleep(600)
+else:
+    def spin():
+        while True:
+            pass
+    spin()
+"""
+
+
+@pytest.mark.parametrize("how", ["loop", "gil", "stop"])
+def test_stall_alert_with_stacks(tmp_path: Path, how: str) -> None:
+    """A rank that stops stepping (spinning in Python, blocked in C holding the GIL, SIGSTOPped) gets
+    one stall alert naming the rank, its last step and the silence; its stacks are in the run directory
+    (none for a stopped process, and the alert says why). Ctrl-C ends the watcher with 130."""
+    run = tmp_path / "run"
+    run.mkdir()
+    script = tmp_path / "staller.py"
+    script.write_text(STALLER)
+    staller = subprocess.Popen([sys.executable, str(script), str(run), how], env=ENV)
+    try:
+        watcher = tail(run, "--json", "--dump-stacks", "--stall-budget", "1", "--startup-budget", "1")
+        assert watcher.stdout is not None
+        deadline = time.monotonic() + 120
+        alert = None
+        while alert is None:
+            assert time.monotonic() < deadline
+            line = watcher.stdout.readline()
+            assert line, watcher.stderr.read() if watcher.stderr else ""
+            record = json.loads(line)
+            if record["kind"] == "alert":
+                alert = record
+        assert alert["rule"] == "stall"
+        assert alert["rank"] == 0
+        assert alert["step"] == 3
+        assert alert["value"] > alert["threshold"] >= 1
+        watcher.send_signal(signal.SIGINT)
+        assert watcher.wait(timeout=60) == 130
+        if how == "stop":
+            assert alert["stacks"] is None
+            assert "stopped" in alert["message"]
+        else:
+            stacks = Path(alert["stacks"])
+            assert stacks.parent == run / "stacks"
+            deadline = time.monotonic() + 60
+            while "File" not in stacks.read_text():
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            assert ("spin" if how == "loop" else "<module>") in stacks.read_text()
+    finally:
+        staller.kill()
+        staller.wait()
+
+
+def finished_run(run: Path) -> None:
+    """A run whose loss crosses a threshold twice (two alerts), ended."""
+    run.mkdir()
+    lines = [{"event": "train_start", "start_step": 0, "target_step": 300}]
+    lines += [
+        {"event": "train_step", "step": s, "loss": 9.0 if s in (10, 250) else 1.0} for s in range(1, 301)
+    ]
+    lines.append({"event": "train_end", "step": 300})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def test_alerts_sent_once_by_restarted_and_concurrent_watchers(tmp_path: Path) -> None:
+    """--alerts rules run out of process; a restarted watcher, and two watchers at once, send each
+    alert once (the state in the run directory)."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("alerts:\n  - rule: threshold\n    key: loss\n    above: 5\n")
+    run = tmp_path / "run"
+    finished_run(run)
+    first, second = tail(run, "--json", "--alerts", rules), tail(run, "--json", "--alerts", rules)
+    outs = [first.communicate(timeout=120)[0], second.communicate(timeout=120)[0]]
+    assert first.returncode == second.returncode == 0
+    alerts = [json.loads(line) for out in outs for line in out.splitlines() if '"alert"' in line]
+    assert sorted(alert["step"] for alert in alerts) == [10, 250]
+    again = tail(run, "--json", "--alerts", rules)
+    out, _ = again.communicate(timeout=120)
+    assert again.returncode == 0
+    assert '"alert"' not in out
+    assert '"window"' not in out  # it went on where the last watcher stopped: nothing new to show
+    fresh = tail(run, "--json", "--alerts", rules, "--no-state")
+    out, _ = fresh.communicate(timeout=120)
+    assert [json.loads(line)["step"] for line in out.splitlines() if '"alert"' in line] == [10, 250]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--since", "yesterday"], "--since"),
+        (["--ranks", "a,b"], "--ranks"),
+        (["--stall-budget", "0"], "step_min_s"),
+        (["--hook", "nosuchhook"], "nosuchhook"),
+    ],
+)
+def test_bad_arguments_one_line_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
+    """A user's mistake: one line on stderr naming it, exit 2."""
+    run = tmp_path / "run"
+    finished_run(run)
+    watcher = tail(run, *args)
+    _out, err = watcher.communicate(timeout=60)
+    assert watcher.returncode == 2
+    assert len(err.strip().splitlines()) == 1
+    assert message in err
+
+
+def test_missing_run_exit_2(tmp_path: Path) -> None:
+    """A run that does not exist: one line naming it, exit 2."""
+    watcher = tail(tmp_path / "nope")
+    _, err = watcher.communicate(timeout=60)
+    assert watcher.returncode == 2
+    assert "nope" in err
+
+
+def test_live_view_on_a_terminal(tmp_path: Path) -> None:
+    """On a terminal (a pty) the live view shows the window lines and the end."""
+    run = tmp_path / "run"
+    finished_run(run)
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execve(sys.executable, [sys.executable, "-m", "speedtronic", "tail", str(run), "--no-state"], ENV)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    text = out.decode(errors="replace")
+    assert "step 300/300" in text
+    assert "run ended" in text
+
+
+def test_hook_gets_alerts(tmp_path: Path) -> None:
+    """--hook: alerts go to a registered hook type, made as replay --hook makes it (TensorBoard here)."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("alerts:\n  - rule: threshold\n    key: loss\n    above: 5\n")
+    run = tmp_path / "run"
+    finished_run(run)
+    watcher = tail(run, "--alerts", rules, "--hook", f"tensorboard:log_dir={tmp_path / 'tb'}", "--no-state")
+    _, err = watcher.communicate(timeout=120)
+    assert watcher.returncode == 0, err
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("alert/value")] == [(10, 9.0), (250, 9.0)]
+
+
+def test_since_now_and_ranks(tmp_path: Path) -> None:
+    """--since now shows nothing already written (and still ends with the run); --ranks keeps only the
+    ranks named."""
+    run = tmp_path / "run"
+    finished_run(run)
+    (run / "metrics.rank1.jsonl").write_text(
+        "".join(
+            json.dumps(line) + "\n"
+            for line in [
+                {"event": "train_start", "rank": 1, "world_size": 2},
+                {"event": "train_step", "step": 7, "rank": 1, "world_size": 2, "loss": 1.0},
+                {"event": "train_end", "step": 7, "rank": 1, "world_size": 2},
+            ]
+        )
+    )
+    now = tail(run, "--json", "--no-state", "--since", "now")
+    out, _ = now.communicate(timeout=120)
+    assert now.returncode == 0
+    assert [json.loads(line)["kind"] for line in out.splitlines()] == ["end"]
+    one = tail(run, "--json", "--no-state", "--ranks", "1")
+    out, _ = one.communicate(timeout=120)
+    assert one.returncode == 0
+    windows = [json.loads(line) for line in out.splitlines() if '"window"' in line]
+    assert [window["step"] for window in windows] == [7]
+    assert json.loads(out.splitlines()[-1]) == {"kind": "end", "ranks": [1]}
+
+
+def test_recorded_alerts_are_shown(tmp_path: Path) -> None:
+    """The run's own alert records (its logger's rules) are shown and counted, marked recorded."""
+    run = tmp_path / "run"
+    finished_run(run)
+    with (run / "metrics.jsonl").open("r+") as file:
+        lines = file.readlines()
+        alert = {"event": "alert", "rule": "spike", "severity": "warning", "key": "loss", "step": 10}
+        alert |= {"value": 9.0, "threshold": 3.0, "message": "loss 9 above 3 at step 10"}
+        lines.insert(11, json.dumps(alert) + "\n")
+        file.seek(0)
+        file.writelines(lines)
+    watcher = tail(run, "--json", "--no-state", "--every", "1000")
+    out, _ = watcher.communicate(timeout=120)
+    assert watcher.returncode == 0
+    [shown] = [json.loads(line) for line in out.splitlines() if '"alert"' in line]
+    assert shown["rule"] == "spike"
+    assert shown["recorded"] is True
+    [window] = [json.loads(line) for line in out.splitlines() if '"window"' in line]
+    assert window["alerts"] == 1
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes to read-only directories")
+def test_read_only_run_keeps_no_state(tmp_path: Path) -> None:
+    """A run directory the watcher can't write: it follows the run anyway, saying once that it keeps
+    no state."""
+    run = tmp_path / "run"
+    finished_run(run)
+    run.chmod(0o555)
+    try:
+        watcher = tail(run, "--json")
+        out, err = watcher.communicate(timeout=120)
+    finally:
+        run.chmod(0o755)
+    assert watcher.returncode == 0
+    assert json.loads(out.splitlines()[-1])["kind"] == "end"
+    assert err.count("keeping no state") == 1
