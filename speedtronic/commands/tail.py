@@ -26,6 +26,8 @@ import orjson
 
 from speedtronic.commands._runs import add_alerts_argument, read_alerts_file
 from speedtronic.commands.cli import CommandError
+from speedtronic.events import RATE_SUFFIX
+from speedtronic.record import iso_timestamp
 from speedtronic.runs.reader import Record, RunError, as_number, rate_keys
 
 __all__ = ["add_parser", "run"]
@@ -324,7 +326,7 @@ class _Watcher:
             )
         self.alerts += 1
         self.view.alert(payload)
-        stamp = timestamp or dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        stamp = timestamp or iso_timestamp(time.time())
         self.dispatch(None, payload["severity"], {**payload, "timestamp": stamp, "event": "alert"})
 
     def _stack_dump(self, payload: dict[str, Any]) -> None:
@@ -408,7 +410,7 @@ def window_line(window: dict[str, Any]) -> str:
     """A window as one plain line."""
     step = f"{window['step']}" + (f"/{window['target_step']}" if window["target_step"] is not None else "")
     rates = "  ".join(
-        f"{key.removesuffix('_per_s')}/s {_number(v, ',.0f')}" for key, v in window["rates"].items()
+        f"{key.removesuffix(RATE_SUFFIX)}/s {_number(v, ',.0f')}" for key, v in window["rates"].items()
     )
     eta = "-" if window["eta_s"] is None else str(dt.timedelta(seconds=round(window["eta_s"])))
     reporting = len(window["ranks_reporting"])

@@ -12,9 +12,10 @@ import yaml
 
 from speedtronic.alerts import NonFinite
 from speedtronic.runs.replay import replay_run
+from tests.helpers import run_records
 from tests.runs.conftest import assert_one_line_error
 from tests.torch_run import ROOT, train_cli
-from tests.training.test_run_dirs import records, write_config
+from tests.training.test_run_dirs import write_config
 
 LOGGER_KEYS = {"event", "elapsed_s", "memory_bytes", "timestamp", "_speedtronic"}
 """What the logger adds to every record: not part of an alert's payload."""
@@ -44,7 +45,7 @@ def live_alerts(run_dir: Path) -> list[bytes]:
     """The payload of each alert record the run wrote, as JSON text in its order."""
     return [
         json.dumps({k: v for k, v in r.items() if k not in LOGGER_KEYS}).encode()
-        for r in records(run_dir)
+        for r in run_records(run_dir)
         if r["event"] == "alert"
     ]
 
@@ -64,7 +65,7 @@ class TestStopOnAlert:
             "speedtronic: stopped by an alert at step 2: non-finite loss (nan) in train_step at step 2"
             in (done.stderr)
         )
-        run = records(tmp_path / "r")
+        run = run_records(tmp_path / "r")
         events = [(r["event"], r.get("step")) for r in run if r["event"] != "hyperparams"]
         assert events[-4:] == [("train_step", 2), ("alert", 2), ("checkpoint", 2), ("train_end", 2)]
         end = run[-1]
@@ -82,7 +83,7 @@ class TestStopOnAlert:
         config.write_text(text)
         done = train_cli("--config", config, "--run-dir", "r", cwd=tmp_path)
         assert done.returncode == 0, done.stderr
-        assert [r["event"] for r in records(tmp_path / "r") if r["event"] == "alert"] == []
+        assert [r["event"] for r in run_records(tmp_path / "r") if r["event"] == "alert"] == []
 
 
 class TestConfigErrors:
@@ -182,6 +183,6 @@ class TestTrainAlertsOption:
         )
         done = train_cli("--config", config, "--run-dir", "r", "--alerts", "rules.yaml", cwd=tmp_path)
         assert done.returncode == 3, done.stderr
-        assert [(r["key"], r["step"]) for r in records(tmp_path / "r") if r["event"] == "alert"] == [
+        assert [(r["key"], r["step"]) for r in run_records(tmp_path / "r") if r["event"] == "alert"] == [
             ("grad_norm", 2)
         ]

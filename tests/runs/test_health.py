@@ -14,8 +14,9 @@ import orjson
 import pytest
 
 from speedtronic.runs.health import run_health
+from tests.helpers import run_records
 from tests.runs.conftest import assert_one_line_error, speedtronic
-from tests.training.test_run_dirs import ROOT, records, train, write_config
+from tests.training.test_run_dirs import ROOT, train, write_config
 from tests.training.test_rundir import WAIT_AT, wait_for
 
 pytest.importorskip("torch")
@@ -57,7 +58,7 @@ def killed_twice(tmp_path_factory: pytest.TempPathFactory) -> Path:
 class TestGoodput:
     def test_the_run_has_three_segments(self, killed_twice: Path) -> None:
         """The fixture is what it says: started at 0, resumed from steps 5 and 15."""
-        starts = [r["start_step"] for r in records(killed_twice) if r["event"] == "train_start"]
+        starts = [r["start_step"] for r in run_records(killed_twice) if r["event"] == "train_start"]
         assert starts == [0, 5, 15]
 
     def test_the_parts_add_up_to_the_wall_time(self, killed_twice: Path) -> None:
@@ -70,7 +71,7 @@ class TestGoodput:
 
     def test_the_wall_time_is_first_start_to_last_record(self, killed_twice: Path) -> None:
         """Wall time: from the first logger's start (timestamp less elapsed_s) to the last record."""
-        rows = records(killed_twice)
+        rows = run_records(killed_twice)
         stamp = [_seconds(r["timestamp"]) for r in rows]
         expected = stamp[-1] - (stamp[0] - rows[0]["elapsed_s"])
         assert run_health(killed_twice).wall_s == pytest.approx(expected, abs=1e-5)
@@ -78,7 +79,7 @@ class TestGoodput:
     def test_steps_run_again_are_restart_time(self, killed_twice: Path) -> None:
         """Steps 6-8 and 16-17, recorded before the kills and again after: restart time, not productive."""
         health = run_health(killed_twice)
-        rows = records(killed_twice)
+        rows = run_records(killed_twice)
         redone = [
             r["step"] for r in rows if r["event"] == "train_step" and r["step"] <= _highest_before(rows, r)
         ]
@@ -92,7 +93,7 @@ class TestGoodput:
         health = run_health(killed_twice)
         assert health.goodput == pytest.approx(health.productive_s / health.wall_s)  # type: ignore[operator]
         firsts: dict[int, dict[str, Any]] = {}
-        for row in records(killed_twice):
+        for row in run_records(killed_twice):
             if row["event"] == "train_step":
                 firsts.setdefault(row["step"], row)
         productive = sum(r["step_time_s"] - r["data_wait_s"] for r in firsts.values())
@@ -100,7 +101,7 @@ class TestGoodput:
 
     def test_checkpoint_and_eval_time_are_their_records(self, killed_twice: Path) -> None:
         """checkpoint_s sums every checkpoint's save_s; eval_s every eval's eval_s."""
-        rows = records(killed_twice)
+        rows = run_records(killed_twice)
         health = run_health(killed_twice)
         assert health.checkpoint_s == pytest.approx(
             sum(r["save_s"] for r in rows if r["event"] == "checkpoint")
@@ -111,7 +112,7 @@ class TestGoodput:
 class TestMfu:
     def test_mfu_is_the_formula_over_the_recorded_figures(self, killed_twice: Path) -> None:
         """mfu = flops_per_token * tokens_per_s / peak_flops (torchtitan's, a fraction), from records."""
-        rows = records(killed_twice)
+        rows = run_records(killed_twice)
         health = run_health(killed_twice, peak_flops=2e12)
         (flops_per_token,) = {r["flops_per_token"] for r in rows if r["event"] == "train_start"}
         tokens = max(r["tokens"] for r in rows if r["event"] == "train_step")

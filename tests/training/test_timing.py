@@ -11,7 +11,8 @@ import torch
 
 from speedtronic.accelerators import peak_flops
 from speedtronic.runs.health import run_health
-from tests.training.test_run_dirs import records, train, write_config
+from tests.helpers import run_records
+from tests.training.test_run_dirs import train, write_config
 
 TIMES = ("step_time_s", "data_wait_s", "compute_s")
 
@@ -25,7 +26,7 @@ def timed_run(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     )
     done = train("--config", config, "--run-dir", "r", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    return records(tmp_path / "r")
+    return run_records(tmp_path / "r")
 
 
 class TestTimingKeys:
@@ -69,7 +70,7 @@ class TestTimingKeys:
         config = write_config(tmp_path / "c.yaml", train={"steps": 2, "peak_flops": 1.5e12})
         done = train("--config", config, "--run-dir", "r", cwd=tmp_path)
         assert done.returncode == 0, done.stderr
-        (start,) = [r for r in records(tmp_path / "r") if r["event"] == "train_start"]
+        (start,) = [r for r in run_records(tmp_path / "r") if r["event"] == "train_start"]
         assert start["peak_flops"] == 1.5e12
 
 
@@ -81,7 +82,7 @@ class TestCuda:
         config = write_config(tmp_path / "c.yaml", train={"steps": 12, "device": "cuda", "precision": "bf16"})
         done = train("--config", config, "--run-dir", "r", cwd=tmp_path)
         assert done.returncode == 0, done.stderr
-        rows = records(tmp_path / "r")
+        rows = run_records(tmp_path / "r")
         (start,) = [r for r in rows if r["event"] == "train_start"]
         (end,) = [r for r in rows if r["event"] == "train_end"]
         expected = peak_flops(torch.cuda.get_device_name(), "bf16")
