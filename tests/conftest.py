@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -85,6 +86,21 @@ def fresh_wandb_session() -> None:
     if wandb is not None:
         wandb.teardown()
     os.environ.pop("WANDB_SERVICE", None)
+
+
+@pytest.fixture(autouse=True)
+def no_mlflow_experiment_left() -> Iterator[None]:
+    """End each test with the MLflow settings it found: ``mlflow.set_experiment`` (Hugging Face's
+    ``MLflowCallback`` calls it) sets ``MLFLOW_EXPERIMENT_ID`` in this process, and a later test's hook
+    in this worker would look for that experiment in its own, new store."""
+    names = ("MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_RUN_ID", "MLFLOW_TRACKING_URI")
+    before = {name: os.environ.get(name) for name in names}
+    yield
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture

@@ -86,6 +86,9 @@ def truncate(value: Any, keep: int) -> Truncated:
     whose items are shared or contain it, costs about ``keep`` characters of work.
     """
     what = _describe(value)
+    marker = _MARKER.fullmatch(value) if isinstance(value, str) and value.startswith("<truncated: ") else None
+    if marker is not None:  # a marker (a redacted text's cap) cut again says what it said of its value
+        what, value = marker["what"], marker["head"] or ""
     if keep <= 0:
         return Truncated(f"<truncated: {what}>")
     if isinstance(value, str):
@@ -97,6 +100,14 @@ def truncate(value: Any, keep: int) -> Truncated:
     else:
         head = safe_str(value)[:keep]
     return Truncated(f"<truncated: {what}; first {len(head):,} chars: {head}>")
+
+
+_MARKER = re.compile(
+    r"<truncated: (?P<what>[A-Za-z_.]+ of [0-9,]+ (?:chars|items|bytes))"
+    r"(?:; first [0-9,]+ chars: (?P<head>.*))?>",
+    re.DOTALL,
+)
+"""A ``truncate`` marker: what it stands for, and the head it kept."""
 
 
 def _describe(value: Any) -> str:
