@@ -13,7 +13,7 @@ The stages (``speedtronic.processors``), hooks, integrations, trainer and reader
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from speedtronic.record.contract import (
     FLOAT_OF_KIND,
@@ -108,9 +108,11 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """``speedtronic.record.RenameReserved``, the stage's path before it moved to
-    ``speedtronic.processors.reserved`` (a stage is not part of the floor: imported on first use)."""
-    if name == "RenameReserved":
-        return importlib.import_module("speedtronic.processors.reserved").RenameReserved
-    raise AttributeError(f"module 'speedtronic.record' has no attribute {name!r}")
+if not TYPE_CHECKING:  # hidden from mypy, which would take any name of this module for a real one
+
+    def __getattr__(name: str) -> Any:
+        """``speedtronic.record.RenameReserved``, the stage's path before it moved to
+        ``speedtronic.processors.reserved`` (a stage is not part of the floor: imported on first use)."""
+        if name == "RenameReserved":
+            return importlib.import_module("speedtronic.processors.reserved").RenameReserved
+        raise AttributeError(f"module 'speedtronic.record' has no attribute {name!r}")
