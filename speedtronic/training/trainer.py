@@ -445,36 +445,8 @@ class Trainer:
         if self.checkpoint_every and self.step > start_step and self.step % self.checkpoint_every:
             self.save_checkpoint()
 
-        duration = time.perf_counter() - started
         final_loss = float(loss.item()) if loss is not None else None
-        result = FitResult(
-            step=self.step,
-            start_step=start_step,
-            steps_run=self.step - start_step,
-            duration_s=round(duration, 6),
-            final_loss=final_loss,
-            samples_per_s=round((self.samples - start_samples) / duration, 3),
-            tokens_per_s=round((self.tokens - start_tokens) / duration, 3),
-            checkpoint=self.checkpoint,
-            resumed_from=self.resumed_from,
-            eval_loss=self._eval_loss,
-        )
-        self.emit(
-            Event.TRAIN_END,
-            {
-                "step": result.step,
-                "steps_run": result.steps_run,
-                "duration_s": result.duration_s,
-                "final_loss": final_loss,
-                "samples_per_s": result.samples_per_s,
-                "tokens_per_s": result.tokens_per_s,
-                "status": "completed",
-                **_memory_peaks(self.device),
-            },
-        )
-        self._ended = True
-        self.logger.flush()  # hooks run on the logger's thread: when fit() returns, they have it all
-        return result
+        return self._end(started, start_step, start_samples, start_tokens, final_loss)
 
     def _alerted(self) -> bool:
         """Whether the logger's rules raised an alert since the last look, on any rank (every rank
@@ -492,10 +464,23 @@ class Trainer:
         reason = self._alert.message if self._alert is not None else "an alert on another rank"
         if self.checkpoint_dir is not None:
             self.save_checkpoint()
-        duration = time.perf_counter() - started
         final_loss = None
         with contextlib.suppress(Exception):  # a NaN is a value; a failed device gives nothing back
             final_loss = float(loss.item()) if loss is not None else None
+        return self._end(started, start_step, start_samples, start_tokens, final_loss, stopped=reason)
+
+    def _end(
+        self,
+        started: float,
+        start_step: int,
+        start_samples: int,
+        start_tokens: int,
+        final_loss: float | None,
+        stopped: str | None = None,
+    ) -> FitResult:
+        """``fit()``'s result and its ``train_end``: ``completed``, or ``stopped`` with the alert's
+        message as ``reason`` (at WARNING)."""
+        duration = time.perf_counter() - started
         result = FitResult(
             step=self.step,
             start_step=start_step,
@@ -507,19 +492,23 @@ class Trainer:
             checkpoint=self.checkpoint,
             resumed_from=self.resumed_from,
             eval_loss=self._eval_loss,
-            stopped=reason,
+            stopped=stopped,
         )
-        end: TrainEndPayload = {
+        end: dict[str, Any] = {  # TrainEndPayload
             "step": result.step,
             "steps_run": result.steps_run,
             "duration_s": result.duration_s,
             "final_loss": final_loss,
-            "status": "stopped",
-            "reason": reason,
+            "samples_per_s": result.samples_per_s,
+            "tokens_per_s": result.tokens_per_s,
+            "status": "completed" if stopped is None else "stopped",
+            **_memory_peaks(self.device),
         }
-        self.emit(Event.TRAIN_END, end, level="warning")
+        if stopped is not None:
+            end["reason"] = stopped
+        self.emit(Event.TRAIN_END, end, level=None if stopped is None else "warning")
         self._ended = True
-        self.logger.flush()
+        self.logger.flush()  # hooks run on the logger's thread: when fit() returns, they have it all
         return result
 
     def _optimizer_step(self, batches: Iterator[Batch]) -> _Step:
