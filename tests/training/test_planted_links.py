@@ -113,6 +113,11 @@ def plant_kind(kind: str, path: Path, victim: Path) -> None:
         path.symlink_to(os.path.relpath(victim, path.parent))
     elif kind == "hardlink":
         os.link(victim, path)
+    elif kind == "device":  # /dev/null's numbers: a character device that reads as empty, never blocks
+        try:
+            os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 3))
+        except PermissionError:
+            pytest.skip("making a device node needs root (CAP_MKNOD)")
     elif kind == "socket":
         here = os.getcwd()
         os.chdir(path.parent)  # a relative name: a socket's path is limited to about 100 bytes
@@ -142,17 +147,22 @@ EXPECTED = {
     "directory": "is a directory, expected",
     "symlink": "is a symbolic link (to ",
     "hardlink": "has 2 hard links, expected 1",
+    "device": "is a character device, expected a regular file",
 }
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("name", FILES)
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [(name, kind) for name in FILES for kind in KINDS]
+    + [(name, "device") for name in ("trackers.json", "config.yaml", STEP_8)],
+)
 def test_a_planted_file_is_refused_or_replaced_never_waited_on_or_written_through(
     name: str, kind: str, logged: Path, tmp_path: Path
 ) -> None:
-    """`train --resume` with a FIFO, socket, directory, symbolic or hard link in place of one of the
-    run's files: it never blocks; refused in one line naming the file and what was expected (exit 2),
-    or, for a temporary name or a file renamed over, replaced (exit 0); the file outside untouched."""
+    """`train --resume` with a FIFO, socket, directory, symbolic or hard link (or a device node) in
+    place of one of the run's files: it never blocks; refused in one line naming the file and what
+    was expected (exit 2), or, for a temporary name or a file renamed over, replaced (exit 0); the
+    file outside untouched."""
     run = shutil.copytree(logged, tmp_path / "r")
     if name == "config.yaml":  # the config this resume records, so it is rewritten, not kept aside
         recorded = yaml.safe_load((run / name).read_text())
@@ -213,9 +223,10 @@ class TestRunFileHelpers:
         assert (run / "trackers.json").read_text() == '{"wandb": ["abc"]}\n'
         assert not os.path.lexists(run / "trackers.json.partial")
 
-    @pytest.mark.parametrize("kind", ["fifo", "socket", "directory", "symlink"])
+    @pytest.mark.parametrize("kind", ["fifo", "socket", "directory", "symlink", "device"])
     def test_reading_what_is_planted_is_refused_at_once(self, kind: str, tmp_path: Path) -> None:
-        """read_text of a FIFO nobody writes, a socket, a directory or a link: RunDirError naming it."""
+        """read_text of a FIFO nobody writes, a socket, a directory, a link or a device node:
+        RunDirError naming it."""
         victim = tmp_path / "victim.txt"
         victim.write_text(VICTIM)
         plant_kind(kind, tmp_path / "config.yaml", victim)
