@@ -1,4 +1,5 @@
-"""Helpers the tests share: reading what a logger wrote, a journaling hook, the virtualenv's PATHs.
+"""Helpers the tests share: reading what a logger wrote, a journaling hook, the virtualenv's PATHs, a
+webhook receiver (a real HTTP server on 127.0.0.1).
 
 Import them from here (``from tests.helpers import read_jsonl``); ``conftest.py`` holds fixtures only.
 """
@@ -8,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +18,10 @@ __all__ = [
     "ACTIVATED_PATH",
     "SCRIPTS",
     "UNACTIVATED_PATH",
+    "WEBHOOK_TOKEN",
     "Journal",
+    "WebhookHandler",
+    "WebhookReceiver",
     "parse_jsonl",
     "read_jsonl",
     "run_records",
@@ -80,3 +86,69 @@ class Journal:
 
     def close(self) -> None:
         self.out.append(f"{self.name} close")
+
+
+WEBHOOK_TOKEN = "T0SECRET/B0SECRET/xyzWEBHOOKTOKENxyz"
+"""The secret part of ``WebhookReceiver.url``'s path, as in a Slack incoming webhook's URL."""
+
+
+class WebhookReceiver(ThreadingHTTPServer):
+    """A webhook receiver on 127.0.0.1, serving in a thread from ``start``: ``mode`` says how it
+    answers (``ok``, ``hang``, ``500``, ``drop``); a list of modes is used one request after another
+    (the last one repeats). ``requests`` holds each request's path, headers and JSON body."""
+
+    daemon_threads = True
+
+    def __init__(self, modes: list[str]) -> None:
+        super().__init__(("127.0.0.1", 0), WebhookHandler)
+        self.modes = modes
+        self.requests: list[dict[str, Any]] = []
+        self.received = threading.Event()  # a request arrived
+        self.release = threading.Event()  # a hanging handler may return
+        self.lock = threading.Lock()
+
+    @classmethod
+    def start(cls, *modes: str) -> WebhookReceiver:
+        """A receiver answering with ``modes`` (``ok`` when none), serving in a daemon thread."""
+        server = cls(list(modes or ["ok"]))
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return server
+
+    def stop(self) -> None:
+        """Let hanging handlers return, stop serving, close the socket."""
+        self.release.set()
+        self.shutdown()
+        self.server_close()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/services/{WEBHOOK_TOKEN}"
+
+
+class WebhookHandler(BaseHTTPRequestHandler):
+    server: WebhookReceiver
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        with self.server.lock:
+            index = len(self.server.requests)
+            mode = self.server.modes[min(index, len(self.server.modes) - 1)]
+            self.server.requests.append(
+                {"path": self.path, "headers": dict(self.headers), "body": json.loads(body), "mode": mode}
+            )
+        self.server.received.set()
+        if mode == "hang":
+            self.server.release.wait(120)
+            self.close_connection = True
+            return
+        if mode == "drop":
+            self.close_connection = True  # no status line: the client sees the connection closed
+            return
+        status = 500 if mode == "500" else 200
+        self.send_response(status)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass

@@ -87,10 +87,15 @@ def add_parser(subparsers: Any) -> None:
 def parse_hook(text: str) -> tuple[str, dict[str, Any]]:
     """``NAME[:KEY=VALUE,...]`` as ``(name, options)``; ``ValueError`` for another shape.
 
-    A VALUE is read as JSON when it parses as JSON (``5``, ``true``, ``null``, ``"5"``, ``[1,2]``), else
-    kept as text (``tb/run``); a comma followed by ``KEY=`` starts the next option.
+    NAME is a registered hook type or, as in a config, ``package.module:factory`` (a second part with
+    no ``=`` belongs to the name). A VALUE is read as JSON when it parses as JSON (``5``, ``true``,
+    ``null``, ``"5"``, ``[1,2]``), else kept as text (``tb/run``); a comma followed by ``KEY=`` starts
+    the next option.
     """
     name, _, rest = text.partition(":")
+    factory, _, after = rest.partition(":")
+    if factory.strip() and "=" not in factory:  # package.module:factory[:KEY=VALUE,...]
+        name, rest = f"{name}:{factory.strip()}", after
     options: dict[str, Any] = {}
     for item in _OPTION.split(rest) if rest else ():
         key, equals, value = item.partition("=")

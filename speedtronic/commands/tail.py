@@ -217,35 +217,46 @@ class _Watcher:
                     self.stalls.resume(rank, last_step, ended=bool(ended))
 
     def loop(self) -> int:
-        first = True
-        next_window = time.monotonic() + self.args.every
+        """Follow until the run ends (0); 1 when a hook failed to deliver at close (one line on
+        stderr, as a hook's failure is no reason for a traceback)."""
         try:
-            while True:
-                records = self.follower.read()
-                for record in records:
-                    self._take(record, backlog=first and self.since == "now")
-                first = False
-                if self.stalls is not None:
-                    for payload in self.stalls.check():
-                        self._stack_dump(payload)
-                        self._alert(payload, None)
-                if records and self.state is not None:
-                    try:
-                        self.state.save(self.follower.positions(), self._notes())
-                    except OSError as error:
-                        self._no_state(f"can't write {self.state.directory}: {error.strerror or error}")
-                if time.monotonic() >= next_window:
-                    self._window()
-                    next_window = time.monotonic() + self.args.every
-                if self.ended and all(self.ended.values()) and len(self.ended) >= self.world:
-                    self._window()
-                    self.view.end(sorted(self.ended))
-                    return 0
-                self.follower.wait()
+            code = self._follow()
         finally:
             self.follower.close()
-            self.hooks.close()
+            try:
+                self.hooks.close()
+                undelivered = False
+            except Exception as error:  # any hook's own failure: reported, never a traceback
+                print(f"speedtronic: tail: --hook: {error}", file=sys.stderr)
+                undelivered = True
             self.view.close()
+        return 1 if undelivered and code == 0 else code
+
+    def _follow(self) -> int:
+        first = True
+        next_window = time.monotonic() + self.args.every
+        while True:
+            records = self.follower.read()
+            for record in records:
+                self._take(record, backlog=first and self.since == "now")
+            first = False
+            if self.stalls is not None:
+                for payload in self.stalls.check():
+                    self._stack_dump(payload)
+                    self._alert(payload, None)
+            if records and self.state is not None:
+                try:
+                    self.state.save(self.follower.positions(), self._notes())
+                except OSError as error:
+                    self._no_state(f"can't write {self.state.directory}: {error.strerror or error}")
+            if time.monotonic() >= next_window:
+                self._window()
+                next_window = time.monotonic() + self.args.every
+            if self.ended and all(self.ended.values()) and len(self.ended) >= self.world:
+                self._window()
+                self.view.end(sorted(self.ended))
+                return 0
+            self.follower.wait()
 
     def _no_state(self, why: str) -> None:
         """Go on without a state file (a read-only run directory), saying so once on stderr."""

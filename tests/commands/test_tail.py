@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.helpers import WEBHOOK_TOKEN, WebhookReceiver
 from tests.torch_run import ROOT, train_cli
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
@@ -23,11 +24,7 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 def tail(*args: str | Path, **kwargs: Any) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "speedtronic", "tail", *map(str, args)],
-        env=ENV,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        **kwargs,
+        **{"env": ENV, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, **kwargs},
     )
 
 
@@ -227,6 +224,72 @@ def test_hook_gets_alerts(tmp_path: Path) -> None:
     events = EventAccumulator(str(tmp_path / "tb"))
     events.Reload()
     assert [(e.step, e.value) for e in events.Scalars("alert/value")] == [(10, 9.0), (250, 9.0)]
+
+
+WEBHOOK = "speedtronic.integrations.webhook:WebhookHook"
+"""The webhook hook type as ``package.module:factory``: its ``webhook`` entry point is in pyproject.toml,
+which an environment installed before it was added does not list (``--hook webhook`` works once
+reinstalled)."""
+
+
+def test_webhook_gets_alerts_once_across_a_restart(tmp_path: Path) -> None:
+    """--alerts with a webhook --hook: a real HTTP server gets each alert once as JSON ({text, record},
+    text the Slack line), the URL taken from the environment; a restarted watcher posts none again."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("alerts:\n  - rule: threshold\n    key: loss\n    above: 5\n")
+    run = tmp_path / "run"
+    finished_run(run)
+    server = WebhookReceiver.start("ok")
+    try:
+        hook = f"{WEBHOOK}:url_env=ST_TEST_WEBHOOK,name=run-7,close_timeout_s=120"
+        env = {**ENV, "ST_TEST_WEBHOOK": server.url}
+        watcher = tail(run, "--json", "--alerts", rules, "--hook", hook, env=env)
+        out, err = watcher.communicate(timeout=180)
+        assert watcher.returncode == 0, err
+        assert [json.loads(line)["step"] for line in out.splitlines() if '"alert"' in line] == [10, 250]
+        assert [request["path"] for request in server.requests] == [f"/services/{WEBHOOK_TOKEN}"] * 2
+        bodies = [request["body"] for request in server.requests]
+        assert [body["text"] for body in bodies] == [
+            "[run-7] WARNING threshold: loss 9 above 5 at step 10",
+            "[run-7] WARNING threshold: loss 9 above 5 at step 250",
+        ]
+        records = [body["record"] for body in bodies]
+        assert [(r["event"], r["rule"], r["severity"], r["key"], r["step"]) for r in records] == [
+            ("alert", "threshold", "warning", "loss", 10),
+            ("alert", "threshold", "warning", "loss", 250),
+        ]
+        assert WEBHOOK_TOKEN not in err
+        again = tail(run, "--json", "--alerts", rules, "--hook", hook, env=env)
+        _, err = again.communicate(timeout=180)
+        assert again.returncode == 0, err
+        assert len(server.requests) == 2  # the state file: nothing posted again
+    finally:
+        server.stop()
+
+
+def test_webhook_that_fails_is_one_line_exit_1(tmp_path: Path) -> None:
+    """A webhook answering 500 every time: tail follows the run to its end, then says on one line of
+    stderr that the alert was not posted (no traceback, no token) and exits 1."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("alerts:\n  - rule: threshold\n    key: loss\n    above: 5\n")
+    run = tmp_path / "run"
+    finished_run(run)
+    server = WebhookReceiver.start("500")
+    try:
+        hook = f"{WEBHOOK}:url_env=ST_TEST_WEBHOOK,retries=0,close_timeout_s=120"
+        watcher = tail(
+            run, "--alerts", rules, "--hook", hook, "--no-state", env={**ENV, "ST_TEST_WEBHOOK": server.url}
+        )
+        _, err = watcher.communicate(timeout=180)
+        assert watcher.returncode == 1, err
+        assert len(err.strip().splitlines()) == 1, err
+        assert "WebhookHook" in err
+        assert "HTTP Error 500" in err
+        assert "2 failed" in err
+        assert WEBHOOK_TOKEN not in err
+        assert len(server.requests) == 2  # each alert tried once
+    finally:
+        server.stop()
 
 
 def test_since_now_and_ranks(tmp_path: Path) -> None:

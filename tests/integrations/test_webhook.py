@@ -9,10 +9,8 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import warnings
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +20,10 @@ from speedtronic.distributed import RankInfo
 from speedtronic.hooks import build_hook
 from speedtronic.integrations.webhook import WebhookHook, alert_text
 from speedtronic.profiling import MetricLogger
-from tests.helpers import read_jsonl
+from tests.helpers import WEBHOOK_TOKEN, WebhookHandler, WebhookReceiver, read_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
-TOKEN = "T0SECRET/B0SECRET/xyzWEBHOOKTOKENxyz"
+TOKEN = WEBHOOK_TOKEN
 """The secret part of the webhook URL's path, as in a Slack incoming webhook's URL."""
 
 
@@ -46,70 +44,18 @@ def alert(**fields: Any) -> dict[str, Any]:
     }
 
 
-class Receiver(ThreadingHTTPServer):
-    """A webhook receiver: ``mode`` says how it answers (``ok``, ``hang``, ``500``, ``drop``); a list
-    of modes is used one request after another (the last one repeats)."""
-
-    daemon_threads = True
-
-    def __init__(self, modes: list[str]) -> None:
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.modes = modes
-        self.requests: list[dict[str, Any]] = []
-        self.received = threading.Event()  # a request arrived
-        self.release = threading.Event()  # a hanging handler may return
-        self.lock = threading.Lock()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/services/{TOKEN}"
-
-
-class Handler(BaseHTTPRequestHandler):
-    server: Receiver
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        with self.server.lock:
-            index = len(self.server.requests)
-            mode = self.server.modes[min(index, len(self.server.modes) - 1)]
-            self.server.requests.append(
-                {"path": self.path, "headers": dict(self.headers), "body": json.loads(body), "mode": mode}
-            )
-        self.server.received.set()
-        if mode == "hang":
-            self.server.release.wait(120)
-            self.close_connection = True
-            return
-        if mode == "drop":
-            self.close_connection = True  # no status line: the client sees the connection closed
-            return
-        status = 500 if mode == "500" else 200
-        self.send_response(status)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"ok")
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture
 def serve() -> Iterator[Any]:
     """Start receivers with the given modes; each is shut down after the test."""
-    started: list[Receiver] = []
+    started: list[WebhookReceiver] = []
 
-    def start(*modes: str) -> Receiver:
-        server = Receiver(list(modes))
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        started.append(server)
-        return server
+    def start(*modes: str) -> WebhookReceiver:
+        started.append(WebhookReceiver.start(*modes))
+        return started[-1]
 
     yield start
     for server in started:
-        server.release.set()
-        server.shutdown()
-        server.server_close()
+        server.stop()
 
 
 def webhook(url: str, **options: Any) -> WebhookHook:
@@ -259,7 +205,7 @@ class TestFailures:
         """A 4xx other than 408/429, or a redirect (never followed as a GET without the body): one
         post, then the failure."""
 
-        class Refuse(Handler):
+        class Refuse(WebhookHandler):
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers["Content-Length"]))
                 self.server.requests.append({})

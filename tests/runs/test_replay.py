@@ -261,10 +261,13 @@ class TestParseHook:
             ),
             ("x:url=http://h:8080/a,b=2", ("x", {"url": "http://h:8080/a", "b": 2})),
             ("x:tags=[1,2],name=a,b", ("x", {"tags": [1, 2], "name": "a,b"})),
+            ("pkg.mod:Hook", ("pkg.mod:Hook", {})),
+            ("pkg.mod:Hook:url=http://h:8080/a,n=1", ("pkg.mod:Hook", {"url": "http://h:8080/a", "n": 1})),
         ],
     )
     def test_shapes(self, spec: str, parsed: tuple[str, dict[str, Any]]) -> None:
-        """NAME[:KEY=VALUE,...]; JSON values as JSON, others as text; commas split only before KEY=."""
+        """NAME[:KEY=VALUE,...], NAME a type or package.module:factory; JSON values as JSON, others as
+        text; commas split only before KEY=."""
         assert parse_hook(spec) == parsed
 
 
