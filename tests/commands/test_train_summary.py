@@ -207,8 +207,10 @@ class TestOnlyCommandsThatWork:
         assert refused.returncode == 2  # what the summary used to offer
 
 
-TIMED = re.compile(r"\b((?:\w+_per_s|elapsed_s|duration_s|save_s)=)[-+.\deE]+")
-"""A text log field whose value is the machine's speed, not the run's."""
+TIMED = re.compile(
+    r"\b((?:\w+_per_s|elapsed_s|duration_s|save_s|eval_s|step_time_s|data_wait_s|compute_s|pid)=)[-+.\deE]+"
+)
+"""A text log field whose value is the machine's speed (or the process), not the run's."""
 
 
 def machine_free(text: str) -> list[str]:
@@ -218,6 +220,7 @@ def machine_free(text: str) -> list[str]:
     for line in text.splitlines():
         line = re.sub(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ", "<time> ", line)
         line = TIMED.sub(r"\1<t>", line)
+        line = re.sub(r"\bstacks=stacks/rank(\d+)-\w+\.txt", r"stacks=stacks/rank\1-<t>.txt", line)
         line = re.sub(r" in [\d.]+ s on ", " in <t> s on ", line)
         line = re.sub(r", [\d,]+ samples/s, [\d,]+ tokens/s$", ", <t> samples/s, <t> tokens/s", line)
         lines.append(line)

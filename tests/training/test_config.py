@@ -292,7 +292,7 @@ class TestConfigErrors:
             load_config({"logging": {"hooks": [{"type": "wandbb"}]}})
         assert str(caught.value) == (
             "config: logging.hooks[0].type: unknown hook type 'wandbb'; known types: mlflow, otel, progress, "
-            "recorder, structlog, tensorboard, wandb, or 'package.module:factory'"
+            "recorder, structlog, tensorboard, wandb, webhook, or 'package.module:factory'"
         )
 
     def test_a_factory_that_cant_be_imported_is_named(self) -> None:
