@@ -32,7 +32,7 @@ from speedtronic.commands._runs import (
 )
 from speedtronic.commands.cli import CommandError
 from speedtronic.hooks import HookConfigError, close_hook, hook_type
-from speedtronic.hooks.registry import hook_argument_problem
+from speedtronic.hooks.registry import hook_argument_problem, hook_types
 from speedtronic.runs.reader import RunError, read_records
 from speedtronic.runs.replay import ReplayRefused, replay_hook, replay_run
 
@@ -87,14 +87,15 @@ def add_parser(subparsers: Any) -> None:
 def parse_hook(text: str) -> tuple[str, dict[str, Any]]:
     """``NAME[:KEY=VALUE,...]`` as ``(name, options)``; ``ValueError`` for another shape.
 
-    NAME is a registered hook type or, as in a config, ``package.module:factory`` (a second part with
-    no ``=`` belongs to the name). A VALUE is read as JSON when it parses as JSON (``5``, ``true``,
-    ``null``, ``"5"``, ``[1,2]``), else kept as text (``tb/run``); a comma followed by ``KEY=`` starts
-    the next option.
+    NAME is a registered hook type or, as in a config, ``package.module:factory`` (after a name that
+    is not a registered type, a second part with no ``=`` belongs to the name). A VALUE is read as
+    JSON when it parses as JSON (``5``, ``true``, ``null``, ``"5"``, ``[1,2]``), else kept as text
+    (``tb/run``); a comma followed by ``KEY=`` starts the next option.
     """
     name, _, rest = text.partition(":")
     factory, _, after = rest.partition(":")
-    if factory.strip() and "=" not in factory:  # package.module:factory[:KEY=VALUE,...]
+    if factory.strip() and "=" not in factory and name.strip() not in hook_types():
+        # package.module:factory[:KEY=VALUE,...]
         name, rest = f"{name}:{factory.strip()}", after
     options: dict[str, Any] = {}
     for item in _OPTION.split(rest) if rest else ():
