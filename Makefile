@@ -18,9 +18,9 @@ PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 run: $(VENV)/.run-installed
 	$(BIN)/speedtronic train
 
-# `make test` is `make check` timed: it says first how long it usually takes (measured: 1,367 s, set-up
-# included, on 2 cores beside two busy loops on 2026-12-07), prints its wall time at the end, set-up
-# included, and keeps check's exit code.
+# `make test` is `make check` timed: it says first how long it usually takes (measured on 2026-12-07:
+# 1,367 s on 2 cores beside two busy loops), prints its wall time at the end, set-up included, and
+# keeps check's exit code.
 test:
 	@echo "make test: ruff, mypy --strict and every test; usually about 15 minutes on a 2-core machine"
 	@start=$$(date +%s); $(MAKE) --no-print-directory check; rc=$$?; \
