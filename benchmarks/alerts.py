@@ -306,12 +306,7 @@ def main() -> int:
         runs = clean_runs(Path(tmp), count)
         goal_clean_runs(report, runs)
         goal_spikes(report, runs, 200)
-    print("\n" + bench.machine())
-    print("\n" + report.table())
-    missed = [name for name, _, _, ok in report.rows if not ok]
-    if missed:
-        print("\nmissed: " + "; ".join(missed))
-    return 1 if missed and args.check else 0
+    return report.finish(args.check)
 
 
 if __name__ == "__main__":

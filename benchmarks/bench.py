@@ -392,6 +392,15 @@ class Report:
         lines += [f"| {n} | {m} | {t} | {'pass' if ok else 'MISS'} |" for n, m, t, ok in self.rows]
         return "\n".join(lines)
 
+    def finish(self, check: bool) -> int:
+        """Print the machine, the goals' table and those missed; 1 for a miss under ``--check``."""
+        print("\n" + machine())
+        print("\n" + self.table())
+        missed = [name for name, _, _, ok in self.rows if not ok]
+        if missed:
+            print("\nmissed: " + "; ".join(missed))
+        return 1 if missed and check else 0
+
 
 def goal_full_and_skip(report: Report, events: int, rounds: int) -> None:
     print(f"\n[1, 2] per-event cost (median of {rounds} interleaved rounds x {events} events)")
@@ -757,12 +766,7 @@ def main() -> int:
     goal_memory(report, 100_000 if args.quick else 1_000_000)
     goal_import(report, 5 if args.quick else 11)
     goal_redact_text(report, 120_000 if args.quick else 600_000, rounds)
-    print("\n" + machine())
-    print("\n" + report.table())
-    missed = [name for name, _, _, ok in report.rows if not ok]
-    if missed:
-        print("\nmissed: " + "; ".join(missed))
-    return 1 if missed and args.check else 0
+    return report.finish(args.check)
 
 
 if __name__ == "__main__":
