@@ -118,20 +118,29 @@ class FiniteModule(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
+def fit_with_stop(
+    tmp_path: Path, module: pl.LightningModule, *, samples: int, max_steps: int
+) -> tuple[SpeedtronicLogger, StopOnAlert, pl.Trainer]:
+    """A real ``fit()`` on CPU logging to a ``SpeedtronicLogger`` (its default rules) with a
+    ``StopOnAlert`` callback; the logger closed when it returns."""
+    logger = SpeedtronicLogger(save_dir=tmp_path, stream=io.StringIO())
+    stop = StopOnAlert(logger)
+    x = torch.randn(samples, 4, generator=torch.Generator().manual_seed(0))
+    trainer = pl.Trainer(
+        max_steps=max_steps, log_every_n_steps=1, accelerator="cpu", devices=1, logger=logger,
+        callbacks=[stop], enable_progress_bar=False, enable_model_summary=False,
+        enable_checkpointing=False, default_root_dir=str(tmp_path),
+    )  # fmt: skip
+    trainer.fit(module, DataLoader(TensorDataset(x, x.sum(-1)), batch_size=4))
+    logger.experiment.close()
+    return logger, stop, trainer
+
+
 class TestLightning:
     def test_a_nan_stops_fit_through_trainer_should_stop(self, tmp_path: Path) -> None:
         """SpeedtronicLogger builds its MetricLogger with the default rules; StopOnAlert sets
         trainer.should_stop once the NaN's alert is raised, and fit() ends well before max_steps."""
-        logger = SpeedtronicLogger(save_dir=tmp_path, stream=io.StringIO())
-        stop = StopOnAlert(logger)
-        x = torch.randn(256, 4, generator=torch.Generator().manual_seed(0))
-        trainer = pl.Trainer(
-            max_steps=40, log_every_n_steps=1, accelerator="cpu", devices=1, logger=logger, callbacks=[stop],
-            enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
-            default_root_dir=str(tmp_path),
-        )  # fmt: skip
-        trainer.fit(NaNModule(), DataLoader(TensorDataset(x, x.sum(-1)), batch_size=4))
-        logger.experiment.close()
+        logger, stop, trainer = fit_with_stop(tmp_path, NaNModule(), samples=256, max_steps=40)
         alerts, steps = alerts_and_end(Path(logger.log_dir) / "metrics.jsonl")
         assert alerts == [("non_finite", NAN_FROM)]
         assert stop.alert is not None
@@ -141,16 +150,7 @@ class TestLightning:
     def test_train_end_says_stopped_with_the_alert_as_reason(self, tmp_path: Path) -> None:
         """After StopOnAlert stopped fit(), train_end's status is stopped and its reason the alert's
         message (Lightning itself calls that ending a success)."""
-        logger = SpeedtronicLogger(save_dir=tmp_path, stream=io.StringIO())
-        stop = StopOnAlert(logger)
-        x = torch.randn(256, 4, generator=torch.Generator().manual_seed(0))
-        trainer = pl.Trainer(
-            max_steps=40, log_every_n_steps=1, accelerator="cpu", devices=1, logger=logger, callbacks=[stop],
-            enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
-            default_root_dir=str(tmp_path),
-        )  # fmt: skip
-        trainer.fit(NaNModule(), DataLoader(TensorDataset(x, x.sum(-1)), batch_size=4))
-        logger.experiment.close()
+        logger, stop, trainer = fit_with_stop(tmp_path, NaNModule(), samples=256, max_steps=40)
         (end,) = [r for r in read_jsonl(Path(logger.log_dir) / "metrics.jsonl") if r["event"] == "train_end"]
         assert stop.alert is not None
         assert (end["status"], end["reason"]) == ("stopped", stop.alert.message)
@@ -158,16 +158,7 @@ class TestLightning:
 
     def test_a_fit_that_ran_to_its_end_is_completed(self, tmp_path: Path) -> None:
         """StopOnAlert on a run without alerts changes nothing: train_end says completed, no reason."""
-        logger = SpeedtronicLogger(save_dir=tmp_path, stream=io.StringIO())
-        stop = StopOnAlert(logger)
-        x = torch.randn(64, 4, generator=torch.Generator().manual_seed(0))
-        trainer = pl.Trainer(
-            max_steps=6, log_every_n_steps=1, accelerator="cpu", devices=1, logger=logger, callbacks=[stop],
-            enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
-            default_root_dir=str(tmp_path),
-        )  # fmt: skip
-        trainer.fit(FiniteModule(), DataLoader(TensorDataset(x, x.sum(-1)), batch_size=4))
-        logger.experiment.close()
+        logger, stop, _ = fit_with_stop(tmp_path, FiniteModule(), samples=64, max_steps=6)
         (end,) = [r for r in read_jsonl(Path(logger.log_dir) / "metrics.jsonl") if r["event"] == "train_end"]
         assert stop.alert is None
         assert end["status"] == "completed"
