@@ -36,12 +36,11 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import FunctionType, MethodType
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import structlog
 from structlog.typing import EventDict, Processor
 
-from speedtronic.alerts import CheckAlerts, Rule, RuleSet, alert_fields
 from speedtronic.distributed import RankInfo
 from speedtronic.hooks.dispatch import DispatchHooks
 from speedtronic.processors import (
@@ -60,6 +59,9 @@ from speedtronic.processors import (
 )
 from speedtronic.record.secrets import redact_text
 from speedtronic.record.text import DEFAULT_FLOAT_DIGITS
+
+if TYPE_CHECKING:  # imported where used: only a chain with rules needs them
+    from speedtronic.alerts import CheckAlerts, Rule, RuleSet
 
 __all__ = ["Chain", "build_chain", "build_processors"]
 
@@ -132,6 +134,10 @@ class Chain:
             return
         alerts = self.alerts.check(passed)
         self.dispatch.deliver(method_name, passed)
+        if not alerts:
+            return
+        from speedtronic.alerts import alert_fields
+
         for alert in alerts:  # each an alert record, through the same stages, to the same hooks
             fields = self._through(self._to_outputs, alert.severity, alert_fields(alert))
             if fields is not None:
@@ -217,6 +223,8 @@ def _prepare(
     enrichment: list[Processor] = [ConvertValues()]
     if redact is not False:
         enrichment.append(_checked(caller, lambda: Redact() if redact is True else Redact(redact)))
+    if alerts is not None:
+        from speedtronic.alerts import CheckAlerts
     check = _checked(caller, lambda: CheckAlerts(alerts)) if alerts is not None else None
     if check is not None and not check.rules.rules:
         check = None  # alerts=[]: no rule, no stage

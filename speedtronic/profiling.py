@@ -24,12 +24,11 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from structlog.typing import Processor
 
 from speedtronic import _exit_and_fork
-from speedtronic.alerts import Rule, RuleSet
 from speedtronic.chain import Chain, build_chain
 from speedtronic.chain import build_processors as build_processors  # the old path (deprecated)
 from speedtronic.distributed import RankInfo, detect_rank, is_lead
@@ -55,7 +54,10 @@ from speedtronic.processors.memory import memory_usage_bytes
 from speedtronic.record import rank_path
 from speedtronic.record.text import DEFAULT_FLOAT_DIGITS
 from speedtronic.sinks import LineFile, TextStream, open_text_sink
-from speedtronic.stacks import StackDump, register_stack_dump
+
+if TYPE_CHECKING:  # imported where used: only a logger with rules or a stack signal needs them
+    from speedtronic.alerts import Rule, RuleSet
+    from speedtronic.stacks import StackDump
 
 __all__ = ["MetricLogger", "memory_usage_bytes"]
 
@@ -228,6 +230,8 @@ class MetricLogger:
         """With ``stack_signal``: ``pid``, ``stack_signal`` and ``stacks`` (``speedtronic.stacks``), the
         keys to put in your ``train_start`` so ``speedtronic tail --dump-stacks`` can ask for stacks."""
         if stack_signal is not None and json_file is not None:
+            from speedtronic.stacks import register_stack_dump
+
             try:
                 self._stacks = register_stack_dump(Path(json_file).parent, self.rank.rank, int(stack_signal))
             except ValueError:

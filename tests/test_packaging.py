@@ -84,6 +84,31 @@ def test_public_names_and_submodules_load_on_first_use() -> None:
     assert done.stdout.strip() == "False module 'speedtronic' has no attribute 'no_such_name'"
 
 
+def test_alerts_and_stack_dumps_load_only_for_a_logger_that_asks(tmp_path: Path) -> None:
+    """A MetricLogger without rules or a stack signal never loads `speedtronic.alerts` or
+    `speedtronic.stacks` (their import cost); one given rules loads them on use, and alerts."""
+    probe = (
+        "import sys\n"
+        "from speedtronic.profiling import MetricLogger\n"
+        "with MetricLogger(json_file=sys.argv[1] + '/plain.jsonl', stream=sys.stdout) as log:\n"
+        "    log.emit('train_step', {'step': 1, 'loss': float('nan')})\n"
+        "print(sorted(m for m in ('speedtronic.alerts', 'speedtronic.stacks') if m in sys.modules))\n"
+        "from speedtronic.alerts import NonFinite\n"
+        "rules = [NonFinite()]\n"
+        "with MetricLogger(json_file=sys.argv[1] + '/rules.jsonl', stream=sys.stdout, alerts=rules) as log:\n"
+        "    log.emit('train_step', {'step': 1, 'loss': float('nan')})\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[1] == "[]"
+    assert " | ERROR | alert rule=non_finite " in lines[-1]
+    assert '"event":"alert"' in (tmp_path / "rules.jsonl").read_text()
+    assert '"event":"alert"' not in (tmp_path / "plain.jsonl").read_text()
+
+
 @pytest.fixture(scope="module")
 def project() -> dict[str, Any]:
     """pyproject.toml's [project] table as setuptools builds it (dynamic fields filled in)."""
