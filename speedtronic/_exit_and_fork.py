@@ -1,18 +1,5 @@
-"""The library's process state: loggers still open at exit, and the locks that must survive a fork.
-
-Each open ``MetricLogger`` is held weakly; at exit, the ones the user forgot are closed, so their
-files are flushed, their queued events delivered and their hooks (a W&B run, a TensorBoard writer)
-finished. That has to happen before an SDK's own exit handler tears the SDK down; ``atexit`` runs
-handlers last-registered-first, so ``close_loggers_first_at_exit()`` moves ours to the front again. It runs
-whenever a logger is created, and SDK-backed hooks call it after registering their own handler.
-
-``os.fork`` copies only the forking thread. A lock another thread held at that moment would stay held
-in the child forever, so every guarded lock (a logger's, a file's) is taken before the fork (waiting
-at most ``FORK_WAIT_S`` for an ``emit`` in flight to finish, so the child sees no half-written state)
-and is new in the child. The child also forgets the parent's loggers: it may log through them, but its
-exit doesn't close them, so a DataLoader worker never finishes the parent's W&B run or writes a
-TensorBoard writer's buffered events a second time.
-"""
+"""The library's process state: loggers still open at exit (closed before an SDK's own exit handler
+runs), and the locks that must survive a fork (taken before it, new in the child)."""
 
 from __future__ import annotations
 
@@ -59,6 +46,9 @@ def remember(logger: _Closable) -> None:
     close_loggers_first_at_exit()
 
 
+# atexit runs handlers last-registered-first, and an SDK registers its own when its run starts: the
+# loggers must be closed (files flushed, queued events delivered, hooks finished) before the SDK is
+# torn down, so each new logger, and each SDK-backed hook after registering, moves ours to the front.
 def close_loggers_first_at_exit() -> None:
     """Make closing the open loggers the next exit handler to run (before those registered so far)."""
     atexit.unregister(close_all)
@@ -90,6 +80,10 @@ def reopen_all() -> None:
             logger.reopen()
 
 
+# os.fork copies only the forking thread: a lock another thread held at that moment would stay held in
+# the child forever. So each guarded lock is taken before the fork (at most FORK_WAIT_S for an emit in
+# flight: the child sees no half-written state) and is new in the child. The child also forgets the
+# parent's loggers: its exit never finishes the parent's W&B run or writes a TensorBoard buffer again.
 def _before_fork() -> None:
     # Newest first: a logger is guarded after its files, and emit takes the logger's lock first.
     for owner in reversed(list(_guarded)):

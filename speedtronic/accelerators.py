@@ -1,11 +1,5 @@
 """Peak dense FLOP/s of common accelerators by precision, and the FLOPs-per-token rule: what MFU
-(model FLOPs utilisation) is measured against.
-
-``peak_flops("NVIDIA H100 80GB HBM3", "bf16")`` is the vendor's dense (no sparsity) tensor-core
-figure for that precision; ``"fp32"`` is the plain FP32 figure (torch leaves TF32 matmuls off by
-default). The reference trainer records the peak it used in ``train_start`` (``peak_flops``), with
-``flops_per_token``, so a run's MFU can be recomputed from its records alone.
-"""
+(model FLOPs utilisation) is measured against."""
 
 from __future__ import annotations
 
@@ -17,6 +11,8 @@ FLOPS_PER_PARAMETER = 6
 """Training FLOPs per token per parameter: 2 forward and 4 backward (Kaplan et al. 2020; torchtitan's
 ``6 * params``, attention's sequence-length term left out)."""
 
+# The vendor's dense (no sparsity) tensor-core figures; "fp32" is the plain FP32 figure, since torch
+# leaves TF32 matmuls off by default.
 PEAK_FLOPS: Mapping[str, Mapping[str, float]] = {
     # name fragment (as torch.cuda.get_device_name spells it) -> precision -> dense FLOP/s;
     # the more specific fragment first: the first that the device's name contains is taken.

@@ -1,32 +1,7 @@
 """``build_chain``: the one place a ``MetricLogger``'s chain is assembled, and the ``Chain`` it returns.
 
-A chain is structlog processors, in this order (``docs/processors.md`` describes each)::
-
-    cadence     CadenceFilter                    drops a train_step off the cadence
-    reserved    RenameReserved                   a payload's reserved keys renamed (payload_<key>)
-    enrichment  ConvertValues, [Redact],         plain values, secrets hidden, elapsed_s,
-                AddElapsed, AddMemory,           memory_bytes, rank/world_size (several
-                [AddRank], AddTimestamp          processes), the record's one timestamp
-    extra       your processors                  see and change what every output gets
-    outputs     WriteLines(text), WriteLines(jsonl)  the text line, the JSONL record
-    [alerts]    CheckAlerts                      the rules (``alerts=``): an ``alert`` record per
-                                                 alert, after this record reaches the hooks
-    dispatch    DispatchHooks                    the hooks; raises DropEvent (final stage)
-
-``build_chain`` is the one way to build it, and ``build_processors`` its list of stages
-(``Chain.processors``) for any stock structlog chain
-(``structlog.wrap_logger(structlog.ReturnLogger(), processors=build_processors(text=print))``).
-``MetricLogger`` builds its chain with ``build_chain`` and reaches each part by name. ``chain.admits``
-is the cadence stage's rule, asked before an event dict exists (a skipped step costs one call);
-``chain.run`` runs every other stage it lists: ``chain.reserved`` makes the event dict from the event
-and its payload, then each later stage is called with ``(logger, method_name, event_dict)`` in turn,
-as structlog runs a chain, until the last or a ``structlog.DropEvent``.
-``chain.run_own`` runs a record of the logger's own (``hook_error``, ``logging_error``, a gap note)
-through the same stages to the outputs it names, and to no hook.
-
-The chain is built once, after the files it writes to are open: its outputs hold the sinks' ``write``.
-Every option is checked here, by the stage it configures; an error names the caller and the argument.
-"""
+The stages and their order are listed in ``docs/processors.md``; ``Chain.processors`` lists them for a
+stock structlog chain."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
 """Rank awareness for runs under ``torchrun``/DDP/SLURM: who am I, and what each rank writes.
-
-By default every rank writes its own JSONL file (rank 0 keeps the configured name, rank ``r`` adds
-``.rank<r>`` before the suffix: ``metrics.jsonl``, ``metrics.rank1.jsonl``...), while the text log
-and the hooks run on the lead rank only (rank 0), so a run has one console, one W&B run and one
-TensorBoard directory. Nothing here imports torch: an initialised process group is used only when
-the process has imported torch already.
-"""
+Nothing here imports torch."""
 
 from __future__ import annotations
 

@@ -1,15 +1,4 @@
-"""The event catalog: every event speedtronic's producers emit, its level, and the payload it carries.
-
-``Event`` names them; ``EVENT_LEVELS`` gives the events that signal trouble their level; one
-``TypedDict`` per event describes its payload (required keys first, then the optional ones). Payloads
-are open: a producer may add keys, and the logger adds ``elapsed_s`` and ``memory_bytes``. A value
-typed ``Real`` may be a 0-d tensor or numpy scalar: the logger converts it after the cadence, so a
-skipped step never syncs the device. ``speedtronic.processors.validate.payload_problems`` checks a
-payload against its ``TypedDict``, beside the ``ValidatePayloads`` stage that asks it.
-
-Nothing else lives here: what a record is (reserved keys, the note) is ``speedtronic.record``'s, the
-level names are ``speedtronic.levels``', the exceptions ``speedtronic.errors``'.
-"""
+"""The event catalog: every event speedtronic's producers emit, its level, and the payload it carries."""
 
 from __future__ import annotations
 

@@ -1,15 +1,4 @@
-"""Optional dependencies: import one, or say which extra to install.
-
-speedtronic's core needs only structlog and orjson. Everything heavier (torch, wandb, TensorBoard,
-matplotlib, polars, the framework adapters, MLflow, OpenTelemetry) is an extra, imported where it is
-used. A missing one raises ``ModuleNotFoundError`` naming what needed it and the extra that brings it
-(``speedtronic.integrations.WandbHook requires wandb: pip install 'speedtronic[wandb]'``), with
-``name`` set, as structlog does for Rich. A module that is installed but fails on an import of its
-own keeps its own error: that says more than an install hint would.
-
-``require`` imports one module; a module-level ``try: import ... except ModuleNotFoundError as
-error: raise missing(error, ...)`` keeps a block of ``from x import y`` lines as they are.
-"""
+"""Optional dependencies: import one, or raise ``ModuleNotFoundError`` naming the extra to install."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""``FailurePolicy``: what a ``MetricLogger`` does when something fails, in one place.
-
-Every failure comes here through a bound method: a sink's (``sink_failed``, ``sink_gap``), a render's
-(``record_failed``), a hook's (``hook_failed``, inline or on a worker thread), the background hooks'
-drain (``hooks_undelivered``) and hooks left running (``hooks_stuck``). It is counted, then told where
-it can be read: a record of the logger's own (``hook_error``, ``logging_error``) run through the chain
-to the outputs that can carry it, else one line on stderr; and a warning at the user's call.
-"""
+"""``FailurePolicy``: what a ``MetricLogger`` does when something fails, in one place."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""The level table: which structlog method name stands for which level, and the level arguments.
-
-A record's level travels as a structlog method name (``"info"``, ``"warning"``...), as it does in
-any structlog chain. This is the one table of them: the text line's level, the text log's threshold
-(``MetricLogger(level=...)``, a config's ``logging.level``), ``StructlogHook``'s method and
-``emit(level=...)`` all read it. Which level an event has by default is the catalog's
-(``speedtronic.events.level_for``).
-"""
+"""The level table: which structlog method name stands for which level, and the level arguments."""
 
 from __future__ import annotations
 

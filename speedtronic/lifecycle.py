@@ -1,11 +1,5 @@
-"""Opt-in process lifecycle helpers. speedtronic installs no signal handler unless asked to.
-
-Without help, a default SIGTERM (a scheduler's preemption, ``kill``) ends Python at once: no
-``finally``, no ``atexit``. Every record ``emit`` returned for is already in the files (each reaches
-the OS before ``emit`` returns), but hooks are not closed, so a W&B run is left unfinished and a
-TensorBoard writer's buffer is lost. ``close_on_signals()`` closes every open logger first.
-``reopen_on_signals()`` reopens every open logger's files on SIGHUP, for logrotate's ``postrotate``.
-"""
+"""Opt-in process lifecycle helpers: close every open logger on SIGTERM/SIGINT, reopen its files on
+SIGHUP. speedtronic installs no signal handler unless asked to."""
 
 from __future__ import annotations
 

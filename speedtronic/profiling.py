@@ -1,18 +1,7 @@
 """``MetricLogger``: one training event in, a text line, a JSONL record and hook calls out.
 
-This module is the logger's lifecycle: it opens the files, builds its chain once they are open
-(``speedtronic.chain``, which says what each stage does and in which order), emits, flushes, reopens
-and closes. Its ``chain`` (``build_chain``'s) holds each stage by name: ``emit`` asks
-``chain.admits`` (the cadence) first, so a skipped step costs one call, then has ``chain.run`` take it
-through every other stage.
-
-What a failure does (a hook's, a file's, a render's) is ``speedtronic.failures.FailurePolicy``'s: the
-logger's own records (``hook_error``, ``logging_error``, the note where a file lost lines) go
-through the same stages (``chain.run_own``), to the outputs each names, marked
-``"_speedtronic": {"origin": "speedtronic"}``; no hook gets them. One lock serialises the chain, so
-``emit`` is safe from several threads: lines never interleave, and hooks are never called concurrently
-and see events in emission order.
-"""
+This module is the logger's lifecycle: it opens the files, builds its chain (``speedtronic.chain``),
+emits, flushes, reopens and closes."""
 
 from __future__ import annotations
 

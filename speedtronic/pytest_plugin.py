@@ -1,11 +1,5 @@
-"""pytest fixtures for testing code that uses speedtronic; registered through the ``pytest11`` entry
-point, so they are available in any test suite of an environment where speedtronic is installed.
-
-- ``metric_logger``: a ``MetricLogger`` writing ``metrics.log`` and ``metrics.jsonl`` under
-  ``tmp_path``, with ``strict_hooks=True`` (a failing hook fails the test); closed after the test.
-- ``captured_events``: the events ``metric_logger`` delivers (``speedtronic.testing.capture_events``).
-- ``recording_hook``: a ``speedtronic.testing.RecordingHook`` already appended to ``metric_logger``.
-"""
+"""pytest fixtures for testing code that uses speedtronic (``metric_logger``, ``captured_events``,
+``recording_hook``), registered through the ``pytest11`` entry point."""
 
 from __future__ import annotations
 

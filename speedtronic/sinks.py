@@ -1,13 +1,4 @@
-"""Where rendered lines go: append-only line files (the JSONL record, a text log) and a text stream.
-
-A ``LineFile`` writes each line with one ``write(2)`` straight to the OS (no user-space buffer, so a
-killed or forked process never loses or repeats a buffered line), follows a file that logrotate moved
-or removed (``logging.handlers.WatchedFileHandler``'s rule: the path is stat'ed before a write;
-``PathEvents`` says when, on Linux's local file systems),
-mends a torn tail, and reports I/O failures to a callback instead of raising: a full disk must not
-end a training run. Sinks write bytes and render nothing: where lines were lost, a ``LineFile`` asks
-its owner (``on_gap``) to write the note, which the logger does through its chain.
-"""
+"""Where rendered lines go: append-only line files (the JSONL record, a text log) and a text stream."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
 """Stacks on demand: ``register_stack_dump`` makes a signal write every thread's Python stack to a file in
-the run directory (``stacks/rank<r>-<time>.txt``), for a watcher (``speedtronic tail --dump-stacks``) or
-a user (``kill -USR2 PID``) to ask a stalled process where it is.
-
-``faulthandler`` writes from its C signal handler, so the stacks come even while a thread holds the GIL
-in a blocking C call, or spins in Python; a process stopped with SIGSTOP writes nothing until it is
-continued. The file is opened when the signal is registered, so nothing has to be created at dump time.
-"""
+the run directory, for ``speedtronic tail --dump-stacks`` or ``kill -USR2 PID``."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""Helpers for testing hooks and processors, and for asserting what a ``MetricLogger`` delivered.
-
-Everything here works on one object you pass in: there is no global state, so tests can run in
-parallel. The pytest plugin (``speedtronic.pytest_plugin``, installed with the package) wraps these
-in fixtures.
-"""
+"""Helpers for testing hooks and processors, and for asserting what a ``MetricLogger`` delivered."""
 
 from __future__ import annotations
 

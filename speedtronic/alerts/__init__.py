@@ -1,12 +1,7 @@
 """Alerts: rules over the event stream that say when a run goes wrong, as records of the run.
 
-A rule is a small object: a ``name`` and ``check(record)``, a record in, its ``Alert``s out, its
-state kept in the rule (``speedtronic.alerts.rule``). Built in (``speedtronic.alerts.builtin``):
-``NonFinite``, ``Spike``, ``ThroughputDrop``, ``Memory``, ``Threshold``. ``RuleSet`` runs rules with
-their cooldown; ``CheckAlerts`` is the chain stage (``MetricLogger(alerts=...)``) and
-``derive_alerts`` runs the same rules over a run read back. ``rules_from_config`` builds rules from
-an ``alerts:`` section (``speedtronic.alerts.config``). ``docs/alerts.md`` describes them.
-"""
+``rule`` (``Alert``, ``Rule``, ``RuleSet``), ``builtin`` (the built-in rules), ``stage`` (``CheckAlerts``,
+``derive_alerts``), ``config`` (rules from an ``alerts:`` section). ``docs/alerts.md`` describes them."""
 
 from speedtronic.alerts.builtin import Memory, NonFinite, Spike, Threshold, ThroughputDrop
 from speedtronic.alerts.config import (

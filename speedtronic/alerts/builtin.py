@@ -1,10 +1,4 @@
-"""The built-in rules: ``NonFinite``, ``Spike``, ``ThroughputDrop``, ``Memory`` and ``Threshold``.
-
-Each reads top-level numbers of a record (an ``int`` or ``float``, never a ``bool``): the values the
-chain holds after ``ConvertValues``, or a record read back with its non-finite numbers put back from
-its note (``speedtronic.record.restore_non_finite``). Keys default to roles of the catalog
-(``speedtronic.events``): the loss keys (``LOSS_KEYS``) and the rates (``is_rate``).
-"""
+"""The built-in rules: ``NonFinite``, ``Spike``, ``ThroughputDrop``, ``Memory`` and ``Threshold``."""
 
 from __future__ import annotations
 

@@ -1,22 +1,5 @@
 """Rules from configuration: the ``alerts:`` section of a ``speedtronic train`` config or an
-``--alerts`` file, checked once where it enters.
-
-An ``alerts:`` section is a list of rules, each a mapping with a ``rule`` (a built-in rule's name, or
-``package.module:factory`` for your own) and that rule's keyword arguments::
-
-    alerts:
-      - rule: non_finite
-      - rule: spike
-        keys: [loss]
-        k: 6
-      - rule: threshold
-        key: grad_norm
-        above: 100
-    on_alert: stop      # log (default): the alert records only; stop: the trainer stops cleanly
-
-``alerts: []`` runs no rule. An unknown rule or key is a ``AlertConfigError`` naming it and listing
-what exists.
-"""
+``--alerts`` file, checked once where it enters (``docs/alerts.md`` shows the format)."""
 
 from __future__ import annotations
 

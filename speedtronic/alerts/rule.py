@@ -1,15 +1,4 @@
-"""What an alert is (``Alert``), what a rule is (``Rule``), and ``RuleSet``: rules with their cooldown.
-
-A rule is any object with a ``name`` and a ``check(record)`` method: a record in (a mapping, as the
-chain holds it after enrichment or as a reader yields it back), the alerts it raises out (an empty
-sequence almost always). Whatever the rule needs to remember between records (a window, an onset
-flag) lives in the rule object, so a rule is unit-tested by calling ``check`` on a few dicts.
-
-``RuleSet`` runs rules in order and applies each one's cooldown: after an alert of a rule on a key, the
-same rule and key stay quiet for ``cooldown`` steps (one incident, one alert). The logger's chain stage
-(``speedtronic.alerts.CheckAlerts``) and the readers (``derive_alerts``) run the same ``RuleSet``, so a
-finished run re-derives the alerts it raised live.
-"""
+"""What an alert is (``Alert``), what a rule is (``Rule``), and ``RuleSet``: rules with their cooldown."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
 """``CheckAlerts``: the chain stage that runs a ``RuleSet`` on each record, and ``derive_alerts``, the
-same rules over records read back.
-
-In a ``MetricLogger`` the stage sits after the outputs and before the hooks' dispatch: the chain asks
-it for the alerts of each record that passed the cadence (``check``), delivers the record to the hooks,
-then writes and delivers one ``alert`` record per alert (``alert_fields``) in the same ``emit``. In a
-stock structlog chain, give it ``on_alert``: it is called with each alert's fields.
-"""
+same rules over records read back."""
 
 from __future__ import annotations
 

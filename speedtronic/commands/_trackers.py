@@ -1,15 +1,5 @@
-"""Where each tracker's run went, as ``speedtronic train``'s closing summary says it.
-
-W&B: an offline run's directory and the ``wandb sync`` command that uploads it (with the directories
-of its earlier starts, when it was resumed), an online run's URL;
-MLflow: the run's id and the tracking URI it is stored in (and ``mlflow ui`` for a local store, when
-MLflow's server is installed); OpenTelemetry: the OTLP endpoint the records were exported to, and how
-many failed (a hook given a ``LoggerProvider`` of your own, which no config can build, sends where
-your provider's exporters do). Read from the hooks' public attributes (``WandbHook.run``,
-``MlflowHook.run_id`` and ``client``, ``OtelHook.endpoint``), after the run: nothing here talks to a
-tracker. A server's URI is redacted (``https://user:token@host`` shows no token); a local store's
-is a path, shown as it is.
-"""
+"""Where each tracker's run went (W&B, MLflow, OpenTelemetry), as ``speedtronic train``'s closing
+summary says it, read from the hooks after the run."""
 
 from __future__ import annotations
 

@@ -1,18 +1,5 @@
-"""The ``speedtronic`` command: one subcommand per module in ``speedtronic.commands``.
-
-Each command module defines ``add_parser(subparsers)``, which registers its sub-parser and sets
-``func`` (``argparse.Namespace -> int``, the exit code) as a default. Modules are imported only when
-the CLI runs, so ``import speedtronic`` stays light, and ``speedtronic summarize ...`` imports only
-its own command's module: start-up is part of what a user waits for.
-
-Ctrl-C or SIGTERM at any moment ends the command with one line and exit code 130 or 143. ``main``
-takes both signals first thing, before any command's module is imported: while it starts (imports,
-argument parsing) a signal ends the process at once (``os._exit``: a ``KeyboardInterrupt`` inside a
-C extension's import can leave it half made, and crash later); once the command runs, SIGINT is
-a ``KeyboardInterrupt`` and SIGTERM a ``Terminated``, so the command's ``finally`` blocks run. Before
-``main`` (Python's own start-up, ``import site``) a signal is Python's: SIGTERM ends the process by the
-signal, SIGINT may print a ``KeyboardInterrupt`` traceback (docs/guarantees.md has the window).
-"""
+"""The ``speedtronic`` command: one subcommand per module in ``speedtronic.commands``, each imported
+only when the CLI runs it; Ctrl-C and SIGTERM end it with one line (exit 130 or 143)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,4 @@
-"""``speedtronic replay RUN --hook NAME[:KEY=VALUE,...]``: a recorded run, as if logged live.
-
-``--hook`` takes any registered hook type (``speedtronic.hooks.hook_types()``: speedtronic's own and
-every installed package's ``speedtronic.hooks`` entry point). ``--tensorboard DIR`` and ``--wandb
-PROJECT`` are shortcuts for the two built-in trackers. ``--alerts RULES`` re-derives the alerts the
-run would have raised with those rules: each alert's payload is one JSON line on stdout (byte for byte
-the payload a live logger with those rules wrote), and the hooks get them in place of the run's own
-``alert`` records.
-"""
+"""``speedtronic replay RUN --hook NAME[:KEY=VALUE,...]``: a recorded run, as if logged live."""
 
 from __future__ import annotations
 

@@ -1,14 +1,5 @@
-"""``speedtronic tail RUN``: watch a run as it is written, from another process.
-
-One line per window (``--every`` seconds) with new steps: step (of the target), loss, lr, rates, ETA,
-ranks reporting, alerts so far; each alert on a line of its own as it comes. A live view (Rich) on a
-terminal, plain lines when piped, one JSON object per line with ``--json``. Alerts: the ``--alerts``
-rules (``speedtronic.runs.alerts.RunAlerts``, the rules the logger runs live) and ``stall`` alerts
-(``speedtronic.runs.stall``), delivered to ``--hook`` hooks as ``alert`` events (hooks made as
-``speedtronic replay --hook`` makes them). The run's own ``alert`` records are shown too (``"recorded":
-true`` in JSON), not delivered again. Exits 0 once every rank seen wrote its ``train_end``; 130 at
-Ctrl-C. The watcher's state (``speedtronic.runs.watchstate``) lives in the run directory.
-"""
+"""``speedtronic tail RUN``: watch a run as it is written, from another process, and deliver its
+alerts (``docs/watching.md``)."""
 
 from __future__ import annotations
 

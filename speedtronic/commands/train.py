@@ -1,20 +1,4 @@
-"""``speedtronic train``: the main job, the reference trainer on a config (default: the embedded one).
-
-Text log lines go to stdout (or ``logging.file``); the closing summary goes to stderr, so stdout stays
-pure log lines. When stdout is a terminal (and tqdm is installed), a live progress bar takes stdout
-instead and the text log goes to ``{run_dir}/train.log`` unless the config names a file; piped or
-in CI, the plain text log stays on stdout. ``--no-progress`` keeps the plain log on a terminal too.
-With a ``structlog`` hook in ``logging.hooks``, its lines are the console's and the text log goes to
-``{run_dir}/train.log`` (unless the config names a file), so each event is printed once.
-Under ``torchrun`` the log, the bar and the summary come from rank 0 only.
-
-A run directory is one run: ``--resume`` continues the run recorded there (its own ``config.yaml``,
-with only what this command line passes applied on top); without it, a directory that holds a run is
-refused. Mistakes a user can make (a bad config, a path that can't be used) are one line
-``speedtronic: error: ...`` and exit code 2; warnings are one line ``speedtronic: warning: ...``.
-Records the logger could not write are counted in the closing summary, and the exit code is then 1.
-A run an alert stopped (``on_alert: stop``) exits 3 (``STOPPED_BY_ALERT``).
-"""
+"""``speedtronic train``: the main job, the reference trainer on a config (default: the embedded one)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
 """The hook protocol: how code outside the logger receives events.
 
-A hook is any object with ``on_event(event, payload)`` (a :class:`TrainingHook`) or any callable with
-that signature. Hooks are checked when they are registered, not at step 10,000: a hook that can't be
-called as ``(event, payload)`` is refused with a ``TypeError`` naming it. A hook that declares a
-keyword parameter ``level`` also gets the record's level (``"info"``, ``"error"``...). A hook may also
-have ``close()``, which the logger calls once when it closes. The contract and its dispatch
-(``DispatchHooks``, ``HookFailures``) live in ``speedtronic.hooks.dispatch``.
-"""
+``dispatch`` (the contract and ``DispatchHooks``, the chain's final stage), ``background`` (hooks on a
+worker thread), ``registry`` (hook types by name, from entry points)."""
 
 from __future__ import annotations
 

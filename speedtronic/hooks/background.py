@@ -1,24 +1,4 @@
-"""``BackgroundHooks``: hooks called on a worker thread, for hooks that may be slow or may block.
-
-By default ``MetricLogger`` calls its hooks inside ``emit``, on the training thread: a hook that stops
-training on a NaN loss has acted when ``emit`` returns, a failure is counted at once, and a hook reads
-the emitting thread's CUDA device and context. A hook that does network or disk work of its own can
-run here instead (``background(hook)``, or ``MetricLogger(background_hooks=True)`` for all of them).
-
-Built on ``queue.Queue``: one worker thread calls the hooks in order, so they never run concurrently
-and see events in the order they were handed over, each inside a copy of the emitting thread's
-``contextvars`` context. The queue is bounded: when it is full, ``on_event`` waits at most
-``put_timeout_s`` for room, then drops the event *for these hooks only* (the logger's files keep it)
-and raises ``HooksStalled``, which the logger counts and reports like any hook failure. It waits once
-per stall: until the worker takes another event, later events find the queue full and are dropped at
-once. So a stalled hook costs training ``put_timeout_s`` once, not once per event.
-
-Signal handlers: a Python signal handler runs on the main thread between two bytecodes, possibly
-while that thread is inside this queue's lock (handing an event over). So nothing here waits for that
-lock from inside the frame it interrupted: an ``emit`` from such a handler drops the event for these
-hooks (counted, ``HooksStalled``; the files still get it), and a ``close()`` from it (``close_on_signals``)
-stops without draining, reporting what was queued as undelivered.
-"""
+"""``BackgroundHooks``: hooks called on a worker thread, for hooks that may be slow or may block."""
 
 from __future__ import annotations
 

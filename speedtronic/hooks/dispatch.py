@@ -1,14 +1,4 @@
-"""The hook contract and its dispatch: ``DispatchHooks``, the chain's final stage.
-
-A hook is an object with ``on_event(event, payload)`` or a callable with that signature. Each is
-checked when it is registered (``as_callback``), not at step 10,000. A hook that also declares a
-keyword parameter ``level`` (``on_event(self, event, payload, *, level="info")``) is called with the
-record's level as a structlog method name (``"debug"``, ``"info"``, ``"warning"``, ``"error"``,
-``"critical"``): decided once per hook (``takes_level``). A hook's ``Exception`` is a value:
-``HookFailures`` counts it per hook, reports it (the first with its traceback, then the 2nd, 4th,
-8th... with a count) and the other hooks still run; ``BaseException`` (``KeyboardInterrupt``,
-``SystemExit``) propagates.
-"""
+"""The hook contract and its dispatch: ``DispatchHooks``, the chain's final stage."""
 
 from __future__ import annotations
 

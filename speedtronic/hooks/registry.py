@@ -1,22 +1,5 @@
-"""Hook types by name: the ``speedtronic.hooks`` entry-point group, read in one place.
-
-speedtronic registers its own hooks there (``tensorboard``, ``wandb``, ``mlflow``, ``otel``,
-``structlog``, ``progress``, in its ``pyproject.toml``) exactly as a third-party package registers
-its own::
-
-    [project.entry-points."speedtronic.hooks"]
-    myhook = "mypackage.hooks:MyHook"
-
-so a config's ``{type: myhook}`` and ``speedtronic replay RUN --hook myhook`` accept any installed hook
-type. A name speedtronic registers can't be taken over by another package. Nothing is imported until
-a type is asked for (``hook_type``): listing the types imports no SDK.
-
-``build_hook`` is the one way a hook is made from configuration (a config's ``logging.hooks`` entry,
-``speedtronic replay --hook``, a torchtune YAML): the type looked up, its options checked against the
-factory's signature before anything is created, the hook created and checked as ``MetricLogger.hooks``
-checks one. An entry's ``background: true`` (any type) puts the hook on a worker thread of its own
-(``speedtronic.hooks.background``). Each caller adds where the entry came from to the ``HookConfigError``.
-"""
+"""Hook types by name: the ``speedtronic.hooks`` entry-point group, read in one place, and
+``build_hook``, the one way a hook is made from configuration."""
 
 from __future__ import annotations
 

@@ -1,14 +1,5 @@
-"""Hooks that send speedtronic's events to the tools a team already runs.
-
-Importing this package never imports wandb, tensorboard, mlflow or opentelemetry: each hook imports
-its SDK when it is constructed, and a missing one raises ``ModuleNotFoundError`` naming the extra to
-install (``pip install 'speedtronic[wandb]'``, ``'speedtronic[tensorboard]'``, ``'speedtronic[mlflow]'``,
-``'speedtronic[otel]'``).
-
-``emit_metrics`` and ``TrainSpan`` are the framework adapters' shared rules (a logging call becomes a
-``train_step``, or an ``eval`` per split; ``train_start``/``train_end`` around training), for an
-adapter of your own.
-"""
+"""Hooks that send speedtronic's events to the tools a team already runs, and the framework adapters'
+shared rules (``emit_metrics``, ``TrainSpan``). Importing this package imports no tracker SDK."""
 
 from __future__ import annotations
 

@@ -1,20 +1,5 @@
 """The rules the framework adapters share: which logged metrics are evaluation metrics, and where a
-training run starts and ends.
-
-**Every metric keeps the name it was logged with**, in the JSONL record and so in every tracker
-(Hugging Face's ``learning_rate``, Lightning's ``train_loss_step`` and ``lr-SGD``, torchtune's
-``tokens_per_second_per_gpu``): the name the user logged is the one they find in the framework's own
-loggers and in ours. ``speedtronic summarize`` and ``plot`` find loss, learning rate and throughput
-among these names by their role (``speedtronic.runs``).
-
-A metric named ``<split>_<name>`` or ``<split>/<name>``, where ``<split>`` is one of ``EVAL_SPLITS``
-(``eval_loss`` from Hugging Face, ``val_loss``, ``val/acc`` or ``test_loss`` from Lightning,
-``val_loss`` from torchtune), is an evaluation metric. A call that logs any is an ``eval`` record per
-split, holding that split's metrics as logged (``val_loss``), ``split`` (``val``) and the call's
-other keys (``epoch``); so each split is its own series everywhere (``eval/val_loss`` and
-``eval/test_loss`` in a tracker). A call that logs none is a ``train_step``. Either way ``step`` is
-the framework's step.
-"""
+training run starts and ends."""
 
 from __future__ import annotations
 

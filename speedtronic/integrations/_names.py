@@ -1,16 +1,5 @@
 """Where the tracker hooks put a value: its name ``<event>/<key>`` and its x, one rule for W&B and
-TensorBoard, so a point lands at the same place in both.
-
-- **Name**: ``metric_name``. A nested mapping's values are named by their path (``flat_items``):
-  ``eval`` with ``{"metrics": {"f1": 0.5}}`` is ``eval/metrics/f1`` in both tools.
-- **x**: ``StepAxis``. The payload's ``step`` when it is a whole number (``5``, ``5.0``, a 0-d
-  tensor holding either); otherwise (no ``step``, like ``outer_step``; ``5.5``; text) the last step
-  seen, 0 before the first: an event without a step is drawn at the training step it happened at.
-- **What is charted**: a series per metric of the events a run has many of. ``ONE_OFF_EVENTS``
-  (``train_start``, ``train_end``...) would be one point each: their values go to W&B's run summary
-  and TensorBoard's Text dashboard instead. ``SKIPPED_KEYS`` (``elapsed_s``) are left out unless a
-  hook is asked for them (``skip=()``).
-"""
+TensorBoard, so a point lands at the same place in both."""
 
 from __future__ import annotations
 

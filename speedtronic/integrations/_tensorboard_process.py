@@ -1,22 +1,5 @@
-"""TensorBoard event files from batches of scalars: in this process, or in a child process of their own.
-
-``TensorboardHook`` hands its writer batches of points, each ``(event, wall_time, step, keys,
-values)``, or a run's config, ``(event, wall_time, step, text, hparams)``, or a restart,
-``("", wall_time, step, None, None)``. Turning a point into an
-``Event`` record (protobuf), checksumming it (tensorboard's CRC32C runs in pure Python) and writing
-it holds the GIL: on a thread of the training process it competes with training for it. So by
-default a child interpreter does all of it: ``ProcessWriter`` sends each batch as one ``marshal``
-frame (C code; NaN and infinities kept; both ends run the same interpreter) down a pipe, and the
-child (``python -m speedtronic.integrations._tensorboard_process``: a plain subprocess, so the
-user's main module is never imported again, as ``multiprocessing``'s spawn would) builds the records
-with ``write_batch`` and owns tensorboard's ``EventFileWriter``. If the training process dies, the
-child reads the end of the pipe and closes the file with everything it was sent. ``InProcessWriter``
-does the same work on the calling thread.
-
-Protocol, parent to child on stdin: frames of a 4-byte big-endian length, then a kind byte (``S``
-points, ``F`` flush, ``C`` close) and the points. The child answers ``ok`` (or an error) on stdout,
-one line, once started and after each flush and close.
-"""
+"""TensorBoard event files from batches of scalars: in this process (``InProcessWriter``), or in a
+child process of their own (``ProcessWriter``), so the training process's GIL stays free."""
 
 from __future__ import annotations
 
@@ -47,6 +30,13 @@ Restart = tuple[str, float, int, None, None]
 """A resumed run's restart, ``("", wall_time, step, None, None)``: TensorBoard drops the points at
 ``step`` and after that earlier files hold (what ``SummaryWriter(purge_step=step)`` writes)."""
 
+# Building, checksumming (pure-Python CRC32C) and writing TensorBoard's records holds the GIL, so by
+# default a child interpreter does it. Parent to child on stdin: frames of a 4-byte big-endian length,
+# then a kind byte (S points, F flush, C close) and the points as one marshal frame (C code; NaN and
+# infinities kept; both ends run the same interpreter). The child answers "ok" (or an error) on stdout,
+# one line, once started and after each flush and close; at the end of the pipe (the trainer died) it
+# closes the file with everything it was sent. It is a plain subprocess (python -m), not
+# multiprocessing's spawn, so the user's main module is never imported again.
 _POINTS, _FLUSH, _CLOSE = b"S", b"F", b"C"
 _HEADER = struct.Struct(">I")
 

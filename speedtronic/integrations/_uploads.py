@@ -1,14 +1,4 @@
-"""``Uploads``: a tracker hook's file uploads (checkpoints as artifacts) on a worker thread of its own.
-
-A checkpoint can be gigabytes: hashing and copying it must not hold up training. ``WandbHook`` and
-``MlflowHook`` hand each upload to one worker thread, in order; an upload that fails is kept and
-raised on the training thread by the hook's next ``on_event`` or ``close()``, where the logger counts
-it as a hook failure, so a failed upload never stops training.
-
-``close()`` waits for the uploads at most ``timeout_s`` (the hook's ``upload_timeout_s``, default
-``UPLOAD_TIMEOUT_S``): an upload stuck on a network that does not answer is then given up and
-reported as failed, and the worker is a daemon thread, so it never holds the process at exit either.
-"""
+"""``Uploads``: a tracker hook's file uploads (checkpoints as artifacts) on a worker thread of its own."""
 
 from __future__ import annotations
 

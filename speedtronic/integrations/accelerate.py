@@ -1,25 +1,5 @@
-"""``SpeedtronicTracker``: a Hugging Face Accelerate tracker (``accelerate.tracking.GeneralTracker``)
-that logs through a ``MetricLogger``.
-
-Importing this module imports Accelerate (``pip install 'speedtronic[accelerate]'``); importing
-``speedtronic.integrations`` does not.
-
-What ``Accelerator(log_with=[..., SpeedtronicTracker(...)])`` does and the records it becomes:
-
-- ``init_trackers(project, config=...)``: ``start()``, then ``store_init_configuration(config)``:
-  ``hyperparams`` at DEBUG (``config``: the values as given).
-- ``accelerator.log(values, step=...)``: a ``train_step`` with the values as logged, the first
-  preceded by ``train_start``; or, when the call holds validation or test metrics (``valid_loss``,
-  ``val/acc``, ``eval_loss``, ``test_loss``: a name starting ``eval``, ``val``, ``valid``,
-  ``validation`` or ``test``, then ``_`` or ``/``), an ``eval`` record per split with the metrics as
-  logged, ``split`` and the call's other keys. ``step`` is Accelerate's (none given: the record has
-  none). The routing is ``speedtronic.integrations.emit_metrics``, the one every adapter uses.
-- ``accelerator.end_training()``: ``finish()``: ``train_end`` (``status``: ``completed``;
-  ``final_loss``: the last training loss), then the logger is closed when the tracker built it,
-  flushed when you passed it.
-
-Accelerate calls trackers on the main process only (``main_process_only``), as its own trackers.
-"""
+"""``SpeedtronicTracker``: a Hugging Face Accelerate tracker that logs through a ``MetricLogger``.
+Importing this module imports Accelerate; ``docs/frameworks.md`` lists the records it writes."""
 
 from __future__ import annotations
 

@@ -1,50 +1,5 @@
-"""``SpeedtronicLogger``: a Lightning logger (``lightning.pytorch.loggers.Logger``) that logs through a
-``MetricLogger``.
-
-Importing this module imports Lightning (``pip install 'speedtronic[lightning]'``, the ``lightning``
-package and its ``lightning.pytorch`` namespace; a ``pytorch_lightning.Trainer`` needs its own
-loggers); importing ``speedtronic.integrations`` does not.
-
-What Lightning hands a logger and the records it becomes:
-
-- ``log_metrics(metrics, step)``: a ``train_step`` with the metrics as logged (``train_loss``,
-  ``train_loss_step``, ``train_loss_epoch``, ``lr-SGD``, ``epoch``...; see
-  ``speedtronic.integrations._metrics``); the first of a ``fit()`` is preceded by ``train_start``.
-  Or, when the call holds validation or test metrics (``val_loss``, ``val/acc``, ``test_loss``: a
-  name starting ``eval``, ``val``, ``valid``, ``validation`` or ``test``, then ``_`` or ``/``), an
-  ``eval`` record per prefix with the metrics as logged, ``split`` and the call's other keys
-  (``epoch``).
-- ``log_hyperparams(params)``: ``hyperparams`` at DEBUG (``config``: the params as a dict), when
-  they differ from the last ones recorded (Lightning hands them again at each ``validate()`` and
-  ``test()``).
-- ``after_save_checkpoint``: ``checkpoint`` (``step``: ``trainer.global_step``, as in the file's name;
-  ``path`` of the file ``ModelCheckpoint`` wrote).
-- ``finalize(status)``: after a ``fit()``, ``train_end`` (``status``: Lightning's ``success`` is
-  ``completed``, or ``stopped`` with the alert's message as ``reason`` when ``StopOnAlert`` stopped
-  it; ``failed`` is ``failed``, ``finished``, a signal, is ``interrupted``; ``final_loss``: the last
-  training loss); then the ``MetricLogger`` is flushed (its hooks' output on disk), not
-  closed, so its hooks (TensorBoard, W&B) get a later ``trainer.validate()`` or ``test()`` too, as
-  Lightning's own loggers do.
-
-**One step for every record: the optimizer steps done** (``trainer.global_step``). During a
-``fit()`` Lightning hands its loggers the steps done *before* the batch that logs (its TensorBoard
-and CSV loggers write 1, 3, 5, 7 for ``log_every_n_steps=2``); the adapter adds that batch, so a
-``train_step``, the ``checkpoint`` saved after it and ``train_end`` agree (2, 4, 6, 8; ``train_end``
-at 8 after 8 optimizer steps). Outside a ``fit()`` (``validate()``, ``test()``) Lightning's step is
-already ``global_step``. A step the Trainer didn't hand over is kept as given: Lightning Fabric's
-``fabric.log_dict(metrics, step=...)`` (and a user's own ``log_metrics`` call) is recorded at the step
-it names, as Fabric's ``CSVLogger`` and ``TensorBoardLogger`` record it.
-
-**A directory per run**, as Lightning's loggers: ``log_dir`` is ``<save_dir>/<name>/version_<N>``
-(``version=None``: the next free number there; a string: that directory name), where Lightning puts
-``ModelCheckpoint``'s files (``<log_dir>/checkpoints``) and, unless ``json_file=`` says otherwise,
-the JSONL (``<log_dir>/metrics.jsonl``).
-
-Pass an existing ``MetricLogger`` (``logger=``; you close it), or ``MetricLogger``'s arguments
-(``json_file=``, ``file=``...; built on rank zero on first use, closed at interpreter exit, or by
-``speedtronic_logger.experiment.close()``). Every method that writes runs on rank zero only, as
-Lightning's loggers do; ``experiment`` is the ``MetricLogger`` there and a dummy elsewhere.
-"""
+"""``SpeedtronicLogger``: a Lightning logger that logs through a ``MetricLogger``.
+Importing this module imports Lightning; ``docs/frameworks.md`` lists the records it writes."""
 
 from __future__ import annotations
 

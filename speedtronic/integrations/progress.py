@@ -1,19 +1,4 @@
-"""A live progress bar for a terminal: ``ProgressHook``, driven by the events a trainer already emits.
-
-``train_start`` opens a bar from ``start_step`` to ``target_step``, each ``train_step`` moves it to
-its ``step`` and shows a short postfix (``loss=0.4321 tokens/s=43.3k``, then the latest ``eval``'s
-loss: ``eval=0.5012``), and ``train_end`` (or ``close()``) closes it. Warning and error events
-(``shape_warning``, ``delta_upload_failed``, ...) are printed above the bar so trouble stays visible.
-
-How ``speedtronic train`` wires it in::
-
-    if progress_wanted(sys.stdout):       # a terminal: a bar on stdout, the text log to a file
-        logger = MetricLogger(file=run_dir / "train.log", json_file=..., hooks=[ProgressHook()])
-    else:                                 # CI, a pipe, a file: the plain text log, no bar
-        logger = MetricLogger(json_file=...)
-
-tqdm is imported when a ``ProgressHook`` is created; without it the error names the extra to install.
-"""
+"""``ProgressHook``: a live progress bar for a terminal, driven by the events a trainer already emits."""
 
 from __future__ import annotations
 

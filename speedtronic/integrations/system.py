@@ -1,23 +1,5 @@
-"""``SystemMonitor``: the process and the machine sampled on a thread of its own, as ``system`` events.
-
-What W&B records by itself, MLflow's ``log_system_metrics`` and Lightning's ``DeviceStatsMonitor``
-give their users: CPU and memory of the process and the host, and each visible GPU's utilisation,
-memory, power and temperature. A sample is taken every ``interval_s`` by a daemon thread and emitted
-as one ``system`` event (``speedtronic.events.SystemPayload``), at DEBUG, into the logger: the JSONL
-record and every hook get it (the text log at its usual INFO threshold stays quiet), and the training
-thread does none of the work. psutil (the process and the host) and NVIDIA's NVML bindings (the GPUs,
-``nvidia-ml-py``) are the ``speedtronic[system]`` extra; without NVML, or without an NVIDIA driver,
-there are no GPU keys.
-
-Which probes run is decided once, when the monitor is made: a GPU query the device or driver doesn't
-support (power on some boards, everything but memory on a MIG slice) is left out of every sample.
-The process sampled is the one taking the sample: in a forked child (a DataLoader worker, a hook's
-subprocess) ``sample()`` measures the child, not the parent it was made in.
-
-``close()`` waits at most ``CLOSE_TIMEOUT_S`` (by default) for a sample being taken: a GPU query that
-hangs (a driver stuck in NVML) is left to the monitor's daemon thread, with a warning, and never holds
-up the end of training or the process's exit.
-"""
+"""``SystemMonitor``: the process and the machine (CPU, memory, GPUs) sampled on a thread of its own,
+as ``system`` events."""
 
 from __future__ import annotations
 

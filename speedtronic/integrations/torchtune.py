@@ -1,39 +1,5 @@
-"""``SpeedtronicMetricLogger``: torchtune's ``MetricLoggerInterface`` (``log``, ``log_dict``,
-``log_config``, ``close``) over a ``MetricLogger``. It never imports torchtune (nor omegaconf).
-
-In a recipe's config (a torchtune user configures loggers only there)::
-
-    metric_logger:
-      _component_: speedtronic.integrations.torchtune.SpeedtronicMetricLogger
-      log_dir: ${output_dir}/logs
-      project: my-project                  # as torchtune's WandBLogger: a W&B run
-      hooks:
-        - {type: tensorboard}              # a config entry, as `speedtronic train` reads it
-        - _component_: speedtronic.integrations.StructlogHook   # or torchtune's own style
-
-What a recipe calls and the records it becomes:
-
-- ``log_dict(payload, step)`` / ``log(name, data, step)``: a ``train_step`` with ``step`` and the
-  metrics as logged (``loss``, ``lr``, ``tokens_per_second_per_gpu``: the rank-zero process's rate;
-  see ``speedtronic.integrations._metrics``); the first is preceded by ``train_start``. A call
-  holding validation metrics (``val_loss``) is an ``eval`` record with the names as logged and
-  ``split="val"``.
-- ``log_config(config)``: ``hyperparams`` at DEBUG (``config``: an OmegaConf ``DictConfig`` resolved
-  to plain data, or any mapping).
-- ``close()`` (a recipe's ``cleanup()``, after training): ``train_end`` (``status: completed``), then
-  closes the ``MetricLogger`` if this object built it, else flushes it (``MetricLogger.flush``: its
-  hooks' output on disk).
-
-Pass an existing ``MetricLogger`` (``logger=``; you close it), or its arguments and torchtune's
-loggers' own: ``log_dir`` and ``filename`` (DiskLogger's) mean ``json_file=<log_dir>/<filename>``
-(default ``metrics.jsonl``); ``project``, ``entity`` and ``group`` (WandBLogger's) add a
-``WandbHook`` (``dir=<log_dir>``); ``hooks`` is a list of hooks, config entries (``{type:
-tensorboard, ...}``: ``speedtronic.hooks.registry``'s types; a ``tensorboard`` entry without
-``log_dir`` writes to ``<log_dir>/tensorboard``)
-or ``{_component_: dotted.path, ...}`` entries, built here (torchtune's ``config.instantiate``
-builds only the outer one). torchtune's distributed recipes build and call the metric logger on rank
-zero only.
-"""
+"""``SpeedtronicMetricLogger``: torchtune's ``MetricLoggerInterface`` over a ``MetricLogger``.
+It never imports torchtune; ``docs/frameworks.md`` shows the recipe config and the records."""
 
 from __future__ import annotations
 

@@ -1,40 +1,5 @@
 """``SpeedtronicCallback``: a Hugging Face ``transformers.TrainerCallback`` that logs through a
-``MetricLogger``.
-
-Importing this module imports transformers (``pip install 'speedtronic[transformers]'``); importing
-``speedtronic.integrations`` does not.
-
-What the ``Trainer`` does and the records it becomes:
-
-- ``on_train_begin``: ``hyperparams`` at DEBUG (``config``: the ``TrainingArguments`` as a dict:
-  in the JSONL and the hooks, not as a long first line of the text log; without the ``*_token``
-  placeholders, ``hub_token='<HUB_TOKEN>'``, that ``to_dict()`` puts for its tokens: they hold no
-  value, and a redacted copy would clash, as an MLflow param, with the one ``report_to="mlflow"``
-  logs into the same run), then ``train_start``
-  (the catalog's keys, from the trainer's state and arguments).
-- ``on_log``: each logging call, every ``logging_steps`` steps: a ``train_step`` with ``step`` =
-  ``state.global_step`` and the keys as Hugging Face logs them (``loss``, ``grad_norm``,
-  ``learning_rate``, ``epoch``); an evaluation's ``eval_*`` metrics (``test_*`` for
-  ``evaluate(metric_key_prefix="test")``) become an ``eval`` record with the names as logged and
-  ``split="eval"`` (see ``speedtronic.integrations._metrics``). The summary the trainer logs once
-  training is over (``train_runtime``, ``train_samples_per_second``, ``train_loss``...) goes into
-  ``train_end``, under its own names.
-- ``on_save``: ``checkpoint`` (``step``, ``path`` of the ``checkpoint-<step>`` directory).
-- ``on_train_end``: ``train_end`` (``status``: ``completed``; a ``Trainer.train()`` that raises calls
-  no callback, and its run reads "no train_end").
-- ``on_train_end`` and ``on_evaluate`` end with ``MetricLogger.flush()``: when ``train()`` or
-  ``evaluate()`` returns, every hook that can flush (TensorBoard) has its output on disk.
-
-Alerts: a logger built here (``SpeedtronicCallback(json_file=...)``: MetricLogger's arguments) runs
-the default rules (non-finite onset, spike) unless ``alerts=`` says otherwise; a logger passed in runs
-its own. ``on_alert="stop"`` sets ``control.should_training_stop`` when what ``on_log`` logged raised
-an alert: the Trainer stops after that step as at its last (checkpoint, ``on_train_end``).
-
-``logging_steps`` already sets the cadence, so the logger should keep ``every_steps=1`` (its
-default). Only the main process (``state.is_world_process_zero``) emits: one record per event in a
-multi-process job, as Hugging Face's own reporting callbacks do. The callback never closes the logger:
-whoever built it does.
-"""
+``MetricLogger``. Importing this module imports transformers; ``docs/frameworks.md`` lists the records."""
 
 from __future__ import annotations
 

@@ -1,18 +1,4 @@
-"""``WebhookHook``: each alert (or each event you name) as an HTTP POST of JSON, off the training thread.
-
-The body is ``{"text": "<one line>", "record": {...}}``: ``text`` is what a Slack incoming webhook
-(and Mattermost's, Rocket.Chat's, Discourse's Slack-compatible ones) shows; ``record`` is the event
-as the JSONL record holds it (``event``, the payload's keys, ``timestamp``...), for a receiver of
-your own. Both went through the same redaction as the logs (``Redact``), so a secret that the logs
-hide never leaves in a POST either.
-
-Delivery is a bounded queue and one worker thread: ``on_event`` only queues (a few microseconds);
-the worker posts with a timeout and retries a failed post (no answer, a dropped connection, HTTP 5xx,
-408 or 429) with a doubling back-off. What could not be delivered is counted and raised on the
-training thread by the next ``on_event``, ``flush()`` or ``close()``, where the logger counts and
-reports it as a hook failure; training goes on. The URL may hold a token (a Slack webhook's path
-does): the hook never writes it, only its scheme and host (``shown_url``).
-"""
+"""``WebhookHook``: each alert (or each event you name) as an HTTP POST of JSON, off the training thread."""
 
 from __future__ import annotations
 

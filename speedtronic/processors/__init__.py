@@ -1,15 +1,7 @@
 """speedtronic's stages as structlog processors, usable in any structlog chain.
 
-Each is a callable ``(logger, method_name, event_dict) -> event_dict``, configured in ``__init__``.
-A stage that filters raises ``structlog.DropEvent``; no stage depends on key order or deletes a key it
-doesn't own. ``speedtronic.chain.build_chain`` puts them in ``MetricLogger``'s order (listed, and
-checked by a test, in ``docs/processors.md``).
-
 One module per stage's concern: ``cadence``, ``reserved``, ``convert``, ``redact``, ``enrich``,
-``render``, ``output``, ``validate``. What they compute with (value conversion, secrets, text quoting,
-the record contract) is the record floor below them, ``speedtronic.record``.
-The chain's final stage, ``DispatchHooks``, belongs to the hook contract: ``speedtronic.hooks``.
-"""
+``render``, ``output``, ``validate``. The values they work with are ``speedtronic.record``'s."""
 
 from speedtronic.processors.cadence import CadenceFilter, step_number
 from speedtronic.processors.convert import ConvertValues

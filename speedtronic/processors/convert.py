@@ -1,8 +1,5 @@
-"""``ConvertValues``: the stage that turns tensors and numpy values into Python numbers and lists.
-
-The conversion itself (``to_python``, ``json_safe_record``, the markers) is
-``speedtronic.record.values``; its names are re-exported here for the import path they had.
-"""
+"""``ConvertValues``: the stage that turns tensors and numpy values into Python numbers and lists
+(the conversion itself is ``speedtronic.record.values``)."""
 
 from __future__ import annotations
 

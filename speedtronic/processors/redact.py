@@ -1,9 +1,5 @@
-"""``Redact``: the stage that hides secrets from every sink and hook.
-
-What a secret is (a key's words, credential-looking text) is ``speedtronic.record.secrets``'s rule;
-this stage walks an event's values and applies it at any depth. ``redact_text``, ``is_secret_key``
-and ``REDACTED`` are re-exported here for the import path they had.
-"""
+"""``Redact``: the stage that hides secrets from every sink and hook, by the rules of
+``speedtronic.record.secrets``."""
 
 from __future__ import annotations
 

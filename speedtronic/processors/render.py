@@ -1,10 +1,4 @@
-"""Renderers: the pipe-delimited text line and the strict-JSON record, each within a line cap.
-
-Both are ordinary structlog renderers (they return the line); ``WriteLines`` hands a rendered line to
-a sink and passes the event dict on, so one chain can write both. Both read the record's one
-``timestamp`` (``AddTimestamp``, or structlog's ``TimeStamper`` in your chain), so they name the same
-instant; standing alone, each reads its ``clock`` once per record instead.
-"""
+"""Renderers: the pipe-delimited text line and the strict-JSON record, each within a line cap."""
 
 from __future__ import annotations
 

@@ -1,14 +1,7 @@
 """The record floor: what a record is and how its values are made, below every stage that writes one.
 
-- ``contract``: what one JSONL line is (reserved keys, the note, the timestamp, rank file names);
-  its names are this package's own (``from speedtronic.record import NOTE_KEY``).
-- ``values``: tensors, numpy values and odd objects as plain and strict-JSON data.
-- ``secrets``: what a secret is (key words, credential-looking text).
-- ``text``: keys and values as the text line's ``key=value`` tokens; ``safe_text``: any object's text,
-  never raising.
-
-The stages (``speedtronic.processors``), hooks, integrations, trainer and readers import from here.
-"""
+``contract`` (the JSONL line), ``values`` (plain and strict-JSON data), ``secrets`` (what a secret is),
+``text`` (``key=value`` tokens), ``safe_text`` (any object's text, never raising)."""
 
 from __future__ import annotations
 

@@ -1,37 +1,5 @@
-"""The JSONL record contract: what one line of a speedtronic run is, for its writer and every reader.
-
-A record is one strict-JSON object per line::
-
-    {"event": "train_step", <payload keys...>, "_speedtronic": {<note>}, "timestamp": "...Z"}
-
-- ``event`` comes first (``RECORD_PREFIX``: a reader may split a file by event from the raw bytes),
-  ``timestamp`` (RFC 3339 UTC, microseconds) last, the note just before it.
-- ``RESERVED_KEYS`` belong to the record. A payload key of one of those names is kept under
-  ``payload_<key>`` (``payload_key``), so a payload can never set the event's name, its time, its note
-  or whose record it is; ``event_fields`` is that renaming, the one way a payload becomes a record's
-  fields.
-- The note (``NOTE_KEY``) has one fixed shape (``empty_note``), so schema-inferring readers (DuckDB,
-  polars, pyarrow) type it once: its contract version ``v``, its ``origin`` (``"user"``, or
-  ``"speedtronic"`` on the logger's own records: ``is_own_record``), and the keys whose values were
-  ``converted`` to text or ``truncated``, the JSON Pointers of the non-finite numbers written as
-  ``null`` (``restore_non_finite`` puts them back), and which ``part`` of how many ``parts`` the line
-  is (``0`` of ``1``: a whole record).
-- A record wider than the writer's line cap is written in parts (``part_of``): consecutive lines, one
-  ``write(2)``, each a complete record of its own carrying the ``event``, the ``step``, ``rank`` and
-  ``world_size`` when the record has them, the ``timestamp`` and a note numbering it; each other field
-  is in exactly one part, and each part's note lists what concerns its own fields. Readers join the
-  parts back into one record (``speedtronic.runs.reader``); parts that don't make a whole record (a
-  writer killed between them) are skipped and counted, never read as a record.
-- ``timestamp`` is ``iso_timestamp``'s text (``2026-01-01T12:00:00.123456Z``: ``TIMESTAMP_WRITTEN``
-  matches exactly that form, ``TIMESTAMP_RFC3339`` any RFC 3339 UTC time a reader converts alike);
-  ``timestamp_ns`` reads one back.
-- In a job of several processes, rank ``r > 0`` writes ``<stem>.rank<r><suffix>`` beside rank 0's
-  file (``rank_path``); readers find those files by ``rank_of_name``, whatever the suffix.
-
-The writer (``speedtronic.processors.render.JSONLRenderer``, ``speedtronic.record.values``), the
-hooks' dispatch and every reader (``speedtronic.runs``) import these names, so the two sides can't
-drift.
-"""
+"""The JSONL record contract: what one line of a speedtronic run is, for its writer and every reader
+(reserved keys, the note, parts, the timestamp, rank file names; ``docs/shipping.md``)."""
 
 from __future__ import annotations
 
@@ -126,6 +94,7 @@ RESERVED_KEYS: frozenset[str] = frozenset({"event", "timestamp", NOTE_KEY, "rank
 processes). A payload key of one of those names (a LoRA ``rank``, say) is kept under
 ``payload_<key>`` instead (``payload_key``)."""
 
+# A reader may split a file by event from the raw bytes (speedtronic.runs.frames) because of this.
 RECORD_PREFIX = b'{"event":"'
 """How every record the writer produces begins: its event's name comes first."""
 

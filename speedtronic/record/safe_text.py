@@ -1,10 +1,4 @@
-"""Text of any object, never raising: the low helpers every layer uses to show a value or an error.
-
-``safe_str`` and ``safe_repr`` stand in a placeholder for an object whose ``__str__``/``__repr__``
-fails; ``value_text`` is how a value JSON can't hold is written (an exception with its type);
-``int_text`` is an int's decimal text beyond Python's digit limit. The processors, the hooks, the
-config and the integrations import them from here.
-"""
+"""Text of any object, never raising: the low helpers every layer uses to show a value or an error."""
 
 from __future__ import annotations
 

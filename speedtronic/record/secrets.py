@@ -1,41 +1,5 @@
-"""What a secret is: the rules ``Redact`` (``speedtronic.processors.redact``) hides secrets by, the
-words of keys and the look of values.
-
-Two rules, each on by default:
-
-- **Keys.** A key is split into words (``snake_case``, ``kebab-case``, ``camelCase``, spaces; digits
-  dropped: ``github_token_2`` is ``github token``), and is secret when its words name a credential
-  (``is_secret_key``): ``password``, ``passwd``, ``passphrase``, ``pwd``, ``pw``, ``secret``, ``auth``,
-  ``authorization``, ``bearer``, ``jwt``, ``cookie``, ``credentials``, ``sessionid``/``session_id``;
-  ``key`` after a kind of key (``api_key``, ``privateKey``, ``access-key``, ``ssh_key``,
-  ``signing_key``); ``token`` as the last word or before ``value`` (``hf_token``, ``token_value``),
-  and ``tokens`` after a kind of credential (``api_tokens``); ``pass`` after what it unlocks
-  (``db_pass``). Words glued without a separator count too: a word holding ``password``, ``passwd``,
-  ``passphrase`` or ``apikey`` anywhere is secret (``PGPASSWORD``, ``userpassword``,
-  ``REDISPASSWORD``), and a word ending in ``secret``, ``token``, ``privatekey``, ``accesskey`` or
-  ``secretkey`` is judged as two words (``clientsecret``, ``hftoken``), and two words that spell
-  one are read as it (``PassWord``). Counts and rates of text
-  tokens stay visible: ``tokens``, ``num_tokens``, ``tokens_per_s``, ``max_tokens``, ``maxtokens``,
-  ``pad_token``, ``token_ids``, ``tokenizer``, and so do ``passes``, ``pass@1``, ``forward_pass``,
-  ``bypass``, ``author``, ``secretary``. Your own ``fnmatch`` patterns add to this rule.
-- **Values.** Text that looks like a well-known credential is replaced under any key (``redact_text``):
-  ``Bearer``/``Basic`` authorization values, OpenAI/Anthropic (``sk-...``), Stripe, GitHub (``ghp_``,
-  ``github_pat_``), AWS (``AKIA...``), Hugging Face (``hf_...``), Slack, Google and GitLab keys, JWTs,
-  PEM private keys; the password of a URL (``postgres://user:[REDACTED]@host/db``: everything between
-  the user's ``:`` and the last ``@`` before the next space, so a raw ``/``, ``?`` or ``@`` in the
-  password (up to 256 characters with a ``/``, ``?`` or ``#``: each URL start looks that far) and an
-  ``@`` in the user name are covered; a ``:`` followed by digits and ``/`` is a port);
-  and the value of a secret key written in text (``password=[REDACTED]``, ``password: [REDACTED]``,
-  ``?token=[REDACTED]&``, ``'api_key': '[REDACTED]'``, ``"secret": "[REDACTED]"``,
-  ``Authorization: Token [REDACTED]``, ``api key: [REDACTED]``: a key of up to three words written
-  with spaces): a quoted value up to its closing quote (a Python literal's prefix too: ``b'...'``),
-  an unquoted one up to a space, quote, ``&``, ``,`` or ``;``. Linear in the text, capped at
-  ``MAX_REDACTED_CHARS``.
-
-An exception is judged as a whole, message, ``args``, notes, causes and contexts and printed stack
-(``redact_exception``, the one function every place an exception leaves calls); a path under a path
-key (``path``, ``run_dir``, ``log_file``) or a ``PurePath`` keeps its names (``redact_path``).
-"""
+"""What a secret is: the rules ``Redact`` hides secrets by, the words of keys and the look of values
+(``docs/processors.md`` lists them)."""
 
 from __future__ import annotations
 
@@ -114,6 +78,17 @@ def _words(key: str) -> list[str] | None:
     return words
 
 
+# The key rule. A key is split into words (snake_case, kebab-case, camelCase, spaces; digits dropped:
+# github_token_2 is "github token") and is secret when its words name a credential: password, passwd,
+# passphrase, pwd, pw, secret, auth, authorization, bearer, jwt, cookie, credentials, sessionid;
+# "key" after a kind of key (api_key, privateKey, ssh_key, signing_key); "token" as the last word or
+# before "value" (hf_token), "tokens" after a kind of credential (api_tokens); "pass" after what it
+# unlocks (db_pass). Glued words count too: a word holding password, passwd, passphrase or apikey is
+# secret (PGPASSWORD), one ending in secret, token, privatekey, accesskey or secretkey is read as two
+# words (clientsecret, hftoken), and two words that spell one are read as it (PassWord). Counts and
+# rates of text tokens stay visible (tokens, num_tokens, tokens_per_s, max_tokens, pad_token,
+# token_ids, tokenizer), and so do passes, pass@1, forward_pass, bypass, author, secretary.
+# docs/processors.md (Redaction) lists it for users.
 def is_secret_key(key: str) -> bool:
     """Whether a key's words name a credential (the rule in this module's docstring)."""
     words = _words(key)

@@ -1,11 +1,4 @@
-"""Text-line formatting: keys and values as ``key=value`` tokens that can never break a line.
-
-Strings are bare when they hold only safe characters, otherwise double-quoted with every character
-that could end a line, fake a field or drive a terminal escaped: C0 and C1 controls (newline, CR, ESC
-and the rest), DEL, U+2028/U+2029, bidi overrides, lone surrogates, ``"`` and ``\\``. So one event is
-one physical line however the text is read (bytes, text mode, ``str.splitlines()``), and ``=``, ``|``
-and spaces inside a value stay inside its quotes (CWE-117).
-"""
+"""Text-line formatting: keys and values as ``key=value`` tokens that can never break a line."""
 
 from __future__ import annotations
 

@@ -1,23 +1,5 @@
-"""Value conversion: the one place that turns tensors, numpy values and odd objects into plain data.
-
-Two conversions live here:
-- ``to_python`` (the ``ConvertValues`` stage): tensors and numpy values become Python numbers and
-  lists. It runs only for events that pass the cadence, so skipped steps never force a device sync.
-- ``json_safe_record`` (``JSONLRenderer``, for any record that is not plain finite scalars): anything
-  becomes strict-JSON-ready data.
-
-A value that can't be written as itself is replaced by a marker string: ``Converted`` (written as its
-text: bytes, a set, an int beyond 64 bits) or ``Truncated`` (cut short: too long, too deep, too many
-elements). A non-finite float is written as ``null``, so a number's column stays a number for typed
-readers. ``json_safe_record`` notes all of these in the record's ``"_speedtronic"`` note, whose shape
-and meaning are the record contract's (``speedtronic.record``).
-
-Every walk over a value (``to_python``, ``json_safe_record``, ``truncate``, and ``Redact``) visits each
-container once per event: a container met again inside itself becomes the marker ``<cycle>``; one met
-again elsewhere (shared, not a cycle) is written again as its first result, until such repeats add up
-to ``MAX_REPEATS`` values in one event, and as a marker after that. So no payload, however its objects
-are shared, costs more than its size plus ``MAX_REPEATS`` to convert or to write.
-"""
+"""Value conversion: the one place that turns tensors, numpy values and odd objects into plain data
+(``to_python``) and strict-JSON-ready data (``json_safe_record``)."""
 
 from __future__ import annotations
 

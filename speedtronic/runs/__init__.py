@@ -1,10 +1,5 @@
-"""Reading runs back: the records of a run directory (``reader``), one typed table per event
-(``frames``: pandas or polars, imported only when a table is built), its summary (``summary``), plots
-(``plot``) and replaying it into hooks (``replay``). Nothing here imports the write path's private
-helpers: a run is read through the event catalog and the public processors only.
-
-The names below are loaded on first use (PEP 562): ``speedtronic summarize`` imports the reader and
-the summary, not the dataframe code."""
+"""Reading runs back: records (``reader``), typed tables (``frames``), summaries (``summary``), plots
+(``plot``) and replay into hooks (``replay``). Names load on first use (PEP 562)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
 """``run_alerts``: the alerts a recorded run would have raised, re-derived by the same rule objects
-the logger runs live (``speedtronic.alerts``): a backtest for thresholds.
-
-Each rank's records, and each segment of a resumed run (a new logger, so new rules), go through rules
-of their own, made by ``rules`` (a function returning new rules), as the live loggers' did. Records
-the logger wrote about itself, and the ``alert`` records already in the run, are not checked: live,
-the rules never saw them. Each alert comes back as ``(record that tripped it, payload)``, the payload
-the live ``alert`` record carried (``rank``/``world_size`` where the run has several ranks).
-"""
+the logger runs live: a backtest for thresholds."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""``plot_breakdown``: where each run's wall time went, as one stacked bar per run (PNG, PDF or SVG).
-
-The parts are ``speedtronic.runs.health.run_health``'s (productive, start-up, restarts, checkpoints,
-eval, data waiting, other), each labelled with its share when it is wide enough to read. matplotlib's
-object-oriented API only (no pyplot), imported when a figure is drawn.
-"""
+"""``plot_breakdown``: where each run's wall time went, as one stacked bar per run (PNG, PDF or SVG)."""
 
 from __future__ import annotations
 

@@ -1,20 +1,4 @@
-"""``RunSummary``: a run's records folded into its figures, in constant memory.
-
-What counts as trouble comes from ``speedtronic.events.EVENT_LEVELS``, the same table that sets
-the text log's levels, so a new warning event is summarised without a change here. The loss, the
-learning rates, the throughput rates and the held-out losses are found by role
-(``speedtronic.runs.roles``): a Hugging Face, Lightning or torchtune run reads as ours does.
-
-A resumed run is summarised as one run over its segments (``speedtronic.runs.reader``): ``elapsed``
-adds up the segments, ``steps`` counts each step once however many segments recorded it (a step run
-again after a restart replaces the earlier record, so the last loss is the latest one's), and
-``finished`` is about the last segment.
-
-Most of a run is ``train_step`` records alike: within a piece, those with nothing to undo come from
-the reader as their parsed fields, 256 at most at a time (``file_entries``), and a list of
-them that share their keys, their rank and the types the summary reads is folded a column at a time
-by builtins (``RunSummary.add_steps``), in record order, to the figures one-by-one folding gives.
-"""
+"""``RunSummary``: a run's records folded into its figures, in constant memory."""
 
 from __future__ import annotations
 

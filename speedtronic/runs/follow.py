@@ -1,25 +1,5 @@
-"""Following a run as it is written: ``Follower`` yields each new record once, whole, in file order.
-
-A followed path is a JSONL file, a run directory (every rank's file, ranks whose files appear later) or
-a folder of runs (the run files of each run directory in it, runs that appear later). Each file is
-held open and read by ``(device, inode, offset)``; a line is consumed only once it ends in a newline,
-and parsed by the reader's own ``parse_record``, so a followed record equals the one ``read_records``
-gives back (its ``segment`` counted the same way: one more at each later ``train_start``).
-
-Rotation, truncation, deletion and replacement lose nothing:
-
-- the path names another file (logrotate ``create``, a file renamed onto it, deleted and made again):
-  the old file, still open, is read to its end (and on, while its writer may still be finishing its
-  last lines), and the new one from its start;
-- the file is shorter than the offset, or the bytes before the offset changed (``copytruncate``, a
-  truncation followed by new lines): the lines past the offset were copied into a rotated sibling
-  (``metrics.jsonl.1``, ``metrics.jsonl-20261207``), which is read from the offset first; then the
-  truncated file from its start.
-
-Changes are waited for with inotify (``inotify_simple``, the ``watch`` extra) on a local Linux file
-system, by polling elsewhere (NFS, Lustre, GPFS, FUSE...: inotify sees no other host's writes) or when
-asked (``poll=True``). Even with inotify, every file is stat'ed every ``interval`` seconds.
-"""
+"""Following a run as it is written: ``Follower`` yields each new record once, whole, in file order,
+across rotation and truncation."""
 
 from __future__ import annotations
 

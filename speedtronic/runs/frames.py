@@ -1,47 +1,4 @@
-"""A run as dataframes: one typed table per event, for pandas or polars (the ``frames`` extra).
-
-Reading a whole JSONL file into one table mixes events whose keys differ, so every integer column
-with a gap becomes float (pandas) and keys that appear late are dropped (polars infers its schema
-from the first 100 rows). ``read_frames`` builds one table per event, each column typed from every
-value it holds:
-
-- integers: ``int64`` (pandas ``Int64``, nullable, where some records lack the key); polars ``Int64``
-- numbers with a float among them: ``float64`` with NaN and infinities as written; in pandas a missing
-  value is NaN too, polars keeps it ``null``
-- booleans: ``bool`` (pandas ``boolean`` where there are gaps); strings: the library's string type
-- ``timestamp``: the record's time as a UTC datetime (kept as text if any value isn't RFC 3339)
-- anything else (lists, dicts, a key holding values of several types, integers beyond 64 bits): the
-  Python values as read, NaN restored, in an ``object`` column (polars ``Object``)
-
-Columns come in the order their keys first appear in that event's records, ``timestamp`` last (a
-microsecond datetime, pandas ``datetime64[us, UTC]``, also in an empty table). The record's
-``_speedtronic`` note is not a column: its non-finite values are already restored. The run's files,
-ranks and lines are ``read_records``' (``RankFilter``, ``parse_record``): the tables hold exactly the
-records it yields, and ``skipped`` counts what it would.
-
-Which path reads what. A file's lines are grouped by event name as bytes (each line the writer writes
-begins ``{"event":"<name>"``; Python parses only the file's first record, for its rank, and lines
-that are no record), and pyarrow's JSON reader parses each event's lines, 8 MiB at a time, inferring
-that event's own types; the note's ``non_finite`` pointers put NaN and infinities back, the rank is
-chosen and ``timestamp`` converted (in each batch, when every time there is the writer's exact text),
-all vectorised. The line reader (``parse_record``, one line at a
-time, as ``read_records`` reads) takes over where the engine can't be exact:
-
-- one event's batch of lines: fewer than 256 of them (cheaper than starting the engine); a key with
-  values of several JSON types (the engine refuses them); lists or dicts; a pointer into one
-  (``/losses/2``); a float beyond 2**63 (it may have been an integer beyond 64 bits); a ``rank`` that
-  isn't an integer; a record without today's note (``"v": 2`` or later: older files, other writers) or with a
-  NaN the note doesn't list; a string the engine reads as a time;
-- a whole file: a record written in parts (``speedtronic.record``: wider than the writer's line cap;
-  the line reader joins its parts into one row), a record whose line doesn't begin ``{"event":"``
-  (another writer's spacing), an event
-  name with an escape, a line over ``MAX_LINE_BYTES``, a line that begins like a record but isn't one
-  (a corrupt line in the middle: the line reader counts it with its line number). A torn last line and
-  lines that are no record at all are counted without leaving the engine.
-
-An event's parts (batches, files) are joined as tables when their types agree (an integer column and a
-float one make a float column), else typed again from their Python values, as the line reader types.
-"""
+"""A run as dataframes: one typed table per event, for pandas or polars (the ``frames`` extra)."""
 
 from __future__ import annotations
 
@@ -178,6 +135,15 @@ FEW_LINES = 256
 10,000 ranks holds 10,000 small files)."""
 
 
+# Which path reads what: a file's lines are grouped by event name as bytes (each begins RECORD_PREFIX)
+# and pyarrow's JSON reader parses each event's lines; the line reader (parse_record) takes over where
+# the engine can't be exact. For one event's batch: fewer than FEW_LINES lines; a key with values of
+# several JSON types; lists or dicts, or a non-finite pointer into one; a float beyond 2**63; a rank
+# that isn't an integer; a record without today's note or with a NaN its note doesn't list; a string
+# the engine reads as a time. For a whole file (EngineFallback): a record written in parts, a line that
+# doesn't begin RECORD_PREFIX or whose event name has an escape, a line over MAX_LINE_BYTES, a corrupt
+# line that begins like a record. An event's parts are joined as tables when their types agree, else
+# typed again from their Python values, as the line reader types.
 class EngineFallback(Exception):
     """The engine can't read this file exactly: the line reader reads all of it."""
 

@@ -1,28 +1,5 @@
 """``run_health``: was a run healthy and fast? Goodput, throughput, MFU, memory and per-step times,
-read from a run's records across its restarts.
-
-Where the wall time went (one rank; ``goodput`` in the docs' *Reading runs* page):
-
-- the wall time runs from the first segment's start (its first record's ``timestamp`` less its
-  ``elapsed_s``: when its logger started) to the run's last record;
-- ``startup_s``: from that start to the first step's start (a step starts ``step_time_s`` before
-  its record);
-- ``restart_s``: from each crashed or stopped segment's last record to the next segment's first
-  step's start, plus the steps run again after a resume (a step at or below the highest step done
-  before);
-- ``checkpoint_s`` (``checkpoint.save_s``), ``eval_s`` (``eval.eval_s``), ``data_wait_s``
-  (``train_step.data_wait_s`` of the steps done once);
-- ``productive_s``: the steps done once, less their data wait; a step the cadence did not log
-  counts at the mean of its segment's logged steps;
-- ``other_s``: the rest (logging, the work between steps, the end of each segment).
-
-``goodput = productive_s / wall_s``. Throughput is tokens (or samples) over the productive step time;
-``mfu = flops_per_token * tokens_per_s / peak_flops`` (torchtitan's definition, as a fraction) with
-both recorded in ``train_start`` (or ``peak_flops`` given here); no peak, no MFU.
-
-The figures come from one pass over the records (``speedtronic.runs.reader.read_records``), keeping
-the per-step times (``step_times``) that ``speedtronic compare`` bootstraps over.
-"""
+read from a run's records across its restarts (formulas in ``docs/reading-runs.md``)."""
 
 from __future__ import annotations
 

@@ -1,22 +1,4 @@
-"""``plot_runs``: chosen keys of one or more runs as a PNG, PDF or SVG, one panel per key, runs overlaid.
-
-A resumed run is drawn as one line: against ``elapsed_s`` the time is cumulative over the run's
-segments (``speedtronic.runs.RunClock``), and against ``step`` a point at a step a line already reached
-(a restart recording it again) replaces the line's points from that step on (the latest record of a
-step wins). Only the lines the record gives a point to: Lightning's epoch record at the last step's
-number (``train_loss_epoch``) leaves the per-step lines alone.
-
-Plotting ``train_step`` records, the ``eval`` records' values of the same keys (the held-out ``loss``)
-are drawn in the same panel, dashed, in the run's colour (``with_eval=False`` leaves them out; an
-``eval`` of ``split="test"`` is never drawn there).
-
-matplotlib is imported only here, and only its object-oriented API is used (``Figure`` rendered by the
-Agg canvas): no display, no pyplot, and the caller's matplotlib backend is left alone. Records are
-streamed, and each line keeps a bounded number of points (``Envelope``): every point up to
-``MAX_BUCKETS``, past that each bucket's first, last, lowest and highest point and its first gap, so
-memory stays constant however many records a run holds. With ``smooth`` the EMA runs over every point
-as it is read, and its line is bounded the same way.
-"""
+"""``plot_runs``: chosen keys of one or more runs as a PNG, PDF or SVG, one panel per key, runs overlaid."""
 
 from __future__ import annotations
 

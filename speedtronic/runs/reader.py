@@ -1,42 +1,4 @@
-"""Reading recorded runs back: the one reader every tool (summarize, plot, replay) streams through.
-
-A run is a JSONL file written by ``MetricLogger(json_file=...)``, or a run directory holding one or
-more ``*.jsonl`` files (``metrics.jsonl`` first, then per-rank files such as ``metrics.rank1.jsonl``
-in numeric order). ``read_records`` yields one ``Record`` per line, lazily, in constant memory, and
-never raises because of what a line holds: a torn last line (a killed writer), a line that is not
-JSON, a JSON value that is not an object, or an object without an ``"event"`` name is skipped and
-counted in a ``Skipped`` with its line number. A path that can't be read, and a file that is not
-speedtronic JSONL (none of its lines is a record, or its first line does not begin a JSON object: a
-README, a text log, a checkpoint), raise ``RunError``; the first line is checked before any record is
-yielded.
-
-A run that was resumed holds several *segments* in one file: each ``train_start`` begins one, which
-lasts until its ``train_end`` or the end of the file. ``Record.segment`` numbers them (from 0, per
-file), and ``RunClock`` turns each segment's ``elapsed_s`` (its logger's clock, restarting at 0) into
-the time since the run first started.
-
-The writer's conventions are undone here, once, by the record's contract (its ``"_speedtronic"``
-note, ``speedtronic.record.note_contract``): in a record whose note says it (every record
-of today's writer, and the pointer-keyed notes of the writer before), the ``null`` its note lists
-become NaN or infinities again and every string stays a string; in a record with no such note (older
-files, another writer's JSONL) ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` become floats again:
-exactly in the keys its ``"converted"`` note names when it has one, everywhere otherwise. A record
-whose note says ``"origin": "speedtronic"`` is the logger's own (``Record.own``): only those count as
-``hook_error``/``logging_error`` reports. ``timestamp`` and the note are set apart from the payload;
-``Record.hook_payload`` (the payload with its ``timestamp``) is exactly what a live hook received.
-
-Memory is bounded whatever a file holds: files are read in chunks of ``CHUNK_BYTES``, and a line
-longer than ``MAX_LINE_BYTES`` (a file without newlines, a corrupt tail) is skipped and counted
-without ever being held whole.
-
-``file_entries`` is ``file_records`` for a reader that folds steps in bulk (summarize): a
-``train_step`` record with nothing to undo (``is_plain_step``) comes as the dict its line parsed to,
-in lists of consecutive ones, with no ``Record`` built.
-
-A run directory's per-rank files are picked by name: ``<stem>.rank<r>.jsonl`` holds rank ``r``'s
-records, and ``<stem>.jsonl`` rank 0's when such siblings exist. Reading one rank, or a list of
-them, opens only their files (and any file whose name says no rank); the others are counted, not read.
-"""
+"""Reading recorded runs back: the one reader every tool (summarize, plot, replay) streams through."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
 """The alerts a run recorded: its ``alert`` records, counted per rank and rule, for ``summarize`` and
-``plot``.
-
-An ``alert`` record (written by the alert rules inside ``emit``) carries ``rule``, ``severity``,
-``key``, ``step``, ``value``, ``threshold`` and ``message``. ``RecordedAlerts`` folds them in record
-order, merges the tallies of a run's pieces in file order (``update``), and gives them as plain data
-with fixed keys (``as_dict``: one object per rank and rule) and as table text (``text``).
-``alert_mark`` places an alert on a plot's x axis, for its vertical markers.
-"""
+``plot``."""
 
 from __future__ import annotations
 

@@ -1,17 +1,4 @@
-"""``replay_run``: push a recorded run through hooks exactly as ``MetricLogger`` delivered it live.
-
-Each record goes through the core's own ``DispatchHooks`` stage with the payload the live hooks got
-(``Record.hook_payload``: every key but ``event``, the record's ``timestamp`` included; NaN and
-infinities as floats again), in file order, and the
-hooks are closed at the end. Records the logger wrote for itself (``hook_error``, ``logging_error``,
-marked ``"origin": "speedtronic"`` in their note: ``Record.own``) are not replayed: live hooks never saw
-them; a user's event of the same name is. So a ``TensorboardHook`` or ``WandbHook`` fed by a replay
-writes the same tags, steps and values as one fed live; only wall-clock times differ (now, not then).
-
-Replay targets are hook types by name (``replay_hook``), resolved through the ``speedtronic.hooks``
-entry-point group like a config's hooks: speedtronic's own (``tensorboard``, ``wandb``, ...) and any
-installed package's. This module imports no integration itself.
-"""
+"""``replay_run``: push a recorded run through hooks exactly as ``MetricLogger`` delivered it live."""
 
 from __future__ import annotations
 

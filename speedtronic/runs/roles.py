@@ -1,25 +1,5 @@
-"""Which of a run's keys is its loss, its learning rate(s), its throughput and its held-out loss.
-
-Readers find a run's series by *role*, not by one fixed name, so a run logged through Hugging Face,
-Lightning or torchtune reads as well as one ``speedtronic train`` wrote. The table, by role:
-
-- ``loss`` (a ``train_step`` key), in this order of preference: ``loss`` (speedtronic, Hugging Face,
-  torchtune), ``train_loss``, ``train/loss``, ``train_loss_step``, ``train_loss_epoch`` (Lightning's
-  ``self.log("train_loss", on_step=True, on_epoch=True)``). A run has one loss: the key met first in
-  the run (the most preferred among those of one record).
-- ``lr``: ``lr``, ``learning_rate`` (Hugging Face), and Lightning's ``LearningRateMonitor`` names
-  ``lr-<Optimizer>`` and ``lr-<Optimizer>/pg<N>`` (one series per parameter group).
-- ``rate`` (throughput): a key ending in ``_per_s`` (speedtronic), ``_per_sec`` (Lightning's
-  ``ThroughputMonitor``: ``train/device/samples_per_sec``), ``_per_second`` (Hugging Face's
-  ``train_samples_per_second``) or ``_per_second_per_gpu`` (torchtune's ``tokens_per_second_per_gpu``).
-- ``eval``: a held-out loss and its split: an ``eval`` record's ``loss`` (its ``split``, ``"eval"``
-  when it has none), and in any record ``<split>_loss`` or ``<split>/loss`` (``eval_loss``,
-  ``val_loss``, ``val/loss``, also with Lightning's ``_step``/``_epoch``), for the splits of
-  ``EVAL_SPLITS``. Each split is its own series: ``val`` and ``test`` are never mixed.
-
-``Roles`` overrides the table for one read: ``Roles(loss="nll", lr=("lr_head",))`` reads ``nll`` as
-the loss and ``lr_head`` as the only learning rate (``speedtronic summarize --loss nll --lr lr_head``).
-"""
+"""Which of a run's keys is its loss, its learning rate(s), its throughput and its held-out loss
+(the table is in ``docs/reading-runs.md``)."""
 
 from __future__ import annotations
 

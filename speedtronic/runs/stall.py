@@ -1,21 +1,4 @@
-"""Stall detection from outside the trainer: no new ``train_step`` from a rank for longer than its budget.
-
-``StallWatch.see`` takes each record as it is followed; ``StallWatch.check`` returns a ``stall`` alert
-for each rank silent past its budget, once per stall (a new record from the rank re-arms it). Silence
-is measured on the watcher's clock (``clock``, injectable), from the moment the rank's last record was
-seen; step intervals, which set the budget, come from the records' own ``elapsed_s`` (so a backlog
-read at once does not look fast), or from the watcher's clock where a record has none.
-
-The budget depends on what the rank is doing, as its events say:
-
-- start-up (a ``train_start``, or nothing yet, and no step since): ``startup_s``;
-- steps: ``max(step_factor x p95 of the rank's last ``window`` step intervals, step_min_s)``;
-- at a step where the run checkpoints or evaluates (a multiple of the interval between the steps of its
-  earlier ``checkpoint``/``eval`` events, or of the first one's step): at least ``checkpoint_s`` /
-  ``eval_s`` (both events are written after the work, so the work itself is the silence after a step).
-
-A rank whose last lifecycle record is ``train_end`` has ended, and is never a stall.
-"""
+"""Stall detection from outside the trainer: no new ``train_step`` from a rank for longer than its budget."""
 
 from __future__ import annotations
 

@@ -1,14 +1,4 @@
-"""``summarize_run``: a run read in pieces, each folded (``speedtronic.runs.fold``), merged in order.
-
-A run is read in *pieces*: each file, and a file over ``PIECE_BYTES`` in parts of about that size
-that begin at a line. Each piece is summarised on its own (``RunSummary.add``) and the pieces are
-merged in file order (``RunSummary.update``), every figure exactly as one pass would have it: the
-first and last loss by order, the best by value (the earliest on a tie), steps by a bitmap, elapsed
-by the segments each piece saw. The pieces are the same whether ``workers`` processes summarise them
-or this one does, so the result does not depend on ``workers``.
-
-``format_summaries`` (``speedtronic.runs.table``) shows summaries side by side.
-"""
+"""``summarize_run``: a run read in pieces, each folded (``speedtronic.runs.fold``), merged in order."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""The watcher's own state, kept in the followed run's directory under ``.speedtronic-tail/``.
-
-- ``positions.json``: where each file was read to (``Follower.positions()``), so a restarted watcher
-  goes on from there instead of the start. Written whole to a temporary file and renamed over.
-- ``alerts/<id>``: one empty file per alert sent, made with ``O_CREAT | O_EXCL``: whichever watcher
-  makes it sends the alert, so a restarted watcher, or two watchers on one run, send each alert once.
-  An alert's id names its rule, rank, segment, step and key (``alert_id``).
-"""
+"""The watcher's own state, kept in the followed run's directory under ``.speedtronic-tail/``: read
+positions and the alerts already sent."""
 
 from __future__ import annotations
 

@@ -1,12 +1,4 @@
-"""The config, defined once: typed sections whose fields carry their default, their check and their doc.
-
-``Config`` and its sections (``ModelConfig``, ``DataConfig``, ``TrainConfig``, ``LoggingConfig``) are
-the schema. ``default_values()`` is their defaults as plain data, ``SCHEMA`` their checks as a nested
-mapping, and ``markdown_table()`` the reference table of ``docs/configuration.md`` (a test keeps the
-docs and ``examples/config.yaml`` equal to it). ``validate`` walks one config layer (a file, the
-command line) against ``SCHEMA``; errors name the file, the key and what was expected.
-``yaml_loader()`` is the YAML loader config files are read with.
-"""
+"""The config, defined once: typed sections whose fields carry their default, their check and their doc."""
 
 from __future__ import annotations
 
@@ -271,6 +263,7 @@ SCHEMA: Section = _schema(Config)
 """Every key a config may have, and its check: derived from ``Config``."""
 
 
+# A test keeps docs/configuration.md's table and examples/config.yaml equal to the schema.
 def markdown_table() -> str:
     """The reference table of ``docs/configuration.md``: one row per key, derived from ``Config``."""
     rows = ["| key | default | accepts | meaning |", "| --- | --- | --- | --- |"]

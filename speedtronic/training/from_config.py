@@ -1,20 +1,5 @@
 """From a config to a finished run: ``load_config``, ``build_logger``, ``build_runtime``, and
-``train_from_config``.
-
-A config is a mapping (or a YAML file of one) merged over ``default_config()``: the reference trainer
-on the default task. ``load_config`` checks every key and value and resolves the run directory, so
-the config it returns is exactly what runs; ``build_runtime`` and ``train_from_config`` accept a raw
-config too and load it first.
-
-Importing this module does not import torch; building a runtime does (``speedtronic[torch]``).
-
-Under ``torchrun`` (``WORLD_SIZE`` > 1) ``build_runtime`` initialises the process group (gloo on the
-CPU, nccl on CUDA with ``LOCAL_RANK``'s GPU), agrees on rank 0's config and checkpoints
-(``speedtronic.training.launch.agree_on_start``: each node may keep its own run directory), gives each
-rank its own data stream, and wraps the model in DDP, or, with ``train.outer_every``, attaches the
-DiLoCo outer loop instead (``speedtronic.training.outer``). Hooks are built on the lead rank only;
-``train_from_config`` destroys the group at the end.
-"""
+``train_from_config``. Importing this module does not import torch; building a runtime does."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
 """The process group of a run launched by ``torchrun`` (or SLURM): set up, agreed on, torn down.
-
-``build_runtime`` calls these; importing this module does not import torch.
-
-A job's nodes may share one run directory (a shared file system) or each keep their own (node-local
-disks). ``agree_on_start`` makes rank 0 the source of truth either way: its config (and so its LR
-horizon), its run directory's state and its checkpoint inventory reach every rank over the process
-group, each rank checks its own directory against them, and every rank comes to the same decision
-from the same gathered facts, so a problem is the same one-line error on every rank.
-"""
+Importing this module does not import torch."""
 
 from __future__ import annotations
 

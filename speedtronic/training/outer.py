@@ -1,49 +1,5 @@
-"""``OuterLoop``: the DiLoCo outer loop for the reference ``Trainer``, its exchange on a background thread.
-
-Each rank is one DiLoCo worker: it trains on its own data with its own inner optimizer (no DDP), and
-every ``every`` inner steps (an *outer boundary*) the workers' progress is merged. The merge is the
-one-step-delayed ("overlapped") DiLoCo of pccl's async DiLoCo: the deltas taken at a boundary are
-all-reduced on the exchange thread while the next ``every`` inner steps run, and the result is loaded
-into the model at the next boundary.
-
-The synced parameters θ (a flat float32 CPU tensor, equal on every rank) and the outer optimizer
-(``torch.optim.SGD``, Nesterov momentum, lr 0.7 and momentum 0.9 by default, as in the DiLoCo paper)
-belong to the exchange thread while an exchange runs. At each boundary the training thread:
-
-1. agrees with the other ranks whether every rank's previous exchange has finished: one one-element
-   all-reduce (``MAX`` of ``IDLE``/``IN_FLIGHT``/``OVERFLOW``) on a control group, so all ranks take the
-   same decision (``skip_reason``). If some exchange is still going, the delta due here is skipped
-   (``delta_upload_skipped``) and training goes on: the progress stays in the model and goes into the
-   next delta;
-2. takes the delta: the baseline (the synced parameters the model was last set to) minus the model's
-   parameters now;
-3. sets the model to the newest synced parameters: those the last exchange produced or, when it
-   produced none (the first boundary, a failed exchange), the baseline again, since the progress just
-   taken travels in the delta;
-4. hands the delta to the exchange thread through a queue of size 1 (``delta_upload_queued``).
-
-The exchange thread sums ``[delta, 1]`` over the ranks with ONE all-reduce (``delta_uploaded``),
-averages the deltas of the ranks whose delta was finite (``included``), and steps the outer optimizer
-on θ with that average as its gradient (``outer_step``). A delta taken against generation g is applied
-to generation g + 1 (every delta after the first: the price of overlapping): it is reported
-``delta_upload_stale`` and applied all the same. An exception is reported ``delta_upload_failed``; θ
-stays as it was, and training goes on without that outer step.
-
-So every rank's model holds the same parameters after every boundary that is not skipped, and each
-phase's progress reaches θ one outer step late. When ``fit()`` ends, the exchange in flight is waited
-for and its result loaded: the final model is the last θ (steps after the last boundary are dropped).
-
-A checkpoint holds the outer loop's state (``state_dict``: θ, its generation, the baseline and the
-outer optimizer's momentum), taken after waiting for the exchange in flight, so a resumed run goes on
-exactly as the uninterrupted one.
-
-``close()`` joins the exchange thread, then destroys the two gloo groups the loop created, so no
-collective of the thread outlives them and none of them is left for interpreter exit to tear down;
-``build_runtime`` closes the loop before it destroys the default group, on every path.
-
-Not done: DDP inside a worker; partial (Streaming DiLoCo) or quantised exchanges; a collective that
-fails on some ranks but not on others (their θ would differ).
-"""
+"""``OuterLoop``: the DiLoCo outer loop for the reference ``Trainer``, its exchange on a background
+thread (``docs/distributed.md``)."""
 
 from __future__ import annotations
 
@@ -96,6 +52,28 @@ class _Job(NamedTuple):
     base_generation: int
 
 
+# What the loop does. Each rank is one DiLoCo worker with its own data and inner optimizer (no DDP);
+# every `every` inner steps (an outer boundary) the workers' progress is merged, one step delayed
+# (pccl's async DiLoCo): the deltas taken at a boundary are all-reduced on the exchange thread while
+# the next `every` inner steps run, and the result is loaded at the next boundary. The synced
+# parameters theta (a flat float32 CPU tensor, equal on every rank) and the outer optimizer (SGD,
+# Nesterov, lr 0.7, momentum 0.9 by default) belong to the exchange thread while an exchange runs.
+# At each boundary the training thread:
+# 1. agrees with the other ranks whether every previous exchange has finished: one one-element
+#    all-reduce (MAX of IDLE/IN_FLIGHT/OVERFLOW) on a control group, so all ranks decide alike
+#    (skip_reason); if not, the delta due here is skipped (delta_upload_skipped) and its progress
+#    stays in the model for the next delta;
+# 2. takes the delta: the baseline (the synced parameters the model was last set to) minus the model;
+# 3. sets the model to the newest synced parameters (those the last exchange produced, else the
+#    baseline again: the progress just taken travels in the delta);
+# 4. hands the delta to the exchange thread through a queue of size 1 (delta_upload_queued).
+# The exchange thread sums [delta, 1] over the ranks with ONE all-reduce (delta_uploaded), averages
+# the finite deltas (included) and steps the outer optimizer on theta (outer_step). A delta taken
+# against generation g lands on g + 1 (delta_upload_stale, applied anyway); an exception is
+# delta_upload_failed and theta stays. fit() ends by waiting for the exchange in flight and loading its
+# result; a checkpoint holds theta, its generation, the baseline and the momentum, taken after that
+# wait. Not done: DDP inside a worker; partial or quantised exchanges; a collective failing on some
+# ranks only. docs/distributed.md describes it for users.
 class OuterLoop:
     """Attaches the DiLoCo outer loop to ``trainer`` (see the module's docstring for what it does).
 

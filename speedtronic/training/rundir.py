@@ -1,24 +1,5 @@
-"""A run directory is one run: claimed once, refused to a second run, its config revisions kept.
-
-``open_run`` makes the directory a run starts in and holds it for the run's life: a fresh
-``runs/<YYYYmmdd-HHMMSS>`` is created with an exclusive ``mkdir`` (``-2``, ``-3``... on collision), so
-parallel launches never share one; a named one that already holds a run is refused unless the run
-resumes, and ``--resume`` needs one that does. An exclusive ``flock`` on ``.speedtronic.lock`` there,
-dropped by the OS when the process ends however it ends, refuses a second run while the first lives.
-A start that fails before training calls ``OpenRun.undo``: what the start created goes, what was
-there stays. ``claim`` makes a directory without the lock. ``record_config`` writes ``config.yaml``
-and, when a resumed run changes it, keeps the previous one as ``config.<n>.yaml``.
-Every file-system problem is a ``RunDirError`` naming the path and what was expected.
-
-A run opens only plain files of its own there, and never in a way that can block or write through a
-link: every open of a run file is ``open_file`` (``O_NOFOLLOW|O_NONBLOCK``, then ``fstat``: a symbolic
-link, FIFO, socket, device or directory in its place is a ``RunDirError`` naming it, never a wait for
-a writer that does not come); a file rewritten whole goes through ``replacing`` (a new file made with
-``O_EXCL|O_NOFOLLOW`` under ``<name>.partial``, renamed over the old name: a link or hard link there is
-replaced, never written through); and ``check_files`` refuses, before the run opens anything,
-a link or odd file in place of any file it reads or writes there, and a hard link in place of a file
-it writes in place (its lock and logs: the other name may be outside the run).
-"""
+"""A run directory is one run: claimed once, refused to a second run, its config revisions kept, its
+files opened only as plain files of its own."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
 """Layer sizes checked against the multiple a device's fast kernels want (``shape_profile`` events).
-
-Matrix kernels run fastest when a matmul's dimensions fill whole vector registers (CPU) or
-tensor-core tiles (CUDA, MPS): 32 bytes on a CPU with AVX2, 16 bytes on a GPU. In elements that is
-8 (fp32) or 16 (bf16) on a CPU, and 4 or 8 on a GPU. torch is never imported here.
-"""
+torch is never imported here."""
 
 from __future__ import annotations
 
@@ -12,6 +8,8 @@ from typing import Any
 
 __all__ = ["alignment_for", "layer_sizes", "misaligned"]
 
+# Matmuls run fastest when their dimensions fill whole vector registers (32 bytes on a CPU with AVX2) or
+# tensor-core tiles (16 bytes on CUDA and MPS): 8 or 16 elements (fp32, bf16) on a CPU, 4 or 8 on a GPU.
 _VECTOR_BYTES = {"cpu": 32, "cuda": 16, "mps": 16}
 _ELEMENT_BYTES = {"fp32": 4, "bf16": 2}
 _SIZE_ATTRIBUTES = ("in_features", "out_features", "embedding_dim")  # Linear, Embedding

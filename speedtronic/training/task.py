@@ -1,10 +1,4 @@
-"""The default task: a small model that visibly learns a synthetic next-token rule in seconds on a CPU.
-
-Each token of a vocabulary has a fixed successor (a random permutation); a sequence's targets are the
-successors of its tokens, except that ``noise`` of them are replaced by random tokens. The loss falls
-from ln(vocab_size) (3.47 for 32 tokens) towards the noise floor (about 1.2 at ``noise=0.2``) in a
-few hundred steps.
-"""
+"""The default task: a small model that visibly learns a synthetic next-token rule in seconds on a CPU."""
 
 from __future__ import annotations
 
@@ -19,6 +13,9 @@ _HELD_OUT_STREAM = 1_000_002
 """The shard number whose stream is the held-out data: a job's shards are its ranks, far below it."""
 
 
+# Each token has a fixed successor (a random permutation); a sequence's targets are its tokens'
+# successors, `noise` of them replaced by random tokens. The loss falls from ln(vocab_size) (3.47 for
+# 32 tokens) towards the noise floor (about 1.2 at noise=0.2) in a few hundred steps.
 class SuccessorTask:
     """An endless iterable of ``(tokens, targets)`` batches, both ``(batch_size, seq_len)`` int64.
 

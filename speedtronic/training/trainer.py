@@ -1,36 +1,4 @@
-"""``Trainer``: a compact, real PyTorch training loop that produces the catalog's training events.
-
-One ``fit()`` emits ``train_start``, ``shape_profile`` (and a ``shape_warning`` per poorly aligned layer
-size), ``ooo_backprop`` (out-of-order backward: always off here, with the reason), ``compile`` when
-``torch.compile`` was asked for, a ``train_step`` per optimizer step, an ``eval`` (the loss on
-``eval_data``) every ``eval_every`` steps and at the end, a ``checkpoint`` every ``checkpoint_every``
-steps and at the end, and ``train_end``. Losses and grad norms
-are passed to the logger as detached 0-d tensors: the trainer never calls ``.item()`` on a step, so the
-logger's cadence decides when the device syncs.
-
-Each ``train_step`` says where its time went (``step_time_s``, ``data_wait_s``, ``compute_s``, and
-``sync_wait_s`` under the outer loop), ``eval`` and ``checkpoint`` their own time: host-side
-``time.perf_counter()`` readings, never a device sync (docs/events.md, *Timing keys*).
-
-Each step is ``_optimizer_step`` (microbatches, clipping, optimizer and schedule) followed by the
-``after_optimizer_step`` callbacks, then the event and the checkpoint: the outer loop
-(``speedtronic.training.outer.OuterLoop``) attaches there, to ``at_fit_start`` and to ``before_fit_end``.
-
-A checkpoint holds everything the next step depends on: the model (unwrapped from DDP), the
-optimizer, the schedule, the step and counters, the RNG states (torch, CUDA, Python, numpy when
-imported), the data stream's position (``data.state_dict()`` when it has one, else the number of
-batches drawn) and the outer loop's state. So a run resumed from a checkpoint computes what the
-uninterrupted run did. The newest ``keep_checkpoints`` are kept; resuming skips a checkpoint that
-can't be read (a ``checkpoint_skipped`` event and a ``SpeedtronicWarning`` name it) for the next
-newest.
-
-Under ``torch.distributed`` (an initialised process group) the trainer is rank-aware: a
-``DistributedDataParallel`` model skips the gradient all-reduce on all but the last microbatch
-(``no_sync``), rank 0 writes ``step_<N>.pt`` and emits ``checkpoint``, rank r > 0 writes its own state
-to ``step_<N>.rank<r>.pt`` (its data stream and RNGs differ, and so does its model under the outer
-loop), and the ranks agree on the newest step every one of them can read before resuming. Every
-record of such a job carries ``rank`` and ``world_size`` (the logger adds them).
-"""
+"""``Trainer``: a compact, real PyTorch training loop that produces the catalog's training events."""
 
 from __future__ import annotations
 
