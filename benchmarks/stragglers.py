@@ -152,7 +152,7 @@ def main() -> int:
         for repeat in range(repeats):
             name = f"balanced-{repeat}"
             named, ranks = scores(run(folder, name, steps, repeat, None))
-            print(f"  {name:<17} named {named or 'none'}; highest score {ranks[0].score:.3f}")
+            print(f"  {name:<19} named {named or 'none'}; highest score {ranks[0].score:.3f}")
             if named:
                 balanced.append(f"{name} named {named}")
             for index, (slow_in, share) in enumerate(cases):
@@ -162,7 +162,7 @@ def main() -> int:
                 [slowed] = [item for item in ranks if item.rank == rank]
                 others = max(item.score for item in ranks if item.rank != rank)
                 print(
-                    f"  {name:<17} named {named or 'none'}; rank {rank} score {slowed.score:.3f} "
+                    f"  {name:<19} named {named or 'none'}; rank {rank} score {slowed.score:.3f} "
                     f"({slowed.cause}), the others' highest {others:.3f}"
                 )
                 if named != [rank]:
