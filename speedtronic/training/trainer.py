@@ -220,7 +220,8 @@ class Trainer:
     """Trains ``model`` on ``data`` up to absolute step ``steps``; ``fit()`` runs it.
 
     Args:
-        model: the module to train (moved to ``device``).
+        model: the module to train (moved to ``device``). A ``DistributedDataParallel`` model gets a
+            communication hook that times its gradient sync (``sync_wait_s``), unless it has one.
         optimizer: over ``model``'s parameters.
         data: an iterable of ``(inputs, targets)`` batches, re-iterated when it runs out (a list, a
             ``DataLoader``), or an endless iterator. Each optimizer step takes ``grad_accum`` of them.
