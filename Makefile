@@ -5,7 +5,7 @@
 #   make bench  prints every speed goal and any missed (emit: bench.py; read-back: readback.py --goals;
 #               a webhook that never answers: webhook.py; alerts: alerts.py;
 #               redact_text against adversarial text: redact_fuzz.py;
-#               the compare gate: compare.py)
+#               the compare gate: compare.py; stragglers named in real 4-rank gloo runs: stragglers.py)
 PYTHON ?= python3
 VENV ?= .venv
 # A CPU build is on these machines' disk; an unpinned torch pulls a multi-GB CUDA build.
@@ -75,6 +75,7 @@ bench: $(VENV)/.dev-installed
 	$(BIN)/python benchmarks/redact_fuzz.py
 	$(BIN)/python benchmarks/compare.py
 	$(BIN)/python benchmarks/tail.py
+	$(BIN)/python benchmarks/stragglers.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -169,11 +169,11 @@ class TrainStepPayload(_TrainStepRequired, total=False):
     data_wait_s: float
     """Host time this step waited for its microbatches (drawing them, copying them to the device)."""
     compute_s: float
-    """Host time in the microbatches' forward and backward passes (a DDP all-reduce runs in the last
-    backward, so it is counted here)."""
+    """Host time in the microbatches' forward and backward passes, less ``sync_wait_s``."""
     sync_wait_s: float
-    """Host time waiting for the other replicas after the optimizer step (the DiLoCo outer loop's
-    agreement at an outer boundary); written when something waits there."""
+    """Host time waiting for the other ranks: under DDP, from the last gradient bucket's hand-over to
+    the all-reduce's end (in the last backward); under the DiLoCo outer loop, its agreement at an
+    outer boundary. Written when something waits there."""
 
 
 class _CheckpointRequired(TypedDict):

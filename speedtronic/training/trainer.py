@@ -136,7 +136,33 @@ class _Step(NamedTuple):
     data_wait_s: float
     """Host time waiting for the microbatches (drawing them, moving them to the device)."""
     compute_s: float
-    """Host time in the microbatches' forward and backward passes."""
+    """Host time in the microbatches' forward and backward passes, less ``sync_wait_s``."""
+    sync_wait_s: float | None
+    """Host time the last backward waited for DDP's gradient all-reduce (``None``: no DDP sync)."""
+
+
+class _SyncClock:
+    """Times DDP's gradient sync on the host. Registered as the DDP model's communication hook, it
+    runs PyTorch's own ``allreduce_hook`` (the same averaged gradients as with no hook) and reads
+    ``time.perf_counter()`` as each bucket is handed over: the last reading is when this rank's
+    backward is done but for the all-reduce, and from then until ``backward()`` returns it waits
+    for the slowest rank (and the transfer). No extra collective, no device sync."""
+
+    __slots__ = ("allreduce", "ready")
+
+    def __init__(self, model: DistributedDataParallel) -> None:
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+        self.allreduce = allreduce_hook
+        self.ready: float | None = None
+        """When the last bucket was handed to the all-reduce (``None``: none since the reset)."""
+        # A lambda: DDP checks a hook's annotations against its classes, and this module's are strings.
+        model.register_comm_hook(model.process_group, lambda group, bucket: self.hand_over(group, bucket))
+
+    def hand_over(self, group: Any, bucket: Any) -> torch.futures.Future[Tensor]:
+        """DDP's ``GradBucket`` ``bucket`` is ready: note the time, start its all-reduce."""
+        self.ready = time.perf_counter()
+        return self.allreduce(group, bucket)
 
 
 class _Window:
@@ -162,7 +188,8 @@ class Trainer:
     """Trains ``model`` on ``data`` up to absolute step ``steps``; ``fit()`` runs it.
 
     Args:
-        model: the module to train (moved to ``device``).
+        model: the module to train (moved to ``device``). A ``DistributedDataParallel`` model gets a
+            communication hook that times its gradient sync (``sync_wait_s``), unless it has one.
         optimizer: over ``model``'s parameters.
         data: an iterable of ``(inputs, targets)`` batches, re-iterated when it runs out (a list, a
             ``DataLoader``), or an endless iterator. Each optimizer step takes ``grad_accum`` of them.
@@ -264,6 +291,7 @@ class Trainer:
             self.model.module if isinstance(self.model, DistributedDataParallel) else self.model
         )
         """The model itself, unwrapped from DDP: what checkpoints hold."""
+        self._sync = self._sync_clock()
         grouped = dist.is_available() and dist.is_initialized()
         self.rank, self.world_size = (dist.get_rank(), dist.get_world_size()) if grouped else (0, 1)
 
@@ -396,8 +424,10 @@ class Trainer:
                 "data_wait_s": done.data_wait_s,
                 "compute_s": done.compute_s,
             }
+            if done.sync_wait_s is not None:  # DDP's gradient all-reduce, in the last backward
+                payload["sync_wait_s"] = done.sync_wait_s
             if self.outer is not None:  # its boundary waits for the replicas in the after-step callbacks
-                payload["sync_wait_s"] = ended - synced
+                payload["sync_wait_s"] = payload.get("sync_wait_s", 0.0) + ended - synced
             if self.emit(Event.TRAIN_STEP, payload):  # logged: the next rates start from here
                 window.restart()
             if self.eval_every and self.step % self.eval_every == 0:
@@ -485,7 +515,9 @@ class Trainer:
         total = torch.zeros((), device=self.device)
         samples = tokens = 0
         clock = time.perf_counter
-        data_wait = compute = 0.0
+        data_wait = compute = done = 0.0
+        if self._sync is not None:
+            self._sync.ready = None
         for index in range(self.grad_accum):
             asked = clock()
             inputs, targets = (t.to(self.device, non_blocking=True) for t in next(batches))
@@ -493,16 +525,38 @@ class Trainer:
             drawn = clock()
             with self._accumulating(last=index == self.grad_accum - 1):
                 total += self._microbatch(inputs, targets)
+            done = clock()
             data_wait += drawn - asked
-            compute += clock() - drawn
+            compute += done - drawn
             samples += inputs.shape[0]
             tokens += targets.numel()
+        sync_wait = None
+        if self._sync is not None and self._sync.ready is not None:  # the last backward's all-reduce
+            sync_wait = done - self._sync.ready
+            compute -= sync_wait
         grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
         lr = float(self.optimizer.param_groups[0]["lr"])
         self.optimizer.step()
         if self.scheduler is not None:
             self.scheduler.step()
-        return _Step(total / self.grad_accum, grad_norm.detach(), lr, samples, tokens, data_wait, compute)
+        return _Step(
+            total / self.grad_accum, grad_norm.detach(), lr, samples, tokens, data_wait, compute, sync_wait
+        )
+
+    def _sync_clock(self) -> _SyncClock | None:
+        """The clock of DDP's gradient sync (``sync_wait_s``), registered on a DDP model; ``None`` for
+        a model that is not DDP, or has a communication hook of its own (a warning says so)."""
+        if not isinstance(self.model, DistributedDataParallel):
+            return None
+        try:
+            return _SyncClock(self.model)
+        except RuntimeError as error:  # DDP takes one hook, registered before the first backward
+            warnings.warn(
+                f"no sync_wait_s: the trainer can't time DDP's gradient sync ({_first_line(error)})",
+                SpeedtronicWarning,
+                stacklevel=3,
+            )
+            return None
 
     def _microbatch(self, inputs: Tensor, targets: Tensor) -> Tensor:
         if self._compile_pending:
