@@ -90,7 +90,7 @@ def _words(key: str) -> list[str] | None:
 # token_ids, tokenizer), and so do passes, pass@1, forward_pass, bypass, author, secretary.
 # docs/processors.md (Redaction) lists it for users.
 def is_secret_key(key: str) -> bool:
-    """Whether a key's words name a credential (the rule in this module's docstring)."""
+    """Whether a key's words name a credential (the rule in the comment above)."""
     words = _words(key)
     if words is None:
         return True

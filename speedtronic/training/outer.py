@@ -75,7 +75,7 @@ class _Job(NamedTuple):
 # wait. Not done: DDP inside a worker; partial or quantised exchanges; a collective failing on some
 # ranks only. docs/distributed.md describes it for users.
 class OuterLoop:
-    """Attaches the DiLoCo outer loop to ``trainer`` (see the module's docstring for what it does).
+    """Attaches the DiLoCo outer loop to ``trainer`` (the comment above says what it does).
 
     Build it on every rank, after ``torch.distributed`` is initialised (or in a single process: one
     worker, the exchange is the identity), before ``fit()``. ``reduce`` replaces the default
