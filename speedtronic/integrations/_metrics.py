@@ -46,24 +46,31 @@ def split_metrics(metrics: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str,
 
 
 def emit_metrics(
-    logger: MetricLogger, step: int | None, metrics: Mapping[str, Any], span: TrainSpan | None = None
+    logger: MetricLogger,
+    step: int | None,
+    metrics: Mapping[str, Any],
+    span: TrainSpan | None = None,
+    *,
+    timing: Mapping[str, float] | None = None,
 ) -> None:
     """Emit one framework logging call: an ``eval`` per split when it holds evaluation metrics, else a
     ``train_step`` (``span`` opened first, when given); every metric under the name it was logged
     with. ``step`` comes first, and wins over a metric named ``step``; ``None``: the record has no
-    ``step`` (trackers draw it at the last step seen).
+    ``step`` (trackers draw it at the last step seen). ``timing``: the catalog's timing keys the
+    adapter measured (``step_time_s``..., or ``eval_s``), added to each record after the metrics and
+    never read as a split (``eval_s`` is no ``eval`` metric); a metric logged under the same name wins.
 
     Public as ``speedtronic.integrations.emit_metrics``: the one routing every framework adapter uses
     (Hugging Face, Lightning, torchtune, Accelerate), for an adapter of your own."""
     other, by_split = split_metrics(metrics)
     if not by_split:
-        payload = _with_step(step, other)
+        payload = _with_timing(_with_step(step, other), timing)
         if span is not None:
             span.step(logger, payload)
         logger.emit(Event.TRAIN_STEP, payload)
         return
     for split, values in by_split.items():
-        logger.emit(Event.EVAL, _with_step(step, {"split": split, **values, **other}))
+        logger.emit(Event.EVAL, _with_timing(_with_step(step, {"split": split, **values, **other}), timing))
 
 
 class TrainSpan:
@@ -114,4 +121,10 @@ class TrainSpan:
 def _with_step(step: int | None, metrics: Mapping[str, Any]) -> dict[str, Any]:
     payload: dict[str, Any] = {} if step is None else {"step": step}
     payload.update((key, value) for key, value in metrics.items() if key != "step")
+    return payload
+
+
+def _with_timing(payload: dict[str, Any], timing: Mapping[str, float] | None) -> dict[str, Any]:
+    if timing:
+        payload.update((key, value) for key, value in timing.items() if key not in payload)
     return payload

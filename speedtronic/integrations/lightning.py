@@ -1,10 +1,11 @@
-"""``SpeedtronicLogger``: a Lightning logger that logs through a ``MetricLogger``.
-Importing this module imports Lightning; ``docs/frameworks.md`` lists the records it writes."""
+"""``SpeedtronicLogger``: a Lightning logger that logs through a ``MetricLogger``; ``StepTimer`` adds the
+steps' timing keys. Importing this module imports Lightning; ``docs/frameworks.md`` lists the records it writes."""
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 from argparse import Namespace
 from collections.abc import Mapping
 from types import FrameType
@@ -28,7 +29,7 @@ from speedtronic.events import Event
 from speedtronic.integrations._metrics import FLUSH_TIMEOUT_S, TrainSpan, emit_metrics, is_eval
 from speedtronic.profiling import MetricLogger
 
-__all__ = ["SpeedtronicLogger", "StopOnAlert"]
+__all__ = ["SpeedtronicLogger", "StepTimer", "StopOnAlert"]
 
 _STATUS = {"success": "completed", "failed": "failed", "finished": "interrupted"}
 """Lightning's ``finalize`` status → ``train_end``'s."""
@@ -60,6 +61,7 @@ class SpeedtronicLogger(Logger):
         self._save_dir, self._name, self._version = os.fspath(save_dir), name, version
         self._span = TrainSpan()
         self._hyperparams: dict[str, Any] | None = None  # the last ones recorded
+        self._timer: StepTimer | None = None  # a StepTimer(self) attaches itself here
         self.stopped_by: Alert | None = None
         """The alert that stopped ``fit()`` (``StopOnAlert`` sets it): ``train_end`` then says
         ``stopped``, with the alert's message as ``reason``, where Lightning says ``success``."""
@@ -107,9 +109,13 @@ class SpeedtronicLogger(Logger):
     @rank_zero_only
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         step = 0 if step is None else step
-        if _from_trainer() and (self._span.open or not is_eval(metrics)):  # fit(): one step behind
+        evaluation = is_eval(metrics)
+        if _from_trainer() and (self._span.open or not evaluation):  # fit(): one step behind
             step += 1
-        emit_metrics(self.experiment, step, metrics, self._span)
+        timing = None if self._timer is None else self._timer.timing(step, evaluation)
+        emit_metrics(self.experiment, step, metrics, self._span, timing=timing)
+        if timing and self._timer is not None:  # the step's (or evaluation's) logging is done
+            self._timer.mark()
 
     @rank_zero_only
     def log_hyperparams(self, params: Mapping[str, Any] | Namespace, *args: Any, **kwargs: Any) -> None:
@@ -125,7 +131,12 @@ class SpeedtronicLogger(Logger):
         path = getattr(checkpoint_callback, "_last_checkpoint_saved", "")
         step = getattr(checkpoint_callback, "_last_global_step_saved", None)
         if path and type(step) is int:
-            self.experiment.emit(Event.CHECKPOINT, {"step": step, "path": str(path)})
+            payload: dict[str, Any] = {"step": step, "path": str(path)}
+            if self._timer is not None:
+                payload.update(self._timer.save_timing())
+            self.experiment.emit(Event.CHECKPOINT, payload)
+            if self._timer is not None:
+                self._timer.mark()
 
     @rank_zero_only
     def finalize(self, status: str) -> None:
@@ -166,6 +177,109 @@ def _from_trainer() -> bool:
     while frame is not None and str(frame.f_globals.get("__name__", "")).startswith(_PASSING_THROUGH):
         frame = frame.f_back
     return frame is not None and str(frame.f_globals.get("__name__", "")).startswith("lightning.pytorch.")
+
+
+class StepTimer(Callback):
+    """A Lightning callback that times each optimizer step, evaluation and checkpoint on the host clock
+    (``time.perf_counter``, never a device sync) for ``logger``, a ``SpeedtronicLogger``: its
+    ``train_step`` records gain ``step_time_s``, ``data_wait_s`` and ``compute_s``, its ``eval``
+    records ``eval_s``, its ``checkpoint`` records ``save_s``. A Lightning logger sees no batch, so
+    the timing needs this callback in the same Trainer: ``pl.Trainer(logger=speedtronic_logger,
+    callbacks=[StepTimer(speedtronic_logger)])``.
+
+    - A step runs from the mark (the end of the previous step's logging, checkpoint and validation)
+      to ``on_train_batch_end`` of the batch that stepped the optimizer (``accumulate_grad_batches``
+      batches: their times add up).
+    - ``data_wait_s``: the mark to ``on_train_batch_start`` (Lightning draws a batch, and one ahead,
+      before it).
+    - ``compute_s``: ``on_train_batch_start`` to the last ``on_after_backward`` (forward and
+      backward; the optimizer step, gradient clipping and ``zero_grad`` are the rest of the step).
+    - ``eval_s``: ``on_validation_start`` (``on_test_start``) to the logging of its metrics.
+    - ``save_s``: ``on_save_checkpoint`` to the logger's ``after_save_checkpoint``: the file write
+      (the state dicts are gathered just before ``on_save_checkpoint``).
+
+    A step the logger's cadence skips costs four clock readings."""
+
+    def __init__(self, logger: SpeedtronicLogger) -> None:
+        if not isinstance(logger, SpeedtronicLogger):
+            raise TypeError(f"StepTimer(logger=...): expected a SpeedtronicLogger, got {logger!r}")
+        logger._timer = self
+        self._mark = time.perf_counter()
+        self._stepped = 0  # trainer.global_step at the last step's end
+        self._began: float | None = None  # the mark the step under way started from
+        self._batch_began = self._mark
+        self._backward_done: float | None = None
+        self._data_wait = 0.0
+        self._compute: float | None = None
+        self._last: tuple[int, float, float, float | None] | None = None
+        """The last step done: ``(step, step_time_s, data_wait_s, compute_s)``."""
+        self._eval_began: float | None = None
+        self._save_began: float | None = None
+
+    def mark(self) -> None:
+        """The work after a step (logging, checkpoint, validation) is done: what follows is the next
+        step's."""
+        self._mark = time.perf_counter()
+
+    def timing(self, step: int, evaluation: bool) -> dict[str, float]:
+        """The keys for a record at ``step``: ``eval_s`` while an evaluation runs, the step's times when
+        ``step`` is the last step done (nothing else: a ``LearningRateMonitor`` record, Fabric's)."""
+        if evaluation:
+            began = self._eval_began
+            return {} if began is None else {"eval_s": time.perf_counter() - began}
+        if self._last is None or self._last[0] != step:
+            return {}
+        _, step_time, data_wait, compute = self._last
+        times = {"step_time_s": step_time, "data_wait_s": data_wait}
+        if compute is not None:
+            times["compute_s"] = compute
+        return times
+
+    def save_timing(self) -> dict[str, float]:
+        began, self._save_began = self._save_began, None
+        return {} if began is None else {"save_s": time.perf_counter() - began}
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        self._stepped, self._began, self._last = trainer.global_step, None, None
+        self.mark()
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        now = time.perf_counter()
+        if self._began is None:  # the step's first batch
+            self._began, self._data_wait, self._compute = self._mark, 0.0, None
+        self._data_wait += now - self._mark
+        self._batch_began, self._backward_done = now, None
+
+    def on_after_backward(self, trainer: Any, pl_module: Any) -> None:
+        self._backward_done = time.perf_counter()
+
+    def on_train_batch_end(
+        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        ended = self._mark = time.perf_counter()
+        if self._backward_done is not None:
+            self._compute = (self._compute or 0.0) + self._backward_done - self._batch_began
+        step = trainer.global_step
+        if step > self._stepped and self._began is not None:  # the optimizer stepped: the step is done
+            self._last = (step, ended - self._began, self._data_wait, self._compute)
+            self._stepped, self._began = step, None
+
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        self._eval_began = time.perf_counter()
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        self._eval_began = None
+        self.mark()
+
+    def on_test_start(self, trainer: Any, pl_module: Any) -> None:
+        self._eval_began = time.perf_counter()
+
+    def on_test_end(self, trainer: Any, pl_module: Any) -> None:
+        self._eval_began = None
+        self.mark()
+
+    def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
+        self._save_began = time.perf_counter()
 
 
 class StopOnAlert(Callback):

@@ -1,5 +1,5 @@
 """``SpeedtronicCallback``: a Hugging Face ``transformers.TrainerCallback`` that logs through a
-``MetricLogger``. Importing this module imports transformers; ``docs/frameworks.md`` lists the records."""
+``MetricLogger``, with the steps' timing keys. Importing this module imports transformers; ``docs/frameworks.md`` lists the records."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ except ModuleNotFoundError as error:
 from speedtronic.alerts import ON_ALERT, Alert, AlertWatch, default_rules
 from speedtronic.events import Event
 from speedtronic.integrations import emit_metrics
-from speedtronic.integrations._metrics import FLUSH_TIMEOUT_S
+from speedtronic.integrations._metrics import FLUSH_TIMEOUT_S, is_eval
 from speedtronic.profiling import MetricLogger
 
 __all__ = ["SpeedtronicCallback"]
@@ -52,6 +52,8 @@ class SpeedtronicCallback(TrainerCallback):
         self._started = 0.0
         self._last_loss: float | None = None
         self._summary: dict[str, Any] = {}
+        # Host clock readings (perf_counter) for the timing keys; see _StepClock.
+        self._clock = _StepClock()
 
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
@@ -77,6 +79,27 @@ class SpeedtronicCallback(TrainerCallback):
         if model is not None:
             start["parameters"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
         self.logger.emit(Event.TRAIN_START, start)
+        self._clock.mark()
+
+    def on_epoch_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        self._clock.mark()  # what follows (log, evaluate, save) is timed from here
+
+    def on_step_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        self._clock.step_begin()
+
+    def on_pre_optimizer_step(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        self._clock.backward_done()
+
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        self._clock.step_end(state.global_step)
 
     def on_log(
         self,
@@ -93,8 +116,9 @@ class SpeedtronicCallback(TrainerCallback):
             return
         if "loss" in logs:
             self._last_loss = float(logs["loss"])
-        emit_metrics(self.logger, state.global_step, logs)
+        emit_metrics(self.logger, state.global_step, logs, timing=self._clock.timing(state.global_step, logs))
         self._stop_on_alert(control)
+        self._clock.mark()
 
     def _stop_on_alert(self, control: TrainerControl) -> None:
         """``on_alert="stop"``: an alert raised by what was just logged stops training cleanly
@@ -108,9 +132,11 @@ class SpeedtronicCallback(TrainerCallback):
     def on_save(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
+        save_s = self._clock.since_mark()  # the save ran since the last callback (_StepClock)
         if state.is_world_process_zero:
             path = os.path.join(args.output_dir or "", f"checkpoint-{state.global_step}")
-            self.logger.emit(Event.CHECKPOINT, {"step": state.global_step, "path": path})
+            self.logger.emit(Event.CHECKPOINT, {"step": state.global_step, "path": path, "save_s": save_s})
+        self._clock.mark()
 
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
@@ -133,3 +159,50 @@ class SpeedtronicCallback(TrainerCallback):
     ) -> None:
         if state.is_world_process_zero:  # the evaluation's metrics were logged just before
             self.logger.flush(FLUSH_TIMEOUT_S)
+        self._clock.mark()
+
+
+class _StepClock:
+    """The Trainer's callback points read as host clock times (``time.perf_counter``, never a device
+    sync). A step runs from the mark (the end of the last callback before its microbatches are
+    drawn) to ``on_step_end``; it waits for data until ``on_step_begin`` (the Trainer draws a step's
+    microbatches before it) and computes until ``on_pre_optimizer_step`` (forward, backward, gradient
+    clipping). A step the cadence skips costs three clock readings."""
+
+    __slots__ = ("_began", "_computed", "_ended", "_mark", "_started", "_step")
+
+    def __init__(self) -> None:
+        self._mark = self._began = self._started = self._ended = time.perf_counter()
+        self._computed: float | None = None
+        self._step: int | None = None
+        """The last step done (its times: ``_began`` to ``_ended``)."""
+
+    def mark(self) -> None:
+        self._mark = time.perf_counter()
+
+    def since_mark(self) -> float:
+        return time.perf_counter() - self._mark
+
+    def step_begin(self) -> None:
+        self._began, self._started, self._computed = self._mark, time.perf_counter(), None
+
+    def backward_done(self) -> None:
+        self._computed = time.perf_counter()
+
+    def step_end(self, step: int) -> None:
+        self._ended = self._mark = time.perf_counter()
+        self._step = step
+
+    def timing(self, step: int, logs: dict[str, Any]) -> dict[str, Any]:
+        """The timing keys for a logging call at ``step``: an evaluation's ``eval_s`` (the
+        ``<prefix>_runtime`` Hugging Face measured around its evaluation loop), else the step's times
+        when ``step`` is the last step done."""
+        if is_eval(logs):
+            runtime = next((value for key, value in logs.items() if key.endswith("_runtime")), None)
+            return {} if runtime is None else {"eval_s": runtime}
+        if self._step != step:
+            return {}
+        times = {"step_time_s": self._ended - self._began, "data_wait_s": self._started - self._began}
+        if self._computed is not None:
+            times["compute_s"] = self._computed - self._started
+        return times

@@ -4,6 +4,7 @@ a tiny regression model trained on the CPU, read back from the JSONL and with ``
 from __future__ import annotations
 
 import io
+import time
 from pathlib import Path
 from typing import Any
 
@@ -130,3 +131,59 @@ def test_emit_metrics_is_public_for_an_adapter_of_your_own() -> None:
         ("eval", "valid"),
         ("train_end", None),
     ]
+
+
+def test_emit_metrics_adds_measured_timing_without_routing_it() -> None:
+    """emit_metrics(timing=...): the keys land on the record after the metrics, eval_s stays on the
+    test split's eval record (no eval record of its own), and a metric logged under the same name
+    wins."""
+    from speedtronic.integrations import emit_metrics
+    from speedtronic.testing import capture_events
+
+    with MetricLogger(stream=io.StringIO()) as logger, capture_events(logger) as events:
+        emit_metrics(logger, 2, {"loss": 0.5}, timing={"step_time_s": 0.25, "data_wait_s": 0.125})
+        emit_metrics(logger, 2, {"test_loss": 0.75}, timing={"eval_s": 1.5})
+        emit_metrics(logger, 3, {"loss": 0.5, "step_time_s": 9.0}, timing={"step_time_s": 0.25})
+    assert [(e["event"], e.get("split")) for e in events] == [
+        ("train_step", None),
+        ("eval", "test"),
+        ("train_step", None),
+    ]
+    assert list(events[0])[:5] == ["event", "step", "loss", "step_time_s", "data_wait_s"]
+    assert events[1]["eval_s"] == 1.5
+    assert events[2]["step_time_s"] == 9.0
+
+
+def test_a_loop_that_logs_its_own_timing_keys_has_health(tmp_path: Path) -> None:
+    """Accelerate exposes no step boundaries to a tracker: a loop that times itself and logs
+    step_time_s, data_wait_s and compute_s with accelerator.log gets goodput from
+    speedtronic.runs.health, the keys kept under their names."""
+    from speedtronic.runs.health import run_health
+
+    tracker = SpeedtronicTracker(json_file=tmp_path / "metrics.jsonl", stream=io.StringIO())
+    accelerator = accelerate.Accelerator(cpu=True, log_with=[tracker])
+    accelerator.init_trackers("tiny")
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    x = torch.randn(24, 4, generator=torch.Generator().manual_seed(0))
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(-1)), batch_size=4)
+    model, optimizer, data = accelerator.prepare(model, optimizer, data)
+    batches = iter(data)
+    for step in range(1, len(data) + 1):
+        began = time.perf_counter()
+        inputs, targets = next(batches)
+        drawn = time.perf_counter()
+        loss = torch.nn.functional.mse_loss(model(inputs).squeeze(-1), targets)
+        accelerator.backward(loss)
+        computed = time.perf_counter()
+        optimizer.step()
+        optimizer.zero_grad()
+        timing = {"step_time_s": time.perf_counter() - began, "data_wait_s": drawn - began}
+        accelerator.log({"loss": loss.item(), **timing, "compute_s": computed - drawn}, step=step)
+    accelerator.end_training()
+    steps = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if r["event"] == "train_step"]
+    assert all({"step_time_s", "data_wait_s", "compute_s"} <= r.keys() for r in steps)
+    health = run_health(tmp_path / "metrics.jsonl")
+    assert health.goodput is not None
+    assert 0 < health.goodput < 1
+    assert health.steps == 6

@@ -6,6 +6,7 @@ import io
 import re
 import subprocess
 import sys
+import time
 from argparse import Namespace
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from speedtronic.integrations.lightning import SpeedtronicLogger
+from speedtronic.integrations.lightning import SpeedtronicLogger, StepTimer
 from speedtronic.profiling import MetricLogger
 from tests.helpers import Journal, read_jsonl
 
@@ -68,14 +69,67 @@ def fit(tmp_path: Path, speedtronic_logger: SpeedtronicLogger, **changes: Any) -
             pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=4, save_top_k=-1)
         ],
     }
+    model = changes.pop("model", None) or TinyRegressor()
+    train_data = changes.pop("train_data", None) or loader(64, 0, 4)
     settings.update(changes)
     trainer = pl.Trainer(**settings)
-    trainer.fit(TinyRegressor(), loader(64, 0, 4), loader(16, 1, 8))
+    trainer.fit(model, train_data, loader(16, 1, 8))
     return trainer
 
 
 def steps_of(records: list[dict[str, Any]], event: str) -> list[int]:
     return [r["step"] for r in records if r["event"] == event]
+
+
+class SlowRegressor(TinyRegressor):
+    """Each training and validation step sleeps ``pause`` seconds first: compute (or evaluation)
+    time a clock can't miss."""
+
+    def __init__(self, pause: float) -> None:
+        super().__init__()
+        self.pause = pause
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], index: int) -> torch.Tensor:
+        time.sleep(self.pause)
+        return super().training_step(batch, index)
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], index: int) -> None:
+        time.sleep(self.pause)
+        super().validation_step(batch, index)
+
+
+class SlowItems(torch.utils.data.Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    """A regression dataset whose items each sleep ``pause`` seconds: data wait."""
+
+    def __init__(self, n: int, pause: float) -> None:
+        x = torch.randn(n, 4, generator=torch.Generator().manual_seed(0))
+        self.x, self.y, self.pause = x, x @ torch.tensor([1.0, -2.0, 0.5, 3.0]), pause
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        time.sleep(self.pause)
+        return self.x[index], self.y[index]
+
+
+def timed_fit(tmp_path: Path, pause: float, **changes: Any) -> list[dict[str, Any]]:
+    """A fit with StepTimer, a sleeping dataset (4 items a batch) and sleeping steps: its records."""
+    speedtronic_logger = SpeedtronicLogger(json_file=tmp_path / "metrics.jsonl", stream=io.StringIO())
+    callbacks = [
+        StepTimer(speedtronic_logger),
+        pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=4, save_top_k=-1),
+    ]
+    fit(
+        tmp_path,
+        speedtronic_logger,
+        model=SlowRegressor(pause),
+        train_data=DataLoader(SlowItems(64, pause), batch_size=4),
+        callbacks=callbacks,
+        **changes,
+    )
+    speedtronic_logger.experiment.close()
+    return read_jsonl(tmp_path / "metrics.jsonl")
 
 
 class TestSpeedtronicLogger:
@@ -233,6 +287,84 @@ class StepAndEpochRegressor(TinyRegressor):
         loss = self.step_loss(batch)
         self.log("train_loss", loss, on_step=True, on_epoch=True)
         return loss
+
+
+class TestStepTimer:
+    def test_train_steps_say_where_their_time_went(self, tmp_path: Path) -> None:
+        """Each logged train_step has step_time_s, data_wait_s and compute_s: the dataset's sleeps are
+        data wait, the training steps' compute, and both fit in the step."""
+        pause = 0.005
+        records = timed_fit(tmp_path, pause)
+        steps = [r for r in records if r["event"] == "train_step"]
+        assert [r["step"] for r in steps] == [2, 4, 6, 8]
+        for record in steps:
+            assert record["data_wait_s"] >= 4 * pause
+            assert record["compute_s"] >= pause
+            assert record["data_wait_s"] + record["compute_s"] <= record["step_time_s"]
+
+    def test_an_accumulated_step_adds_up_its_batches(self, tmp_path: Path) -> None:
+        """accumulate_grad_batches=2: a step is two batches, two draws and two forward+backward passes."""
+        pause = 0.005
+        records = timed_fit(tmp_path, pause, accumulate_grad_batches=2)
+        steps = [r for r in records if r["event"] == "train_step"]
+        assert [r["step"] for r in steps] == [2, 4, 6, 8]
+        for record in steps:
+            assert record["data_wait_s"] >= 2 * 4 * pause
+            assert record["compute_s"] >= 2 * pause
+            assert record["data_wait_s"] + record["compute_s"] <= record["step_time_s"]
+
+    def test_validation_and_checkpoints_carry_their_time(self, tmp_path: Path) -> None:
+        """eval has eval_s (the validation run: 2 sleeping batches), checkpoint save_s."""
+        pause = 0.02
+        records = timed_fit(tmp_path, pause)
+        evals = [r for r in records if r["event"] == "eval"]
+        assert len(evals) == 2
+        assert all(r["eval_s"] >= 2 * pause for r in evals)
+        checkpoints = [r for r in records if r["event"] == "checkpoint"]
+        assert len(checkpoints) == 2
+        assert all(r["save_s"] > 0 for r in checkpoints)
+
+    def test_only_the_steps_own_record_carries_its_times(self, tmp_path: Path) -> None:
+        """With a LearningRateMonitor, a step has two train_step records (lr-SGD first, then the
+        step's metrics): only the step's own carries its times, once."""
+        speedtronic_logger = SpeedtronicLogger(json_file=tmp_path / "metrics.jsonl", stream=io.StringIO())
+        callbacks = [StepTimer(speedtronic_logger), pl.callbacks.LearningRateMonitor()]
+        fit(
+            tmp_path, speedtronic_logger, callbacks=callbacks, log_every_n_steps=1, enable_checkpointing=False
+        )
+        speedtronic_logger.experiment.close()
+        steps = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if r["event"] == "train_step"]
+        timed = [r["step"] for r in steps if "step_time_s" in r]
+        assert timed == list(range(1, 9))
+        assert all("lr-SGD" not in r for r in steps if "step_time_s" in r)
+        assert {r["step"] for r in steps if "lr-SGD" in r} == set(range(1, 9))
+
+    def test_without_the_timer_nothing_is_timed(self, tmp_path: Path) -> None:
+        """A SpeedtronicLogger alone sees no batch: its records hold no timing keys."""
+        fit(tmp_path, SpeedtronicLogger(json_file=tmp_path / "metrics.jsonl", stream=io.StringIO()))
+        timing = {"step_time_s", "data_wait_s", "compute_s", "eval_s", "save_s"}
+        assert not any(timing & r.keys() for r in read_jsonl(tmp_path / "metrics.jsonl"))
+
+    def test_health_splits_a_lightning_run(self, tmp_path: Path) -> None:
+        """speedtronic.runs.health reads the timing keys of a Lightning run: goodput, and the lost time
+        split into data waiting, evaluation and checkpoints."""
+        from speedtronic.runs.health import PARTS, run_health
+
+        pause = 0.005
+        timed_fit(tmp_path, pause, log_every_n_steps=1)
+        health = run_health(tmp_path / "metrics.jsonl")
+        assert health.goodput is not None
+        assert 0 < health.goodput < 1
+        assert health.data_wait_s >= 8 * 4 * pause
+        assert health.eval_s > 0
+        assert health.checkpoint_s > 0
+        assert health.productive_s >= 8 * pause
+        assert sum(getattr(health, part) for part in PARTS) == pytest.approx(health.wall_s)
+
+    def test_a_timer_needs_a_speedtronic_logger(self, tmp_path: Path) -> None:
+        """StepTimer names what it expected."""
+        with pytest.raises(TypeError, match=r"StepTimer\(logger=\.\.\.\): expected a SpeedtronicLogger"):
+            StepTimer(MetricLogger(stream=io.StringIO()))  # type: ignore[arg-type]
 
 
 class TestNamesStepsAndDirectories:

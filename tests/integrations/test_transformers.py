@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import io
+import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +38,32 @@ def dataset(n: int, seed: int) -> list[dict[str, torch.Tensor]]:
     return [{"x": x[i], "labels": y[i]} for i in range(n)]
 
 
+class SlowRegressor(TinyRegressor):
+    """Each forward pass sleeps: at least ``pause`` seconds of compute (or evaluation) per microbatch."""
+
+    def __init__(self, pause: float) -> None:
+        super().__init__()
+        self.pause = pause
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+        time.sleep(self.pause)
+        return super().forward(x, labels)
+
+
+class SlowDataset(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
+    """Each item sleeps ``pause`` seconds before it is handed over: data wait the loader can't hide."""
+
+    def __init__(self, items: list[dict[str, torch.Tensor]], pause: float) -> None:
+        self.items, self.pause = items, pause
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        time.sleep(self.pause)
+        return self.items[index]
+
+
 def train(tmp_path: Path, logger: MetricLogger, **changes: Any) -> Trainer:
     settings: dict[str, Any] = {
         "output_dir": str(tmp_path / "out"),
@@ -51,11 +81,13 @@ def train(tmp_path: Path, logger: MetricLogger, **changes: Any) -> Trainer:
         "disable_tqdm": True,
         "seed": 0,
     }
+    model = changes.pop("model", None) or TinyRegressor()
+    train_dataset = changes.pop("train_dataset", None) or dataset(64, seed=0)
     settings.update(changes)
     trainer = Trainer(
-        model=TinyRegressor(),
+        model=model,
         args=TrainingArguments(**settings),
-        train_dataset=dataset(64, seed=0),
+        train_dataset=train_dataset,
         eval_dataset=dataset(16, seed=1),
         callbacks=[SpeedtronicCallback(logger)],
     )
@@ -302,6 +334,68 @@ class TestSpeedtronicCallback:
         callback.on_train_end(args, state, control)
         logger.close()
         assert not (tmp_path / "metrics.jsonl").exists() or read_jsonl(tmp_path / "metrics.jsonl") == []
+
+    def test_train_steps_say_where_their_time_went(self, tmp_path: Path, logger: MetricLogger) -> None:
+        """Each logged train_step has step_time_s, data_wait_s and compute_s: the sleeping dataset's
+        draws are data wait, the sleeping forward passes compute, and both fit in the step."""
+        pause, accumulated = 0.005, 2
+        train(
+            tmp_path,
+            logger,
+            model=SlowRegressor(pause),
+            train_dataset=SlowDataset(dataset(64, seed=0), pause),
+            gradient_accumulation_steps=accumulated,
+            eval_strategy="no",
+            save_strategy="no",
+        )
+        logger.close()
+        steps = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if r["event"] == "train_step"]
+        assert [r["step"] for r in steps] == [2, 4, 6]
+        for record in steps:
+            assert record["data_wait_s"] >= 4 * accumulated * pause  # 4 items a microbatch
+            assert record["compute_s"] >= accumulated * pause  # one forward a microbatch
+            assert record["data_wait_s"] + record["compute_s"] <= record["step_time_s"]
+
+    def test_evaluations_and_checkpoints_carry_their_time(self, tmp_path: Path, logger: MetricLogger) -> None:
+        """eval has eval_s (Hugging Face's eval_runtime), checkpoint save_s: the time the Trainer spent
+        saving, not the evaluation before it."""
+        pause = 0.02
+        train(tmp_path, logger, model=SlowRegressor(pause))
+        logger.close()
+        records = read_jsonl(tmp_path / "metrics.jsonl")
+        evals = [r for r in records if r["event"] == "eval"]
+        assert [r["eval_s"] for r in evals] == [r["eval_runtime"] for r in evals]
+        assert all(r["eval_s"] >= 2 * pause for r in evals)  # 16 items, 8 a batch
+        checkpoints = [r for r in records if r["event"] == "checkpoint"]
+        assert len(checkpoints) == 2
+        assert all(r["save_s"] > 0 for r in checkpoints)
+
+    def test_health_splits_a_hugging_face_run(self, tmp_path: Path, logger: MetricLogger) -> None:
+        """speedtronic.runs.health reads the timing keys of an adapter run: goodput, and the lost time
+        split into data waiting, evaluation and checkpoints."""
+        from speedtronic.runs.health import PARTS, run_health
+
+        pause = 0.005
+        train(
+            tmp_path,
+            logger,
+            model=SlowRegressor(pause),
+            train_dataset=SlowDataset(dataset(64, seed=0), pause),
+            logging_steps=1,
+        )
+        logger.close()
+        health = run_health(tmp_path / "metrics.jsonl")
+        assert health.goodput is not None
+        assert 0 < health.goodput < 1
+        assert health.data_wait_s >= 6 * 4 * pause
+        assert health.eval_s > 0
+        assert health.checkpoint_s > 0
+        assert health.productive_s >= 6 * pause
+        parts = sum(getattr(health, part) for part in PARTS)
+        assert parts == pytest.approx(health.wall_s)
+        command = [sys.executable, "-m", "speedtronic", "summarize", str(tmp_path / "metrics.jsonl")]
+        done = subprocess.run([*command, "--health", "--json"], capture_output=True, text=True, check=True)
+        assert json.loads(done.stdout)[0]["health"]["goodput"] == pytest.approx(health.goodput)
 
     def test_a_logger_that_is_no_metric_logger_is_refused(self) -> None:
         """SpeedtronicCallback names what it expected."""
