@@ -1,5 +1,6 @@
 """``SpeedtronicLogger``: a Lightning logger that logs through a ``MetricLogger``; ``StepTimer`` adds the
-steps' timing keys. Importing this module imports Lightning; ``docs/frameworks.md`` lists the records it writes."""
+steps' timing keys. Importing this module imports Lightning; ``docs/frameworks.md`` lists the records
+it writes."""
 
 from __future__ import annotations
 

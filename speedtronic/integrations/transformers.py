@@ -1,5 +1,6 @@
 """``SpeedtronicCallback``: a Hugging Face ``transformers.TrainerCallback`` that logs through a
-``MetricLogger``, with the steps' timing keys. Importing this module imports transformers; ``docs/frameworks.md`` lists the records."""
+``MetricLogger``, with the steps' timing keys. Importing this module imports transformers;
+``docs/frameworks.md`` lists the records."""
 
 from __future__ import annotations
 
