@@ -83,10 +83,21 @@ class RunHealth:
 class _Segment:
     """What one segment (one process's ``fit()``) did: its start, its first step, its last record."""
 
-    __slots__ = ("data_wait", "first_step_start", "last_time", "logged", "start", "step_time", "steps_new")
+    __slots__ = (
+        "data_wait",
+        "first_step_start",
+        "floor",
+        "last_time",
+        "logged",
+        "start",
+        "step_time",
+        "steps_new",
+    )
 
-    def __init__(self, start: float | None) -> None:
+    def __init__(self, start: float | None, floor: int = 0) -> None:
         self.start = start
+        self.floor = floor
+        """The highest step done before this segment: a step at or below it is done again."""
         self.first_step_start: float | None = None
         self.last_time = start
         self.step_time = self.data_wait = 0.0
@@ -125,14 +136,15 @@ def run_health(
     highest = 0
     tokens: float | None = None
     samples: float | None = None
-    in_segment = 0
+    in_segment = 0  # steps of this segment so far (a step's second record is not another)
+    last_step: int | None = None
     for record in read_records(path, rank=rank):
         moment = _time(record)
         if (record.source, record.segment) != where:
             where = (record.source, record.segment)
             elapsed = as_number(record.payload.get("elapsed_s"))
-            segments.append(_Segment(moment - elapsed if moment is not None and elapsed else moment))
-            in_segment = 0
+            segments.append(_Segment(moment - elapsed if moment is not None and elapsed else moment, highest))
+            in_segment, last_step = 0, None
         segment = segments[-1]
         if moment is not None:
             segment.last_time = moment if segment.last_time is None else max(segment.last_time, moment)
@@ -144,7 +156,8 @@ def run_health(
             step = payload.get("step")
             if not isinstance(step, int):
                 continue
-            in_segment += 1
+            if step != last_step:
+                in_segment, last_step = in_segment + 1, step
             duration = as_number(payload.get("step_time_s"))
             if segment.first_step_start is None and moment is not None:
                 segment.first_step_start = moment - (duration or 0.0)
@@ -152,12 +165,13 @@ def run_health(
             if loss is not None:
                 health.final_loss = loss
                 health.best_loss = loss if health.best_loss is None else min(health.best_loss, loss)
-            if step <= highest:  # run again after a resume: time lost to the restart
+            if step <= segment.floor:  # run again after a resume: time lost to the restart
                 health.restart_s += duration or 0.0
                 health.redone_steps += 1
                 continue
-            segment.steps_new += step - highest
-            highest = step
+            if step > highest:  # a second record of the same step (a callback's) is no new step
+                segment.steps_new += step - highest
+                highest = step
             tokens = as_number(payload.get("tokens")) or tokens
             samples = as_number(payload.get("samples")) or samples
             rate = next((as_number(payload[key]) for key in payload if roles.is_rate(key)), None)

@@ -223,3 +223,19 @@ class TestWithoutTimingKeys:
         assert health.tokens_per_s == 190.0  # the median of the rates after the warm-up
         assert health.final_loss == 1.0 / 8
         assert health.best_loss == 1.0 / 8
+
+
+class TestTwoRecordsOfOneStep:
+    def test_a_callbacks_second_record_of_a_step_is_not_a_step_done_again(self, tmp_path: Path) -> None:
+        """Lightning's LearningRateMonitor logs its own train_step at each step before the step's timed
+        record: the second record of a step in the same segment is not a restart's re-done step."""
+        from tests.runs.conftest import write_run
+
+        events: list[tuple[str, dict[str, Any]]] = [("train_start", {})]
+        for step in range(1, 7):
+            events.append(("train_step", {"step": step, "lr-Adam": 0.01}))
+            events.append(("train_step", {"step": step, "loss": 1.0 / step, "step_time_s": 0.01}))
+        write_run(tmp_path / "m.jsonl", events)
+        health = run_health(tmp_path / "m.jsonl", warmup_steps=2)
+        assert (health.steps, health.redone_steps, health.restart_s) == (6, 0, 0.0)
+        assert health.step_times == [0.01] * 4  # each step once, after the warm-up
