@@ -147,6 +147,11 @@ class ValueFormat:
                 form = plan.forms[kinds] = _Form(plan.prefixes, kinds, self._spec)
             plan.last = form
         try:
+            if form.percent is not None:
+                line = form.percent % values
+                if line.count(".") == form.dots and form.rule_texts(line, form.letters):
+                    return line
+                form.percent = None  # a float written without a point (1.0 as "1", nan) or an exponent
             if not form.exponents:
                 line = form.template.format(*values)
                 if form.rule_texts(line, form.letters):
@@ -281,10 +286,12 @@ class _Form:
     twice per step."""
 
     __slots__ = (
+        "dots",
         "exponents",
         "kinds",
         "letters",
         "negative_exact",
+        "percent",
         "repr_exact",
         "specs",
         "template",
@@ -297,6 +304,14 @@ class _Form:
         escaped = (prefix.replace("{", "{{").replace("}", "}}") for prefix in prefixes)
         fields = zip(escaped, self.specs, strict=True)
         self.template = "".join(f"{prefix}{{:{spec}}}" for prefix, spec in fields)
+        # The same line as a %-template, "%.4g" a float: %-formatting parses its template inline,
+        # where str.format makes a spec string per field (0.6x the time for 1,000 floats). "%.4g" is
+        # the float rule's own first step; its text is the rule's when it holds a point and passes
+        # rule_texts: so the line is kept when its points are one per float (and the keys' own).
+        percent = (prefix.replace("%", "%%") + ("%" + spec + "g" if kind is float else "%s")
+                   for prefix, kind in zip(prefixes, kinds, strict=True))  # fmt: skip
+        self.percent: str | None = "".join(percent) if spec else None
+        self.dots = "".join(prefixes).count(".") + sum(kind is float for kind in kinds)
         self.words = sum(kind is bool or kind is type(None) for kind in kinds)  # an "e" each
         literal = "".join(prefixes)
         self.letters = (literal.count("e") + self.words, literal.count("e-"), literal.count("e-3"))
