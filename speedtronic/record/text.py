@@ -9,6 +9,8 @@ and spaces inside a value stay inside its quotes (CWE-117).
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import operator
 import re
@@ -118,8 +120,38 @@ class ValueFormat:
             )
         return "".join(parts)
 
-    def _bulk(self, event_dict: Mapping[Any, Any], skip: Container[Any]) -> str | None:
-        """``fields`` for an event of plain ``str`` keys and plain number values, else ``None``."""
+    def leading_fields(
+        self, event_dict: Mapping[Any, Any], skip: Container[Any], room: int, width: int, widest: int
+    ) -> tuple[str, int] | None:
+        """For a wide event that ``fields`` writes in bulk and that can't fit in ``width`` characters
+        (each value one at least): the first fields as ``fields`` writes them, up to the last that can
+        begin within ``room`` characters, and how many fields follow them. ``None`` for any other
+        event, and when a field left out could hold a quote, a non-ASCII character or ``widest``
+        characters without a space (a long key, an int): the line is then written whole. A capped text
+        line of thousands of fields formats only those it can keep (``TextRenderer``)."""
+        if len(event_dict) < _BULK_KEYS or not self._bulk_digits or type(skip) not in (frozenset, tuple):
+            return None
+        found = self._form(event_dict, skip)
+        if found is None or found[1].exponents:
+            return None
+        _plan, form, values = found
+        lead = form.lead(room, width, widest)
+        if lead is None:
+            return None
+        count, template, letters = lead
+        try:
+            line = template.format(*values)  # the values after the first count are not written
+        except ValueError:  # an int beyond Python's int-to-str digit limit
+            return None
+        if not form.rule_texts(line, letters):  # a positive exponent: the whole line, as _bulk writes it
+            return None
+        return line, len(values) - count
+
+    def _form(
+        self, event_dict: Mapping[Any, Any], skip: Container[Any]
+    ) -> tuple[_Plan, _Form, tuple[Any, ...]] | None:
+        """The plan of an event of plain ``str`` keys and plain number values, its form and values;
+        ``None`` for any other event."""
         keys = tuple(event_dict)
         plan = self._last  # the same key set as the last event's, mostly: compared, not hashed
         if plan.keys != keys or plan.skip is not skip:
@@ -146,12 +178,15 @@ class ValueFormat:
                     plan.forms.clear()
                 form = plan.forms[kinds] = _Form(plan.prefixes, kinds, self._spec)
             plan.last = form
+        return plan, form, values
+
+    def _bulk(self, event_dict: Mapping[Any, Any], skip: Container[Any]) -> str | None:
+        """``fields`` for an event of plain ``str`` keys and plain number values, else ``None``."""
+        found = self._form(event_dict, skip)
+        if found is None:
+            return None
+        plan, form, values = found
         try:
-            if form.percent is not None:
-                line = form.percent % values
-                if line.count(".") == form.dots and form.rule_texts(line, form.letters):
-                    return line
-                form.percent = None  # a float written without a point (1.0 as "1", nan) or an exponent
             if not form.exponents:
                 line = form.template.format(*values)
                 if form.rule_texts(line, form.letters):
@@ -286,12 +321,13 @@ class _Form:
     twice per step."""
 
     __slots__ = (
-        "dots",
         "exponents",
         "kinds",
+        "leads",
         "letters",
         "negative_exact",
-        "percent",
+        "pieces",
+        "prefixes",
         "repr_exact",
         "specs",
         "template",
@@ -303,21 +339,45 @@ class _Form:
         self.specs = tuple(spec if kind is float else "" for kind in kinds)
         escaped = (prefix.replace("{", "{{").replace("}", "}}") for prefix in prefixes)
         fields = zip(escaped, self.specs, strict=True)
-        self.template = "".join(f"{prefix}{{:{spec}}}" for prefix, spec in fields)
-        # The same line as a %-template, "%.4g" a float: %-formatting parses its template inline,
-        # where str.format makes a spec string per field (0.6x the time for 1,000 floats). "%.4g" is
-        # the float rule's own first step; its text is the rule's when it holds a point and passes
-        # rule_texts: so the line is kept when its points are one per float (and the keys' own).
-        percent = (prefix.replace("%", "%%") + ("%" + spec + "g" if kind is float else "%s")
-                   for prefix, kind in zip(prefixes, kinds, strict=True))  # fmt: skip
-        self.percent: str | None = "".join(percent) if spec else None
-        self.dots = "".join(prefixes).count(".") + sum(kind is float for kind in kinds)
+        self.pieces = [f"{prefix}{{:{spec}}}" for prefix, spec in fields]
+        self.template = "".join(self.pieces)
+        self.prefixes = prefixes
+        self.leads: dict[tuple[int, int, int], tuple[int, str, tuple[int, int, int]] | None] = {}
         self.words = sum(kind is bool or kind is type(None) for kind in kinds)  # an "e" each
         literal = "".join(prefixes)
         self.letters = (literal.count("e") + self.words, literal.count("e-"), literal.count("e-3"))
         self.repr_exact = spec == ""  # every digit: format(x, "") is repr(x), the rule itself
         self.negative_exact = self.repr_exact or int(spec[1:]) <= _EXACT_DIGITS
         self.exponents = False
+
+    def lead(self, room: int, width: int, widest: int) -> tuple[int, str, tuple[int, int, int]] | None:
+        """The first fields ``ValueFormat.leading_fields`` writes for these bounds: their number, their
+        template and their letters (see ``rule_texts``); ``None`` when the line may fit in ``width``
+        or a field left out could hold a quote, a non-ASCII character or a run of ``widest``
+        characters. Decided once per bounds."""
+        bounds = (room, width, widest)
+        if bounds in self.leads:
+            return self.leads[bounds]
+        if len(self.leads) >= _MAX_FORMS:
+            self.leads.clear()
+        prefixes, kinds = self.prefixes, self.kinds
+        starts = list(itertools.accumulate((len(prefix) + 1 for prefix in prefixes), initial=0))
+        count = bisect.bisect_right(starts, room, 0, len(prefixes))  # fields that can begin within room
+        lead = None
+        if (
+            starts[-1] > width  # can't fit, even with one-character values
+            and 2 <= count < len(prefixes)
+            and int not in kinds[count:]  # an int of 4,000 digits would be a wide field
+            and all(
+                len(prefix) + 32 < widest and prefix.isascii() and '"' not in prefix for prefix in prefixes[count:]
+            )
+        ):
+            literal = "".join(prefixes[:count])
+            words = sum(kind is bool or kind is type(None) for kind in kinds[:count])
+            letters = (literal.count("e") + words, literal.count("e-"), literal.count("e-3"))
+            lead = (count, "".join(self.pieces[:count]), letters)
+        self.leads[bounds] = lead
+        return lead
 
     def rule_texts(self, text: str, letters: tuple[int, int, int]) -> bool:
         """Whether the value texts in ``text`` are the float rule's. ``letters``: how many ``e``,
