@@ -368,9 +368,7 @@ class _Form:
             starts[-1] > width  # can't fit, even with one-character values
             and 2 <= count < len(prefixes)
             and int not in kinds[count:]  # an int of 4,000 digits would be a wide field
-            and all(
-                len(prefix) + 32 < widest and prefix.isascii() and '"' not in prefix for prefix in prefixes[count:]
-            )
+            and all(len(key) + 32 < widest and key.isascii() and '"' not in key for key in prefixes[count:])
         ):
             literal = "".join(prefixes[:count])
             words = sum(kind is bool or kind is type(None) for kind in kinds[:count])
