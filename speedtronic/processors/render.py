@@ -86,7 +86,7 @@ class TextRenderer:
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> str:
         head, skip = self._head_and_skip(method_name, event_dict)
         cap = self._cap
-        if cap is not None:  # a wide line of numbers: only the fields it can keep are formatted
+        if cap is not None and len(event_dict) >= _LEAD_FIELDS:  # wide: only the fields it can keep
             room = cap.limit - _MARKER_ROOM - len(head)
             lead = self._format.leading_fields(event_dict, skip, room, cap.limit - len(head), cap.limit // 8)
             if lead is not None:
@@ -422,6 +422,9 @@ class _Parts:
         return {**lists, NOTE_NON_FINITE: found}
 
 
+_LEAD_FIELDS = 256
+"""Fields from which a capped text line formats only those it can keep (``ValueFormat.leading_fields``):
+a narrower event is rarely cut, and formatted whole as cheaply."""
 _MARKER_ROOM = 512
 """Bytes left for a truncation marker's own text when a value is cut to fit a part."""
 
