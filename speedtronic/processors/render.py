@@ -88,12 +88,17 @@ class TextRenderer:
         cap = self._cap
         if cap is not None and len(event_dict) >= _LEAD_FIELDS:  # wide: only the fields it can keep
             room = cap.limit - _MARKER_ROOM - len(head)
-            lead = self._format.leading_fields(event_dict, skip, room, cap.limit - len(head), cap.limit // 8)
-            if lead is not None:
-                cut = self._cut(head + lead[0], len(head), cap.limit, lead[1])
+            fields, left = self._format.fields_within(
+                event_dict, skip, room, cap.limit - len(head), cap.limit // 8
+            )
+            line = head + fields
+            if left:
+                cut = self._cut(line, len(head), cap.limit, left)
                 if cut is not None:
                     return cut
-        line = head + self._format.fields(event_dict, skip)
+                line = head + self._format.fields(event_dict, skip)
+        else:
+            line = head + self._format.fields(event_dict, skip)
         if cap is None or cap.fits(line):  # checked here: a line that fits costs no further call
             return line
         cut = self._cut(line, len(head), cap.limit, 0)
@@ -423,7 +428,7 @@ class _Parts:
 
 
 _LEAD_FIELDS = 256
-"""Fields from which a capped text line formats only those it can keep (``ValueFormat.leading_fields``):
+"""Fields from which a capped text line formats only those it can keep (``ValueFormat.fields_within``):
 a narrower event is rarely cut, and formatted whole as cheaply."""
 _MARKER_ROOM = 512
 """Bytes left for a truncation marker's own text when a value is cut to fit a part."""

@@ -104,10 +104,37 @@ class ValueFormat:
 
         An event of many keys (per-layer metrics) whose values are plain numbers is written in bulk
         (``_Form``): one ``str.format`` call writes the whole line."""
-        if len(event_dict) >= _BULK_KEYS and self._bulk_digits and type(skip) in (frozenset, tuple):
-            line = self._bulk(event_dict, skip)
-            if line is not None:
-                return line
+        found = self._form(event_dict, skip) if len(event_dict) >= _BULK_KEYS else None
+        line = self._bulk(*found) if found is not None else None
+        return line if line is not None else self._one_by_one(event_dict, skip)
+
+    def fields_within(
+        self, event_dict: Mapping[Any, Any], skip: Container[Any], room: int, width: int, widest: int
+    ) -> tuple[str, int]:
+        """``fields``, and 0; but for an event written in bulk that can't fit in ``width`` characters
+        (each value one at least), only its first fields, up to the last that can begin within
+        ``room`` characters, and how many fields follow them. The whole line still when a field left
+        out could hold a quote, a non-ASCII character or ``widest`` characters without a space (a long
+        key, an int). So a capped text line of thousands of fields formats only those it can keep
+        (``TextRenderer``)."""
+        found = self._form(event_dict, skip)
+        if found is None:
+            return self._one_by_one(event_dict, skip), 0
+        _plan, form, values = found
+        lead = form.lead(room, width, widest) if not form.exponents else None
+        if lead is not None:
+            count, template, letters = lead
+            try:
+                line = template.format(*values)  # the values after the first count are not written
+            except ValueError:  # an int beyond Python's int-to-str digit limit: the line as _bulk has it
+                line = None
+            if line is not None and form.rule_texts(line, letters):  # else an exponent: as _bulk has it
+                return line, len(values) - count
+        whole = self._bulk(*found)
+        return (whole if whole is not None else self._one_by_one(event_dict, skip)), 0
+
+    def _one_by_one(self, event_dict: Mapping[Any, Any], skip: Container[Any]) -> str:
+        """``fields``, a field at a time."""
         prefixes, by_type = self._prefixes, self._by_type
         parts = []
         for key, value in event_dict.items():
@@ -120,38 +147,13 @@ class ValueFormat:
             )
         return "".join(parts)
 
-    def leading_fields(
-        self, event_dict: Mapping[Any, Any], skip: Container[Any], room: int, width: int, widest: int
-    ) -> tuple[str, int] | None:
-        """For a wide event that ``fields`` writes in bulk and that can't fit in ``width`` characters
-        (each value one at least): the first fields as ``fields`` writes them, up to the last that can
-        begin within ``room`` characters, and how many fields follow them. ``None`` for any other
-        event, and when a field left out could hold a quote, a non-ASCII character or ``widest``
-        characters without a space (a long key, an int): the line is then written whole. A capped text
-        line of thousands of fields formats only those it can keep (``TextRenderer``)."""
-        if len(event_dict) < _BULK_KEYS or not self._bulk_digits or type(skip) not in (frozenset, tuple):
-            return None
-        found = self._form(event_dict, skip)
-        if found is None or found[1].exponents:
-            return None
-        _plan, form, values = found
-        lead = form.lead(room, width, widest)
-        if lead is None:
-            return None
-        count, template, letters = lead
-        try:
-            line = template.format(*values)  # the values after the first count are not written
-        except ValueError:  # an int beyond Python's int-to-str digit limit
-            return None
-        if not form.rule_texts(line, letters):  # a positive exponent: the whole line, as _bulk writes it
-            return None
-        return line, len(values) - count
-
     def _form(
         self, event_dict: Mapping[Any, Any], skip: Container[Any]
     ) -> tuple[_Plan, _Form, tuple[Any, ...]] | None:
-        """The plan of an event of plain ``str`` keys and plain number values, its form and values;
-        ``None`` for any other event."""
+        """The plan of a wide event of plain ``str`` keys and plain number values, its form and values;
+        ``None`` for any other event (written one field at a time)."""
+        if len(event_dict) < _BULK_KEYS or not self._bulk_digits or type(skip) not in (frozenset, tuple):
+            return None
         keys = tuple(event_dict)
         plan = self._last  # the same key set as the last event's, mostly: compared, not hashed
         if plan.keys != keys or plan.skip is not skip:
@@ -180,12 +182,9 @@ class ValueFormat:
             plan.last = form
         return plan, form, values
 
-    def _bulk(self, event_dict: Mapping[Any, Any], skip: Container[Any]) -> str | None:
-        """``fields`` for an event of plain ``str`` keys and plain number values, else ``None``."""
-        found = self._form(event_dict, skip)
-        if found is None:
-            return None
-        plan, form, values = found
+    def _bulk(self, plan: _Plan, form: _Form, values: tuple[Any, ...]) -> str | None:
+        """``fields`` for an event of plain ``str`` keys and plain number values (``_form``), or
+        ``None`` (an int beyond Python's int-to-str digit limit)."""
         try:
             if not form.exponents:
                 line = form.template.format(*values)
@@ -351,7 +350,7 @@ class _Form:
         self.exponents = False
 
     def lead(self, room: int, width: int, widest: int) -> tuple[int, str, tuple[int, int, int]] | None:
-        """The first fields ``ValueFormat.leading_fields`` writes for these bounds: their number, their
+        """The first fields ``ValueFormat.fields_within`` writes for these bounds: their number, their
         template and their letters (see ``rule_texts``); ``None`` when the line may fit in ``width``
         or a field left out could hold a quote, a non-ASCII character or a run of ``widest``
         characters. Decided once per bounds."""
