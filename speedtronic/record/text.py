@@ -104,37 +104,11 @@ class ValueFormat:
 
         An event of many keys (per-layer metrics) whose values are plain numbers is written in bulk
         (``_Form``): one ``str.format`` call writes the whole line."""
-        found = self._form(event_dict, skip) if len(event_dict) >= _BULK_KEYS else None
-        line = self._bulk(*found) if found is not None else None
-        return line if line is not None else self._one_by_one(event_dict, skip)
-
-    def fields_within(
-        self, event_dict: Mapping[Any, Any], skip: Container[Any], room: int, width: int, widest: int
-    ) -> tuple[str, int]:
-        """``fields``, and 0; but for an event written in bulk that can't fit in ``width`` characters
-        (each value one at least), only its first fields, up to the last that can begin within
-        ``room`` characters, and how many fields follow them. The whole line still when a field left
-        out could hold a quote, a non-ASCII character or ``widest`` characters without a space (a long
-        key, an int). So a capped text line of thousands of fields formats only those it can keep
-        (``TextRenderer``)."""
-        found = self._form(event_dict, skip)
-        if found is None:
-            return self._one_by_one(event_dict, skip), 0
-        _plan, form, values = found
-        lead = form.lead(room, width, widest) if not form.exponents else None
-        if lead is not None:
-            count, template, letters = lead
-            try:
-                line = template.format(*values)  # the values after the first count are not written
-            except ValueError:  # an int beyond Python's int-to-str digit limit: the line as _bulk has it
-                line = None
-            if line is not None and form.rule_texts(line, letters):  # else an exponent: as _bulk has it
-                return line, len(values) - count
-        whole = self._bulk(*found)
-        return (whole if whole is not None else self._one_by_one(event_dict, skip)), 0
-
-    def _one_by_one(self, event_dict: Mapping[Any, Any], skip: Container[Any]) -> str:
-        """``fields``, a field at a time."""
+        if len(event_dict) >= _BULK_KEYS:
+            found = self._form(event_dict, skip)
+            line = self._bulk(*found) if found is not None else None
+            if line is not None:
+                return line
         prefixes, by_type = self._prefixes, self._by_type
         parts = []
         for key, value in event_dict.items():
@@ -146,6 +120,31 @@ class ValueFormat:
                 (prefix or self._prefix(key)) + (plain(value) if plain is not None else self._other(value))
             )
         return "".join(parts)
+
+    def fields_within(
+        self, event_dict: Mapping[Any, Any], skip: Container[Any], room: int, width: int, widest: int
+    ) -> tuple[str, int]:
+        """``fields``, and 0; but for an event written in bulk that can't fit in ``width`` characters
+        (each value one at least), only its first fields, up to the last that can begin within
+        ``room`` characters, and how many fields follow them. The whole line still when a field left
+        out could hold a quote, a non-ASCII character or ``widest`` characters without a space (a long
+        key, an int). So a capped text line of thousands of fields formats only those it can keep
+        (``TextRenderer``)."""
+        found = self._form(event_dict, skip)
+        if found is None:  # not a wide event of numbers (looked at twice: rare)
+            return self.fields(event_dict, skip), 0
+        _plan, form, values = found
+        lead = form.lead(room, width, widest) if not form.exponents else None
+        if lead is not None:
+            count, template, letters = lead
+            try:
+                line = template.format(*values)  # the values after the first count are not written
+            except ValueError:  # an int beyond Python's int-to-str digit limit: the line as _bulk has it
+                line = None
+            if line is not None and form.rule_texts(line, letters):  # else an exponent: as _bulk has it
+                return line, len(values) - count
+        whole = self._bulk(*found)
+        return (whole if whole is not None else self.fields(event_dict, skip)), 0
 
     def _form(
         self, event_dict: Mapping[Any, Any], skip: Container[Any]
