@@ -172,6 +172,30 @@ class TestCappedWideLines:
                 assert marker == f'"<truncated: {dropped:,} fields did not fit in {cap:,} bytes>"'
 
 
+class TestFieldsWithin:
+    def test_a_wide_event_gives_its_first_fields_and_counts_the_rest(self) -> None:
+        """``fields_within``: the fields of ``fields`` that can begin within ``room`` (each value one
+        character at least), and how many follow; whole, with 0, when they may all fit in ``width``."""
+        values = ValueFormat()
+        event = {f"layers.{k}.grad_norm": k / 7 for k in range(1_000)}
+        whole = values.fields(event, ())
+        assert values.fields_within(event, (), 50_000, 60_000, 4_000) == (whole, 0)
+        first, left = values.fields_within(event, (), 10_000, 20_000, 4_000)
+        assert whole.startswith(first + " ")
+        assert left == 1_000 - first.count(" ")
+        starts = [at for at, char in enumerate(whole) if char == " "]
+        assert all(at > 10_000 for at in starts[first.count(" ") :])  # none left out begins within room
+
+    def test_an_int_or_a_long_key_among_the_rest_gives_the_whole_line(self) -> None:
+        """A field left out that could be wide (an int of any length, a key near ``widest``) gives
+        the whole line, so the caller cuts it as before."""
+        values = ValueFormat()
+        floats = {f"m{k}": k / 7 for k in range(1_000)}
+        for odd in ({"late": 10**50}, {"k" * 3_990: 0.5}):
+            event = {**floats, **odd}
+            assert values.fields_within(event, (), 2_000, 4_000, 4_000) == (values.fields(event, ()), 0)
+
+
 @pytest.mark.parametrize("digits", [17, 18, 19])
 def test_a_wide_event_at_every_digit_setting_reads_as_each_value_alone(digits: int) -> None:
     """With ``float_digits`` beyond a double's 17 digits a wide event's 1e16 is still written as the
