@@ -78,38 +78,52 @@ class TextRenderer:
         self._cap = CapLine(self.render, max_line_bytes) if max_line_bytes else None
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> str:
-        line = self.render(logger, method_name, event_dict)
+        head, skip = self._head_and_skip(method_name, event_dict)
         cap = self._cap
+        if cap is not None and len(event_dict) >= _LEAD_FIELDS:  # wide: only the fields it can keep
+            room = cap.limit - _MARKER_ROOM - len(head)
+            fields, left = self._format.fields_within(
+                event_dict, skip, room, cap.limit - len(head), cap.limit // 8
+            )
+            line = head + fields
+            if left:
+                cut = self._cut(line, len(head), cap.limit, left)
+                if cut is not None:
+                    return cut
+                line = head + self._format.fields(event_dict, skip)
+        else:
+            line = head + self._format.fields(event_dict, skip)
         if cap is None or cap.fits(line):  # checked here: a line that fits costs no further call
             return line
-        cut = self._cut(logger, method_name, event_dict, line, cap.limit)
+        cut = self._cut(line, len(head), cap.limit, 0)
         return cut if cut is not None else str(cap.shorten(logger, method_name, event_dict, line))
 
-    def _cut(
-        self, logger: WrappedLogger, method_name: str, event_dict: EventDict, line: str, limit: int
-    ) -> str | None:
+    def _cut(self, line: str, head: int, limit: int, left: int) -> str | None:
         """A wide line of many short bare fields (per-layer metrics) cut after the last field that
-        fits, and ``_dropped`` counting the others, as ``CapLine`` cuts it but from the line as
-        rendered (no render per try). ``None`` for any other line (non-ASCII, a quoted value, a field of
-        a quarter of the cap or more, whose value ``CapLine`` cuts instead): ``CapLine`` shortens it."""
-        level = LEVEL_NAMES.get(method_name) or quote(method_name.upper())
-        head = len(self._head(level, event_dict))  # the fields begin here, each with a space
+        fits, and ``_dropped`` counting the others (``left`` more follow the fields in ``line``), as
+        ``CapLine`` cuts it but from the line as rendered (no render per try). ``None`` for any other
+        line (non-ASCII, a quoted value, a field of a quarter of the cap or more, whose value
+        ``CapLine`` cuts instead): ``CapLine`` shortens it. ``head``: where the fields begin."""
         if not line.isascii() or line.find('"', head) >= 0:
             return None
         cut = line.rfind(" ", head, limit - _MARKER_ROOM + 1)
         if cut <= head or _has_wide_field(line, head, limit // 8):
             return None
-        dropped = line.count(" ", cut)  # bare values hold no space
+        dropped = line.count(" ", cut) + left  # bare values hold no space
         marker = Truncated(f"<truncated: {dropped:,} fields did not fit in {limit + 1:,} bytes>")
         return line[:cut] + self._format.fields({"_dropped": marker}, ())
 
     def render(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> str:
         """The line, uncapped."""
+        head, skip = self._head_and_skip(method_name, event_dict)
+        return head + self._format.fields(event_dict, skip)
+
+    def _head_and_skip(self, method_name: str, event_dict: EventDict) -> tuple[str, frozenset[str]]:
+        """The line up to its fields, and the keys its fields leave out."""
         level = LEVEL_NAMES.get(method_name) or quote(method_name.upper())
         own_level = event_dict.get("level")
         repeats_level = isinstance(own_level, str) and LEVEL_NAMES.get(own_level.lower()) == level
-        skip = _TEXT_SKIPPED_WITH_LEVEL if repeats_level else _TEXT_SKIPPED
-        return f"{self._head(level, event_dict)}{self._format.fields(event_dict, skip)}"
+        return self._head(level, event_dict), _TEXT_SKIPPED_WITH_LEVEL if repeats_level else _TEXT_SKIPPED
 
     def _head(self, level: str, event_dict: EventDict) -> str:
         """The line up to its fields: the time, the level and the event."""
@@ -407,6 +421,9 @@ class _Parts:
         return {**lists, NOTE_NON_FINITE: found}
 
 
+_LEAD_FIELDS = 256
+"""Fields from which a capped text line formats only those it can keep (``ValueFormat.fields_within``):
+a narrower event is rarely cut, and formatted whole as cheaply."""
 _MARKER_ROOM = 512
 """Bytes left for a truncation marker's own text when a value is cut to fit a part."""
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import operator
 import re
@@ -95,8 +97,9 @@ class ValueFormat:
 
         An event of many keys (per-layer metrics) whose values are plain numbers is written in bulk
         (``_Form``): one ``str.format`` call writes the whole line."""
-        if len(event_dict) >= _BULK_KEYS and self._bulk_digits and type(skip) in (frozenset, tuple):
-            line = self._bulk(event_dict, skip)
+        if len(event_dict) >= _BULK_KEYS:
+            found = self._form(event_dict, skip)
+            line = self._bulk(*found) if found is not None else None
             if line is not None:
                 return line
         prefixes, by_type = self._prefixes, self._by_type
@@ -111,8 +114,38 @@ class ValueFormat:
             )
         return "".join(parts)
 
-    def _bulk(self, event_dict: Mapping[Any, Any], skip: Container[Any]) -> str | None:
-        """``fields`` for an event of plain ``str`` keys and plain number values, else ``None``."""
+    def fields_within(
+        self, event_dict: Mapping[Any, Any], skip: Container[Any], room: int, width: int, widest: int
+    ) -> tuple[str, int]:
+        """``fields``, and 0; but for an event written in bulk that can't fit in ``width`` characters
+        (each value one at least), only its first fields, up to the last that can begin within
+        ``room`` characters, and how many fields follow them. The whole line still when a field left
+        out could hold a quote, a non-ASCII character or ``widest`` characters without a space (a long
+        key, an int). So a capped text line of thousands of fields formats only those it can keep
+        (``TextRenderer``)."""
+        found = self._form(event_dict, skip)
+        if found is None:  # not a wide event of numbers (looked at twice: rare)
+            return self.fields(event_dict, skip), 0
+        _plan, form, values = found
+        lead = form.lead(room, width, widest) if not form.exponents else None
+        if lead is not None:
+            count, template, letters = lead
+            try:
+                line = template.format(*values)  # the values after the first count are not written
+            except ValueError:  # an int beyond Python's int-to-str digit limit: the line as _bulk has it
+                line = None
+            if line is not None and form.rule_texts(line, letters):  # else an exponent: as _bulk has it
+                return line, len(values) - count
+        whole = self._bulk(*found)
+        return (whole if whole is not None else self.fields(event_dict, skip)), 0
+
+    def _form(
+        self, event_dict: Mapping[Any, Any], skip: Container[Any]
+    ) -> tuple[_Plan, _Form, tuple[Any, ...]] | None:
+        """The plan of a wide event of plain ``str`` keys and plain number values, its form and values;
+        ``None`` for any other event (written one field at a time)."""
+        if len(event_dict) < _BULK_KEYS or not self._bulk_digits or type(skip) not in (frozenset, tuple):
+            return None
         keys = tuple(event_dict)
         plan = self._last  # the same key set as the last event's, mostly: compared, not hashed
         if plan.keys != keys or plan.skip is not skip:
@@ -139,6 +172,11 @@ class ValueFormat:
                     plan.forms.clear()
                 form = plan.forms[kinds] = _Form(plan.prefixes, kinds, self._spec)
             plan.last = form
+        return plan, form, values
+
+    def _bulk(self, plan: _Plan, form: _Form, values: tuple[Any, ...]) -> str | None:
+        """``fields`` for an event of plain ``str`` keys and plain number values (``_form``), or
+        ``None`` (an int beyond Python's int-to-str digit limit)."""
         try:
             if not form.exponents:
                 line = form.template.format(*values)
@@ -276,8 +314,11 @@ class _Form:
     __slots__ = (
         "exponents",
         "kinds",
+        "leads",
         "letters",
         "negative_exact",
+        "pieces",
+        "prefixes",
         "repr_exact",
         "specs",
         "template",
@@ -289,13 +330,43 @@ class _Form:
         self.specs = tuple(spec if kind is float else "" for kind in kinds)
         escaped = (prefix.replace("{", "{{").replace("}", "}}") for prefix in prefixes)
         fields = zip(escaped, self.specs, strict=True)
-        self.template = "".join(f"{prefix}{{:{spec}}}" for prefix, spec in fields)
+        self.pieces = [f"{prefix}{{:{spec}}}" for prefix, spec in fields]
+        self.template = "".join(self.pieces)
+        self.prefixes = prefixes
+        self.leads: dict[tuple[int, int, int], tuple[int, str, tuple[int, int, int]] | None] = {}
         self.words = sum(kind is bool or kind is type(None) for kind in kinds)  # an "e" each
         literal = "".join(prefixes)
         self.letters = (literal.count("e") + self.words, literal.count("e-"), literal.count("e-3"))
         self.repr_exact = spec == ""  # every digit: format(x, "") is repr(x), the rule itself
         self.negative_exact = self.repr_exact or int(spec[1:]) <= _EXACT_DIGITS
         self.exponents = False
+
+    def lead(self, room: int, width: int, widest: int) -> tuple[int, str, tuple[int, int, int]] | None:
+        """The first fields ``ValueFormat.fields_within`` writes for these bounds: their number, their
+        template and their letters (see ``rule_texts``); ``None`` when the line may fit in ``width``
+        or a field left out could hold a quote, a non-ASCII character or a run of ``widest``
+        characters. Decided once per bounds."""
+        bounds = (room, width, widest)
+        if bounds in self.leads:
+            return self.leads[bounds]
+        if len(self.leads) >= _MAX_FORMS:
+            self.leads.clear()
+        prefixes, kinds = self.prefixes, self.kinds
+        starts = list(itertools.accumulate((len(prefix) + 1 for prefix in prefixes), initial=0))
+        count = bisect.bisect_right(starts, room, 0, len(prefixes))  # fields that can begin within room
+        lead = None
+        if (
+            starts[-1] > width  # can't fit, even with one-character values
+            and 2 <= count < len(prefixes)
+            and int not in kinds[count:]  # an int of 4,000 digits would be a wide field
+            and all(len(key) + 32 < widest and key.isascii() and '"' not in key for key in prefixes[count:])
+        ):
+            literal = "".join(prefixes[:count])
+            words = sum(kind is bool or kind is type(None) for kind in kinds[:count])
+            letters = (literal.count("e") + words, literal.count("e-"), literal.count("e-3"))
+            lead = (count, "".join(self.pieces[:count]), letters)
+        self.leads[bounds] = lead
+        return lead
 
     def rule_texts(self, text: str, letters: tuple[int, int, int]) -> bool:
         """Whether the value texts in ``text`` are the float rule's. ``letters``: how many ``e``,

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from speedtronic.processors import TextRenderer
 from speedtronic.processors.text import ValueFormat, format_fields, format_key, format_value
 from tests.processors.keys import LookalikeKey
 
@@ -132,6 +133,67 @@ class TestWideEvents:
         event = {f"m{i}": 0.5 for i in range(20)}
         assert format_fields(event, skip=frozenset(event) - {"m3"}) == " m3=0.5"
         assert format_fields(event, skip=frozenset(event)) == ""
+
+
+class TestCappedWideLines:
+    @pytest.mark.parametrize("cap", [1_024, 4_096, 32_000])
+    def test_the_first_fields_then_a_count_of_every_other(self, cap: int) -> None:
+        """A capped text line of hundreds to thousands of numbers (per-layer names; whole floats, NaN,
+        exponents, bools, ``None``; a long key or an int among the fields cut off; the same key set
+        step after step) is the uncapped line's first fields, then ``_dropped`` counting every field
+        after them, within the cap (a field of an eighth of the cap or more: ``CapLine``'s cut)."""
+        rng = random.Random(cap)
+        capped = TextRenderer(clock=lambda: 0.0, max_line_bytes=cap)
+        whole = TextRenderer(clock=lambda: 0.0)
+        odd: list[Any] = [1.0, 523.97, 12345.678, 1.5e-07, float("nan"), True, None, -0.0]
+        for keys in (100, 900, 1_000, 5_000):
+            names = [f"layers.{k}.attn.q_proj.grad_norm" for k in range(keys)]
+            if keys == 900:
+                names[-3] = "x" * 600  # wider than an eighth of the smaller caps
+            for step in range(12):
+                event: dict[str, Any] = {"event": "train_step", "step": step}
+                event.update((name, rng.uniform(0.001, 9.0)) for name in names)
+                if step % 3 == 1:
+                    event[rng.choice(names)] = rng.choice(odd)
+                if step % 4 == 3:
+                    event[rng.choice(names[-keys // 4 :])] = 10**40
+                line = capped(None, "info", dict(event))
+                full = whole(None, "info", dict(event))
+                assert len(line) < cap
+                if len(full) < cap:
+                    assert line == full
+                    continue
+                if keys == 900 and cap < 32_000:  # a field of an eighth of the cap: CapLine's own cut
+                    assert "_dropped=" in line
+                    continue
+                kept, marker = line.rsplit(" _dropped=", 1)
+                assert full.startswith(kept + " ")
+                dropped = full[len(kept) :].count(" ")
+                assert marker == f'"<truncated: {dropped:,} fields did not fit in {cap:,} bytes>"'
+
+
+class TestFieldsWithin:
+    def test_a_wide_event_gives_its_first_fields_and_counts_the_rest(self) -> None:
+        """``fields_within``: the fields of ``fields`` that can begin within ``room`` (each value one
+        character at least), and how many follow; whole, with 0, when they may all fit in ``width``."""
+        values = ValueFormat()
+        event = {f"layers.{k}.grad_norm": k / 7 for k in range(1_000)}
+        whole = values.fields(event, ())
+        assert values.fields_within(event, (), 50_000, 60_000, 4_000) == (whole, 0)
+        first, left = values.fields_within(event, (), 10_000, 20_000, 4_000)
+        assert whole.startswith(first + " ")
+        assert left == 1_000 - first.count(" ")
+        starts = [at for at, char in enumerate(whole) if char == " "]
+        assert all(at > 10_000 for at in starts[first.count(" ") :])  # none left out begins within room
+
+    def test_an_int_or_a_long_key_among_the_rest_gives_the_whole_line(self) -> None:
+        """A field left out that could be wide (an int of any length, a key near ``widest``) gives
+        the whole line, so the caller cuts it as before."""
+        values = ValueFormat()
+        floats = {f"m{k}": k / 7 for k in range(1_000)}
+        for odd in ({"late": 10**50}, {"k" * 3_990: 0.5}):
+            event = {**floats, **odd}
+            assert values.fields_within(event, (), 2_000, 4_000, 4_000) == (values.fields(event, ()), 0)
 
 
 @pytest.mark.parametrize("digits", [17, 18, 19])
