@@ -11,9 +11,9 @@ then compares the text logs and JSONL files line by line. ``elapsed_s`` (a monot
 Exits 1 when anything else differs.
 
 ``--fuzz N`` adds N events drawn from a seeded generator (the same in both interpreters): small and
-wide payloads (up to 300 keys, key sets repeating from event to event, keys built afresh; values of
-moderate, small, subnormal or mixed sizes, some whole), hostile keys
-(reserved names, ``1``/``True``/``1.0``, control characters, lone surrogates, credential-looking text)
+wide payloads (up to 3,000 keys, so over the line cap; key sets repeating from event to event, keys
+built afresh; values of moderate, small, subnormal or mixed sizes, some whole), hostile keys (reserved
+names, ``1``/``True``/``1.0``, control characters, lone surrogates, credential-looking text)
 and values (non-finite and random-bit floats, huge ints, escapes, bidi controls, URLs with passwords,
 ``key=value`` secrets, nested and shared containers, bytes, sets, tuples, enums).
 
@@ -114,7 +114,7 @@ def fuzzed(count, seed):
             return rng.choice([1, True, 1.0, None, 2.5, float("nan"), (1, 2), Level.LOW])
         return f"k{rng.randint(0, 9)}"
 
-    shapes = [[f"layer_{i}.weight_norm" for i in range(n)] for n in (16, 40, 120, 300)]
+    shapes = [[f"layer_{i}.weight_norm" for i in range(n)] for n in (16, 40, 120, 300, 1000, 3000)]
     names = ["train_step", "eval", "checkpoint", "custom", "shape_warning", "train_start", "hook_error"]
     shared = {"s": [1, 2]}
     for i in range(count):
