@@ -264,13 +264,22 @@ class RunSummary:
         one has the same keys, one rank, an integer step the bitmap holds and finite floats in
         ``elapsed_s`` and every key the summary reads (held-out losses aside): a run's usual steps. Else
         one by one."""
-        if keeps is not None:
+        payloads, ranks = zip(*steps, strict=True)
+        rank = ranks[0]
+        alike = ranks.count(rank) == len(ranks)
+        if keeps is not None and alike:  # one rank: one question (keeps counts each step left out)
+            if not keeps(rank):
+                for _ in range(len(ranks) - 1):
+                    keeps(rank)
+                return
+        elif keeps is not None:
             steps = [step for step in steps if keeps(step[1])]
             if not steps:
                 return
-        payloads, ranks = zip(*steps, strict=True)
-        rank = ranks[0]
-        columns = self._columns(payloads) if ranks.count(rank) == len(ranks) else None
+            payloads, ranks = zip(*steps, strict=True)
+            rank = ranks[0]
+            alike = ranks.count(rank) == len(ranks)
+        columns = self._columns(payloads) if alike else None
         if columns is None:
             for payload, rank in steps:
                 self._count("train_step", rank, payload)

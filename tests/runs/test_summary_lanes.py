@@ -256,6 +256,22 @@ class TestPlainSteps:
         assert got.skipped.other_ranks == {1: 1}
         assert summarize_run(path, rank="all").step_max == 500
 
+    def test_every_step_of_a_rank_left_out_is_counted(self, tmp_path: Path) -> None:
+        """Long runs of another rank's steps in a file: each one is counted as left out, once."""
+        path = tmp_path / "m.jsonl"
+        lines = [record("train_step", 0, step=s, loss=1.0, elapsed_s=float(s)) for s in range(1, 11)]
+        lines += [record("train_step", 1, step=s, loss=0.5, elapsed_s=float(s)) for s in range(1, 601)]
+        lines += [record("train_step", 0, step=s, loss=0.25, elapsed_s=float(s)) for s in range(11, 21)]
+        got = summarize_run(path_with(path, lines), rank=0)
+        assert (got.records, got.steps_recorded, got.loss_last, got.skipped.other_ranks) == (
+            20,
+            20,
+            0.25,
+            {1: 600},
+        )
+        other = summarize_run(path, rank=1)
+        assert (other.records, other.loss_best, other.skipped.other_ranks) == (600, 0.5, {0: 20})
+
     def test_a_key_only_some_steps_have_is_read(self, tmp_path: Path) -> None:
         """A learning rate some steps of a list have and others lack is read where it is."""
         path = tmp_path / "m.jsonl"
