@@ -550,6 +550,7 @@ def file_spans(source: Path, size: int) -> Iterator[tuple[int, int | None, int]]
         start, first_line, offset, lines = 0, 1, 0, 0
         with source.open("rb") as file:
             while chunk := file.read(CHUNK_BYTES):
+                spans = []
                 look = max(0, start + size - 1 - offset)
                 while look < len(chunk) and (end := chunk.find(b"\n", look)) >= 0:
                     after = chunk.find(b"\n", end + 1)
@@ -559,11 +560,13 @@ def file_spans(source: Path, size: int) -> Iterator[tuple[int, int | None, int]]
                         look = end + 1
                         continue
                     cut = offset + end + 1
-                    yield start, cut, first_line
+                    spans.append((start, cut, first_line))
                     start, first_line = cut, lines + chunk.count(b"\n", 0, end + 1) + 1
                     look = end + size
                 lines += chunk.count(b"\n")
                 offset += len(chunk)
+                chunk = b""  # not held while the parts are read
+                yield from spans
     except OSError as error:
         raise RunError(f"{source}: {error.strerror or error}") from None
     yield start, None, first_line
