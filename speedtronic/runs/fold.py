@@ -127,7 +127,7 @@ _PAYLOAD_RANK = operator.attrgetter("payload", "rank")
 
 _STEP_BATCH = 256
 """The most consecutive ``train_step`` records ``RunSummary.add_records`` folds at once, as their
-payloads and ranks. Few enough that what it holds (two objects a step) stays under the cyclic garbage
+payloads and ranks. Few enough that what it holds (three objects a step) stays under the cyclic garbage
 collector's first threshold (700 objects): objects that outlived collections would be looked through
 again and again. (Holding the records, their notes' dicts and lists with them, would pass it.)"""
 
@@ -256,9 +256,7 @@ class RunSummary:
                     add(record)
         self._read += read
 
-    def _add_steps(
-        self, steps: list[tuple[dict[str, Any], int]], keeps: Callable[[int], bool] | None
-    ) -> None:
+    def _add_steps(self, steps: list[tuple[dict[str, Any], int]], keeps: _Keeps) -> None:
         """``add`` of each of these ``train_step`` records, as ``(payload, rank)``, read one after the
         other, those of a rank ``keeps`` takes. In bulk, each figure a builtin over a column, when every
         one has the same keys, one rank, an integer step the bitmap holds and finite floats in
