@@ -313,4 +313,3 @@ class TestPlainSteps:
                              3, path, 1, NOTE, 0, False)  # fmt: skip
         assert (got.event, got.rank, got.own, got.notes) == ("train_step", 3, False, NOTE)
         assert got.hook_payload == {"step": 1, "loss": 1.0, "rank": 3, "timestamp": got.timestamp}
-        assert got._replace(segment=2).segment == 2
