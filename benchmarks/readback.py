@@ -24,8 +24,11 @@ a temporary directory (``--dir`` to choose one with room; ``df`` is checked firs
 ``--goals`` measures only the read-back goals, each against its yardstick in alternating rounds, and
 prints them as a table with the machine, the load and the date (``--check``: exit 1 on a miss):
 ``summarize --rank all`` of 1,000 ranks x 10,000 records within 2x DuckDB's per-rank ``GROUP BY``
-(256 MB, 2 threads) with a peak RSS of at most 300 MiB, and ``summarize`` of 1,000,000 records of
-one rank within 2x the polars lazy query.
+(256 MB, 2 threads) with a peak RSS of at most 300 MiB; the same for ``summarize --rank all --health``
+against DuckDB's per-rank ``GROUP BY`` of the same figures with the schema typed
+(``read_json(..., columns={...})``: ``DUCKDB_HEALTH``); and ``summarize`` of 1,000,000 records of one
+rank within 2x the polars lazy query. ``--goals --quick --ranks 50`` is a quicker check of the same
+shape (100,000 records of one rank, 50 ranks).
 """
 
 from __future__ import annotations
@@ -44,12 +47,17 @@ from pathlib import Path
 NOTE = '{"v":2,"origin":"user","converted":[],"truncated":[],"non_finite":{"nan":%s,"inf":[],"neg_inf":[]}}'
 STEP = (
     '{"event":"train_step","step":%d,"loss":%s,"lr":0.0003,"grad_norm":%r,"samples_per_s":%r,'
-    '"tokens_per_s":%r,"elapsed_s":%r%s,"_speedtronic":%s,"timestamp":"2026-01-01T12:00:00.%06dZ"}\n'
+    '"tokens_per_s":%r,"step_time_s":%r,"data_wait_s":%r,"compute_s":%r,"sync_wait_s":%r,"elapsed_s":%r%s,'
+    '"_speedtronic":%s,"timestamp":"%s"}\n'
 )
-OTHER = (
-    '{"event":"%s","step":%d%s,"elapsed_s":%r%s,"_speedtronic":%s,'
-    '"timestamp":"2026-01-01T12:00:00.000000Z"}\n'
-)
+OTHER = '{"event":"%s","step":%d%s,"elapsed_s":%r%s,"_speedtronic":%s,"timestamp":"%s"}\n'
+
+
+def when(step: int) -> str:
+    """The timestamp of a record at ``step``: 10 ms a step from 12:00, as its ``elapsed_s`` says."""
+    seconds, hundredths = divmod(step, 100)
+    minutes, seconds = divmod(seconds, 60)
+    return f"2026-01-01T{12 + minutes // 60:02d}:{minutes % 60:02d}:{seconds:02d}.{hundredths:02d}0000Z"
 
 
 def write_rank(path: Path, records: int, rank: int | None) -> None:
@@ -59,7 +67,7 @@ def write_rank(path: Path, records: int, rank: int | None) -> None:
     ranked = "" if rank is None else f',"rank":{rank},"world_size":2'
     empty = NOTE % "[]"
     with path.open("w") as file:
-        lines = [OTHER % ("train_start", 0, f',"target_step":{records}', 0.0, ranked, empty)]
+        lines = [OTHER % ("train_start", 0, f',"target_step":{records}', 0.0, ranked, empty, when(0))]
         for step in range(1, records - 1):
             nan = step % 50_000 == 0
             lines.append(
@@ -70,18 +78,24 @@ def write_rank(path: Path, records: int, rank: int | None) -> None:
                     1.0 + step % 7 * 0.1,
                     1000.0 + step % 13,
                     64000.0 + step % 11,
+                    0.01,  # the step's timing keys (issue #48): wall time = data wait + compute + sync
+                    0.001 + step % 3 * 0.0005,
+                    0.007,
+                    0.002 - step % 3 * 0.0005,
                     step * 0.01,
                     ranked,
                     NOTE % ('["/loss"]' if nan else "[]"),
-                    step % 1_000_000,
+                    when(step),
                 )
             )
             if step % 10_000 == 0:
-                where = f',"path":"ckpt/step_{step}.pt"'
-                lines.append(OTHER % ("checkpoint", step, where, step * 0.01, ranked, empty))
+                where = f',"path":"ckpt/step_{step}.pt","save_s":0.5'
+                lines.append(OTHER % ("checkpoint", step, where, step * 0.01, ranked, empty, when(step)))
                 file.write("".join(lines))
                 lines = []
-        lines.append(OTHER % ("train_end", records, ',"final_loss":1.0', records * 0.01, ranked, empty))
+        allocated = 2**30 + (rank or 0) * 4096
+        memory = f',"final_loss":1.0,"peak_allocated_bytes":{allocated},"peak_reserved_bytes":{2**31}'
+        lines.append(OTHER % ("train_end", records, memory, records * 0.01, ranked, empty, when(records)))
         file.write("".join(lines))
 
 
@@ -136,6 +150,42 @@ print(con.sql(
 ).fetchall()[:3])
 """
 """The issue's yardstick for ``summarize --rank all``: the figures per rank, in 256 MB and 2 threads."""
+
+COLUMNS = {
+    "event": "VARCHAR", "step": "BIGINT", "loss": "DOUBLE", "lr": "DOUBLE", "grad_norm": "DOUBLE",
+    "samples_per_s": "DOUBLE", "tokens_per_s": "DOUBLE", "step_time_s": "DOUBLE", "data_wait_s": "DOUBLE",
+    "compute_s": "DOUBLE", "sync_wait_s": "DOUBLE", "elapsed_s": "DOUBLE", "rank": "BIGINT",
+    "save_s": "DOUBLE", "peak_allocated_bytes": "BIGINT", "peak_reserved_bytes": "BIGINT",
+    "timestamp": "VARCHAR",
+}  # fmt: skip
+"""The record's keys that the figures read, typed as a user who knows what the writer writes would."""
+
+DUCKDB_HEALTH = """
+import os, sys
+import duckdb
+spill = os.path.join(os.path.dirname(os.path.dirname(sys.argv[1])), "duckdb.tmp")  # not the cwd's .tmp
+con = duckdb.connect(config={"memory_limit": "256MB", "threads": 2, "temp_directory": spill})
+con.execute("PRAGMA disable_progress_bar")
+step = "event = 'train_step'"
+print(con.sql(
+    "select \\"rank\\", count(*), count(*) filter (where event = 'checkpoint'),"
+    f" count(distinct step) filter (where {step}), min(step) filter (where {step}),"
+    f" max(step) filter (where {step}),"
+    f" arg_min(loss, step) filter (where {step} and loss is not null),"
+    f" arg_max(loss, step) filter (where {step} and loss is not null), min(loss) filter (where {step}),"
+    f" arg_min(step, loss) filter (where {step}), count(*) filter (where {step} and loss is null),"
+    f" avg(samples_per_s), arg_max(samples_per_s, step), avg(tokens_per_s), arg_max(tokens_per_s, step),"
+    " arg_max(lr, step), max(elapsed_s), min(timestamp), max(timestamp),"
+    f" sum(step_time_s), sum(data_wait_s), sum(compute_s), sum(sync_wait_s),"
+    " sum(save_s) filter (where event = 'checkpoint'),"
+    " max(peak_allocated_bytes), max(peak_reserved_bytes)"
+    f" from read_json('{sys.argv[1]}', format='newline_delimited', columns={sys.argv[2]})"
+    " group by \\"rank\\""
+).fetchall()[:3])
+"""
+"""The yardstick for ``summarize --rank all --health`` (issue #48): DuckDB's per-rank ``GROUP BY`` of
+the same figures (counts, distinct steps, first/last/best loss, rates, the goodput sums, memory
+peaks) with the schema typed (``read_json(..., columns={...})``), in 256 MB and 2 threads."""
 
 DUCKDB_RANK = """
 import sys
@@ -219,12 +269,15 @@ def alternating(argvs: dict[str, list[str]], rounds: int) -> dict[str, Figure]:
     return figures
 
 
-def goals(root: Path, rounds: int) -> list[tuple[str, str, str, bool]]:
-    """The read-back goals, measured: rows of (goal, measured, target, met)."""
+def goals(
+    root: Path, rounds: int, ranks: int = 1_000, one_rank: int = 1_000_000
+) -> list[tuple[str, str, str, bool]]:
+    """The read-back goals, measured: rows of (goal, measured, target, met). ``ranks`` and
+    ``one_rank`` (records) smaller than the goals' 1,000 and 1,000,000 make a quicker check."""
     rows = []
     path = root / "one_rank.jsonl"
-    write_rank(path, 1_000_000, None)
-    print(f" 1 rank x 1,000,000 records, {path.stat().st_size / 2**20:.0f} MiB (median of {rounds})")
+    write_rank(path, one_rank, None)
+    print(f" 1 rank x {one_rank:,} records, {path.stat().st_size / 2**20:.0f} MiB (median of {rounds})")
     one = alternating(
         {
             "polars lazy query": script(POLARS_SUMMARY, str(path)),
@@ -233,26 +286,45 @@ def goals(root: Path, rounds: int) -> list[tuple[str, str, str, bool]]:
         rounds,
     )
     ratio = one["speedtronic summarize"][0] / one["polars lazy query"][0]
-    rows.append(("summarize, 1M records of one rank / polars lazy", f"{ratio:.2f}x", "<= 2x", ratio <= 2))
+    rows.append(
+        (f"summarize, {one_rank:,} records of one rank / polars lazy", f"{ratio:.2f}x", "<= 2x", ratio <= 2)
+    )
     path.unlink()
-    ranks, records = 1_000, 10_000
-    room(root, ranks * records * 330)
+    records = 10_000
+    room(root, ranks * records * 400)
     run = write_ranks(root / f"r{ranks}x{records}", ranks, records)
     size = sum(f.stat().st_size for f in run.iterdir()) / 2**30
     print(f" {ranks:,} ranks x {records:,} records, {size:.1f} GiB (median of {rounds})")
+    files = str(run / "*.jsonl")
     many = alternating(
         {
-            "duckdb per rank, 256MB, 2 threads": script(DUCKDB_PER_RANK, str(run / "*.jsonl")),
+            "duckdb per rank, 256MB, 2 threads": script(DUCKDB_PER_RANK, files),
             "speedtronic summarize --rank all": speedtronic("summarize", str(run), "--rank", "all"),
+            "duckdb typed per rank + health sums": script(DUCKDB_HEALTH, files, repr(COLUMNS)),
+            "summarize --rank all --health": speedtronic("summarize", str(run), "--rank", "all", "--health"),
         },
         rounds,
     )
     shutil.rmtree(run)
+    shape = f"{ranks:,} x 10k"
     took, peak, code = many["speedtronic summarize --rank all"]
     ratio = took / many["duckdb per rank, 256MB, 2 threads"][0]
-    name = "summarize --rank all, 1,000 x 10k / DuckDB per rank"
+    rows.append(
+        (
+            f"summarize --rank all, {shape} / DuckDB per rank",
+            f"{ratio:.2f}x",
+            "<= 2x",
+            ratio <= 2 and code == 0,
+        )
+    )
+    rows.append((f"summarize --rank all, {shape}, peak RSS", f"{peak:.0f} MiB", "<= 300 MiB", peak <= 300))
+    took, peak, code = many["summarize --rank all --health"]
+    ratio = took / many["duckdb typed per rank + health sums"][0]
+    name = f"summarize --rank all --health, {shape} / DuckDB typed per rank"
     rows.append((name, f"{ratio:.2f}x", "<= 2x", ratio <= 2 and code == 0))
-    rows.append(("summarize --rank all, 1,000 x 10k, peak RSS", f"{peak:.0f} MiB", "<= 300 MiB", peak <= 300))
+    rows.append(
+        (f"summarize --rank all --health, {shape}, peak RSS", f"{peak:.0f} MiB", "<= 300 MiB", peak <= 300)
+    )
     return rows
 
 
@@ -282,7 +354,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smaller runs, one round")
     parser.add_argument("--rounds", type=int, default=3, help="runs per measurement (default 3)")
     parser.add_argument("--dir", default=None, help="where to write the runs (default: a temporary one)")
-    parser.add_argument("--ranks", type=int, default=0, help="measure only R ranks x --rank-records")
+    parser.add_argument(
+        "--ranks",
+        type=int,
+        default=0,
+        help="measure only R ranks x --rank-records (with --goals: R x 10,000)",
+    )
     parser.add_argument("--rank-records", type=int, default=10_000, help="records per rank for --ranks")
     parser.add_argument("--goals", action="store_true", help="only the read-back goals, as a table")
     parser.add_argument("--check", action="store_true", help="with --goals: exit 1 when a goal is missed")
@@ -305,7 +382,7 @@ def main() -> None:
     )
     if args.goals:
         with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
-            rows = goals(Path(tmp), args.rounds)
+            rows = goals(Path(tmp), args.rounds, args.ranks or 1_000, 100_000 if args.quick else 1_000_000)
         print("\n| read-back goal | measured | target | |\n|---|---|---|---|")
         for name, measured, target, met in rows:
             print(f"| {name} | {measured} | {target} | {'pass' if met else 'MISS'} |")

@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import operator
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from math import isfinite
 from typing import Any
 
 from speedtronic.events import level_for
 from speedtronic.record import NOTE_KEY, non_finite_text
-from speedtronic.runs.reader import (
-    Record,
-    Skipped,
-    as_number,
-    fields_rank,
-)
+from speedtronic.runs.reader import Record, Skipped, as_number
 from speedtronic.runs.recorded_alerts import RecordedAlerts
 from speedtronic.runs.roles import Roles, eval_split
 
@@ -101,11 +97,24 @@ _Plan = list[tuple[str, int, int]]
 """What ``RunSummary._fold_step`` reads of a payload: each key with a role, the role, and for a loss
 how preferred its key is (``RunSummary._plan``)."""
 
-_Columns = tuple[_Plan, int, tuple[int, ...], tuple[float, ...], list[tuple[float, ...]]]
-"""What ``RunSummary.add_steps`` folds in bulk: the plan, the rank, the steps, ``elapsed_s``, and
+_Columns = tuple[_Plan, tuple[int, ...], tuple[float, ...], list[tuple[float, ...]]]
+"""What ``RunSummary._add_steps`` folds in bulk: the plan, the steps, ``elapsed_s``, and
 the values of each of the plan's keys."""
 
 _INT, _FLOAT = frozenset({int}), frozenset({float})
+
+_Keeps = Callable[[int], bool] | None
+"""Which ranks' records a fold takes (``RankFilter.keeps``); ``None``: every rank."""
+
+_EVENT = operator.attrgetter("event")
+_PAYLOAD_RANK = operator.attrgetter("payload", "rank")
+
+_STEP_BATCH = 256
+"""The most consecutive ``train_step`` records ``RunSummary.add_records`` folds at once, as their
+payloads and ranks. Few enough that what it holds (three objects a step) stays under the cyclic garbage
+collector's first threshold (700 objects): objects that outlived collections would be looked through
+again and again. (Holding the records, their notes' dicts and lists with them, would pass it.)"""
+
 
 _NOT_PAYLOAD = frozenset(("event", "timestamp", NOTE_KEY))
 """The fields of a record that are not its payload (``speedtronic.runs.reader.Record``)."""
@@ -208,23 +217,57 @@ class RunSummary:
             fold = self._folds[event] = _fold_for(event)
         fold(self, record)
 
-    def _add_fields(self, fields: dict[str, Any], rank: int) -> None:
-        """``add`` of a plain step of ``rank``, from its fields (``file_entries``), not a Record."""
-        self._count("train_step", rank, fields)
-        self._fold_step(fields)
+    def add_records(self, records: Iterable[Record], keeps: _Keeps = None) -> None:
+        """``add`` of each of ``records``, this piece's records in order, those of a rank ``keeps``
+        takes (``RankFilter.keeps``, which counts the others; ``None``: every rank); every record counts
+        towards ``_read``. Runs of consecutive ``train_step`` records are folded a list at a time
+        (``_add_steps``), their payloads taken from them by builtins."""
+        add, add_steps, batch, read = self.add, self._add_steps, _STEP_BATCH, 0
+        for event, group in itertools.groupby(records, _EVENT):
+            if event == "train_step":
+                # Only each step's payload and rank are held: the record and its note go at once.
+                steps_of = map(_PAYLOAD_RANK, group)
+                while steps := list(itertools.islice(steps_of, batch)):
+                    read += len(steps)
+                    add_steps(steps, keeps)
+                    del steps  # before the next list is read, not once it is: one list held at a time
+                continue
+            for record in group:
+                read += 1
+                if event == "train_start":
+                    self._starts += 1
+                if keeps is None or keeps(record.rank):
+                    add(record)
+        self._read += read
 
-    def add_steps(self, steps: list[dict[str, Any]]) -> None:
-        """``add`` of each of these plain steps of this piece, read one after the other: a list
-        ``speedtronic.runs.reader.file_entries`` gives, each step the fields its line parsed to. In
-        bulk, each figure a builtin over a column, when every one has the same keys, one integer
-        rank, an integer step the bitmap holds and finite floats in ``elapsed_s`` and every key the
-        summary reads (held-out losses aside): a run's usual steps. Else one by one."""
-        columns = self._columns(steps)
+    def _add_steps(self, steps: list[tuple[dict[str, Any], int]], keeps: _Keeps) -> None:
+        """``add`` of each of these ``train_step`` records, as ``(payload, rank)``, read one after the
+        other, those of a rank ``keeps`` takes. In bulk, each figure a builtin over a column, when every
+        one has the same keys, one rank, an integer step the bitmap holds and finite floats in
+        ``elapsed_s`` and every key the summary reads (held-out losses aside): a run's usual steps. Else
+        one by one."""
+        payloads, ranks = zip(*steps, strict=True)
+        rank = ranks[0]
+        alike = ranks.count(rank) == len(ranks)
+        if keeps is not None and alike:  # one rank: one question (keeps counts each step left out)
+            if not keeps(rank):
+                for _ in range(len(ranks) - 1):
+                    keeps(rank)
+                return
+        elif keeps is not None:
+            steps = [step for step in steps if keeps(step[1])]
+            if not steps:
+                return
+            payloads, ranks = zip(*steps, strict=True)
+            rank = ranks[0]
+            alike = ranks.count(rank) == len(ranks)
+        columns = self._columns(payloads) if alike else None
         if columns is None:
-            for fields in steps:
-                self._add_fields(fields, fields_rank(fields))
+            for payload, rank in steps:
+                self._count("train_step", rank, payload)
+                self._fold_step(payload)
             return
-        plan, rank, numbers, elapsed, values = columns
+        plan, numbers, elapsed, values = columns
         first = self.records + 1  # the record of the piece the first step is
         self.records += len(steps)
         self.events["train_step"] += len(steps)
@@ -251,31 +294,27 @@ class RunSummary:
                 if loss.best is None or best < loss.best:
                     loss.best, loss.best_step = best, numbers[column.index(best)]  # the earliest
 
-    def _columns(self, steps: list[dict[str, Any]]) -> _Columns | None:
-        """The columns ``add_steps`` folds in bulk; ``None`` when these steps are not all alike as it
-        needs. (orjson parses no float that is not finite, and a plain step's note lists none: the
-        check for one is for safety's sake; a sum too large for a float sends them one by one too.)"""
-        keys = tuple(steps[0])
-        if "step" not in keys or "elapsed_s" not in keys or set(map(len, steps)) != {len(keys)}:
+    def _columns(self, payloads: tuple[dict[str, Any], ...]) -> _Columns | None:
+        """The columns ``_add_steps`` folds in bulk; ``None`` when these steps are not all alike as it
+        needs (a sum too large for a float sends them one by one too)."""
+        keys = tuple(payloads[0])
+        if "step" not in keys or "elapsed_s" not in keys or set(map(len, payloads)) != {len(keys)}:
             return None
         plan = self._plan_of(keys)
         if any(role == _EVAL for _, role, _ in plan):  # two keys can be one split's: one by one
             return None
         try:  # as many keys as the first step, and every one of its keys: the same keys
-            columns = list(zip(*map(operator.itemgetter(*keys), steps), strict=True))
+            columns = list(zip(*map(operator.itemgetter(*keys), payloads), strict=True))
         except KeyError:
             return None
         numbers, elapsed = columns[keys.index("step")], columns[keys.index("elapsed_s")]
-        ranks = columns[keys.index("rank")] if "rank" in keys else (0,)
         values = [columns[keys.index(key)] for key, _, _ in plan]
-        if set(map(type, ranks)) != _INT or len(set(ranks)) != 1:
-            return None
         if set(map(type, numbers)) != _INT or min(numbers) < 0 or max(numbers) >= _STEP_BITS:
             return None
         for column in (elapsed, *values):  # a finite sum: every value finite
             if set(map(type, column)) != _FLOAT or not isfinite(sum(column)):
                 return None
-        return plan, ranks[0], numbers, elapsed, values
+        return plan, numbers, elapsed, values
 
     def _count(self, event: str, rank: int, payload: dict[str, Any]) -> None:
         self.records += 1

@@ -18,10 +18,11 @@ from speedtronic.record import (
     NOTE_CONVERTED,
     NOTE_KEY,
     NOTE_NON_FINITE,
+    NOTE_ORIGIN,
     NOTE_PARTS,
     NOTE_TRUNCATED,
     NOTE_VERSION_KEY,
-    is_own_note,
+    ORIGIN_OWN,
     note_contract,
     part_of,
     rank_of_name,
@@ -35,7 +36,6 @@ __all__ = [
     "INCOMPLETE",
     "MAX_LINE_BYTES",
     "RATE_SUFFIX",
-    "STEP_BATCH",
     "RankChoice",
     "RankFilter",
     "Record",
@@ -44,11 +44,9 @@ __all__ = [
     "Skipped",
     "as_number",
     "begins_later_part",
-    "fields_rank",
-    "file_entries",
     "file_rank",
     "file_records",
-    "is_plain_step",
+    "file_spans",
     "not_a_run",
     "parse_record",
     "rate_keys",
@@ -424,68 +422,20 @@ def file_records(
 
     ``span``, ``(start, stop, first_line)``, reads a part of the file instead: the lines from byte
     ``start`` (the first byte of line ``first_line``) to byte ``stop`` (the end of a line; ``None``:
-    the end of the file). Its segments are numbered from its start, as if a ``train_start`` came
-    before it; whether the whole file holds a record is for the caller to check.
+    the end of the file), as ``file_spans`` cuts it. Its segments are numbered from its start, as if a
+    ``train_start`` came before it; whether the whole file holds a record is for the caller to check.
     """
-    # Only Records come when plain steps are not asked for.
-    return cast(Iterator[Record], _entries(source, skipped, max_line_bytes, span, steps=False))
-
-
-def file_entries(
-    source: Path,
-    skipped: Skipped,
-    max_line_bytes: int = MAX_LINE_BYTES,
-    *,
-    span: tuple[int, int | None, int] | None = None,
-) -> Iterator[Record | list[dict[str, Any]]]:
-    """``file_records``, but *plain steps* come in lists, no ``Record`` built: each ``train_step``
-    record with nothing to undo (``is_plain_step``) as the dict its line parsed to, its note taken
-    out (its payload plus ``event`` and ``timestamp``; its rank is ``fields_rank``). A list holds
-    consecutive records, at most ``STEP_BATCH``; every other record comes as ``file_records`` gives
-    it, in order. For a reader that folds steps in bulk (summarize)."""
-    return _entries(source, skipped, max_line_bytes, span, steps=True)
-
-
-STEP_BATCH = 256
-"""The most plain steps ``file_entries`` yields in one list. Few enough that the objects the list holds
-(a dict a step: the note's dicts and lists are let go as each line is read) stay under the cyclic
-garbage collector's first threshold (700): records that outlived collections would be looked through
-again and again, which costs more than the bulk saves (at 1,024 steps with their notes, 0.8 µs a step)."""
-
-_NOTHING_NON_FINITE: dict[str, list[Any]] = {kind: [] for kind in NON_FINITE_KINDS}
-
-
-def is_plain_step(fields: Any) -> bool:
-    """Whether a parsed line is a ``train_step`` record whose fields need nothing undone: its note
-    lists nothing non-finite (so it has the writer's contract, ``note_contract``, and no ``null`` to
-    put back). Its payload is then its fields but ``event``, ``timestamp`` and the note, as they are."""
-    if type(fields) is not dict or fields.get("event") != "train_step":
-        return False
-    note = fields.get(NOTE_KEY)
-    return type(note) is dict and note.get(NOTE_NON_FINITE) == _NOTHING_NON_FINITE
-
-
-def fields_rank(fields: dict[str, Any]) -> int:
-    """The rank of a record with these fields (``Record.rank``): its integer ``rank`` key, else 0."""
-    rank = fields.get("rank")
-    return rank if type(rank) is int else 0
-
-
-def _entries(
-    source: Path, skipped: Skipped, limit: int, span: tuple[int, int | None, int] | None, *, steps: bool
-) -> Iterator[Record | list[dict[str, Any]]]:
     start, stop, first_line = span if span is not None else (0, None, 1)
     segment, started, records, bad = 0, span is not None and start > 0, 0, 0  # bad: lines skipped
-    plain: list[dict[str, Any]] = []  # plain steps not yielded yet
     held = _Held()  # the parts read so far of a record written in parts
-    loads, batch = orjson.loads, STEP_BATCH
+    loads = orjson.loads
     try:
         with source.open("rb") as file:
             if start:
                 file.seek(start)
             size = stop - start if stop is not None else None
             number = first_line - 1
-            for chunk, ended in _lines(file, limit, size):
+            for chunk, ended in _lines(file, limit := max_line_bytes, size):
                 for raw in chunk:
                     number += 1
                     if raw is None:
@@ -511,17 +461,6 @@ def _entries(
                             bad += lost
                             if fields is None:
                                 continue
-                        # is_plain_step, written out: it runs for every line
-                        if steps and type(fields) is dict and fields.get("event") == "train_step":
-                            note = fields.get(NOTE_KEY)
-                            if type(note) is dict and note.get(NOTE_NON_FINITE) == _NOTHING_NON_FINITE:
-                                del fields[NOTE_KEY]  # its dicts and lists go now, not with the list
-                                records += 1
-                                plain.append(fields)
-                                if len(plain) == batch:
-                                    yield plain
-                                    plain = []
-                                continue
                         record = _record_of(fields, raw, source, at, segment)
                     if isinstance(record, str):
                         if not records and not bad and not start and not raw.lstrip().startswith(b"{"):
@@ -535,14 +474,9 @@ def _entries(
                             record = record._replace(segment=segment)
                         started = True
                     records += 1
-                    if plain:
-                        yield plain
-                        plain = []
                     yield record
             if held.fields is not None:
                 bad += held.give_up(source, skipped)
-            if plain:
-                yield plain
     except OSError as error:
         raise RunError(f"{source}: {error.strerror or error}") from None
     if bad and not records and span is None:
@@ -563,6 +497,41 @@ def begins_later_part(data: bytes, start: int, end: int) -> bool:
     parts: a reader that cuts a file into pieces cuts before such a line never, so each piece holds
     whole records. Looks only at the line's last 256 bytes, where the writer puts the note's part."""
     return _LATER_PART.search(data, max(start, end - 256), end) is not None
+
+
+def file_spans(source: Path, size: int) -> Iterator[tuple[int, int | None, int]]:
+    """The parts of ``source`` to read one at a time (``file_records(..., span=...)``), each
+    ``(start, stop, first_line)``: about ``size`` bytes each, each ending after a newline but never
+    between a record's parts (``begins_later_part``), the last one at the end of the file; the whole
+    file when it is no larger than ``size``. Read in chunks: a long line is read past, never held.
+    ``RunError`` for a file that can't be read."""
+    try:
+        if source.stat().st_size <= size:
+            yield 0, None, 1
+            return
+        start, first_line, offset, lines = 0, 1, 0, 0
+        with source.open("rb") as file:
+            while chunk := file.read(CHUNK_BYTES):
+                spans = []
+                look = max(0, start + size - 1 - offset)
+                while look < len(chunk) and (end := chunk.find(b"\n", look)) >= 0:
+                    after = chunk.find(b"\n", end + 1)
+                    if after < 0:  # the next line ends in the next chunk: the cut is looked for there
+                        break
+                    if begins_later_part(chunk, end + 1, after):  # a record's parts stay in one piece
+                        look = end + 1
+                        continue
+                    cut = offset + end + 1
+                    spans.append((start, cut, first_line))
+                    start, first_line = cut, lines + chunk.count(b"\n", 0, end + 1) + 1
+                    look = end + size
+                lines += chunk.count(b"\n")
+                offset += len(chunk)
+                chunk = b""  # not held while the parts are read
+                yield from spans
+    except OSError as error:
+        raise RunError(f"{source}: {error.strerror or error}") from None
+    yield start, None, first_line
 
 
 class _Held:
@@ -657,16 +626,21 @@ def _record_of(fields: Any, raw: bytes, source: Path, number: int, segment: int)
     """``parse_record`` of a line that parsed to ``fields``."""
     if type(fields) is not dict:
         return "not a JSON object"
-    note = fields.get(NOTE_KEY)
-    contract = note_contract(note)
-    if contract and _lists_non_finite(note):  # the writer's nulls for NaN and infinities, by JSON Pointer
-        restore_non_finite(fields)
+    notes = fields.get(NOTE_KEY)
+    # Today's writer's note listing nothing non-finite (most records): nothing to undo, no more to ask.
+    if type(notes) is not dict or NOTE_VERSION_KEY not in notes or notes.get(NOTE_NON_FINITE) != _NOTHING:
+        contract = note_contract(notes)
+        if contract and _lists_non_finite(notes):  # the writer's nulls for NaN and infinities
+            restore_non_finite(fields)
+        notes = notes if type(notes) is dict else None
+    else:
+        contract = 2
     event = fields.pop("event", None)
     if type(event) is not str or not event:
         return "no event name"
     timestamp = fields.pop("timestamp", None)
-    notes = fields.pop(NOTE_KEY, None)
-    notes = notes if type(notes) is dict else None
+    if NOTE_KEY in fields:
+        del fields[NOTE_KEY]
     if not contract and any(hint in raw for hint in _NON_FINITE_HINTS):
         # An older writer's, or another writer's, strings for NaN and infinities.
         converted = notes.get(NOTE_CONVERTED) if notes is not None else None
@@ -675,17 +649,27 @@ def _record_of(fields: Any, raw: bytes, source: Path, number: int, segment: int)
         for key in converted or ():
             if type(key) is str and key in fields:
                 fields[key] = restore_non_finite_text(fields[key])
-    return Record(
-        event,
-        fields,
-        timestamp if type(timestamp) is str else None,
-        fields_rank(fields),
-        source,
-        number,
-        notes,
-        segment,
-        is_own_note(notes),
+    rank = fields.get("rank")
+    # tuple.__new__: a Record without the keyword handling of its generated __new__ (this runs per line).
+    return _new(
+        Record,
+        (
+            event,
+            fields,
+            timestamp if type(timestamp) is str else None,
+            rank if type(rank) is int else 0,
+            source,
+            number,
+            notes,
+            segment,
+            notes is not None and notes.get(NOTE_ORIGIN) == ORIGIN_OWN,  # is_own_note, without a call
+        ),
     )
+
+
+_new = tuple.__new__
+_NOTHING: dict[str, list[Any]] = {kind: [] for kind in NON_FINITE_KINDS}
+"""A note's ``non_finite`` that lists nothing."""
 
 
 def _lists_non_finite(note: Any) -> bool:

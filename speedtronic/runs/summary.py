@@ -13,16 +13,13 @@ from typing import NamedTuple
 
 from speedtronic.runs.fold import RateStats, RunSummary, SeriesStats
 from speedtronic.runs.reader import (
-    CHUNK_BYTES,
     RankChoice,
     RankFilter,
     RunClock,
     RunError,
     Skipped,
-    begins_later_part,
-    fields_rank,
-    file_entries,
     file_records,
+    file_spans,
     not_a_run,
     run_files,
 )
@@ -135,38 +132,8 @@ def _pieces(files: list[Path], rank: RankChoice, skipped: Skipped, roles: Roles)
             for record in file_records(source, Skipped()):
                 ranks.choose(record.rank)
                 break
-        for start, stop, first_line in _spans(source):
+        for start, stop, first_line in file_spans(source, PIECE_BYTES):
             yield _Piece(source, start, stop, first_line, ranks.chosen, roles)
-
-
-def _spans(source: Path) -> Iterator[tuple[int, int | None, int]]:
-    """``(start, stop, first line)`` of the parts of ``source``: about ``PIECE_BYTES`` each, each
-    ending after a newline but never between a record's parts, the last one at the end of the file.
-    Read in chunks: a long line is read past, never held."""
-    try:
-        if source.stat().st_size <= PIECE_BYTES:
-            yield 0, None, 1
-            return
-        start, first_line, offset, lines = 0, 1, 0, 0
-        with source.open("rb") as file:
-            while chunk := file.read(CHUNK_BYTES):
-                look = max(0, start + PIECE_BYTES - 1 - offset)
-                while look < len(chunk) and (end := chunk.find(b"\n", look)) >= 0:
-                    after = chunk.find(b"\n", end + 1)
-                    if after < 0:  # the next line ends in the next chunk: the cut is looked for there
-                        break
-                    if begins_later_part(chunk, end + 1, after):  # a record's parts stay in one piece
-                        look = end + 1
-                        continue
-                    cut = offset + end + 1
-                    yield start, cut, first_line
-                    start, first_line = cut, lines + chunk.count(b"\n", 0, end + 1) + 1
-                    look = end + PIECE_BYTES
-                lines += chunk.count(b"\n")
-                offset += len(chunk)
-    except OSError as error:
-        raise RunError(f"{source}: {error.strerror or error}") from None
-    yield start, None, first_line
 
 
 def _summarize_piece(piece: _Piece) -> tuple[_Piece, RunSummary]:
@@ -175,20 +142,10 @@ def _summarize_piece(piece: _Piece) -> tuple[_Piece, RunSummary]:
     ``train_start`` records of every rank, as the reader numbers segments)."""
     part = RunSummary(str(piece.source), piece.roles)
     ranks = RankFilter([], "all" if piece.rank is None else sorted(piece.rank), part.skipped)
-    keeps, add, add_steps = ranks.keeps, part.add, part.add_steps
     span = (piece.start, piece.stop, piece.first_line)
-    for entry in file_entries(piece.source, part.skipped, span=span):
-        if isinstance(entry, list):  # plain steps
-            part._read += len(entry)
-            taken = entry if ranks.every else [fields for fields in entry if keeps(fields_rank(fields))]
-            if taken:
-                add_steps(taken)
-            continue
-        part._read += 1
-        if entry.event == "train_start":
-            part._starts += 1
-        if keeps(entry.rank):
-            add(entry)
+    part.add_records(
+        file_records(piece.source, part.skipped, span=span), None if ranks.every else ranks.keeps
+    )
     part._close()
     part._folds, part._plans = {}, {}
     return piece, part

@@ -1,6 +1,6 @@
-"""``summarize_run``'s two lanes: plain steps (``train_step`` records with nothing to undo) folded in
-bulk without a ``Record``, every other record folded one by one. Both give the same summary, figure
-for figure, on a corpus of resumed, killed, multi-rank and damaged runs."""
+"""``summarize_run`` folds runs of alike ``train_step`` records in bulk and every other record one by
+one: both give the same summary, figure for figure, on a corpus of resumed, killed, multi-rank and
+damaged runs. The reader gives every record as a ``Record``."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import Any
 import orjson
 import pytest
 
-from speedtronic.runs import reader, summary
-from speedtronic.runs.reader import RankChoice, file_entries, is_plain_step
-from speedtronic.runs.summary import RunSummary, summarize_run
+from speedtronic.runs import Record, read_records, summary
+from speedtronic.runs.reader import RankChoice
+from speedtronic.runs.summary import summarize_run
 from tests.runs.conftest import same, write_run
 
 NOTE: dict[str, Any] = {
@@ -160,9 +160,9 @@ def corpus(tmp_path: Path) -> Path:
 
 
 def one_by_one(run: Path, into: Path) -> Path:
-    """A copy of ``run`` in which no record is a plain step, meaning the same: each note lists one
-    more NaN at a key the record does not have (a pointer that leads nowhere is ignored). Lines that
-    are not JSON objects stay as they are, byte for byte."""
+    """A copy of ``run`` meaning the same to the summary whose ``train_step`` records are never alike:
+    each gets a key of its own (``pad<line>``, a key no figure reads), so no two have the same keys
+    and each is folded one by one. Lines that are not JSON objects stay as they are, byte for byte."""
     into.mkdir(parents=True)
     for source in run.iterdir():
         lines = source.read_bytes().split(b"\n")
@@ -171,10 +171,10 @@ def one_by_one(run: Path, into: Path) -> Path:
                 fields = orjson.loads(raw)
             except orjson.JSONDecodeError:
                 continue
-            note = fields.get("_speedtronic") if type(fields) is dict else None
-            if type(note) is dict and type(note.get("non_finite")) is dict and "v" in note:
-                note["non_finite"]["nan"].append("/no such key")
-                lines[index] = orjson.dumps(fields)
+            if type(fields) is dict and fields.get("event") == "train_step":
+                lines[index] = raw.replace(
+                    b'"event":"train_step",', b'"event":"train_step","pad%d":0,' % index, 1
+                )
         (into / source.name).write_bytes(b"\n".join(lines))
     return into
 
@@ -191,13 +191,6 @@ def everything(run: Path, rank: RankChoice, workers: int = 1) -> dict[str, Any]:
     return dict(orjson.loads(text.replace(str(run), "RUN")))
 
 
-def plain_steps(run: Path) -> int:
-    return sum(
-        len(entry) for source in run.iterdir() for entry in file_entries(source, reader.Skipped())
-        if isinstance(entry, list)
-    )  # fmt: skip
-
-
 class TestLanes:
     @pytest.mark.parametrize("rank", ["first", "all", 0, 1, [0, 2]])
     @pytest.mark.parametrize("workers", [1, 2])
@@ -211,34 +204,24 @@ class TestLanes:
         assert same(fast, records)
         assert repr(fast) == repr(records)  # key order and the sign of a zero too
 
-    def test_the_corpus_takes_both_lanes(
-        self, corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-    ) -> None:
-        """The corpus has plain steps, folded in bulk and one by one, and its copy has none."""
+    def test_the_corpus_is_read_as_records(self, corpus: Path, tmp_path: Path) -> None:
+        """Every record comes as a Record, the padded copy's steps with their own key, the rest alike."""
         slow = one_by_one(corpus, tmp_path / "slow" / "run")
-        lines = sum(len(source.read_bytes().splitlines()) for source in corpus.iterdir())
-        assert plain_steps(corpus) > lines * 0.8
-        assert plain_steps(slow) == 0
-        bulk = []
-        columns = RunSummary._columns
+        records, padded = list(read_records(corpus, rank="all")), list(read_records(slow, rank="all"))
+        assert {type(record) for record in records} == {type(record) for record in padded} == {Record}
+        assert len(records) == len(padded) > 2_000
+        for record, copy_ in zip(records, padded, strict=True):
+            pads = [key for key in copy_.payload if key.startswith("pad")]
+            assert len(pads) == (record.event == "train_step")
+            assert {key: value for key, value in copy_.payload.items() if key not in pads} == record.payload
 
-        def spy(self: RunSummary, steps: list[dict[str, Any]]) -> Any:
-            result = columns(self, steps)
-            bulk.append(result is not None)
-            return result
-
-        monkeypatch.setattr(RunSummary, "_columns", spy)
-        summarize_run(corpus, rank="all")
-        assert bulk.count(True) > 10
-        assert bulk.count(False) > 10
-
-    @pytest.mark.parametrize("batch", [1, 3, 1000])
-    def test_the_batch_size_changes_nothing(
-        self, corpus: Path, batch: int, monkeypatch: pytest.MonkeyPatch
+    @pytest.mark.parametrize("piece_bytes", [1, 3000, 1 << 20])
+    def test_where_pieces_cut_the_steps_changes_nothing(
+        self, corpus: Path, piece_bytes: int, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        """However the plain steps are cut into lists, the summary is the same."""
+        """However pieces cut the runs of alike steps, the summary is the same."""
         whole = everything(corpus, "all")
-        monkeypatch.setattr(reader, "STEP_BATCH", batch)
+        monkeypatch.setattr(summary, "PIECE_BYTES", piece_bytes)
         assert same(everything(corpus, "all"), whole)
 
 
@@ -273,6 +256,22 @@ class TestPlainSteps:
         assert got.skipped.other_ranks == {1: 1}
         assert summarize_run(path, rank="all").step_max == 500
 
+    def test_every_step_of_a_rank_left_out_is_counted(self, tmp_path: Path) -> None:
+        """Long runs of another rank's steps in a file: each one is counted as left out, once."""
+        path = tmp_path / "m.jsonl"
+        lines = [record("train_step", 0, step=s, loss=1.0, elapsed_s=float(s)) for s in range(1, 11)]
+        lines += [record("train_step", 1, step=s, loss=0.5, elapsed_s=float(s)) for s in range(1, 601)]
+        lines += [record("train_step", 0, step=s, loss=0.25, elapsed_s=float(s)) for s in range(11, 21)]
+        got = summarize_run(path_with(path, lines), rank=0)
+        assert (got.records, got.steps_recorded, got.loss_last, got.skipped.other_ranks) == (
+            20,
+            20,
+            0.25,
+            {1: 600},
+        )
+        other = summarize_run(path, rank=1)
+        assert (other.records, other.loss_best, other.skipped.other_ranks) == (600, 0.5, {0: 20})
+
     def test_a_key_only_some_steps_have_is_read(self, tmp_path: Path) -> None:
         """A learning rate some steps of a list have and others lack is read where it is."""
         path = tmp_path / "m.jsonl"
@@ -306,10 +305,11 @@ class TestPlainSteps:
         path.write_bytes(b"".join([*plain, other]))
         assert (summarize_run(path).loss_key, summarize_run(path).loss_last) == ("train_loss", 3.0)
 
-    def test_a_plain_step_is_what_needs_nothing_undone(self) -> None:
-        """Only a train_step whose note lists nothing non-finite is plain."""
-        assert is_plain_step(orjson.loads(record("train_step", step=1, loss=1.0)))
-        assert not is_plain_step(orjson.loads(record("train_step", nan=("loss",), step=1)))
-        assert not is_plain_step(orjson.loads(record("checkpoint", step=1)))
-        assert not is_plain_step({"event": "train_step", "loss": "NaN"})  # no note: strings may be numbers
-        assert not is_plain_step([1, 2])
+    def test_a_step_with_nothing_to_undo_is_a_whole_record(self, tmp_path: Path) -> None:
+        """A train_step of today's writer with nothing non-finite: a Record like any other, its note kept."""
+        path = path_with(tmp_path / "m.jsonl", [record("train_step", 3, step=1, loss=1.0)])
+        (got,) = read_records(path)
+        assert got == Record("train_step", {"step": 1, "loss": 1.0, "rank": 3}, "2026-01-01T12:00:00.000000Z",
+                             3, path, 1, NOTE, 0, False)  # fmt: skip
+        assert (got.event, got.rank, got.own, got.notes) == ("train_step", 3, False, NOTE)
+        assert got.hook_payload == {"step": 1, "loss": 1.0, "rank": 3, "timestamp": got.timestamp}
