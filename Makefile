@@ -1,7 +1,8 @@
 # The two commands a newcomer needs; each sets up its own virtualenv from scratch.
 #   make run    runs the main job (then `.venv/bin/speedtronic summarize runs/...`: nothing is activated)
-#   make test   runs ruff (lint and format check), mypy --strict and every test, and prints its wall time
-#   make coverage  the suite under coverage, child processes included, and its report
+#   make test   runs ruff (lint and format check), mypy --strict and every test under coverage (child
+#               processes included; its report, failing below pyproject's fail_under), and prints its
+#               wall time
 #   make bench  prints every speed goal and any missed (emit: bench.py; read-back: readback.py --goals;
 #               a webhook that never answers: webhook.py; alerts: alerts.py;
 #               redact_text against adversarial text: redact_fuzz.py;
@@ -12,8 +13,11 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
+# uv installs the rest (the same resolution as pip, minutes faster); torch is already there and
+# satisfies every requirement, so it is never fetched again.
+UV := $(BIN)/uv pip install --quiet --python $(BIN)/python
 
-.PHONY: run test check lint typecheck unit coverage bench clean
+.PHONY: run test check lint typecheck unit bench clean
 
 run: $(VENV)/.run-installed
 	$(BIN)/speedtronic train
@@ -36,18 +40,13 @@ typecheck: $(VENV)/.dev-installed
 	$(BIN)/mypy --strict speedtronic
 
 # One worker per core (pytest-xdist); a test file runs whole on one worker, so its module-scoped
-# fixtures (a trained run) are built once. TEST_JOBS=0 runs in this process.
+# fixtures (a trained run) are built once. TEST_JOBS=0 runs in this process. The whole run is under
+# coverage (pyproject's [tool.coverage]: child processes included, combined); its report lists the
+# files below 100%, worst first, and the total, and fails below [tool.coverage.report] fail_under.
 TEST_JOBS ?= auto
 unit: $(VENV)/.dev-installed
-	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile --durations=20
-
-# The suite under coverage (pyproject's [tool.coverage]: child processes included, combined, reported;
-# it fails below [tool.coverage.report] fail_under). Not part of `make test`: coverage's hooks in the
-# child processes change what they print and how a signal ends them (a startup warning on stderr, a
-# SIGTERM ending in coverage's handler), which 13 tests of exact stderr and exit codes assert.
-coverage: $(VENV)/.dev-installed
 	@$(BIN)/coverage erase
-	@$(BIN)/coverage run -m pytest -n $(TEST_JOBS) --dist loadfile -q; rc=$$?; \
+	@$(BIN)/coverage run -m pytest -n $(TEST_JOBS) --dist loadfile --durations=20; rc=$$?; \
 	$(BIN)/coverage combine -q; $(BIN)/coverage report; cov=$$?; \
 	if [ $$rc -ne 0 ]; then exit $$rc; fi; exit $$cov
 
@@ -58,13 +57,13 @@ $(BIN)/python:
 # default config and closing summary use: `system` events (psutil; NVML's bindings for NVIDIA GPUs),
 # the progress bar and `speedtronic plot`.
 $(VENV)/.run-installed: pyproject.toml | $(BIN)/python
-	$(PIP) "$(TORCH_SPEC)"
-	$(PIP) -e ".[torch,tensorboard,system,progress,plot]"
+	$(PIP) "$(TORCH_SPEC)" uv
+	$(UV) -e ".[torch,tensorboard,system,progress,plot]"
 	touch $@
 
 $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
-	$(PIP) "$(TORCH_SPEC)"
-	$(PIP) -e ".[all,dev]"
+	$(PIP) "$(TORCH_SPEC)" uv
+	$(UV) -e ".[all,dev]"
 	touch $@ $(VENV)/.run-installed
 
 bench: $(VENV)/.dev-installed
