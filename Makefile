@@ -12,7 +12,9 @@ VENV ?= .venv
 # A CPU build is on these machines' disk; an unpinned torch pulls a multi-GB CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
-PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
+# pip installs torch (the file on disk; uv doesn't look there) and uv; --no-compile: Python compiles what
+# is imported when it is first imported, not torch's whole tree now (half of pip's time).
+PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check --no-compile
 # uv installs the rest (the same resolution as pip, minutes faster); torch is already there and
 # satisfies every requirement, so it is never fetched again.
 UV := $(BIN)/uv pip install --quiet --python $(BIN)/python
