@@ -33,10 +33,7 @@ test:
 	@start=$$(date +%s); $(MAKE) --no-print-directory check; rc=$$?; \
 	echo "make test: exit $$rc after $$(( $$(date +%s) - start )) s of wall time"; exit $$rc
 
-# Lint first (a second); then mypy beside the tests (-j2): its cold start (about a minute of one core)
-# runs while the suite leaves a core idle, as it does at its end, when the last file runs on one worker.
-check: $(VENV)/.dev-installed lint
-	@$(MAKE) --no-print-directory -j2 typecheck unit
+check: $(VENV)/.dev-installed lint typecheck unit
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check speedtronic tests examples benchmarks
