@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import orjson
 import pytest
 
 from speedtronic.profiling import MetricLogger
@@ -142,7 +143,8 @@ class TestFollower:
 def test_writer_process_across_rotations(tmp_path: Path) -> None:
     """A real writer process emitting while the file is rotated 20 times (create and copytruncate):
     the follower gets exactly the lines the files hold, in order: 0 lost, 0 duplicated, 0 torn.
-    (copytruncate itself loses a line written between the copy and the cut: not the follower's.)"""
+    (copytruncate itself loses a line written between the copy and the cut, more often on a loaded
+    machine: such a line is in no file, so it is not the follower's to deliver.)"""
     run = tmp_path / "run"
     run.mkdir()
     path = run / "metrics.jsonl"
@@ -168,8 +170,21 @@ def test_writer_process_across_rotations(tmp_path: Path) -> None:
                     os.truncate(path, 0)
             time.sleep(0.01)
         assert writer.wait(timeout=120) == 0
-        got += until(follower, lambda more: len(got) + len(more) >= 3000 or False, timeout=60)
-    assert steps(got) == list(range(1, 3001))
+        held = steps_held(run)  # every step but those a copytruncate's window lost, if any
+        assert len(held) >= 2900
+        got += until(follower, lambda more: len(got) + len(more) >= len(held), timeout=60)
+    assert steps(got) == held
+
+
+def steps_held(run: Path) -> list[int]:
+    """The steps the run's files hold (the current one and every rotated copy), in order."""
+    held = set()
+    for file in run.glob("metrics.jsonl*"):
+        for line in file.read_bytes().splitlines():
+            record = orjson.loads(line)
+            if record["event"] == "train_step":
+                held.add(record["step"])
+    return sorted(held)
 
 
 def test_missing_path_is_an_error(tmp_path: Path) -> None:
