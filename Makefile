@@ -25,11 +25,10 @@ run: $(VENV)/.run-installed
 	$(BIN)/speedtronic train
 
 # `make test` is `make check` timed: it says first how long it usually takes, prints its wall time at
-# the end, set-up included, and keeps check's exit code. Measured on 2026-12-07 in a fresh clone, on 2
-# cores shared with five other jobs (load 3 to 17): 2,756 s (set-up 186 s, mypy 473 s, the suite under
-# coverage 2,080 s for 1,720 s of CPU); "about 15 minutes" on a quiet machine is an estimate from that CPU.
+# the end, set-up included, and keeps check's exit code. Measured on 2026-12-07 in a fresh clone on a
+# quiet 2-core machine (load 0.6 at the start): 817 s, of which the suite under coverage took 737 s.
 test:
-	@echo "make test: ruff, mypy --strict and every test under coverage; usually about 15 minutes on a 2-core machine"
+	@echo "make test: ruff, mypy --strict and every test under coverage; usually about 14 minutes on a 2-core machine"
 	@start=$$(date +%s); $(MAKE) --no-print-directory check; rc=$$?; \
 	echo "make test: exit $$rc after $$(( $$(date +%s) - start )) s of wall time"; exit $$rc
 
@@ -51,11 +50,11 @@ TEST_JOBS ?= auto
 COVERAGE_WORST ?= 15
 # PYTHONDONTWRITEBYTECODE is unset for the suite: with it set (as on some CI images), every process the
 # tests start compiled torch, transformers and speedtronic from source again (torch: 6.5 s against 2.7 s
-# from its .pyc, measured at load 6); without it the first import writes the .pyc (into the venv and the
-# ignored __pycache__/) and later ones read them.
+# from its .pyc, measured at load 6); without it the first import writes the .pyc, under the venv's
+# pycache/ (PYTHONPYCACHEPREFIX: nothing is written into the checkout), and later ones read them.
 unit: $(VENV)/.dev-installed
 	@$(BIN)/coverage erase
-	@env -u PYTHONDONTWRITEBYTECODE $(BIN)/coverage run -m pytest -n $(TEST_JOBS) --dist loadfile --durations=20; rc=$$?; \
+	@env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=$(abspath $(VENV))/pycache $(BIN)/coverage run -m pytest -n $(TEST_JOBS) --dist loadfile --durations=20; rc=$$?; \
 	$(BIN)/coverage combine -q; \
 	$(BIN)/coverage report | awk -v n=$(COVERAGE_WORST) '/\.py  *[0-9]/ && ++k > n { next } { print } \
 	END { if (k > n) print k - n " more files below 100%: $(BIN)/coverage report" }'; \

@@ -71,7 +71,7 @@ def test_the_examples_point_at_docs_that_exist() -> None:
     """Each page an example names exists, and each section it quotes ('docs/x.md "Heading"') is a
     heading of that page."""
     pointers = 0
-    for example in sorted((ROOT / "examples").iterdir()):
+    for example in sorted(path for path in (ROOT / "examples").iterdir() if path.is_file()):
         text = example.read_text()
         for match in re.finditer(r"\b(README\.md|README|docs/[\w-]+\.md)(?: \"([^\"]+)\")?", text):
             page = ROOT / (match.group(1) if match.group(1) != "README" else "README.md")
