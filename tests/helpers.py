@@ -14,6 +14,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 __all__ = [
     "ACTIVATED_PATH",
     "SCRIPTS",
@@ -152,3 +154,19 @@ class WebhookHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+
+def assert_health_split(run: Path, steps: int, pause: float) -> None:
+    """An adapter run of ``steps`` steps whose batches (4 draws each) and forward passes each slept
+    ``pause``: ``run_health`` gives a goodput and splits the lost time into data waiting, evaluation
+    and checkpoints, the parts adding up to the wall time."""
+    from speedtronic.runs.health import PARTS, run_health
+
+    health = run_health(run)
+    assert health.goodput is not None
+    assert 0 < health.goodput < 1
+    assert health.data_wait_s >= steps * 4 * pause
+    assert health.eval_s > 0
+    assert health.checkpoint_s > 0
+    assert health.productive_s >= steps * pause
+    assert sum(getattr(health, part) for part in PARTS) == pytest.approx(health.wall_s)

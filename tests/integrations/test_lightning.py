@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from speedtronic.integrations.lightning import SpeedtronicLogger, StepTimer
 from speedtronic.profiling import MetricLogger
-from tests.helpers import Journal, read_jsonl
+from tests.helpers import Journal, assert_health_split, read_jsonl
 
 
 class TinyRegressor(pl.LightningModule):
@@ -348,18 +348,9 @@ class TestStepTimer:
     def test_health_splits_a_lightning_run(self, tmp_path: Path) -> None:
         """speedtronic.runs.health reads the timing keys of a Lightning run: goodput, and the lost time
         split into data waiting, evaluation and checkpoints."""
-        from speedtronic.runs.health import PARTS, run_health
-
         pause = 0.005
         timed_fit(tmp_path, pause, log_every_n_steps=1)
-        health = run_health(tmp_path / "metrics.jsonl")
-        assert health.goodput is not None
-        assert 0 < health.goodput < 1
-        assert health.data_wait_s >= 8 * 4 * pause
-        assert health.eval_s > 0
-        assert health.checkpoint_s > 0
-        assert health.productive_s >= 8 * pause
-        assert sum(getattr(health, part) for part in PARTS) == pytest.approx(health.wall_s)
+        assert_health_split(tmp_path / "metrics.jsonl", 8, pause)
 
     def test_a_timer_needs_a_speedtronic_logger(self, tmp_path: Path) -> None:
         """StepTimer names what it expected."""
