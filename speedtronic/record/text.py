@@ -7,7 +7,7 @@ import itertools
 import math
 import operator
 import re
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Callable, Container, Mapping, Sequence
 from typing import Any
 
 from speedtronic.record.safe_text import int_text, safe_str, value_text
@@ -297,6 +297,18 @@ class _Plan:
         self.values: Callable[[Mapping[Any, Any]], tuple[Any, ...]] = operator.itemgetter(*kept)
 
 
+def _words(kinds: Sequence[type]) -> int:
+    """How many values of these kinds are written as a word with an ``e`` (``True``, ``False``, ``None``)."""
+    return sum(kind is bool or kind is type(None) for kind in kinds)
+
+
+def _letters(prefixes: Sequence[str], kinds: Sequence[type]) -> tuple[int, int, int]:
+    """How many ``e``, ``e-`` and ``e-3`` the fields' text holds but for their numbers: their prefixes'
+    and the ``e`` of each word value (``_Form.rule_texts``)."""
+    literal = "".join(prefixes)
+    return literal.count("e") + _words(kinds), literal.count("e-"), literal.count("e-3")
+
+
 class _Form:
     """How a key set's line is written for one pattern of value types: a ``str.format`` template of
     the prefixes and a ``format()`` spec per value (the float rule's ``.4`` for a float), and that spec
@@ -334,9 +346,8 @@ class _Form:
         self.template = "".join(self.pieces)
         self.prefixes = prefixes
         self.leads: dict[tuple[int, int, int], tuple[int, str, tuple[int, int, int]] | None] = {}
-        self.words = sum(kind is bool or kind is type(None) for kind in kinds)  # an "e" each
-        literal = "".join(prefixes)
-        self.letters = (literal.count("e") + self.words, literal.count("e-"), literal.count("e-3"))
+        self.words = _words(kinds)
+        self.letters = _letters(prefixes, kinds)
         self.repr_exact = spec == ""  # every digit: format(x, "") is repr(x), the rule itself
         self.negative_exact = self.repr_exact or int(spec[1:]) <= _EXACT_DIGITS
         self.exponents = False
@@ -361,10 +372,7 @@ class _Form:
             and int not in kinds[count:]  # an int of 4,000 digits would be a wide field
             and all(len(key) + 32 < widest and key.isascii() and '"' not in key for key in prefixes[count:])
         ):
-            literal = "".join(prefixes[:count])
-            words = sum(kind is bool or kind is type(None) for kind in kinds[:count])
-            letters = (literal.count("e") + words, literal.count("e-"), literal.count("e-3"))
-            lead = (count, "".join(self.pieces[:count]), letters)
+            lead = (count, "".join(self.pieces[:count]), _letters(prefixes[:count], kinds[:count]))
         self.leads[bounds] = lead
         return lead
 
