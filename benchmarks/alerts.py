@@ -45,7 +45,7 @@ import bench  # bench.py's baselines, beside this file
 
 from speedtronic.alerts import Spike, default_rules  # after bench's path
 from speedtronic.profiling import MetricLogger  # after bench's path
-from speedtronic.runs.alerts import run_alerts  # after bench's path
+from speedtronic.runs.backtest import run_alerts  # after bench's path
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 300

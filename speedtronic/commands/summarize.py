@@ -20,7 +20,7 @@ from speedtronic.commands._runs import (
     runs_in,
 )
 from speedtronic.commands.cli import CommandError
-from speedtronic.runs.alerts import run_alerts
+from speedtronic.runs.backtest import run_alerts
 from speedtronic.runs.health import format_health, format_stragglers, run_health, stragglers
 from speedtronic.runs.reader import RankChoice, RunError
 from speedtronic.runs.summary import available_workers, format_summaries, summarize_run

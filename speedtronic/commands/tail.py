@@ -170,7 +170,7 @@ class _Watcher:
         hooks: list[Any],
     ) -> None:
         from speedtronic.hooks import CallbackList, DispatchHooks
-        from speedtronic.runs.alerts import RunAlerts
+        from speedtronic.runs.backtest import RunAlerts
         from speedtronic.runs.follow import Follower
         from speedtronic.runs.stall import StallWatch
         from speedtronic.runs.watchstate import WatchState

@@ -14,8 +14,8 @@ from typing import Any
 
 from speedtronic.events import level_for
 from speedtronic.record import NOTE_KEY, non_finite_text
+from speedtronic.runs.alert_records import RecordedAlerts
 from speedtronic.runs.reader import Record, Skipped, as_number
-from speedtronic.runs.recorded_alerts import RecordedAlerts
 from speedtronic.runs.roles import Roles, eval_split
 
 __all__ = ["RateStats", "RunSummary", "SeriesStats"]
@@ -180,7 +180,7 @@ class RunSummary:
     undelivered: int = 0
     """Events that never reached the hooks (background delivery timed out at close)."""
     alerts: RecordedAlerts = field(default_factory=RecordedAlerts)
-    """The run's ``alert`` records per rank and rule (``speedtronic.runs.recorded_alerts``)."""
+    """The run's ``alert`` records per rank and rule (``speedtronic.runs.alert_records``)."""
     skipped: Skipped = field(default_factory=Skipped)
     _read: int = field(default=0, repr=False)
     """Records read in this piece, of any rank (a file with lines and none of them is not a run)."""

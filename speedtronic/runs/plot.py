@@ -12,8 +12,8 @@ from typing import Any
 
 from speedtronic.events import Event
 from speedtronic.extras import require
+from speedtronic.runs.alert_records import AlertMark, alert_mark
 from speedtronic.runs.reader import RankChoice, Record, RunClock, Skipped, as_number, read_records, run_files
-from speedtronic.runs.recorded_alerts import AlertMark, alert_mark
 from speedtronic.runs.roles import Roles, eval_split
 
 __all__ = [
@@ -244,7 +244,7 @@ class PlotResult:
     ranks_not_drawn: dict[str, int] = field(default_factory=dict)
     """Per run, with ``rank="all"``: ranks beyond ``MAX_RANK_SERIES`` that had points but were not drawn."""
     alerts: list[AlertMark] = field(default_factory=list)
-    """The alerts marked (``speedtronic.runs.recorded_alerts``), in record order, every run's."""
+    """The alerts marked (``speedtronic.runs.alert_records``), in record order, every run's."""
 
     def empty_keys(self) -> list[str]:
         """Keys for which no run had a single point."""

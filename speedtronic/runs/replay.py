@@ -12,7 +12,7 @@ from typing import Any
 
 from speedtronic.alerts import ALERT, Rule
 from speedtronic.hooks import CallbackList, DispatchHooks, build_hook, hook_type
-from speedtronic.runs.alerts import RunAlerts
+from speedtronic.runs.backtest import RunAlerts
 from speedtronic.runs.reader import RankChoice, Skipped, read_records
 
 __all__ = [

@@ -7,11 +7,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from speedtronic.record.text import quote
+from speedtronic.runs.alert_records import alert_rows
 from speedtronic.runs.fold import RateStats, RunSummary, SeriesStats
 from speedtronic.runs.reader import (
     Skipped,
 )
-from speedtronic.runs.recorded_alerts import alert_rows
 
 __all__ = ["format_summaries"]
 

@@ -13,7 +13,7 @@ import orjson
 from speedtronic.alerts import NonFinite, Rule, Spike, Threshold, ThroughputDrop
 from speedtronic.distributed import RankInfo
 from speedtronic.profiling import MetricLogger
-from speedtronic.runs.alerts import run_alerts
+from speedtronic.runs.backtest import run_alerts
 from tests.helpers import read_jsonl
 
 LOGGER_KEYS = {"event", "elapsed_s", "memory_bytes", "timestamp", "_speedtronic"}

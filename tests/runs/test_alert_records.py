@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from speedtronic.runs import RunClock, read_records, summary
+from speedtronic.runs.alert_records import AlertMark
 from speedtronic.runs.plot import plot_runs
-from speedtronic.runs.recorded_alerts import AlertMark
 from speedtronic.runs.summary import format_summaries, summarize_run
 from tests.runs.conftest import CLI, write_run
 
