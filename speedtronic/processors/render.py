@@ -45,6 +45,7 @@ _EMPTY_NOTE = orjson.Fragment(orjson.dumps(empty_note()))
 """The note of a record with nothing to say, serialised once: orjson writes a ``Fragment`` as it is."""
 _NULL = re.compile(b"null")
 """``null`` in a line: a regular expression finds it twice as fast as ``bytes.__contains__`` does."""
+_EMPTY_NOTE_FIELD = b'"' + NOTE_KEY.encode() + b'":' + orjson.dumps(empty_note())
 _MIN_LINE_BYTES = 1024
 
 
@@ -196,9 +197,12 @@ class JSONLRenderer:
         data = self._rendered(event_dict)[0]
         return data if self._as_bytes else data.decode()
 
-    def _rendered(self, event_dict: EventDict) -> tuple[bytes, dict[str, Any]]:
-        """The record's line, and the fields it was written from (in its order; its note among them
-        unless it is the empty note)."""
+    def _rendered(self, event_dict: EventDict) -> tuple[bytes, Mapping[str, Any]]:
+        """The record's line, and the fields it was written from (in its order, its note among them
+        unless it is the empty note; or ``event_dict`` itself, written by ``_plain_line``)."""
+        data = _plain_line(event_dict)
+        if data is not None:
+            return (data if data.isascii() else _escape_line_breaks(data)), event_dict
         record = {"event": event_dict.get("event"), **event_dict}
         if "timestamp" not in record:
             record["timestamp"] = iso_timestamp(self._clock())
@@ -237,14 +241,20 @@ class _Parts:
 
     __slots__ = ("_limit", "_line", "_names", "_note", "_owners", "_record")
 
-    def __init__(self, limit: int, record: dict[str, Any], line: bytes) -> None:
+    def __init__(self, limit: int, record: Mapping[str, Any], line: bytes) -> None:
         self._limit = limit
         self._record = record
         self._line = line
         note = record.get(NOTE_KEY)
         self._note: dict[str, Any] = note if isinstance(note, dict) else empty_note()
         keys = list(record)  # the event first, then the fields, the note (if any) and the timestamp
-        self._names = keys[1:-2] if NOTE_KEY in record else keys[1:-1]
+        if keys[0] == "event":
+            self._names = keys[1:-2] if NOTE_KEY in record else keys[1:-1]
+        else:  # an event dict written by _plain_line: the timestamp last, the event anywhere or absent
+            del keys[-1]
+            if "event" in record:
+                keys.remove("event")
+            self._names = keys
         self._owners = self._entry_owners()
 
     def lines(self) -> list[bytes] | None:
@@ -464,6 +474,42 @@ def _plain_record(record: dict[str, Any]) -> bytes | None:
     if data is not None and _NULL.search(data) is not None and not is_plain(record):
         data = None
     return data
+
+
+def _plain_line(event_dict: EventDict) -> bytes | None:
+    """The line of an event dict of plain finite scalars (``is_plain``) whose last key is
+    ``timestamp``, with no note of its own (a chain's usual event dict): orjson writes the event dict
+    as it is, and the line is joined from those bytes with the ``event`` first and the empty note
+    before the timestamp, instead of copying the event dict into the record's order first (the copy
+    costs twice the joining of the bytes at 1,000 keys). A plain record's bytes allow this: no string
+    in them holds an unescaped quote, so ``,"event":`` is its event's field and no other. ``None``
+    for any other event dict (``_plain_record`` then writes it from a copy)."""
+    if not isinstance(event_dict, dict) or not event_dict or next(reversed(event_dict)) != "timestamp":
+        return None
+    if NOTE_KEY in event_dict or not PLAIN_TYPES.issuperset(map(type, event_dict.values())):
+        return None
+    try:
+        data = orjson.dumps(event_dict, option=_ORJSON_OPTIONS)
+    except TypeError:  # a key that is no str, an int beyond 64 bits, a lone surrogate
+        return None
+    if _NULL.search(data) is not None and not is_plain(event_dict):
+        return None
+    stamp = b'"timestamp":' + orjson.dumps(event_dict["timestamp"], option=_ORJSON_OPTIONS)
+    stop = len(data) - len(stamp) - 2  # the comma before the timestamp
+    if not data.endswith(stamp, stop + 1, -1):  # cannot be: its last key is the timestamp
+        return None
+    if stop < 1:  # the timestamp alone
+        return b"".join((b'{"event":null,', _EMPTY_NOTE_FIELD, b",", stamp, b"}"))
+    fields = memoryview(data)[1:stop]  # the others, the event among them, between the braces
+    if "event" not in event_dict:
+        return b"".join((b'{"event":null,', fields, b",", _EMPTY_NOTE_FIELD, b",", stamp, b"}"))
+    event = b'"event":' + orjson.dumps(event_dict["event"], option=_ORJSON_OPTIONS)
+    at = 0 if data.startswith(event, 1) else data.find(b"," + event, 0, stop + 1)  # where it begins
+    if at < 0:  # cannot be: the record's own bytes, never a line without its event
+        return None
+    before, after = fields[: max(at - 1, 0)], fields[at + len(event) :]  # after: its comma first, if any
+    middle = (b",", before, after) if before else (after,)
+    return b"".join((b"{", event, *middle, b",", _EMPTY_NOTE_FIELD, b",", stamp, b"}"))
 
 
 def _escape_line_breaks(data: bytes) -> bytes:
