@@ -270,32 +270,39 @@ class _Parts:
         """The parts cut from the line at its commas, a few calls per part, when only its structure
         holds commas and every field fits in a part (else ``None``)."""
         line, record = self._line, self._record
-        body = line[1 : line.rfind(b',"' + NOTE_KEY.encode() + b'":')]  # the fields, the note after
-        if body.count(b",") != len(self._names):  # a comma in a key or value
+        end = line.rfind(b',"' + NOTE_KEY.encode() + b'":')  # the fields end where the note begins
+        if line.count(b",", 1, end) != len(self._names):  # a comma in a key or value
             return None
-        first = body.find(b",")
-        head, rest = [body[:first]], body[first:]  # each field of the rest after its comma
+        first = line.find(b",", 1, end)  # after the event's field
+        if first < 0:  # the event alone is too wide
+            return None
+        head, holes = [line[1:first]], []
         for key in PART_HEAD:
-            if key in record:
-                at = rest.find(b"," + _value_bytes(key) + b":")
-                stop = rest.find(b",", at + 1)
-                stop = len(rest) if stop < 0 else stop
-                head.append(rest[at + 1 : stop])
-                rest = rest[:at] + rest[stop:]
-        fields = rest[1:]
+            if key in record:  # its field: from the comma before it to the one after it
+                at = line.find(b"," + _value_bytes(key) + b":", first, end)
+                stop = line.find(b",", at + 1, end)
+                stop = end if stop < 0 else stop
+                head.append(line[at + 1 : stop])
+                holes.append((at, stop))
+        view, spans, start = memoryview(line), [], first
+        for at, stop in sorted(holes):
+            spans.append(view[start:at])
+            start = stop
+        spans.append(view[start:end])
+        fields = b"".join(spans)  # each field after its comma: the line's only copy before the parts
         heads = b",".join(head)
         stamp = b'"timestamp":' + _value_bytes(record.get("timestamp"))
         budget = self._limit - (len(heads) + len(self._note_bytes(9_999_999, 9_999_999, ())) + len(stamp) + 4)
-        if not fields or budget < _MIN_LINE_BYTES // 2:
+        if len(fields) < 2 or budget < _MIN_LINE_BYTES // 2:
             return None
-        chunks, start = [], 0
+        chunks, start, view = [], 1, memoryview(fields)
         while len(fields) - start > budget:
             cut = fields.rfind(b",", start, start + budget + 1)  # after the last field that fits
             if cut <= start:  # a field wider than a part: cut by the pieces' rules
                 return None
-            chunks.append(fields[start:cut])
+            chunks.append(view[start:cut])
             start = cut + 1
-        chunks.append(fields[start:])
+        chunks.append(view[start:])
         count = len(chunks)
         return [
             b"".join((b"{", heads, b",", chunk, b",", self._note_bytes(part, count, ()), b",", stamp, b"}"))
