@@ -239,7 +239,7 @@ class _Parts:
     beside the rest, at most a part's room) and listed under the note's ``truncated``; nothing else
     is cut."""
 
-    __slots__ = ("_limit", "_line", "_names", "_note", "_owners", "_record")
+    __slots__ = ("_fields", "_limit", "_line", "_note", "_owners", "_record")
 
     def __init__(self, limit: int, record: Mapping[str, Any], line: bytes) -> None:
         self._limit = limit
@@ -247,14 +247,7 @@ class _Parts:
         self._line = line
         note = record.get(NOTE_KEY)
         self._note: dict[str, Any] = note if isinstance(note, dict) else empty_note()
-        keys = list(record)  # the event first, then the fields, the note (if any) and the timestamp
-        if keys[0] == "event":
-            self._names = keys[1:-2] if NOTE_KEY in record else keys[1:-1]
-        else:  # an event dict written by _plain_line: the timestamp last, the event anywhere or absent
-            del keys[-1]
-            if "event" in record:
-                keys.remove("event")
-            self._names = keys
+        self._fields = len(record) - 1 - ("event" in record) - (NOTE_KEY in record)  # all but the timestamp
         self._owners = self._entry_owners()
 
     def lines(self) -> list[bytes] | None:
@@ -271,7 +264,7 @@ class _Parts:
         holds commas and every field fits in a part (else ``None``)."""
         line, record = self._line, self._record
         end = line.rfind(b',"' + NOTE_KEY.encode() + b'":')  # the fields end where the note begins
-        if line.count(b",", 1, end) != len(self._names):  # a comma in a key or value
+        if line.count(b",", 1, end) != self._fields:  # a comma in a key or value
             return None
         first = line.find(b",", 1, end)  # after the event's field
         if first < 0:  # the event alone is too wide
@@ -311,7 +304,7 @@ class _Parts:
 
     def _from_pieces(self) -> list[bytes] | None:
         """The parts from each field's bytes (``_pieces``), values too large for a part truncated."""
-        names, limit = self._names, self._limit
+        names, limit = self._names(), self._limit
         pieces = self._pieces()
         head_at = [names.index(key) for key in PART_HEAD if key in self._record]
         head = b",".join([pieces[0], *(pieces[1 + at] for at in head_at)])
@@ -363,9 +356,20 @@ class _Parts:
         line, record = self._line, self._record
         end = line.rfind(b',"' + NOTE_KEY.encode() + b'":')  # the note comes after every field
         pieces = line[1:end].split(b",")
-        if len(pieces) == 1 + len(self._names):
+        if len(pieces) == 1 + self._fields:
             return pieces
-        return [_value_bytes(key) + b":" + _value_bytes(record[key]) for key in ("event", *self._names)]
+        return [_value_bytes(key) + b":" + _value_bytes(record[key]) for key in ("event", *self._names())]
+
+    def _names(self) -> list[str]:
+        """The record's fields but its event, note and timestamp, in order (the record's, or an event
+        dict's written by ``_plain_line``: its timestamp last, its event anywhere or absent)."""
+        keys = list(self._record)
+        if keys[0] == "event":
+            return keys[1:-2] if NOTE_KEY in self._record else keys[1:-1]
+        del keys[-1]
+        if "event" in self._record:
+            keys.remove("event")
+        return keys
 
     def _note_bytes(self, part: int, parts: int, chosen: Any) -> bytes:
         note = {**self._note, NOTE_PART: part, NOTE_PARTS: parts}

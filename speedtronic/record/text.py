@@ -118,8 +118,9 @@ class ValueFormat:
         self, event_dict: Mapping[Any, Any], skip: Container[Any], room: int, width: int, widest: int
     ) -> tuple[str, int]:
         """``fields``, and 0; but for an event written in bulk that can't fit in ``width`` characters
-        (each value one at least), only its first fields, up to the last that can begin within
-        ``room`` characters, and how many fields follow them. The whole line still when a field left
+        (each value as short as its type's text can be: ``0.0``, ``True``, an int's one digit), only
+        its first fields, up to the last that can begin within ``room`` characters, and how many
+        fields follow them. The whole line still when a field left
         out could hold a quote, a non-ASCII character or ``widest`` characters without a space (a long
         key, an int). So a capped text line of thousands of fields formats only those it can keep
         (``TextRenderer``)."""
