@@ -57,6 +57,10 @@ def expected(fields: dict[str, Any], event: Any = None) -> bytes:
     return orjson.dumps({"event": event, **fields, NOTE_KEY: empty_note(), "timestamp": STAMP})
 
 
+PAD = {f"pad{k}": k for k in range(40)}
+"""Fields that make an event dict wide enough to be written as it is (small ones are copied)."""
+
+
 def orders(event: Any, fields: dict[str, Any]) -> list[dict[str, Any]]:
     """The same event dict with its ``event`` first, between two fields, last before the timestamp,
     and with the timestamp first (so the renderer copies it into the record's order)."""
@@ -82,33 +86,39 @@ class TestJSONLineInAnyKeyOrder:
             {f"layers.{k}.grad_norm": k / 7 for k in range(300)},
         ],
     )
-    def test_the_record_order_whatever_the_event_dicts(self, fields: dict[str, Any]) -> None:
+    @pytest.mark.parametrize("pad", [{}, PAD])
+    def test_the_record_order_whatever_the_event_dicts(self, fields: dict[str, Any], pad: Any) -> None:
         """Every key order gives the record's line: ``event`` first, the note before the timestamp,
-        every other field in its order; a string holding ``,"event":...`` stays a value."""
+        every other field in its order; a string holding ``,"event":...`` stays a value. Small event
+        dicts and wide ones (written as they are, not copied) alike."""
+        fields = {**fields, **pad}
         line = expected(fields, "train_step").replace(b"\xe2\x80\xa8", b"\\u2028")
         for event_dict in orders("train_step", fields):
             assert JSONLRenderer(as_bytes=True)(None, "info", event_dict) == line
             assert orjson.loads(line)["event"] == "train_step"
 
-    def test_an_event_of_any_plain_type(self) -> None:
+    @pytest.mark.parametrize("pad", [{}, PAD])
+    def test_an_event_of_any_plain_type(self, pad: Any) -> None:
         """A number, ``None`` or ``True`` as the event is written first as it is."""
+        fields = {"step": 3, **pad}
         for event in (7, 2.5, None, True, ""):
-            for event_dict in orders(event, {"step": 3}):
-                assert JSONLRenderer(as_bytes=True)(None, "info", event_dict) == expected({"step": 3}, event)
+            for event_dict in orders(event, fields):
+                assert JSONLRenderer(as_bytes=True)(None, "info", event_dict) == expected(fields, event)
 
-    def test_no_event_and_only_a_timestamp(self) -> None:
+    @pytest.mark.parametrize("pad", [{}, PAD])
+    def test_no_event(self, pad: Any) -> None:
         """An event dict without ``event`` gets ``"event": null`` first; a timestamp alone too."""
         renderer = JSONLRenderer(as_bytes=True)
-        assert renderer(None, "info", {"step": 1, "timestamp": STAMP}) == expected({"step": 1})
+        for fields in ({"step": 1, **pad}, {**pad, "step": 1}):
+            assert renderer(None, "info", {**fields, "timestamp": STAMP}) == expected(fields)
         assert renderer(None, "info", {"timestamp": STAMP}) == expected({})
 
-    def test_an_event_dict_that_is_no_dict(self) -> None:
+    @pytest.mark.parametrize("pad", [{}, PAD])
+    def test_an_event_dict_that_is_no_dict(self, pad: Any) -> None:
         """A mapping of another class gives the same line as a dict of the same fields."""
-        for event_dict in orders("e", {"step": 1, "loss": 0.25}):
-            assert (
-                JSONLRenderer()(None, "info", Fields(event_dict))
-                == expected({"step": 1, "loss": 0.25}, "e").decode()
-            )
+        fields = {"step": 1, "loss": 0.25, **pad}
+        for event_dict in orders("e", fields):
+            assert JSONLRenderer()(None, "info", Fields(event_dict)) == expected(fields, "e").decode()
 
     def test_the_event_dict_is_left_as_it_was(self) -> None:
         """Rendering changes neither the event dict's keys nor their order (the hooks get it next)."""
