@@ -494,10 +494,11 @@ def _plain_line(event_dict: EventDict) -> bytes | None:
     ``timestamp``, with no note of its own (a chain's usual event dict): orjson writes the event dict
     as it is, and the line is joined from those bytes with the ``event`` first and the empty note
     before the timestamp, instead of copying the event dict into the record's order first (the copy
-    costs twice the joining of the bytes at 1,000 keys, and more than the joining's own calls from
-    about 25 keys on: ``JSONLRenderer`` calls this from ``_SPLICED_FIELDS`` keys on). A plain record's bytes allow this: no string
-    in them holds an unescaped quote, so ``,"event":`` is its event's field and no other. ``None``
-    for any other event dict (``_plain_record`` then writes it from a copy)."""
+    costs twice the joining of the bytes at 1,000 keys, and more than the joining's own calls below
+    about 25 keys: ``JSONLRenderer`` calls this from ``_SPLICED_FIELDS`` keys on). A plain record's
+    bytes allow this: no string in them holds an unescaped quote, so ``,"event":`` is its event's
+    field and no other. ``None`` for any other event dict (``_plain_record`` then writes it from a
+    copy)."""
     if not isinstance(event_dict, dict):
         return None
     if next(reversed(event_dict)) != "timestamp":
