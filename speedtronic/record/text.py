@@ -120,9 +120,10 @@ class ValueFormat:
         """``fields``, and 0; but for an event written in bulk that can't fit in ``width`` characters
         (each value as short as its type's text can be: ``0.0``, ``True``, an int's one digit), only
         its first fields, up to the last that can begin within ``room`` characters, and how many
-        fields follow them. The whole line still when a field left
-        out could hold a quote, a non-ASCII character or ``widest`` characters without a space (a long
-        key, an int). So a capped text line of thousands of fields formats only those it can keep
+        fields follow them (or, once an event of its form showed how many began within ``room``,
+        about those: ``_Form.guess``). The whole line still when a field left out could hold a
+        quote, a non-ASCII character or ``widest`` characters without a space (a long key, an int).
+        So a capped text line of thousands of fields formats only those it can keep
         (``TextRenderer``)."""
         found = self._form(event_dict, skip)
         if found is None:  # not a wide event of numbers (looked at twice: rare)
