@@ -141,7 +141,7 @@ class ValueFormat:
             except ValueError:  # an int beyond Python's int-to-str digit limit: the line as _bulk has it
                 line = None
             if line is not None and form.rule_texts(line, letters):  # else an exponent: as _bulk has it
-                form.guess(bounds, lead[0], count - line.count(" ", room + 1))  # a short tail counted
+                form.guess(bounds, lead[0], line.count(" ", 0, room + 1))
                 return line, len(values) - count
         whole = self._bulk(*found)
         return (whole if whole is not None else self.fields(event_dict, skip)), 0
