@@ -131,17 +131,12 @@ class ValueFormat:
         _plan, form, values = found
         lead = form.lead(room, width, widest) if not form.exponents else None
         if lead is not None:
-            bounds = (room, width, widest)
-            count, template, letters = form.short.get(bounds) or lead  # as many as began within room last
+            count, template, letters = lead
             try:
                 line = template.format(*values)  # the values after the first count are not written
-                if count < lead[0] and len(line) <= room:  # the next field may begin within room
-                    count, template, letters = lead
-                    line = template.format(*values)
             except ValueError:  # an int beyond Python's int-to-str digit limit: the line as _bulk has it
                 line = None
             if line is not None and form.rule_texts(line, letters):  # else an exponent: as _bulk has it
-                form.guess(bounds, lead[0], line.count(" ", 0, room + 1))
                 return line, len(values) - count
         whole = self._bulk(*found)
         return (whole if whole is not None else self.fields(event_dict, skip)), 0
@@ -339,7 +334,6 @@ class _Form:
         "pieces",
         "prefixes",
         "repr_exact",
-        "short",
         "specs",
         "template",
         "words",
@@ -354,7 +348,6 @@ class _Form:
         self.template = "".join(self.pieces)
         self.prefixes = prefixes
         self.leads: dict[tuple[int, int, int], tuple[int, str, tuple[int, int, int]] | None] = {}
-        self.short: dict[tuple[int, int, int], tuple[int, str, tuple[int, int, int]]] = {}  # see guess
         self.words = _words(kinds)
         self.letters = _letters(prefixes, kinds)
         self.repr_exact = spec == ""  # every digit: format(x, "") is repr(x), the rule itself
@@ -379,40 +372,12 @@ class _Form:
         if (
             starts[-1] > width  # can't fit, even with each value as short as its type's text can be
             and 2 <= count < len(prefixes)
-            and self._narrow(count, len(prefixes), widest)
+            and int not in kinds[count:]  # an int of 4,000 digits would be a wide field
+            and all(len(key) + 32 < widest and key.isascii() and '"' not in key for key in prefixes[count:])
         ):
             lead = (count, "".join(self.pieces[:count]), _letters(prefixes[:count], kinds[:count]))
         self.leads[bounds] = lead
         return lead
-
-    def guess(self, bounds: tuple[int, int, int], count: int, began: int) -> None:
-        """Remember how many fields of the lead of ``count`` for ``bounds`` (``lead``'s) began within
-        its room (``began``), and a margin, so the next event of this form formats about those
-        (``short``): per-layer values are of about the same width step after step, and the lead,
-        bounded by the shortest texts, holds a tenth to a third more fields than a line of real values
-        can begin within its room. ``fields_within`` checks each line so formatted to reach past its
-        room (else formats the lead); the fields it leaves out of the lead pass the lead's test
-        (``_narrow``). The guess stays while it is within a few margins of what is needed, so a
-        template is joined again only when the values' widths change."""
-        fields = self.short.get(bounds, (count,))[0]
-        if began < fields <= began + 3 * _GUESS_MARGIN:
-            return
-        fields = began + _GUESS_MARGIN
-        if fields >= count or not self._narrow(fields, count, bounds[2]):
-            self.short.pop(bounds, None)
-            return
-        if len(self.short) >= _MAX_FORMS:
-            self.short.clear()
-        letters = _letters(self.prefixes[:fields], self.kinds[:fields])
-        self.short[bounds] = (fields, "".join(self.pieces[:fields]), letters)
-
-    def _narrow(self, start: int, stop: int, widest: int) -> bool:
-        """Whether no field from ``start`` to ``stop`` could hold a quote, a non-ASCII character or a
-        run of ``widest`` characters: no int (it can be thousands of digits), no key that is quoted,
-        not ASCII or near ``widest``."""
-        return int not in self.kinds[start:stop] and all(
-            len(key) + 32 < widest and key.isascii() and '"' not in key for key in self.prefixes[start:stop]
-        )
 
     def rule_texts(self, text: str, letters: tuple[int, int, int]) -> bool:
         """Whether the value texts in ``text`` are the float rule's. ``letters``: how many ``e``,
@@ -430,8 +395,6 @@ class _Form:
         )
 
 
-_GUESS_MARGIN = 16
-"""Fields formatted beyond those that began within the room last time, and the step of the guesses."""
 _SHORTEST: dict[type, int] = {float: 3, bool: 4, type(None): 4}
 """The shortest text of a value of these types (``0.0``, ``nan``, ``True``, ``None``; an int's is 1): a
 line's length with every value that short is a bound below its own (``_Form.lead``)."""
