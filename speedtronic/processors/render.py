@@ -45,9 +45,6 @@ _EMPTY_NOTE = orjson.Fragment(orjson.dumps(empty_note()))
 """The note of a record with nothing to say, serialised once: orjson writes a ``Fragment`` as it is."""
 _NULL = re.compile(b"null")
 """``null`` in a line: a regular expression finds it twice as fast as ``bytes.__contains__`` does."""
-_SPLICED_FIELDS = 32
-"""Keys from which ``_plain_line`` writes an event dict as it is: a smaller one is copied as cheaply."""
-_EMPTY_NOTE_FIELD = b'"' + NOTE_KEY.encode() + b'":' + orjson.dumps(empty_note())
 _MIN_LINE_BYTES = 1024
 
 
@@ -199,12 +196,9 @@ class JSONLRenderer:
         data = self._rendered(event_dict)[0]
         return data if self._as_bytes else data.decode()
 
-    def _rendered(self, event_dict: EventDict) -> tuple[bytes, Mapping[str, Any]]:
-        """The record's line, and the fields it was written from (in its order, its note among them
-        unless it is the empty note; or ``event_dict`` itself, written by ``_plain_line``)."""
-        data = _plain_line(event_dict) if len(event_dict) >= _SPLICED_FIELDS else None  # else a copy is cheap
-        if data is not None:
-            return (data if data.isascii() else _escape_line_breaks(data)), event_dict
+    def _rendered(self, event_dict: EventDict) -> tuple[bytes, dict[str, Any]]:
+        """The record's line, and the fields it was written from (in its order; its note among them
+        unless it is the empty note)."""
         record = {"event": event_dict.get("event"), **event_dict}
         if "timestamp" not in record:
             record["timestamp"] = iso_timestamp(self._clock())
@@ -363,15 +357,9 @@ class _Parts:
         return [_value_bytes(key) + b":" + _value_bytes(record[key]) for key in ("event", *self._names())]
 
     def _names(self) -> list[str]:
-        """The record's fields but its event, note and timestamp, in order (the record's, or an event
-        dict's written by ``_plain_line``: its timestamp last, its event anywhere or absent)."""
-        keys = list(self._record)
-        if keys[0] == "event":
-            return keys[1:-2] if NOTE_KEY in self._record else keys[1:-1]
-        del keys[-1]
-        if "event" in self._record:
-            keys.remove("event")
-        return keys
+        """The record's fields but its event, note and timestamp, in order."""
+        keys = list(self._record)  # the event first, then the fields, the note (if any) and the timestamp
+        return keys[1:-2] if NOTE_KEY in self._record else keys[1:-1]
 
     def _note_bytes(self, part: int, parts: int, chosen: Any) -> bytes:
         note = {**self._note, NOTE_PART: part, NOTE_PARTS: parts}
@@ -487,44 +475,6 @@ def _plain_record(record: dict[str, Any]) -> bytes | None:
     if data is not None and _NULL.search(data) is not None and not is_plain(record):
         data = None
     return data
-
-
-def _plain_line(event_dict: EventDict) -> bytes | None:
-    """The line of an event dict of plain finite scalars (``is_plain``) whose last key is
-    ``timestamp``, with no note of its own (a chain's usual event dict): orjson writes the event dict
-    as it is, and the line is joined from those bytes with the ``event`` first and the empty note
-    before the timestamp, instead of copying the event dict into the record's order first (the copy
-    costs twice the joining of the bytes at 1,000 keys, and more than the joining's own calls below
-    about 25 keys: ``JSONLRenderer`` calls this from ``_SPLICED_FIELDS`` keys on). A plain record's
-    bytes allow this: no string in them holds an unescaped quote, so ``,"event":`` is its event's
-    field and no other. ``None`` for any other event dict (``_plain_record`` then writes it from a
-    copy)."""
-    if not isinstance(event_dict, dict):
-        return None
-    if next(reversed(event_dict)) != "timestamp":
-        return None
-    if NOTE_KEY in event_dict or not PLAIN_TYPES.issuperset(map(type, event_dict.values())):
-        return None
-    try:
-        data = orjson.dumps(event_dict, option=_ORJSON_OPTIONS)
-    except TypeError:  # a key that is no str, an int beyond 64 bits, a lone surrogate
-        return None
-    if _NULL.search(data) is not None and not is_plain(event_dict):
-        return None
-    stamp = b'"timestamp":' + orjson.dumps(event_dict["timestamp"], option=_ORJSON_OPTIONS)
-    stop = len(data) - len(stamp) - 2  # the comma before the timestamp
-    if not data.endswith(stamp, stop + 1, -1):  # cannot be: its last key is the timestamp
-        return None
-    fields = memoryview(data)[1:stop]  # the others, the event among them, between the braces
-    if "event" not in event_dict:
-        return b"".join((b'{"event":null,', fields, b",", _EMPTY_NOTE_FIELD, b",", stamp, b"}"))
-    event = b'"event":' + orjson.dumps(event_dict["event"], option=_ORJSON_OPTIONS)
-    at = 0 if data.startswith(event, 1) else data.find(b"," + event, 0, stop + 1)  # where it begins
-    if at < 0:  # cannot be: the record's own bytes, never a line without its event
-        return None
-    before, after = fields[: max(at - 1, 0)], fields[at + len(event) :]  # after: its comma first, if any
-    middle = (b",", before, after) if before else (after,)
-    return b"".join((b"{", event, *middle, b",", _EMPTY_NOTE_FIELD, b",", stamp, b"}"))
 
 
 def _escape_line_breaks(data: bytes) -> bytes:
