@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import operator
@@ -15,7 +14,7 @@ from typing import Any
 from speedtronic.events import level_for
 from speedtronic.record import NOTE_KEY, non_finite_text
 from speedtronic.runs.alert_records import RecordedAlerts
-from speedtronic.runs.health import RankTimes
+from speedtronic.runs.health import RankTimes, sum_in_order
 from speedtronic.runs.reader import Record, Skipped, as_number
 from speedtronic.runs.roles import Roles, eval_split
 
@@ -294,7 +293,7 @@ class RunSummary:
                 rate = self.rates.get(key)
                 if rate is None:
                     rate = self.rates[key] = RateStats()
-                rate.total = functools.reduce(operator.add, column, rate.total)  # as += one by one
+                rate.total = sum_in_order(column, rate.total)
                 rate.count += len(column)
                 rate.last = column[-1]
             elif role == _LR:
