@@ -26,9 +26,10 @@ prints them as a table with the machine, the load and the date (``--check``: exi
 ``summarize --rank all`` of 1,000 ranks x 10,000 records within 2x DuckDB's per-rank ``GROUP BY``
 (256 MB, 2 threads) with a peak RSS of at most 300 MiB; the same for ``summarize --rank all --health``
 against DuckDB's per-rank ``GROUP BY`` of the same figures with the schema typed
-(``read_json(..., columns={...})``: ``DUCKDB_HEALTH``); and ``summarize`` of 1,000,000 records of one
-rank within 2x the polars lazy query. ``--goals --quick --ranks 50`` is a quicker check of the same
-shape (100,000 records of one rank, 50 ranks).
+(``read_json(..., columns={...})``: ``DUCKDB_HEALTH``), with the floor of that goal in Python beside
+it (``ORJSON_FLOOR``: orjson per line, 2 processes, printed, not a goal); and ``summarize`` of
+1,000,000 records of one rank within 2x the polars lazy query. ``--goals --quick --ranks 50`` is a
+quicker check of the same shape (100,000 records of one rank, 50 ranks).
 """
 
 from __future__ import annotations
