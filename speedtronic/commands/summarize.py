@@ -21,7 +21,7 @@ from speedtronic.commands._runs import (
 )
 from speedtronic.commands.cli import CommandError
 from speedtronic.runs.backtest import run_alerts
-from speedtronic.runs.health import format_health, format_stragglers, run_health, stragglers
+from speedtronic.runs.health import format_health, format_stragglers, run_health
 from speedtronic.runs.reader import RankChoice, RunError
 from speedtronic.runs.summary import available_workers, format_summaries, summarize_run
 
@@ -78,7 +78,10 @@ def run(args: argparse.Namespace) -> int:
     summaries, unreadable = [], []
     for path in runs_in(args.runs):
         try:
-            summaries.append(summarize_run(path, rank=rank, workers=workers, roles=roles))
+            stragglers = args.health and rank == "all"  # summed in the summary's pass
+            summaries.append(
+                summarize_run(path, rank=rank, workers=workers, roles=roles, stragglers=stragglers)
+            )
         except RunError as error:
             unreadable.append(str(error))
     if not summaries:
@@ -101,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
             healths.append(health)
             row["health"] = health.as_dict()
             if rank == "all":  # the ranks that hold the others back
-                found = stragglers(summary.run)
+                assert summary.rank_times is not None  # asked for above
+                found = summary.rank_times.stragglers()
                 row["health"]["stragglers"] = [item.as_dict() for item in found]
                 health_lines[summary.run] = format_stragglers(found)
     if args.json:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import operator
@@ -15,6 +14,7 @@ from typing import Any
 from speedtronic.events import level_for
 from speedtronic.record import NOTE_KEY, non_finite_text
 from speedtronic.runs.alert_records import RecordedAlerts
+from speedtronic.runs.health import RankTimes, sum_in_order
 from speedtronic.runs.reader import Record, Skipped, as_number
 from speedtronic.runs.roles import Roles, eval_split
 
@@ -97,9 +97,14 @@ _Plan = list[tuple[str, int, int]]
 """What ``RunSummary._fold_step`` reads of a payload: each key with a role, the role, and for a loss
 how preferred its key is (``RunSummary._plan``)."""
 
-_Columns = tuple[_Plan, tuple[int, ...], tuple[float, ...], list[tuple[float, ...]]]
-"""What ``RunSummary._add_steps`` folds in bulk: the plan, the steps, ``elapsed_s``, and
-the values of each of the plan's keys."""
+_Columns = tuple[
+    _Plan, tuple[int, ...], tuple[float, ...], list[tuple[float, ...]], dict[str, tuple[Any, ...]]
+]
+"""What ``RunSummary._add_steps`` folds in bulk: the plan, the steps, ``elapsed_s``, the values of
+each of the plan's keys, and every key's values."""
+
+_TIMES = ("data_wait_s", "compute_s", "step_time_s")
+"""The timing keys ``RankTimes`` sums beside ``sync_wait_s``."""
 
 _INT, _FLOAT = frozenset({int}), frozenset({float})
 
@@ -182,6 +187,9 @@ class RunSummary:
     alerts: RecordedAlerts = field(default_factory=RecordedAlerts)
     """The run's ``alert`` records per rank and rule (``speedtronic.runs.alert_records``)."""
     skipped: Skipped = field(default_factory=Skipped)
+    rank_times: RankTimes | None = None
+    """Each rank's step times, for ``RankTimes.stragglers``: gathered when ``summarize_run`` is asked
+    (``stragglers=True``), else ``None``."""
     _read: int = field(default=0, repr=False)
     """Records read in this piece, of any rank (a file with lines and none of them is not a run)."""
     _starts: int = field(default=0, repr=False)
@@ -262,12 +270,17 @@ class RunSummary:
             rank = ranks[0]
             alike = ranks.count(rank) == len(ranks)
         columns = self._columns(payloads) if alike else None
+        times = self.rank_times
         if columns is None:
             for payload, rank in steps:
                 self._count("train_step", rank, payload)
                 self._fold_step(payload)
+                if times is not None:
+                    times.add_step(payload, rank, self._starts)
             return
-        plan, numbers, elapsed, values = columns
+        plan, numbers, elapsed, values, by_key = columns
+        if times is not None:
+            self._add_times(times, rank, payloads, by_key)
         first = self.records + 1  # the record of the piece the first step is
         self.records += len(steps)
         self.events["train_step"] += len(steps)
@@ -280,7 +293,7 @@ class RunSummary:
                 rate = self.rates.get(key)
                 if rate is None:
                     rate = self.rates[key] = RateStats()
-                rate.total = functools.reduce(operator.add, column, rate.total)  # as += one by one
+                rate.total = sum_in_order(column, rate.total)
                 rate.count += len(column)
                 rate.last = column[-1]
             elif role == _LR:
@@ -307,14 +320,41 @@ class RunSummary:
             columns = list(zip(*map(operator.itemgetter(*keys), payloads), strict=True))
         except KeyError:
             return None
-        numbers, elapsed = columns[keys.index("step")], columns[keys.index("elapsed_s")]
-        values = [columns[keys.index(key)] for key, _, _ in plan]
+        by_key = dict(zip(keys, columns, strict=True))
+        numbers, elapsed = by_key["step"], by_key["elapsed_s"]
+        values = [by_key[key] for key, _, _ in plan]
         if set(map(type, numbers)) != _INT or min(numbers) < 0 or max(numbers) >= _STEP_BITS:
             return None
         for column in (elapsed, *values):  # a finite sum: every value finite
             if set(map(type, column)) != _FLOAT or not isfinite(sum(column)):
                 return None
-        return plan, numbers, elapsed, values
+        return plan, numbers, elapsed, values, by_key
+
+    def _add_times(
+        self,
+        times: RankTimes,
+        rank: int,
+        payloads: tuple[dict[str, Any], ...],
+        by_key: dict[str, tuple[Any, ...]],
+    ) -> None:
+        """``RankTimes.add_step`` of these steps of ``rank`` (every one with the same keys, ``by_key``'s
+        columns): a column at a time when each is floats (a missing one is 0.0, as ``add_step`` reads
+        it), else one by one."""
+        waits = by_key.get("sync_wait_s")
+        if waits is None:
+            return
+        zeros = None
+        columns = [waits]
+        for key in _TIMES:
+            column = by_key.get(key)
+            if column is None:
+                column = zeros = zeros or (0.0,) * len(waits)
+            columns.append(column)
+        if all(set(map(type, column)) == _FLOAT for column in columns):
+            times.add_steps(rank, self._starts, columns)
+            return
+        for payload in payloads:
+            times.add_step(payload, rank, self._starts)
 
     def _count(self, event: str, rank: int, payload: dict[str, Any]) -> None:
         self.records += 1
@@ -336,6 +376,8 @@ class RunSummary:
 
     def _add_step(self, record: Record) -> None:
         self._fold_step(record.payload)
+        if self.rank_times is not None:
+            self.rank_times.add_step(record.payload, record.rank, self._starts)
 
     def _fold_step(self, payload: dict[str, Any]) -> None:
         """The step, the losses, learning rates, rates and held-out losses of a ``train_step``'s

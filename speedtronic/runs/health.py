@@ -3,9 +3,13 @@ read from a run's records across its restarts (formulas in ``docs/reading-runs.m
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 import os
 import random
+import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -19,6 +23,7 @@ __all__ = [
     "DEFAULT_WARMUP_STEPS",
     "PARTS",
     "STRAGGLER_SCORE",
+    "RankTimes",
     "RunHealth",
     "Slowdown",
     "Straggler",
@@ -27,6 +32,7 @@ __all__ = [
     "run_health",
     "slowdown",
     "stragglers",
+    "sum_in_order",
 ]
 
 DEFAULT_WARMUP_STEPS = 5
@@ -375,6 +381,16 @@ def _ratio(a: float, b: float, higher_is_better: bool) -> float:
     return numerator / denominator if denominator > 0 else math.inf
 
 
+def _reduce_sum(values: Sequence[float], start: float) -> float:
+    return functools.reduce(operator.add, values, start)
+
+
+sum_in_order: Callable[[Sequence[float], float], float] = sum if sys.version_info < (3, 12) else _reduce_sum
+"""``start`` plus each of ``values`` in turn, as ``+=`` one by one would give (a fold in bulk gives
+what a fold record by record gives, to the last bit). Python 3.12's ``sum`` of floats compensates
+for rounding, so from 3.12 on it is ``functools.reduce`` (4 to 5 times slower than 3.11's ``sum``)."""
+
+
 STRAGGLER_SCORE = 0.05
 """A rank is named when the others wait for it, on average, at least this share of a step."""
 
@@ -415,43 +431,145 @@ def stragglers(
     """The ranks of the run at ``path`` that hold the others back, most first (``[]`` for a balanced
     run, and for a run whose steps have no ``sync_wait_s``). Under a synchronous all-reduce every
     rank's step takes as long as the slowest's, so step times can't tell the culprit; it is the rank
-    that waits least at the sync (TraceML's finding). Memory: a few sums per rank."""
-    sums: dict[int, list[float]] = {}
-    """rank -> [steps, sync wait, data wait, compute, step time]"""
-    seen: dict[int, tuple[Any, int]] = {}
+    that waits least at the sync (TraceML's finding). Memory: a few sums per rank.
+
+    ``summarize_run(..., stragglers=True)`` gathers the same sums in its one pass over the run
+    (``RunSummary.rank_times``)."""
+    times = RankTimes(warmup_steps)
     for record in read_records(path, rank="all"):
-        if record.event != "train_step":
-            continue
-        wait = as_number(record.payload.get("sync_wait_s"))
+        if record.event == "train_step":
+            times.add_step(record.payload, record.rank, (record.source, record.segment))
+    return times.stragglers(threshold)
+
+
+class RankTimes:
+    """Per rank, the sums ``stragglers`` ranks by: the steps with a ``sync_wait_s`` after each
+    segment's first ``warmup_steps`` (the warm-up after each (re)start), and their sync wait, data
+    wait, compute and step time. Fed step by step (``add_step``) or a rank's steps at a time
+    (``add_steps``); the sums of a run read in pieces are merged in order (``merge``). Memory: a few
+    sums per rank, and the warm-up steps of each rank's first segment (a piece's first segment may go
+    on from the piece before it: which of them are warm-up is known only then)."""
+
+    __slots__ = ("_at", "_held", "sums", "warmup_steps")
+
+    def __init__(self, warmup_steps: int = DEFAULT_WARMUP_STEPS) -> None:
+        self.warmup_steps = warmup_steps
+        self.sums: dict[int, list[float]] = {}
+        """rank -> [steps, sync wait, data wait, compute, step time] over the steps after the warm-up."""
+        self._at: dict[int, list[Any]] = {}
+        """rank -> [its segment now, its steps in it so far, its first segment]"""
+        self._held: dict[int, list[tuple[float, float, float, float]]] = {}
+        """rank -> the warm-up steps of its first segment: (sync wait, data wait, compute, step time)."""
+
+    def add_step(self, payload: dict[str, Any], rank: int, segment: Any) -> None:
+        """One ``train_step``'s payload, of ``rank``, in ``segment`` (anything that tells segments
+        apart); a step without a numeric ``sync_wait_s`` is left out."""
+        wait = as_number(payload.get("sync_wait_s"))
         if wait is None:
-            continue
-        where = (record.source, record.segment)
-        position = seen.get(record.rank)
-        count = position[1] + 1 if position is not None and position[0] == where else 1
-        seen[record.rank] = (where, count)
-        if count <= warmup_steps:  # the warm-up after each (re)start
-            continue
-        row = sums.setdefault(record.rank, [0.0, 0.0, 0.0, 0.0, 0.0])
+            return
+        at = self._at.get(rank)
+        if at is None:
+            at = self._at[rank] = [segment, 0, segment]
+            self._held[rank] = []
+        elif at[0] != segment:
+            at[0], at[1] = segment, 0
+        at[1] += 1
+        data = as_number(payload.get("data_wait_s")) or 0.0
+        compute = as_number(payload.get("compute_s")) or 0.0
+        step = as_number(payload.get("step_time_s")) or 0.0
+        if at[1] <= self.warmup_steps:
+            if at[0] == at[2]:
+                self._held[rank].append((wait, data, compute, step))
+            return
+        row = self.sums.get(rank)
+        if row is None:
+            row = self.sums[rank] = [0.0, 0.0, 0.0, 0.0, 0.0]
         row[0] += 1
         row[1] += wait
-        row[2] += as_number(record.payload.get("data_wait_s")) or 0.0
-        row[3] += as_number(record.payload.get("compute_s")) or 0.0
-        row[4] += as_number(record.payload.get("step_time_s")) or 0.0
-    if len(sums) < 2:
-        return []
-    means = {rank: [value / row[0] for value in row[1:]] for rank, row in sums.items()}
-    medians = [_median([mean[index] for mean in means.values()]) or 0.0 for index in range(4)]
-    step = medians[3]
-    if step <= 0:
-        return []
-    found = [
-        Straggler(
-            rank, (medians[0] - mean[0]) / step, mean[0], mean[1], mean[2], medians[0], medians[1], medians[2]
-        )
-        for rank, mean in means.items()
-        if (medians[0] - mean[0]) / step >= threshold
-    ]
-    return sorted(found, key=lambda straggler: -straggler.score)
+        row[2] += data
+        row[3] += compute
+        row[4] += step
+
+    def add_steps(self, rank: int, segment: Any, columns: Sequence[tuple[float, ...]]) -> None:
+        """``add_step`` of consecutive steps of ``rank`` in ``segment``, given as the columns of their
+        sync wait, data wait, compute and step time, every value a float (what ``add_step`` would
+        read): the same sums, in the same order."""
+        waits = columns[0]
+        at = self._at.get(rank)
+        if at is None:
+            at = self._at[rank] = [segment, 0, segment]
+            self._held[rank] = []
+        elif at[0] != segment:
+            at[0], at[1] = segment, 0
+        skip = max(0, self.warmup_steps - at[1])
+        at[1] += len(waits)
+        if skip:
+            if at[0] == at[2]:
+                self._held[rank] += zip(*(column[:skip] for column in columns), strict=True)
+            if skip >= len(waits):
+                return
+            columns = [column[skip:] for column in columns]
+        row = self.sums.get(rank)
+        if row is None:
+            row = self.sums[rank] = [0.0, 0.0, 0.0, 0.0, 0.0]
+        row[0] += len(columns[0])
+        for index, column in enumerate(columns, 1):
+            row[index] = sum_in_order(column, row[index])
+
+    def merge(self, later: RankTimes, segment: Callable[[Any], Any]) -> None:
+        """Add the sums of ``later``, read after this one's records; ``segment`` maps its segments to
+        this one's (a piece's first segment may be the one this one's last record was in)."""
+        for rank in dict.fromkeys([*later.sums, *later._at]):  # new ranks' sums in the order met
+            now, count, first = later._at[rank]
+            now, first = segment(now), segment(first)
+            at = self._at.get(rank)
+            before = at[1] if at is not None and at[0] == first else 0
+            row = self.sums.get(rank)
+            for index, values in enumerate(later._held.get(rank, ()), before + 1):
+                if index > self.warmup_steps:  # no warm-up after all: the segment went on
+                    if row is None:
+                        row = self.sums[rank] = [0.0, 0.0, 0.0, 0.0, 0.0]
+                    row[0] += 1
+                    for column, value in enumerate(values, 1):
+                        row[column] += value
+            more = later.sums.get(rank)
+            if more is not None:
+                if row is None:
+                    self.sums[rank] = list(more)
+                else:
+                    for column, value in enumerate(more):
+                        row[column] += value
+            if at is None:
+                self._at[rank] = [now, count + before if now == first else count, first]
+                self._held[rank] = list(later._held.get(rank, ()))
+            else:
+                at[0], at[1] = now, count + before if now == first else count
+
+    def stragglers(self, threshold: float = STRAGGLER_SCORE) -> list[Straggler]:
+        """The ranks that hold the others back, most first (``stragglers``)."""
+        sums = self.sums
+        if len(sums) < 2:
+            return []
+        means = {rank: [value / row[0] for value in row[1:]] for rank, row in sums.items()}
+        medians = [_median([mean[index] for mean in means.values()]) or 0.0 for index in range(4)]
+        step = medians[3]
+        if step <= 0:
+            return []
+        found = [
+            Straggler(
+                rank,
+                (medians[0] - mean[0]) / step,
+                mean[0],
+                mean[1],
+                mean[2],
+                medians[0],
+                medians[1],
+                medians[2],
+            )
+            for rank, mean in means.items()
+            if (medians[0] - mean[0]) / step >= threshold
+        ]
+        return sorted(found, key=lambda straggler: -straggler.score)
 
 
 def format_stragglers(found: list[Straggler]) -> str:

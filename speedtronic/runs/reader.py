@@ -452,6 +452,41 @@ def file_records(
                         if held.fields is not None:
                             bad += held.give_up(source, skipped)
                     else:
+                        # Today's writer's record, whole, its note listing nothing non-finite (most
+                        # records): read here, as _record_of would, without its questions or a call.
+                        if (
+                            type(fields) is dict
+                            and type(note := fields.get(NOTE_KEY)) is dict
+                            and NOTE_PARTS not in note
+                            and held.fields is None
+                            and note.get(NOTE_NON_FINITE) == _NOTHING
+                            and NOTE_VERSION_KEY in note
+                            and type(event := fields.pop("event", None)) is str  # else: no event name
+                            and event
+                        ):
+                            timestamp = fields.pop("timestamp", None)
+                            del fields[NOTE_KEY]
+                            rank = fields.get("rank")
+                            if event == "train_start":
+                                if started:
+                                    segment += 1
+                                started = True
+                            records += 1
+                            yield _new(
+                                Record,
+                                (
+                                    event,
+                                    fields,
+                                    timestamp if type(timestamp) is str else None,
+                                    rank if type(rank) is int else 0,
+                                    source,
+                                    number,
+                                    note,
+                                    segment,
+                                    note.get(NOTE_ORIGIN) == ORIGIN_OWN,
+                                ),
+                            )
+                            continue
                         if held.fields is not None or (
                             type(fields) is dict
                             and type(note := fields.get(NOTE_KEY)) is dict

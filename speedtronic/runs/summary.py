@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from speedtronic.runs.fold import RateStats, RunSummary, SeriesStats
+from speedtronic.runs.health import RankTimes
 from speedtronic.runs.reader import (
     RankChoice,
     RankFilter,
@@ -48,13 +49,16 @@ def summarize_run(
     name: str | None = None,
     workers: int = 1,
     roles: Roles | None = None,
+    stragglers: bool = False,
 ) -> RunSummary:
     """Summarise the run at ``path`` (a JSONL file or run directory), each of its pieces read once.
 
     ``workers`` > 1 summarises its pieces (each file, and parts of ``PIECE_BYTES`` of a larger one) in
     that many processes at most, each in constant memory; the summary is the same as with one.
     ``roles`` says which keys are the loss, the learning rates and the rates (default: the table of
-    ``speedtronic.runs.roles``).
+    ``speedtronic.runs.roles``). ``stragglers`` also sums each rank's step times in the same pass
+    (``RunSummary.rank_times``: ``rank_times.stragglers()`` names the ranks that hold the others back,
+    as ``speedtronic.runs.health.stragglers`` does).
 
     Raises ``speedtronic.runs.RunError`` for a path that can't be read; bad lines are counted in
     ``RunSummary.skipped``.
@@ -63,7 +67,8 @@ def summarize_run(
     roles = roles if roles is not None else Roles()
     merged = _Merge(RunSummary(name if name is not None else str(path), roles))
     merged.summary.files = [str(file) for file in files]
-    pieces = _pieces(files, rank, merged.summary.skipped, roles)
+    merged.summary.rank_times = RankTimes() if stragglers else None
+    pieces = _pieces(files, rank, merged.summary.skipped, roles, stragglers)
     first = list(itertools.islice(pieces, 2))
     if workers <= 1 or len(first) <= 1:
         for piece in itertools.chain(first, pieces):
@@ -111,7 +116,8 @@ def available_workers() -> int:
 
 class _Piece(NamedTuple):
     """The lines of ``source`` from byte ``start`` (line ``first_line``) to ``stop`` (``None``: the end),
-    the ranks read there (``None``: every rank), and which keys play which role."""
+    the ranks read there (``None``: every rank), which keys play which role, and whether each rank's
+    step times are summed (``RunSummary.rank_times``)."""
 
     source: Path
     start: int
@@ -119,9 +125,12 @@ class _Piece(NamedTuple):
     first_line: int
     rank: frozenset[int] | None
     roles: Roles
+    times: bool
 
 
-def _pieces(files: list[Path], rank: RankChoice, skipped: Skipped, roles: Roles) -> Iterator[_Piece]:
+def _pieces(
+    files: list[Path], rank: RankChoice, skipped: Skipped, roles: Roles, times: bool
+) -> Iterator[_Piece]:
     """The pieces of the files ``read_records`` would open, in order. Under ``rank="first"`` the first
     record read chooses the rank, so a file is looked into up to its first record until one is found."""
     ranks = RankFilter(files, rank, skipped)
@@ -133,7 +142,7 @@ def _pieces(files: list[Path], rank: RankChoice, skipped: Skipped, roles: Roles)
                 ranks.choose(record.rank)
                 break
         for start, stop, first_line in file_spans(source, PIECE_BYTES):
-            yield _Piece(source, start, stop, first_line, ranks.chosen, roles)
+            yield _Piece(source, start, stop, first_line, ranks.chosen, roles, times)
 
 
 def _summarize_piece(piece: _Piece) -> tuple[_Piece, RunSummary]:
@@ -141,6 +150,7 @@ def _summarize_piece(piece: _Piece) -> tuple[_Piece, RunSummary]:
     pieces before it (its records of any rank, its segments' times; ``_starts`` counts the
     ``train_start`` records of every rank, as the reader numbers segments)."""
     part = RunSummary(str(piece.source), piece.roles)
+    part.rank_times = RankTimes() if piece.times else None
     ranks = RankFilter([], "all" if piece.rank is None else sorted(piece.rank), part.skipped)
     span = (piece.start, piece.stop, piece.first_line)
     part.add_records(
@@ -182,6 +192,12 @@ class _Merge:
                 # before it are in segment 0 too.
                 where = (piece.source, max(0, self._starts + segment - 1))
                 self._clock.add_time(rank, where, elapsed)
+        if part.rank_times is not None and self.summary.rank_times is not None:
+            # As the times above: the piece's segments counted from its train_starts.
+            before = self._starts
+            self.summary.rank_times.merge(
+                part.rank_times, lambda segment: (piece.source, max(0, before + segment - 1))
+            )
         self._starts += part._starts
         for (rank, hook), counts in part._failures.items():
             done = self._failures.setdefault((rank, hook), [0, -1, 0])

@@ -56,6 +56,41 @@ class TestReadRecords:
         assert f"1 torn last line (line {good + 5})" in described
         assert described.startswith(str(run_file))
 
+    def test_todays_records_with_a_bad_event_are_skipped(self, tmp_path: Path) -> None:
+        """Records with today's note (nothing non-finite) but no event, an empty one or a number for
+        one are "no event name"; the good ones around them are read whole, note, rank and origin."""
+        note = (
+            '"_speedtronic":{"v":3,"origin":"%s","converted":[],"truncated":[],'
+            '"non_finite":{"nan":[],"inf":[],"neg_inf":[]}}'
+        )
+        user, own = note % "user", note % "speedtronic"
+        path = tmp_path / "m.jsonl"
+        path.write_text(
+            f'{{"event":"train_start","rank":2,{user},"timestamp":"2026-01-01T00:00:00Z"}}\n'
+            f'{{"step":1,{user},"timestamp":"2026-01-01T00:00:01Z"}}\n'
+            f'{{"event":"","step":2,{user}}}\n'
+            f'{{"event":7,"step":3,{user}}}\n'
+            f'{{"event":"hook_error","hook":"H","rank":"x",{own},"timestamp":5}}\n'
+            f'{{"event":"train_start","step":4,{user}}}\n'
+        )
+        skipped = Skipped()
+        first, hook, again = read_records(path, skipped, rank="all")
+        assert skipped.by_reason() == {"no event name": 3}
+        assert (first.event, first.payload, first.rank, first.own) == ("train_start", {"rank": 2}, 2, False)
+        assert (first.timestamp, first.segment, first.line, first.notes["origin"]) == (
+            "2026-01-01T00:00:00Z",
+            0,
+            1,
+            "user",
+        )
+        assert (hook.payload, hook.rank, hook.timestamp, hook.own) == (
+            {"hook": "H", "rank": "x"},
+            0,
+            None,
+            True,
+        )
+        assert (again.payload, again.segment, again.line) == ({"step": 4}, 1, 6)
+
     def test_torn_line_mid_file_after_a_restart_is_junk_not_the_end(self, tmp_path: Path) -> None:
         """A killed run's torn line followed by a resumed run's records: both runs' records are read."""
         path = tmp_path / "metrics.jsonl"

@@ -3,13 +3,16 @@ synthetic per-rank logs of a synchronous all-reduce with injected slow ranks."""
 
 from __future__ import annotations
 
+import math
 import random
 from pathlib import Path
 
 import orjson
 import pytest
 
+from speedtronic.runs import summary
 from speedtronic.runs.health import stragglers
+from speedtronic.runs.summary import summarize_run
 from tests.runs.conftest import speedtronic
 
 
@@ -93,3 +96,79 @@ class TestStragglers:
         done = speedtronic("summarize", run, "--health", "--rank", "all", "--json", cwd=tmp_path)
         (row,) = orjson.loads(done.stdout)
         assert [item["rank"] for item in row["health"]["stragglers"]] == [2]
+
+
+def with_int_waits(path: Path) -> Path:
+    """``path`` with every 7th step's ``sync_wait_s`` written as the integer 0 and every 11th without
+    one (numbers a fold must read one by one, and steps it must leave out)."""
+    lines = []
+    for number, raw in enumerate(path.read_bytes().splitlines()):
+        record = orjson.loads(raw)
+        if record["event"] == "train_step" and number % 7 == 0:
+            record["sync_wait_s"] = 0
+        elif record["event"] == "train_step" and number % 11 == 0:
+            del record["sync_wait_s"]
+        lines.append(orjson.dumps(record))
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path
+
+
+class TestStragglersInTheSummary:
+    """``summarize_run(..., stragglers=True)`` sums each rank's step times in its one pass over the run,
+    in pieces and workers: ``rank_times.stragglers()`` names what ``stragglers`` names."""
+
+    @pytest.mark.parametrize("piece_bytes", [1, 300, None])
+    @pytest.mark.parametrize("workers", [1, 2])
+    @pytest.mark.parametrize("ints", [False, True])
+    def test_the_summary_names_what_stragglers_names(
+        self,
+        tmp_path: Path,
+        piece_bytes: int | None,
+        workers: int,
+        ints: bool,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """Eight ranks in one file, restarted once, one slowed: every rank's figures alike, whether the
+        file is read whole or a line or two a piece (each segment's warm-up running across pieces)."""
+        run = all_reduce_run(tmp_path / "m.jsonl", 8, 60, {5: ("compute", 1.2)}, seed=7, restart_at=30)
+        run = with_int_waits(run) if ints else run
+        every = stragglers(run, threshold=-math.inf)  # every rank, with its score
+        if piece_bytes is not None:
+            monkeypatch.setattr(summary, "PIECE_BYTES", piece_bytes)
+        read = summarize_run(run, rank="all", workers=workers, stragglers=True)
+        assert read.rank_times is not None
+        assert read.rank_times.stragglers(-math.inf) == every
+        assert [item.rank for item in read.rank_times.stragglers()] == [5]
+        assert len(every) == 8
+
+    def test_pieces_of_many_steps_give_the_same_ranks(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Pieces of dozens of steps (a segment's sums added up apart, then together): the same ranks in
+        the same order, the figures equal up to rounding."""
+        run = all_reduce_run(tmp_path / "m.jsonl", 8, 200, {3: ("data", 3.0)}, seed=8, restart_at=90)
+        every = stragglers(run, threshold=-math.inf)
+        monkeypatch.setattr(summary, "PIECE_BYTES", 20_000)
+        got = summarize_run(run, rank="all", workers=2, stragglers=True).rank_times
+        assert got is not None
+        found = got.stragglers(-math.inf)
+        assert [item.rank for item in found] == [item.rank for item in every]
+        for mine, theirs in zip(found, every, strict=True):
+            assert vars(mine) == pytest.approx(vars(theirs), rel=1e-12)
+            assert mine.cause == theirs.cause
+
+    def test_without_stragglers_nothing_is_summed(self, tmp_path: Path) -> None:
+        """The default summary sums no step times (``rank_times`` is ``None``)."""
+        run = all_reduce_run(tmp_path / "m.jsonl", 2, 10, {}, seed=9)
+        assert summarize_run(run, rank="all").rank_times is None
+
+    def test_a_run_without_sync_waits_names_none(self, tmp_path: Path) -> None:
+        """Steps without ``sync_wait_s``: no rank named, as ``stragglers`` says."""
+        path = tmp_path / "m.jsonl"
+        lines = [{"event": "train_step", "rank": r, "step": s, "step_time_s": 0.1, "elapsed_s": s * 0.1}
+                 for s in range(1, 20) for r in range(3)]  # fmt: skip
+        path.write_bytes(b"\n".join(map(orjson.dumps, lines)) + b"\n")
+        got = summarize_run(path, rank="all", stragglers=True).rank_times
+        assert got is not None
+        assert got.stragglers() == [] == stragglers(path)
+        assert got.sums == {}
