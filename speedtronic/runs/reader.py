@@ -461,11 +461,11 @@ def file_records(
                             and held.fields is None
                             and note.get(NOTE_NON_FINITE) == _NOTHING
                             and NOTE_VERSION_KEY in note
-                            and type(event := fields.pop("event", None)) is str  # else: no event name
+                            and type(event := fields.get("event")) is str  # else: no event name
                             and event
                         ):
                             timestamp = fields.pop("timestamp", None)
-                            del fields[NOTE_KEY]
+                            del fields["event"], fields[NOTE_KEY]
                             rank = fields.get("rank")
                             if event == "train_start":
                                 if started:
