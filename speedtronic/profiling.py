@@ -27,6 +27,7 @@ from speedtronic.errors import (
     LoggerClosedError,
     SpeedtronicWarning,
 )
+from speedtronic.events import level_for
 from speedtronic.failures import FailurePolicy
 from speedtronic.hooks import HookList
 from speedtronic.hooks.background import (
@@ -37,7 +38,6 @@ from speedtronic.hooks.background import (
     check_options,
 )
 from speedtronic.hooks.dispatch import close_hook, flush_hook
-from speedtronic.events import level_for
 from speedtronic.levels import method_for, threshold
 from speedtronic.processors import DEFAULT_MAX_LINE_BYTES
 from speedtronic.processors.memory import memory_usage_bytes
