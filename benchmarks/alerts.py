@@ -14,7 +14,8 @@
    is alerted"). Beside it, the same injection points with other sizes (7 and 8 window sigmas, 5 sigmas
    of the step-to-step changes) and ``Spike(k=3)``.
 4. The 6-key ``emit`` with the default rules against alerts off, the like-for-like structlog chain and
-   stdlib with two WatchedFileHandlers (``bench.py``'s baselines, interleaved rounds, median ratios).
+   stdlib with two WatchedFileHandlers (``bench.py``'s baselines, interleaved rounds, median ratios);
+   beside them bench.py's reference loop (the same system calls, no library), a floor of sorts.
    The added cost is read in CPU time (``time.process_time``): on a shared machine the wall clock
    also counts the time the process waited for a core.
 """
@@ -248,6 +249,7 @@ def goal_emit_cost(report: bench.Report, events: int, rounds: int) -> None:
             "speedtronic, default rules": speedtronic_with_rules,
             "plain chain + stat": bench.watched_structlog_chain,
             "stdlib logging (watched)": bench.stdlib_logging,
+            "reference loop": bench.hand_written,
         },
         events,
         rounds,
@@ -259,6 +261,7 @@ def goal_emit_cost(report: bench.Report, events: int, rounds: int) -> None:
         {
             "speedtronic, alerts off": bench.speedtronic_logger,
             "speedtronic, default rules": speedtronic_with_rules,
+            "reference loop": bench.hand_written,
         },
         events,
         rounds,
@@ -281,6 +284,13 @@ def goal_emit_cost(report: bench.Report, events: int, rounds: int) -> None:
     off = bench.ratio(samples, "speedtronic, alerts off", "plain chain + stat")
     off_stdlib = bench.ratio(samples, "speedtronic, alerts off", "stdlib logging (watched)")
     print(f"    (alerts off: {off:.2f}x the chain + stat, {off_stdlib:.2f}x stdlib)")
+    floor = bench.ratio(samples, "reference loop", "plain chain + stat")
+    floor_stdlib = bench.ratio(samples, "reference loop", "stdlib logging (watched)")
+    print(
+        f"    (the reference loop, the same system calls and no library: {floor:.2f}x the chain + stat, "
+        f"{floor_stdlib:.2f}x stdlib; the default rules are "
+        f"{bench.ratio(samples, 'speedtronic, default rules', 'reference loop'):.2f}x it)"
+    )
 
 
 def _added(samples: bench.Samples) -> float:

@@ -27,6 +27,7 @@ from speedtronic.errors import (
     LoggerClosedError,
     SpeedtronicWarning,
 )
+from speedtronic.events import level_for
 from speedtronic.failures import FailurePolicy
 from speedtronic.hooks import HookList
 from speedtronic.hooks.background import (
@@ -303,11 +304,12 @@ class MetricLogger:
         ``LoggerClosedError`` after ``close()``, ``TypeError`` for a payload that is no mapping and
         ``ValueError`` for an unknown ``level``.
         """
-        if not self.chain.admits(event, payload):
+        chain = self.chain
+        if not chain.cadence.admits(event, payload):
             return False
         if type(payload) is not dict and not isinstance(payload, Mapping):
             raise TypeError(f"emit({event!r}): payload must be a mapping, got {type(payload).__name__}")
-        method = method_for(event, level)
+        method = level_for(event) if level is None else method_for(event, level)
         if self._closed:  # before the lock too: close() may have given up on an emit stuck holding it
             raise LoggerClosedError(f"emit({event!r}) on a closed MetricLogger; create a new one")
         with self._lock:
@@ -316,7 +318,7 @@ class MetricLogger:
             self._depth += 1
             self._owner = threading.get_ident()
             try:
-                self.chain.run(method, event, payload)  # a payload that can't be read: reported below
+                chain.run(method, event, payload)  # a payload that can't be read: reported below
             except (HookError, SpeedtronicWarning, EventPayloadError):
                 raise
             except Exception as error:

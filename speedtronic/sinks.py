@@ -133,7 +133,10 @@ class LineFile:
                 raise ValueError(f"{self.path} is closed")
             self._busy += 1
             try:
-                if self._busy == 1 and (self._reopen_due or self._moved()):  # not inside another write
+                events = self._events  # quiet: nothing happened to the path, no stat due (one poll)
+                if self._busy == 1 and (  # not inside another write
+                    self._reopen_due or ((events is None or not events.quiet()) and self._moved())
+                ):
                     self._follow_rotation()
                 if self._noting or self._pending or self._torn or self._unnoted:
                     failure, lost = self._write(data)
@@ -565,6 +568,11 @@ class PathEvents:
         with contextlib.suppress(OSError):  # BlockingIOError: nothing was queued
             self.fired = bool(os.read(self._fd, 65536))
         return True
+
+    def quiet(self) -> bool:
+        """Whether nothing is due: no event queued since the last ``changed()`` (one ``poll``, nothing
+        read) and no stat asked for. ``changed()`` reads the events when it is not."""
+        return not self._due and not self._poll(0)
 
     def stat_again(self) -> None:
         """Have the next ``changed()`` say so whatever happens meanwhile."""

@@ -106,12 +106,14 @@ class NonFinite:
         bad = self._bad
         for key in self.keys:
             value = record.get(key)
+            if value is None:
+                continue  # a key the record doesn't have: one lookup, nothing else
             if type(value) is float and not _NEG_INF < value < _INF:
                 if (event, key) not in bad:
                     bad.add((event, key))
                     onset = onset or []
                     onset.append((key, value))
-            elif bad and value is not None:
+            elif bad:
                 bad.discard((event, key))  # finite again: the next NaN is a new onset
         if onset is None:
             return _NOTHING
@@ -127,18 +129,18 @@ class _Window:
     """The last ``size`` values of a key, with their running sum and sum of squares (recomputed
     exactly every ``_EXACT_EVERY`` values, so rounding never builds up)."""
 
-    __slots__ = ("fresh", "size", "squares", "total", "values")
+    __slots__ = ("left", "size", "squares", "total", "values")
 
     def __init__(self, size: int) -> None:
         self.size = size
         self.values: deque[float] = deque()
         self.total = 0.0
         self.squares = 0.0
-        self.fresh = 0
+        self.left = _EXACT_EVERY  # values to add before the next exact recomputation
 
     def exact(self) -> None:
         """The running sums recomputed from the values (``Spike.check`` adds each value itself)."""
-        self.fresh = 0
+        self.left = _EXACT_EVERY
         self.total = math.fsum(self.values)
         self.squares = math.fsum(v * v for v in self.values)
 
@@ -218,9 +220,9 @@ class Spike:
                 window.total, window.squares = total + value - old, squares + value * value - old * old
             else:
                 window.total, window.squares = total + value, squares + value * value
-            fresh = window.fresh + 1
-            if fresh < _EXACT_EVERY:
-                window.fresh = fresh
+            left = window.left - 1
+            if left:
+                window.left = left
             else:
                 window.exact()
         return found or _NOTHING

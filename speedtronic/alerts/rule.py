@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -70,7 +70,7 @@ class Rule(Protocol):
     def check(self, record: Mapping[str, Any]) -> Iterable[Alert]: ...
 
 
-_Indexed = tuple[tuple[int, Rule], ...]
+_Indexed = tuple[tuple[int, Callable[[Mapping[str, Any]], Iterable[Alert]]], ...]
 _NONE: tuple[Alert, ...] = ()
 
 
@@ -99,7 +99,7 @@ class RuleSet:
                     f"rule {rule.name!r}: cooldown must be an int >= 0 (steps), got {cooldown!r}"
                 )
         events = [_events_of(rule) for rule in self.rules]
-        indexed = tuple(enumerate(self.rules))
+        indexed = tuple((at, rule.check) for at, rule in enumerate(self.rules))  # each check bound once
         self._every: _Indexed = tuple(pair for pair in indexed if events[pair[0]] is None)
         """The rules of a record whose event no rule names."""
         named = {event for chosen in events if chosen is not None for event in chosen}
@@ -123,9 +123,9 @@ class RuleSet:
         event = record.get("event")
         rules = self._reading.get(event, self._every) if isinstance(event, str) else self._every
         raised: list[Alert] | None = None
-        for index, rule in rules:
+        for index, check in rules:
             try:
-                found = rule.check(record)
+                found = check(record)
                 if not found:
                     continue
                 for alert in found:
@@ -133,7 +133,7 @@ class RuleSet:
                         raised = raised if raised is not None else []
                         raised.append(alert)
             except Exception as error:
-                self._failed(rule, error)
+                self._failed(self.rules[index], error)
         return raised if raised is not None else _NONE
 
     def _admits(self, index: int, alert: Alert) -> bool:

@@ -302,6 +302,7 @@ class DispatchHooks:
         event = event_dict.get("event")
         event = event if type(event) is str else safe_str(event)
         noted = NOTE_KEY in event_dict  # the start of the record's note (``event_fields``): not passed on
+        calls = self._calls
         for hook in tuple(self._hooks):
             if self._stopped:
                 break
@@ -309,7 +310,10 @@ class DispatchHooks:
             payload.pop("event", None)
             if noted:
                 del payload[NOTE_KEY]
-            _, target, with_level = self._call_of(hook)
+            known = calls.get(id(hook))
+            if known is None or known[0] is not hook:
+                known = self._call_of(hook)
+            _, target, with_level = known
             try:
                 if with_level:
                     target(event, payload, level=method_name)

@@ -254,11 +254,11 @@ class ValueFormat:
 def _rounding(digits: int) -> Callable[[float], str]:
     """The float rule for ``digits`` significant digits, its constants bound once (as structlog's
     ``TimeStamper`` picks its stamping closure once)."""
-    limit, spec = 10.0**digits, f".{digits}g"
+    limit, spec = 10.0**digits, f"%.{digits}g"  # format(value, ".4g")'s text, for less (no spec to parse)
 
     def rounded(value: float) -> str:
         if -limit < value < limit:  # also False for NaN and infinities
-            text = format(value, spec)  # what repr() writes too, unless it needs a point or
+            text = spec % value  # what repr() writes too, unless it needs a point or
             return text if "." in text and "e" not in text else repr(float(text))  # drops "e+04"
         return repr(value) if not math.isfinite(value) else repr(float(round(value)))
 

@@ -69,6 +69,11 @@ class TestNonFinite:
         alerts = run(NonFinite(keys=["grad_norm"]), [step(1, grad_norm=math.nan, loss=math.nan)])
         assert [a.key for a in alerts] == ["grad_norm"]
 
+    def test_a_record_without_the_value_neither_ends_nor_starts_an_onset(self) -> None:
+        """A loss missing (or None) between two NaNs is no recovery: one incident, one alert."""
+        records = [step(1, loss=math.nan), step(2), step(3, loss=None), step(4, loss=math.nan)]
+        assert [a.step for a in run(NonFinite(), records)] == [1]
+
     def test_eval_and_train_losses_are_separate_onsets(self) -> None:
         """A NaN eval loss alerts even while the train loss is already NaN."""
         alerts = run(NonFinite(), [step(1, loss=math.nan), {"event": "eval", "step": 1, "loss": math.nan}])
@@ -95,6 +100,18 @@ class TestSpike:
         """Gaussian noise over 1,000 steps, and a jump inside the warm-up, raise nothing."""
         assert run(Spike(), [step(i, loss=v) for i, v in enumerate(self.series(1000))]) == []
         assert run(Spike(), [step(i, loss=v) for i, v in enumerate([*self.series(10), 50.0])]) == []
+
+    def test_a_long_run_keeps_its_window_figures_exact(self) -> None:
+        """After 5,000 values far from zero (where running sums would drift), a spike's mean and std
+        are those of its last 128 values."""
+        rng = random.Random(1)
+        values = [1000.0 + rng.gauss(0, 5.0) for _ in range(5000)]
+        (alert,) = run(Spike(), [step(i, loss=v) for i, v in enumerate([*values, 1200.0])])
+        window = values[-128:]
+        mean = math.fsum(window) / 128
+        std = math.sqrt(math.fsum((v - mean) ** 2 for v in window) / 128)
+        assert alert.figures["mean"] == pytest.approx(mean, rel=1e-12)
+        assert alert.figures["std"] == pytest.approx(std, rel=1e-6)
 
     def test_a_rate_alerts_on_a_drop_not_a_rise(self) -> None:
         """For a rate key the spike is downward."""

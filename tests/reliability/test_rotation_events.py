@@ -67,6 +67,27 @@ class TestWatched:
         assert lines(path) == ["after"]
         assert lines(tmp_path / "m.jsonl.1")[-1] == "line 199"
 
+    def test_quiet_until_something_happens_to_the_path(self, tmp_path: Path) -> None:
+        """``quiet()`` is false before the first stat and after a rename, true otherwise; it reads
+        nothing, so ``changed()`` still sees the rename."""
+        path = tmp_path / "m.log"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        try:
+            events = speedtronic.sinks.PathEvents.open(fd, str(path))
+            assert events is not None
+            assert not events.quiet()  # the first write stats the path
+            assert events.changed()
+            assert events.quiet()
+            path.rename(tmp_path / "m.log.1")
+            assert not events.quiet()
+            assert not events.quiet()  # asking again reads nothing
+            assert events.changed()
+            assert events.fired
+            assert events.quiet()
+            events.close()
+        finally:
+            os.close(fd)
+
     def test_a_renamed_directory_is_followed(self, tmp_path: Path) -> None:
         """The file's directory renamed: the next line goes to a new file at the path (its
         directories made again), the lines before stay in the moved directory."""
