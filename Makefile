@@ -32,7 +32,15 @@ test:
 	@start=$$(date +%s); $(MAKE) --no-print-directory check; rc=$$?; \
 	echo "make test: exit $$rc after $$(( $$(date +%s) - start )) s of wall time"; exit $$rc
 
-check: $(VENV)/.dev-installed lint typecheck unit
+# mypy runs beside the suite, not before it: on a fresh clone (no cache yet) it keeps one core busy
+# for about a minute, which the suite's workers share instead of waiting for it; its report is printed
+# after the suite's, and check fails if either fails (the suite's exit code first).
+check: $(VENV)/.dev-installed lint
+	@$(BIN)/mypy --strict speedtronic >$(VENV)/typecheck.out 2>&1 & typecheck=$$!; \
+	$(MAKE) --no-print-directory unit; rc=$$?; \
+	wait $$typecheck; typed=$$?; \
+	echo "$(BIN)/mypy --strict speedtronic"; cat $(VENV)/typecheck.out; \
+	if [ $$rc -ne 0 ]; then exit $$rc; fi; exit $$typed
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check speedtronic tests examples benchmarks
@@ -42,7 +50,9 @@ typecheck: $(VENV)/.dev-installed
 	$(BIN)/mypy --strict speedtronic
 
 # One worker per core (pytest-xdist); a test file runs whole on one worker, so its module-scoped
-# fixtures (a trained run) are built once. TEST_JOBS=0 runs in this process. The whole run is under
+# fixtures (a trained run) are built once; files are handed out in collection order
+# (--no-loadscope-reorder), which puts tests/conftest.py's LONGEST_FIRST first, so the run does not end
+# with one worker alone on a long file. TEST_JOBS=0 runs in this process. The whole run is under
 # coverage (pyproject's [tool.coverage]: child processes included, combined); it prints the total and
 # the COVERAGE_WORST files least covered (`.venv/bin/coverage report` lists them all afterwards) and
 # fails below [tool.coverage.report] fail_under.
@@ -54,7 +64,7 @@ COVERAGE_WORST ?= 15
 # pycache/ (PYTHONPYCACHEPREFIX: nothing is written into the checkout), and later ones read them.
 unit: $(VENV)/.dev-installed
 	@$(BIN)/coverage erase
-	@env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=$(abspath $(VENV))/pycache $(BIN)/coverage run -m pytest -n $(TEST_JOBS) --dist loadfile --durations=20; rc=$$?; \
+	@env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=$(abspath $(VENV))/pycache $(BIN)/coverage run -m pytest -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder --durations=20; rc=$$?; \
 	$(BIN)/coverage combine -q; \
 	$(BIN)/coverage report | awk -v n=$(COVERAGE_WORST) '/\.py  *[0-9]/ && ++k > n { next } { print } \
 	END { if (k > n) print k - n " more files below 100%: $(BIN)/coverage report" }'; \

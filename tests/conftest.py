@@ -22,6 +22,46 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 CHECKOUT = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+
+LONGEST_FIRST = (
+    "training/test_resume_trackers.py",
+    "training/test_rundir.py",
+    "training/test_run_dirs.py",
+    "commands/test_train_summary.py",
+    "training/test_checkpoints.py",
+    "distributed/test_two_nodes.py",
+    "training/test_planted_links.py",
+    "distributed/test_stragglers_ddp.py",
+    "distributed/test_torchrun_train.py",
+    "commands/test_progress_cli.py",
+    "docs/test_snippets.py",
+    "commands/test_alerts_cli.py",
+    "commands/test_train.py",
+    "commands/test_train_signals.py",
+    "integrations/test_tensorboard.py",
+    "reliability/test_stalled_hooks.py",
+    "training/test_timing.py",
+    "runs/test_restarts.py",
+    "integrations/test_lightning.py",
+    "reliability/test_wide_records.py",
+)
+"""The files that take longest (their tests' durations summed, ``pytest --durations=0`` on 2 workers,
+2026-12-07), longest first. ``make test`` runs a file whole on one worker (``--dist loadfile``) and
+hands out files in collection order (``--no-loadscope-reorder``): these go first, so the last files
+handed out are short ones and no worker is left alone with a long file at the end."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Move the tests of ``LONGEST_FIRST``'s files to the front, in its order; the rest keep theirs.
+    A name there that is no file (one renamed or removed) is an error, not an order silently lost."""
+    missing = [name for name in LONGEST_FIRST if not (TESTS / name).is_file()]
+    if missing:
+        raise pytest.UsageError(f"tests/conftest.py: LONGEST_FIRST names no file at tests/{missing[0]}")
+    rank = {f"tests/{name}": index for index, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+
 _UNTOUCHED = pytest.StashKey[frozenset[str]]()
 _CACHES = ("__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".coverage")
 """What running Python and the tools leave in a checkout by design; never a test's output."""

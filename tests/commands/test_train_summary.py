@@ -244,53 +244,55 @@ class TestTheDocsSample:
         assert machine_free(done.stdout + done.stderr) == machine_free(printed)
 
 
+@pytest.fixture(scope="module")
+def warned(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
+    """One run with two hooks from packages of the user's: ``fakelib``'s factory issues a warning as
+    torch's "Failed to initialize NumPy" does; ``badlib``'s hook raises at every event."""
+    tmp_path = tmp_path_factory.mktemp("warned")
+    (tmp_path / "lib" / "fakelib").mkdir(parents=True)
+    (tmp_path / "lib" / "fakelib" / "__init__.py").write_text(
+        "import warnings\n\n"
+        "def make(**kwargs):\n"
+        "    warnings.warn('Failed to initialize NumPy: _ARRAY_API not found')\n"
+        "    return lambda event, payload: None\n"
+    )
+    (tmp_path / "lib" / "badlib").mkdir(parents=True)
+    (tmp_path / "lib" / "badlib" / "__init__.py").write_text(
+        "def make(**kwargs):\n"
+        "    def hook(event, payload):\n"
+        "        raise RuntimeError('tracker down')\n"
+        "    return hook\n"
+    )
+    config = write_config(
+        tmp_path / "c.yaml",
+        train={"steps": 1, "checkpoint_every": 0, "eval_every": 0},
+        logging={"hooks": [{"type": "fakelib:make"}, {"type": "badlib:make"}], "system_interval_s": None},
+    )
+    env = {"PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path / "lib")])}
+    done = train_cli("--config", config, "--run-dir", "r", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 class TestWarningsSayWhoseTheyAre:
-    def test_another_packages_warning_names_that_package(self, tmp_path: Path) -> None:
+    def test_another_packages_warning_names_that_package(
+        self, warned: subprocess.CompletedProcess[str]
+    ) -> None:
         """A warning another package issues during the run (torch's "Failed to initialize NumPy") is
         printed as that package's, not as speedtronic's own."""
-        package = tmp_path / "lib" / "fakelib"
-        package.mkdir(parents=True)
-        (package / "__init__.py").write_text(
-            "import warnings\n\n"
-            "def make(**kwargs):\n"
-            "    warnings.warn('Failed to initialize NumPy: _ARRAY_API not found')\n"
-            "    return lambda event, payload: None\n"
-        )
-        config = write_config(
-            tmp_path / "c.yaml",
-            train={"steps": 1, "checkpoint_every": 0, "eval_every": 0},
-            logging={"hooks": [{"type": "fakelib:make"}], "system_interval_s": None},
-        )
-        env = {"PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path / "lib")])}
-        done = train_cli("--config", config, "--run-dir", "r", cwd=tmp_path, env=env)
-        assert done.returncode == 0, done.stderr
-        warned = [line for line in done.stderr.splitlines() if "Failed to initialize NumPy" in line]
-        assert warned == [
+        lines = [line for line in warned.stderr.splitlines() if "Failed to initialize NumPy" in line]
+        assert lines == [
             "speedtronic: warning: from fakelib: Failed to initialize NumPy: _ARRAY_API not found"
         ]
 
-    def test_speedtronics_own_warning_is_not_attributed_elsewhere(self, tmp_path: Path) -> None:
+    def test_speedtronics_own_warning_is_not_attributed_elsewhere(
+        self, warned: subprocess.CompletedProcess[str]
+    ) -> None:
         """A hook failure is speedtronic's warning, though it points at the first frame outside
         speedtronic (the hook's own module): printed without a "from"."""
-        package = tmp_path / "lib" / "badlib"
-        package.mkdir(parents=True)
-        (package / "__init__.py").write_text(
-            "def make(**kwargs):\n"
-            "    def hook(event, payload):\n"
-            "        raise RuntimeError('tracker down')\n"
-            "    return hook\n"
-        )
-        config = write_config(
-            tmp_path / "c.yaml",
-            train={"steps": 1, "checkpoint_every": 0, "eval_every": 0},
-            logging={"hooks": [{"type": "badlib:make"}], "system_interval_s": None},
-        )
-        env = {"PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path / "lib")])}
-        done = train_cli("--config", config, "--run-dir", "r", cwd=tmp_path, env=env)
-        assert done.returncode == 0, done.stderr
-        warned = [line for line in done.stderr.splitlines() if "tracker down" in line]
-        assert warned
-        assert all(line.startswith("speedtronic: warning: hook ") for line in warned), warned
+        lines = [line for line in warned.stderr.splitlines() if "tracker down" in line]
+        assert lines
+        assert all(line.startswith("speedtronic: warning: hook ") for line in lines), lines
 
 
 class TestAddressesKeepNoSecrets:

@@ -20,7 +20,7 @@ from tests.helpers import ACTIVATED_PATH
 from tests.runs.conftest import assert_one_line_error
 from tests.torch_run import train_cli
 
-from .test_checkpoints import finished, train  # noqa: F401  # `finished` is a fixture used below
+from .test_checkpoints import train
 from .test_run_dirs import write_config
 
 VICTIM = "someone else's file\n"
@@ -56,12 +56,12 @@ def test_a_linked_text_log_is_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("name", ["metrics.jsonl", "config.yaml"])
-def test_a_linked_file_of_a_resumed_run_is_refused(name: str, finished: Path, tmp_path: Path) -> None:  # noqa: F811  # the fixture
+def test_a_linked_file_of_a_resumed_run_is_refused(name: str, logged: Path, tmp_path: Path) -> None:
     """A resumed run whose metrics.jsonl or config.yaml is a link to a file outside: refused, untouched."""
-    run = shutil.copytree(finished, tmp_path / "r")
+    run = shutil.copytree(logged, tmp_path / "r")
     victim = plant(run / name, tmp_path)
     if name == "config.yaml":  # a config a resume can read, so the start gets as far as writing it
-        victim.write_text((finished / name).read_text())
+        victim.write_text((logged / name).read_text())
     before = victim.read_text()
     done = train("--run-dir", "r", "--resume", "--steps", "10", cwd=tmp_path)
     assert_one_line_error(done, f"r/{name}: is a symbolic link (to ../victim.txt)")

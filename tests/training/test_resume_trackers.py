@@ -26,15 +26,19 @@ def train(*args: str | Path, cwd: Path, env: dict[str, str]) -> subprocess.Compl
     return train_cli(*args, cwd=cwd, env=env, timeout=300)
 
 
-@pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    """An offline, silent W&B whose every directory is under tmp_path; one thread for torch."""
+def offline_env(folder: Path) -> dict[str, str]:
+    """An offline, silent W&B whose every directory is under ``folder``; one thread for torch."""
     out = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     out |= {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}
     for name in ("DIR", "CACHE_DIR", "CONFIG_DIR", "DATA_DIR"):
-        (tmp_path / f"wandb-{name.lower()}").mkdir()
-        out[f"WANDB_{name}"] = str(tmp_path / f"wandb-{name.lower()}")
+        (folder / f"wandb-{name.lower()}").mkdir()
+        out[f"WANDB_{name}"] = str(folder / f"wandb-{name.lower()}")
     return out
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    return offline_env(tmp_path)
 
 
 def config(path: Path, store: str, *extra_hooks: dict[str, Any]) -> Path:
@@ -55,36 +59,69 @@ def config(path: Path, store: str, *extra_hooks: dict[str, Any]) -> Path:
     return path
 
 
-def test_a_killed_run_resumed_is_one_wandb_run_and_one_mlflow_run(
-    tmp_path: Path, env: dict[str, str]
-) -> None:
-    """SIGTERM right after checkpoint 4, then --resume: one W&B run id, one MLflow run, steps 1-8 once."""
-    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    killer = {"type": "tests.training.recording:SignalAt", "event": "checkpoint", "step": 4}
-    killed = config(tmp_path / "a.yaml", store, killer)
-    first = train("--config", killed, "--run-dir", "r", cwd=tmp_path, env=env)
-    assert first.returncode == 143, first.stderr
-    rest = config(tmp_path / "b.yaml", store)
-    resumed = train("--config", rest, "--run-dir", "r", "--resume", cwd=tmp_path, env=env)
-    assert resumed.returncode == 0, resumed.stderr
+RESUMED_STEPS = list(range(1, 13))
 
+
+@pytest.fixture(scope="module")
+def resumed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """One run of 8 steps with W&B (offline) and MLflow hooks, strict_hooks, killed by SIGTERM right
+    after checkpoint 4, then ``--resume --steps 12``: the folder it ran in (the run is ``r``, the
+    MLflow store and its checkpoint artifacts inside it) and the resumed process. Shared by the tests
+    below, which each read a part of it (both trainings are the costly part)."""
+    tmp_path = tmp_path_factory.mktemp("resumed")
+    out = offline_env(tmp_path)
+    mlflow_hook = {
+        "type": "mlflow",
+        "tracking_uri": "sqlite:///{run_dir}/mlflow.db",
+        "experiment": "resumed",
+        "run_name": "first",
+        "artifact_location": "{run_dir}/mlartifacts",
+        "log_checkpoints": True,
+    }
+
+    def write(path: Path, *extra_hooks: dict[str, Any]) -> Path:
+        hooks = [{"type": "wandb", "project": "speedtronic-tests", "mode": "offline"}, mlflow_hook]
+        settings = {"steps": 8, "checkpoint_every": 4, "batch_size": 4, "device": "cpu"}
+        logging = {
+            "every_steps": 1,
+            "hooks": [*hooks, *extra_hooks],
+            "system_interval_s": None,
+            "strict_hooks": True,
+        }
+        path.write_text(yaml.safe_dump({"model": {"hidden": 24}, "train": settings, "logging": logging}))
+        return path
+
+    killer = {"type": "tests.training.recording:SignalAt", "event": "checkpoint", "step": 4}
+    first = train("--config", write(tmp_path / "a.yaml", killer), "--run-dir", "r", cwd=tmp_path, env=out)
+    assert first.returncode == 143, first.stderr
+    rest = write(tmp_path / "b.yaml")
+    done = train("--config", rest, "--run-dir", "r", "--resume", "--steps", "12", cwd=tmp_path, env=out)
+    assert done.returncode == 0, done.stderr
+    return tmp_path, done
+
+
+def test_a_killed_run_resumed_is_one_wandb_run_and_one_mlflow_run(
+    resumed: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    """SIGTERM right after checkpoint 4, then --resume: one W&B run id, one MLflow run, steps 1-12 once."""
+    tmp_path, _ = resumed
     ids = json.loads((tmp_path / "r" / "trackers.json").read_text())
     assert list(ids) == ["wandb", "mlflow"]
     offline = sorted((tmp_path / "r" / "wandb").glob("offline-run-*"))
     assert [path.name.rsplit("-", 1)[1] for path in offline] == ids["wandb"] * 2  # W&B sync joins them
     runs = [read_wandb_run(path) for path in offline]
     logged = [row["step"] for run in runs for row in run.history if "train_step/loss" in row]
-    assert logged == STEPS
+    assert logged == RESUMED_STEPS
     assert [run.exit_code for run in runs] == [1, 0]
 
-    client = mlflow.MlflowClient(store)
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'r' / 'mlflow.db'}")
     (experiment,) = [e for e in client.search_experiments() if e.name == "resumed"]
     (run,) = client.search_runs([experiment.experiment_id])
     assert [run.info.run_id] == ids["mlflow"]
     assert run.info.run_name == "first"
     assert run.info.status == "FINISHED"
     points = client.get_metric_history(run.info.run_id, "train_step/loss")
-    assert sorted(point.step for point in points) == STEPS
+    assert sorted(point.step for point in points) == RESUMED_STEPS
 
 
 def test_a_killed_run_resumed_shows_each_step_once_in_tensorboard(
@@ -116,71 +153,34 @@ def test_a_killed_run_resumed_shows_each_step_once_in_tensorboard(
     assert [point.step for point in events.Scalars("train_step/loss")] == STEPS
 
 
-def test_a_resume_that_extends_the_run_is_no_mlflow_hook_failure(tmp_path: Path, env: dict[str, str]) -> None:
+def test_a_resume_that_extends_the_run_is_no_mlflow_hook_failure(
+    resumed: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
     """--resume --steps 12 after a run of 8 killed at checkpoint 4, with strict_hooks: exit 0; the MLflow
-    run keeps train.steps=8 as its param, the tag changed.train.steps says 12, and no train.resume param."""
-    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
-
-    def mlflow_config(path: Path, *extra_hooks: dict[str, Any]) -> Path:
-        hooks = [{"type": "mlflow", "tracking_uri": store, "experiment": "extended"}, *extra_hooks]
-        settings = {"steps": 8, "checkpoint_every": 4, "batch_size": 4, "device": "cpu"}
-        logging = {"every_steps": 1, "hooks": hooks, "system_interval_s": None, "strict_hooks": True}
-        path.write_text(yaml.safe_dump({"model": {"hidden": 24}, "train": settings, "logging": logging}))
-        return path
-
-    killer = {"type": "tests.training.recording:SignalAt", "event": "checkpoint", "step": 4}
-    first = train(
-        "--config", mlflow_config(tmp_path / "a.yaml", killer), "--run-dir", "r", cwd=tmp_path, env=env
-    )
-    assert first.returncode == 143, first.stderr
-    rest = mlflow_config(tmp_path / "b.yaml")
-    resumed = train("--config", rest, "--run-dir", "r", "--resume", "--steps", "12", cwd=tmp_path, env=env)
-    assert resumed.returncode == 0, resumed.stderr
-    assert "Traceback" not in resumed.stderr
-
-    client = mlflow.MlflowClient(store)
+    run keeps train.steps=8 as its param, the tag changed.train.steps says 12, and no train.resume param
+    (its steps 1-12 once: the test above)."""
+    tmp_path, done = resumed
+    assert "Traceback" not in done.stderr
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'r' / 'mlflow.db'}")
     (run_id,) = json.loads((tmp_path / "r" / "trackers.json").read_text())["mlflow"]
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED"
     assert run.data.params["train.steps"] == "8"
     assert run.data.tags["changed.train.steps"] == "12"
     assert "train.resume" not in run.data.params
-    points = client.get_metric_history(run_id, "train_step/loss")
-    assert sorted(point.step for point in points) == list(range(1, 13))
 
 
-def test_mlflow_checkpoint_artifacts_stay_in_the_run_directory(tmp_path: Path, env: dict[str, str]) -> None:
+def test_mlflow_checkpoint_artifacts_stay_in_the_run_directory(
+    resumed: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
     """A store in the run directory with artifact_location: {run_dir}/mlartifacts: every checkpoint
     uploaded lands there, before and after a resume, and nothing in ./mlruns of the working directory."""
-    entry = {
-        "type": "mlflow",
-        "tracking_uri": "sqlite:///{run_dir}/mlflow.db",
-        "experiment": "in-run-dir",
-        "artifact_location": "{run_dir}/mlartifacts",
-        "log_checkpoints": True,
-    }
-
-    def artifacts_config(path: Path, *extra_hooks: dict[str, Any]) -> Path:
-        settings = {"steps": 8, "checkpoint_every": 4, "batch_size": 4, "device": "cpu"}
-        logging = {"every_steps": 4, "hooks": [entry, *extra_hooks], "system_interval_s": None}
-        path.write_text(yaml.safe_dump({"model": {"hidden": 24}, "train": settings, "logging": logging}))
-        return path
-
-    killer = {"type": "tests.training.recording:SignalAt", "event": "checkpoint", "step": 4}
-    first = train(
-        "--config", artifacts_config(tmp_path / "a.yaml", killer), "--run-dir", "r", cwd=tmp_path, env=env
-    )
-    assert first.returncode == 143, first.stderr
-    resumed = train(
-        "--config", artifacts_config(tmp_path / "b.yaml"), "--run-dir", "r", "--resume", cwd=tmp_path, env=env
-    )
-    assert resumed.returncode == 0, resumed.stderr
-
+    tmp_path, _ = resumed
     assert not (tmp_path / "mlruns").exists()
     uploaded = sorted(
         path.parent.name for path in (tmp_path / "r" / "mlartifacts").glob("*/artifacts/checkpoints/*/*.pt")
     )
-    assert uploaded == ["step_4", "step_8"]
+    assert uploaded == sorted(["step_4", "step_8", "step_12"])
     (run_id,) = json.loads((tmp_path / "r" / "trackers.json").read_text())["mlflow"]
     run = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'r' / 'mlflow.db'}").get_run(run_id)
     assert run.info.artifact_uri == (tmp_path / "r" / "mlartifacts" / run_id / "artifacts").resolve().as_uri()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +36,22 @@ def write_config(path: Path, **sections: Any) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished run of ``write_config``'s 12 steps with keep_checkpoints 2 (checkpoints at 4, 8 and
+    12, the two newest kept), trained once for the tests below that read it or copy it (``copy_run``)."""
+    folder = tmp_path_factory.mktemp("finished")
+    config = write_config(folder / "c.yaml", train={"keep_checkpoints": 2})
+    done = train("--config", config, "--run-dir", "r", cwd=folder)
+    assert done.returncode == 0, done.stderr
+    return folder / "r"
+
+
+def copy_run(run_dir: Path, folder: Path) -> Path:
+    """A copy of ``run_dir`` as ``folder``/r, for a test to resume or break on its own."""
+    return Path(shutil.copytree(run_dir, folder / "r"))
+
+
 def final_loss(run_dir: Path) -> float:
     """The loss of the last step of the run, the latest record of it."""
     return float([r for r in run_records(run_dir) if r["event"] == "train_end"][-1]["final_loss"])
@@ -56,10 +73,10 @@ class TestResume:
         assert start["config_changes"] == [{"key": "train.steps", "old": 4, "new": 8}]
         assert start["lr_schedule_steps"] == 4  # the schedule keeps its horizon: documented
 
-    def test_training_into_a_run_without_resume_is_refused(self, tmp_path: Path) -> None:
+    def test_training_into_a_run_without_resume_is_refused(self, tmp_path: Path, finished: Path) -> None:
         """One line naming --resume and --run-dir, exit 2; the run's files are untouched."""
+        copy_run(finished, tmp_path)
         config = write_config(tmp_path / "c.yaml")
-        assert train("--config", config, "--run-dir", "r", "--steps", "4", cwd=tmp_path).returncode == 0
         before = (tmp_path / "r" / "metrics.jsonl").read_bytes()
         done = train("--config", config, "--run-dir", "r", cwd=tmp_path)
         assert_one_line_error(done, "r: already holds a run", "--resume", "--run-dir")
@@ -109,27 +126,25 @@ class TestReproduce:
 
 
 class TestCheckpoints:
-    def test_keep_checkpoints_keeps_the_newest(self, tmp_path: Path) -> None:
+    def test_keep_checkpoints_keeps_the_newest(self, finished: Path) -> None:
         """keep_checkpoints 2 over checkpoints at 4, 8 and 12: 8 and 12 remain."""
-        config = write_config(tmp_path / "c.yaml", train={"keep_checkpoints": 2})
-        assert train("--config", config, "--run-dir", "r", cwd=tmp_path).returncode == 0
-        names = sorted(p.name for p in (tmp_path / "r" / "checkpoints").iterdir())
+        names = sorted(p.name for p in (finished / "checkpoints").iterdir())
         assert names == ["step_00000008.pt", "step_00000012.pt"]
 
-    def test_a_corrupt_latest_checkpoint_falls_back_with_a_warning(self, tmp_path: Path) -> None:
+    def test_a_corrupt_latest_checkpoint_falls_back_with_a_warning(
+        self, tmp_path: Path, finished: Path
+    ) -> None:
         """A truncated newest checkpoint is skipped for the one before; an event and a warning name it."""
-        config = write_config(tmp_path / "c.yaml", train={"steps": 8})
-        assert train("--config", config, "--run-dir", "r", cwd=tmp_path).returncode == 0
-        latest = tmp_path / "r" / "checkpoints" / "step_00000008.pt"
+        latest = copy_run(finished, tmp_path) / "checkpoints" / "step_00000012.pt"
         latest.write_bytes(latest.read_bytes()[:100])
-        done = train("--run-dir", "r", "--resume", "--steps", "10", cwd=tmp_path)
+        done = train("--run-dir", "r", "--resume", "--steps", "14", cwd=tmp_path)
         assert done.returncode == 0, done.stderr
-        assert "steps 4 -> 10 " in done.stderr
+        assert "steps 8 -> 14 " in done.stderr
         warning = [line for line in done.stderr.splitlines() if line.startswith("speedtronic: warning:")]
         assert len(warning) == 1
         assert f"skipped checkpoint r/checkpoints/{latest.name}" in warning[0]
         (skipped,) = [r for r in run_records(tmp_path / "r") if r["event"] == "checkpoint_skipped"]
-        assert (skipped["step"], skipped["path"]) == (8, f"r/checkpoints/{latest.name}")
+        assert (skipped["step"], skipped["path"]) == (12, f"r/checkpoints/{latest.name}")
 
 
 class TestFileSystemErrors:

@@ -6,6 +6,7 @@ Driven as a user would, through `speedtronic train` in subprocesses (``tests.tra
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,9 +17,20 @@ import yaml
 
 from tests.helpers import run_records
 from tests.runs.conftest import assert_one_line_error
-from tests.training.test_run_dirs import ROOT, train, write_config
+from tests.training.test_run_dirs import ROOT, copy_run, train, write_config
 
 DUMP = "tests.training.recording:DumpHook"
+
+
+@pytest.fixture(scope="module")
+def four_steps(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished 4-step run (``write_config`` with train.steps 4), trained once for the tests below
+    that copy it (``copy_run``) to resume or break on their own."""
+    folder = tmp_path_factory.mktemp("four-steps")
+    config = write_config(folder / "c.yaml", train={"steps": 4})
+    done = train("--config", config, "--run-dir", "r", cwd=folder)
+    assert done.returncode == 0, done.stderr
+    return folder / "r"
 
 
 def tree(path: Path) -> dict[str, bytes | None]:
@@ -63,11 +75,10 @@ class TestConfigChanges:
         assert changes["logging.hooks"]["new"][0]["path"] == str(dump)  # the rest stays readable
         assert "train.steps: 4 -> 8" in done.stderr
 
-    def test_changes_are_fixed_keys_a_reader_can_infer(self, tmp_path: Path) -> None:
+    def test_changes_are_fixed_keys_a_reader_can_infer(self, tmp_path: Path, four_steps: Path) -> None:
         """Every change is {key, old, new}: polars reads train_start.config_changes as a list of structs."""
         polars = pytest.importorskip("polars")
-        config = write_config(tmp_path / "a.yaml", train={"steps": 4})
-        assert train("--config", config, "--run-dir", "r", cwd=tmp_path).returncode == 0
+        copy_run(four_steps, tmp_path)
         assert train("--run-dir", "r", "--resume", "--steps", "8", cwd=tmp_path).returncode == 0
         frame = polars.read_ndjson(tmp_path / "r" / "metrics.jsonl", infer_schema_length=None)
         starts = frame.filter(polars.col("event") == "train_start")
@@ -106,10 +117,9 @@ def start_paused(tmp_path: Path, *args: str, step: int = 2) -> subprocess.Popen[
 
 
 class TestOneRunAtATime:
-    def test_a_second_run_on_a_directory_in_use_is_refused(self, tmp_path: Path) -> None:
+    def test_a_second_run_on_a_directory_in_use_is_refused(self, tmp_path: Path, four_steps: Path) -> None:
         """While a run trains in r, a second `train --resume` on r: one line, exit 2, r untouched."""
-        config = write_config(tmp_path / "c.yaml", train={"steps": 4})
-        assert train("--config", config, "--run-dir", "r", cwd=tmp_path).returncode == 0
+        copy_run(four_steps, tmp_path)
         first = start_paused(tmp_path, "--run-dir", "r", "--resume", "--steps", "8", step=6)
         try:
             wait_for(tmp_path / "ready", first)
@@ -137,10 +147,10 @@ class TestOneRunAtATime:
 
 
 class TestResumeNeedsARun:
-    def test_a_mistyped_resume_directory_is_an_error(self, tmp_path: Path) -> None:
-        """--resume naming a directory that holds no run: one line, exit 2, nothing created."""
-        config = write_config(tmp_path / "c.yaml", train={"steps": 2})
-        assert train("--config", config, "--run-dir", "runs/a", cwd=tmp_path).returncode == 0
+    def test_a_mistyped_resume_directory_is_an_error(self, tmp_path: Path, four_steps: Path) -> None:
+        """--resume naming a directory that holds no run (runs/a holds one): one line, exit 2, nothing
+        created."""
+        shutil.copytree(four_steps, tmp_path / "runs" / "a")
         done = train("--run-dir", "runs/b", "--resume", cwd=tmp_path)
         assert_one_line_error(done, "runs/b: holds no run to resume", "--resume")
         assert not (tmp_path / "runs" / "b").exists()
@@ -182,10 +192,9 @@ class TestAFailedStartLeavesNoTrace:
         assert done.returncode == 2, done.stderr
         assert tree(tmp_path / "r") == before
 
-    def test_a_failed_resume_keeps_the_run_as_it_was(self, tmp_path: Path) -> None:
+    def test_a_failed_resume_keeps_the_run_as_it_was(self, tmp_path: Path, four_steps: Path) -> None:
         """--resume with a broken hook: no new config revision, no new files, the old schedule kept."""
-        config = write_config(tmp_path / "c.yaml", train={"steps": 4})
-        assert train("--config", config, "--run-dir", "r", cwd=tmp_path).returncode == 0
+        copy_run(four_steps, tmp_path)
         before = tree(tmp_path / "r")
         bad = write_config(tmp_path / "bad.yaml", logging={"hooks": [{"type": BROKEN}]}, train={"steps": 6})
         for _ in range(2):
