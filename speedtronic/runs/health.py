@@ -467,12 +467,7 @@ class RankTimes:
         wait = as_number(payload.get("sync_wait_s"))
         if wait is None:
             return
-        at = self._at.get(rank)
-        if at is None:
-            at = self._at[rank] = [segment, 0, segment]
-            self._held[rank] = []
-        elif at[0] != segment:
-            at[0], at[1] = segment, 0
+        at = self._position(rank, segment)
         at[1] += 1
         data = as_number(payload.get("data_wait_s")) or 0.0
         compute = as_number(payload.get("compute_s")) or 0.0
@@ -490,17 +485,22 @@ class RankTimes:
         row[3] += compute
         row[4] += step
 
-    def add_steps(self, rank: int, segment: Any, columns: Sequence[tuple[float, ...]]) -> None:
-        """``add_step`` of consecutive steps of ``rank`` in ``segment``, given as the columns of their
-        sync wait, data wait, compute and step time, every value a float (what ``add_step`` would
-        read): the same sums, in the same order."""
-        waits = columns[0]
+    def _position(self, rank: int, segment: Any) -> list[Any]:
+        """``rank``'s ``[segment, steps in it so far, first segment]``, moved to ``segment``."""
         at = self._at.get(rank)
         if at is None:
             at = self._at[rank] = [segment, 0, segment]
             self._held[rank] = []
         elif at[0] != segment:
             at[0], at[1] = segment, 0
+        return at
+
+    def add_steps(self, rank: int, segment: Any, columns: Sequence[tuple[float, ...]]) -> None:
+        """``add_step`` of consecutive steps of ``rank`` in ``segment``, given as the columns of their
+        sync wait, data wait, compute and step time, every value a float (what ``add_step`` would
+        read): the same sums, in the same order."""
+        waits = columns[0]
+        at = self._position(rank, segment)
         skip = max(0, self.warmup_steps - at[1])
         at[1] += len(waits)
         if skip:

@@ -453,7 +453,7 @@ def file_records(
                             bad += held.give_up(source, skipped)
                     else:
                         # Today's writer's record, whole, its note listing nothing non-finite (most
-                        # records): read here, as _record_of would, without its questions or a call.
+                        # records): nothing to undo, so _record_of's questions are not asked.
                         if (
                             type(fields) is dict
                             and type(note := fields.get(NOTE_KEY)) is dict
@@ -466,37 +466,18 @@ def file_records(
                         ):
                             timestamp = fields.pop("timestamp", None)
                             del fields["event"], fields[NOTE_KEY]
-                            rank = fields.get("rank")
-                            if event == "train_start":
-                                if started:
-                                    segment += 1
-                                started = True
-                            records += 1
-                            yield _new(
-                                Record,
-                                (
-                                    event,
-                                    fields,
-                                    timestamp if type(timestamp) is str else None,
-                                    rank if type(rank) is int else 0,
-                                    source,
-                                    number,
-                                    note,
-                                    segment,
-                                    note.get(NOTE_ORIGIN) == ORIGIN_OWN,
-                                ),
-                            )
-                            continue
-                        if held.fields is not None or (
-                            type(fields) is dict
-                            and type(note := fields.get(NOTE_KEY)) is dict
-                            and note.get(NOTE_PARTS, 1) != 1
-                        ):
-                            fields, at, lost = held.take(fields, number, source, skipped)
-                            bad += lost
-                            if fields is None:
-                                continue
-                        record = _record_of(fields, raw, source, at, segment)
+                            record = _record(event, fields, timestamp, note, source, number, segment)
+                        else:
+                            if held.fields is not None or (
+                                type(fields) is dict
+                                and type(note := fields.get(NOTE_KEY)) is dict
+                                and note.get(NOTE_PARTS, 1) != 1
+                            ):
+                                fields, at, lost = held.take(fields, number, source, skipped)
+                                bad += lost
+                                if fields is None:
+                                    continue
+                            record = _record_of(fields, raw, source, at, segment)
                     if isinstance(record, str):
                         if not records and not bad and not start and not raw.lstrip().startswith(b"{"):
                             raise not_a_run(source, f"line {number} is not a JSON object")
@@ -684,6 +665,19 @@ def _record_of(fields: Any, raw: bytes, source: Path, number: int, segment: int)
         for key in converted or ():
             if type(key) is str and key in fields:
                 fields[key] = restore_non_finite_text(fields[key])
+    return _record(event, fields, timestamp, notes, source, number, segment)
+
+
+def _record(
+    event: str,
+    fields: dict[str, Any],
+    timestamp: Any,
+    notes: dict[str, Any] | None,
+    source: Path,
+    number: int,
+    segment: int,
+) -> Record:
+    """The ``Record`` of a line's ``fields``, its event, timestamp and note taken out."""
     rank = fields.get("rank")
     # tuple.__new__: a Record without the keyword handling of its generated __new__ (this runs per line).
     return _new(
