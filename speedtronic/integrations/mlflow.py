@@ -7,7 +7,7 @@ import atexit
 import os
 import re
 import time
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -198,6 +198,10 @@ class MlflowHook:
             for chunk in _chunks([tag(str(key), str(value)) for key, value in tags.items()]):
                 self.client.log_batch(self.run_id, tags=chunk)
         self._uploads = Uploads("MlflowHook", upload_timeout_s) if log_checkpoints else None
+        self._flush_others: Callable[[], None] = mlflow.flush_async_logging
+        """MLflow's queue of batches logged with ``synchronous=False`` in this process (Hugging Face's
+        ``report_to="mlflow"`` logs its params so): written out before the hook logs params, so two
+        writers never insert one param into the run at once (the loser's whole batch would fail)."""
         self._config: Any = None  # the run's config, uploaded beside each checkpoint
         self._monitor: Any = None
         if log_system_metrics:
@@ -289,6 +293,8 @@ class MlflowHook:
         """Log ``metrics``, the params the run lacks, and ``changed.<param>`` for each it has with
         another value (or had: a value changed back is set too)."""
         new = [self._entities.Param(key, value) for key, value in params.items() if key not in self._params]
+        if new:
+            self._flush_others()
         for chunk in _chunks(new):
             try:
                 self.client.log_batch(self.run_id, params=chunk)

@@ -233,6 +233,22 @@ class TestWhichRun:
         assert (run.info.status, run.data.params) == ("FINISHED", {"lr": "0.3"})
         assert (run.data.metrics["train_step/loss"], run.data.metrics["mine"]) == (0.5, 1.0)
 
+    def test_params_another_writer_queued_are_written_before_the_hooks(
+        self, client: MlflowClient, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Inside the user's run, params queued with ``synchronous=False`` (Hugging Face's
+        ``report_to="mlflow"`` logs its own so) are in the run before the hook logs its params: two
+        writers inserting one param at once made MLflow's store fail the queued batch whole."""
+        monkeypatch.setenv("MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS", "60")  # queued batches wait
+        mlflow.flush_async_logging()  # the queue's next thread reads the setting
+        with mlflow.start_run() as active:
+            mlflow.log_params({"learning_rate": "0.05", "hub_token": "<HUB_TOKEN>"}, synchronous=False)
+            hook = MlflowHook()
+            hook.on_event("train_start", {"config": {"learning_rate": 0.05, "seed": 1}})
+            params = client.get_run(active.info.run_id).data.params
+            hook.close()
+        assert params == {"learning_rate": "0.05", "hub_token": "<HUB_TOKEN>", "seed": "1"}
+
     @pytest.mark.parametrize(
         ("events", "close_status", "expected"),
         [
