@@ -198,10 +198,11 @@ class MlflowHook:
             for chunk in _chunks([tag(str(key), str(value)) for key, value in tags.items()]):
                 self.client.log_batch(self.run_id, tags=chunk)
         self._uploads = Uploads("MlflowHook", upload_timeout_s) if log_checkpoints else None
-        self._flush_others: Callable[[], None] = mlflow.flush_async_logging
-        """MLflow's queue of batches logged with ``synchronous=False`` in this process (Hugging Face's
-        ``report_to="mlflow"`` logs its params so): written out before the hook logs params, so two
-        writers never insert one param into the run at once (the loser's whole batch would fail)."""
+        self._flush_others: Callable[[], None] | None = mlflow.flush_async_logging if active else None
+        """In the active run, which other writers of the process log to too (Hugging Face's
+        ``report_to="mlflow"``, with ``synchronous=False``): MLflow's queue of their batches, written
+        out before the hook logs params, so two writers never insert one param into the run at once
+        (the loser's whole batch would fail). Only there: it flushes the default tracking store's."""
         self._config: Any = None  # the run's config, uploaded beside each checkpoint
         self._monitor: Any = None
         if log_system_metrics:
@@ -293,7 +294,7 @@ class MlflowHook:
         """Log ``metrics``, the params the run lacks, and ``changed.<param>`` for each it has with
         another value (or had: a value changed back is set too)."""
         new = [self._entities.Param(key, value) for key, value in params.items() if key not in self._params]
-        if new:
+        if new and self._flush_others is not None:
             self._flush_others()
         for chunk in _chunks(new):
             try:
