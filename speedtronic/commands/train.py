@@ -299,6 +299,9 @@ class _Stops:
     def __init__(self) -> None:
         self.deferring = False
         self.pending: _Stopped | None = None
+        self.lost: BaseException | None = None
+        self.unraisable_before: Any = sys.unraisablehook
+        self.alarm_before: Any = signal.SIG_DFL
 
     @contextlib.contextmanager
     def deferred(self) -> Iterator[None]:
@@ -330,12 +333,37 @@ class _Stops:
             return
         raise Terminated(128 + signal.SIGTERM)
 
+    def unraisable(self, unraisable: Any) -> None:
+        """``sys.unraisablehook`` while stops are exceptions. A stop's exception raised where Python
+        ignores exceptions (the handler ran inside a weakref callback, as importlib's module-lock one,
+        or a ``__del__``) would be lost: it is raised again by a ``SIGALRM`` a millisecond later, in
+        the code that callback interrupted (and again, should that land in such a callback too).
+        Anything else goes to the hook before."""
+        stop = unraisable.exc_value
+        if isinstance(stop, KeyboardInterrupt) and threading.current_thread() is threading.main_thread():
+            self.lost = self.lost or stop
+            signal.signal(signal.SIGALRM, self._again)
+            signal.setitimer(signal.ITIMER_REAL, 0.001)
+            return
+        self.unraisable_before(unraisable)
+
+    def _again(self, signum: int, frame: object) -> None:
+        lost, self.lost = self.lost, None
+        if lost is None:
+            return
+        if self.deferring:
+            self.pending = self.pending or (
+                lost if isinstance(lost, _Stopped) else _Stopped(128 + signal.SIGINT)
+            )
+            return
+        raise lost
+
 
 @contextlib.contextmanager
 def _stops_as_exceptions() -> Iterator[_Stops]:
     """Turn SIGINT and the first SIGTERM into ``_Stopped``; the handler only raises (it takes no
-    lock the interrupted frame may hold), or, inside ``deferred()``, notes the stop for later. A
-    second SIGTERM ends the process at once."""
+    lock the interrupted frame may hold), or, inside ``deferred()``, notes the stop for later; a stop
+    Python ignored (``_Stops.unraisable``) is raised again. A second SIGTERM ends the process at once."""
     stops = _Stops()
     if threading.current_thread() is not threading.main_thread():  # only the main thread may
         yield stops  # set handlers
@@ -346,6 +374,10 @@ def _stops_as_exceptions() -> Iterator[_Stops]:
         signal.signal(signal.SIGTERM, stops.terminated)
         if "TORCHELASTIC_RUN_ID" in os.environ:
             _die_with_parent(signal.SIGTERM)
+    redelivers = hasattr(signal, "setitimer")  # POSIX: a stop Python ignored is raised again
+    if redelivers:
+        stops.alarm_before = signal.getsignal(signal.SIGALRM)
+        sys.unraisablehook = stops.unraisable
     try:
         yield stops
     except _Stopped:
@@ -353,6 +385,10 @@ def _stops_as_exceptions() -> Iterator[_Stops]:
     except KeyboardInterrupt:
         raise _Stopped(128 + signal.SIGINT) from None
     finally:
+        if redelivers:
+            sys.unraisablehook = stops.unraisable_before
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, stops.alarm_before)
         if installed:
             signal.signal(signal.SIGTERM, previous)
 

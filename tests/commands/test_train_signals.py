@@ -16,6 +16,8 @@ import yaml
 
 from speedtronic.training.rundir import holds_run
 from tests.helpers import ACTIVATED_PATH, read_jsonl
+from tests.torch_run import train_cli
+from tests.training.test_run_dirs import write_config
 
 pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[2]
@@ -172,3 +174,35 @@ def test_sigterm_before_speedtronic_has_loaded_ends_by_the_signal(tmp_path: Path
         assert not (tmp_path / "run").exists()
     else:  # the handler was in already: then the documented stop
         assert_the_documented_stop(process, stderr, tmp_path / "run")
+
+
+def test_a_sigterm_python_ignored_in_a_callback_still_stops_the_start(tmp_path: Path) -> None:
+    """A SIGTERM whose handler runs inside a callback whose exceptions Python ignores (here a
+    weakref callback, as importlib's module-lock one; seen once 1.8 s into a real start) is not
+    lost: the start stops as documented, not trains to its end."""
+    package = tmp_path / "lib" / "termlib"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(
+        "import os, signal, weakref\n\n"
+        "class _Referent:\n"
+        "    pass\n\n"
+        "def make(**kwargs):\n"
+        "    def callback(ref):\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        for _ in range(100_000):  # the handler runs here, inside the callback\n"
+        "            pass\n"
+        "    referent = _Referent()\n"
+        "    ref = weakref.ref(referent, callback)\n"
+        "    del referent  # the callback runs now\n"
+        "    return lambda event, payload: None\n"
+    )
+    config = write_config(
+        tmp_path / "c.yaml",
+        train={"steps": 2_000, "checkpoint_every": 0, "eval_every": 0},
+        logging={"hooks": [{"type": "termlib:make"}], "system_interval_s": None},
+    )
+    env = {"PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path / "lib")])}
+    done = train_cli("--config", config, "--run-dir", "run", cwd=tmp_path, env=env)
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr
+    assert done.stderr.splitlines()[0] == STARTING, done.stderr
+    assert not (tmp_path / "run").exists() or not holds_run(tmp_path / "run")
