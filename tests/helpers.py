@@ -170,3 +170,10 @@ def assert_health_split(run: Path, steps: int, pause: float) -> None:
     assert health.checkpoint_s > 0
     assert health.productive_s >= steps * pause
     assert sum(getattr(health, part) for part in PARTS) == pytest.approx(health.wall_s)
+
+
+def user_package(lib: Path, name: str, source: str) -> None:
+    """A package of the user's, ``lib/<name>/__init__.py`` holding ``source`` (``lib`` goes on the
+    ``PYTHONPATH`` of the process that imports it, as a hook's ``package:factory`` type)."""
+    (lib / name).mkdir(parents=True)
+    (lib / name / "__init__.py").write_text(source)

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from speedtronic.training.rundir import holds_run
-from tests.helpers import ACTIVATED_PATH, read_jsonl
+from tests.helpers import ACTIVATED_PATH, read_jsonl, user_package
 from tests.torch_run import train_cli
 from tests.training.test_run_dirs import write_config
 
@@ -180,9 +180,9 @@ def test_a_sigterm_python_ignored_in_a_callback_still_stops_the_start(tmp_path: 
     """A SIGTERM whose handler runs inside a callback whose exceptions Python ignores (here a
     weakref callback, as importlib's module-lock one; seen once 1.8 s into a real start) is not
     lost: the start stops as documented, not trains to its end."""
-    package = tmp_path / "lib" / "termlib"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text(
+    user_package(
+        tmp_path / "lib",
+        "termlib",
         "import os, signal, weakref\n\n"
         "class _Referent:\n"
         "    pass\n\n"
@@ -194,7 +194,7 @@ def test_a_sigterm_python_ignored_in_a_callback_still_stops_the_start(tmp_path: 
         "    referent = _Referent()\n"
         "    ref = weakref.ref(referent, callback)\n"
         "    del referent  # the callback runs now\n"
-        "    return lambda event, payload: None\n"
+        "    return lambda event, payload: None\n",
     )
     config = write_config(
         tmp_path / "c.yaml",

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ACTIVATED_PATH, tensorboard_scalars
+from tests.helpers import ACTIVATED_PATH, tensorboard_scalars, user_package
 from tests.integrations.test_otel import Receiver
 from tests.torch_run import train_cli
 from tests.training.test_run_dirs import ROOT, write_config
@@ -249,19 +249,21 @@ def warned(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProc
     """One run with two hooks from packages of the user's: ``fakelib``'s factory issues a warning as
     torch's "Failed to initialize NumPy" does; ``badlib``'s hook raises at every event."""
     tmp_path = tmp_path_factory.mktemp("warned")
-    (tmp_path / "lib" / "fakelib").mkdir(parents=True)
-    (tmp_path / "lib" / "fakelib" / "__init__.py").write_text(
+    user_package(
+        tmp_path / "lib",
+        "fakelib",
         "import warnings\n\n"
         "def make(**kwargs):\n"
         "    warnings.warn('Failed to initialize NumPy: _ARRAY_API not found')\n"
-        "    return lambda event, payload: None\n"
+        "    return lambda event, payload: None\n",
     )
-    (tmp_path / "lib" / "badlib").mkdir(parents=True)
-    (tmp_path / "lib" / "badlib" / "__init__.py").write_text(
+    user_package(
+        tmp_path / "lib",
+        "badlib",
         "def make(**kwargs):\n"
         "    def hook(event, payload):\n"
         "        raise RuntimeError('tracker down')\n"
-        "    return hook\n"
+        "    return hook\n",
     )
     config = write_config(
         tmp_path / "c.yaml",
