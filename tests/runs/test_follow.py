@@ -144,7 +144,10 @@ def test_writer_process_across_rotations(tmp_path: Path) -> None:
     """A real writer process emitting while the file is rotated 20 times (create and copytruncate):
     the follower gets exactly the lines the files hold, in order: 0 lost, 0 duplicated, 0 torn.
     (copytruncate itself loses a line written between the copy and the cut, more often on a loaded
-    machine: such a line is in no file, so it is not the follower's to deliver.)"""
+    machine: such a line is in no file, so it is not the follower's to deliver.) A file is rotated
+    only once the follower has taken a line of it: from offset 0 a truncation can't be told from
+    growth, so lines copied away from a file the follower has read none of are in the copy only
+    (docs/watching.md says so; GNU ``tail -F`` alike)."""
     run = tmp_path / "run"
     run.mkdir()
     path = run / "metrics.jsonl"
@@ -160,7 +163,7 @@ def test_writer_process_across_rotations(tmp_path: Path) -> None:
         rotation = 0
         while writer.poll() is None:
             got += follower.read()
-            if path.exists() and rotation < 20:
+            if rotation < 20 and taken_from(follower, path):
                 rotation += 1
                 rotated = run / f"metrics.jsonl.{rotation}"
                 if rotation % 2:
@@ -173,7 +176,19 @@ def test_writer_process_across_rotations(tmp_path: Path) -> None:
         held = steps_held(run)  # every step but those a copytruncate's window lost, if any
         assert len(held) >= 2900
         got += until(follower, lambda more: len(got) + len(more) >= len(held), timeout=60)
+    assert rotation == 20
     assert steps(got) == held
+
+
+def taken_from(follower: Follower, path: Path) -> bool:
+    """Whether the follower has taken a line of the file now at ``path`` (its position there is in
+    that file, past its start)."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return False
+    position = follower.positions().get(path.name)
+    return position is not None and position[:2] == (info.st_dev, info.st_ino) and position[2] > 0
 
 
 def steps_held(run: Path) -> list[int]:
