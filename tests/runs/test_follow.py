@@ -237,7 +237,7 @@ def test_real_logrotate_create_and_copytruncate(tmp_path: Path, poll: bool) -> N
     with Follower(run, poll=poll, interval=0.02) as follower:
         while writer.poll() is None:
             got += follower.read()
-            if rotations < 10 and path.exists() and path.stat().st_size:
+            if rotations < 10 and taken_from(follower, path):  # as in the test above
                 state = tmp_path / "state"
                 subprocess.run([LOGROTATE, "-f", "-s", str(state), str(configs[rotations % 2])], check=True)
                 rotations += 1
