@@ -36,16 +36,16 @@ sys.path.insert(0, {REPO!r})
 from speedtronic.lifecycle import close_on_signals
 from speedtronic.profiling import MetricLogger
 class Slow:
-    def on_event(self, event, payload):
-        time.sleep(2)
+    def on_event(self, event, payload):  # the signal comes from another thread while this runs
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        time.sleep(600)
     def close(self):
         open({str(marker)!r}, "w").write("closed")
 close_on_signals()
 logger = MetricLogger(stream=open(os.devnull, "w"), hooks=[Slow()])
-threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM)).start()
 logger.emit("train_step", {{"step": 1}})
 """
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == -15, done.stderr
     assert marker.read_text() == "closed"
 
@@ -216,21 +216,24 @@ import io, os, sys, threading, time
 sys.path.insert(0, {REPO!r})
 from speedtronic.profiling import MetricLogger
 closed = []
+inside, release = threading.Event(), threading.Event()
 class Slow:
     def on_event(self, event, payload):
-        time.sleep(2)
+        inside.set()
+        release.wait(120)
     def close(self):
         closed.append(os.getpid())
 logger = MetricLogger(stream=io.StringIO(), hooks=[Slow()])
 threading.Thread(target=logger.emit, args=("x", {{}})).start()
-time.sleep(0.2)
+inside.wait(120)  # the thread is inside emit, and stays there until the child has closed
 pid = os.fork()
 if pid == 0:
     logger.close()
     os._exit(0 if logger.closed and closed == [os.getpid()] else 3)
 _, status = os.waitpid(pid, 0)
+release.set()
 print(os.waitstatus_to_exitcode(status))
 """
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "0"
