@@ -257,7 +257,7 @@ def test_webhook_gets_alerts_once_across_a_restart(tmp_path: Path) -> None:
     finished_run(run)
     server = WebhookReceiver.start("ok")
     try:
-        hook = f"{WEBHOOK}:url_env=ST_TEST_WEBHOOK,name=run-7,close_timeout_s=120"
+        hook = f"{WEBHOOK}:url_env=ST_TEST_WEBHOOK,name=run-7,timeout_s=60,close_timeout_s=120"
         env = {**ENV, "ST_TEST_WEBHOOK": server.url}
         watcher = tail(run, "--json", "--alerts", rules, "--hook", hook, env=env)
         out, err = watcher.communicate(timeout=180)
@@ -292,7 +292,7 @@ def test_webhook_that_fails_is_one_line_exit_1(tmp_path: Path) -> None:
     finished_run(run)
     server = WebhookReceiver.start("500")
     try:
-        hook = f"{WEBHOOK}:url_env=ST_TEST_WEBHOOK,retries=0,close_timeout_s=120"
+        hook = f"{WEBHOOK}:url_env=ST_TEST_WEBHOOK,retries=0,timeout_s=60,close_timeout_s=120"
         watcher = tail(
             run, "--alerts", rules, "--hook", hook, "--no-state", env={**ENV, "ST_TEST_WEBHOOK": server.url}
         )
