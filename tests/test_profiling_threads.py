@@ -86,11 +86,18 @@ calling = threading.Event()
 
 def until_main_waits():
     calling.wait()
-    while open(state).read().rpartition(")")[2].split()[0] != "S":  # asleep on the lock
+    while not (open(state).read().rpartition(")")[2].split()[0] == "S" and main_in_emit()):
         time.sleep(0)
+
+def main_in_emit():  # asleep with emit on its stack: on the lock (not asleep elsewhere, on the GIL)
+    frame = sys._current_frames().get(main)
+    while frame is not None and frame.f_code is not MetricLogger.emit.__code__:
+        frame = frame.f_back
+    return frame is not None
 """
 """A child's start: a logger whose ``hold`` event stays inside ``emit`` until ``release`` is set, and
-``until_main_waits()`` for a helper thread, once the main thread has set ``calling`` before its emit."""
+``until_main_waits()`` for a helper thread, once the main thread has set ``calling`` before its emit and
+sleeps inside it (a thread waiting for the GIL sleeps too: after ``calling.set()``, before its emit)."""
 
 WAITING_CHILD = (
     HELD_LOGGER

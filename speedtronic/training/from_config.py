@@ -544,7 +544,7 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
             trainer.at_fit_start.insert(0, _train_at(train["lr"]))
             monitor = _system_monitor(config["logging"]["system_interval_s"], logger, rank)
             if monitor is not None:
-                trainer.at_fit_start.append(lambda _: monitor.start())
+                trainer.after_train_start.append(lambda _: monitor.start())  # a run's records begin with it
             trainer.start_notes["lr_schedule_steps"] = train["schedule_steps"]
             with contextlib.suppress(ValueError):  # no signal to use here: the run goes on without
                 # pid, stack_signal, stacks: what `speedtronic tail --dump-stacks` signals on a stall

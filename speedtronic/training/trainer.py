@@ -283,6 +283,8 @@ class Trainer:
         """Called with the trainer after each optimizer step, before its ``train_step`` event."""
         self.at_fit_start: list[Callable[[Trainer], None]] = []
         """Called when ``fit()`` starts, after resuming (if asked) and before ``train_start``."""
+        self.after_train_start: list[Callable[[Trainer], None]] = []
+        """Called once ``train_start`` is written: a sampler started here logs nothing before it."""
         self.before_fit_end: list[Callable[[Trainer], None]] = []
         """Called once the last step is done, before the final checkpoint and ``train_end``."""
         self.outer: OuterAttachment | None = None
@@ -385,6 +387,8 @@ class Trainer:
         if self.peak_flops is not None:
             start["peak_flops"] = self.peak_flops
         self.emit(Event.TRAIN_START, {**start, **self.start_notes})
+        for callback in self.after_train_start:
+            callback(self)
         if self.hyperparams is not None:
             self.emit(Event.HYPERPARAMS, {"config": self.hyperparams}, level="debug")
         self._profile_shapes()

@@ -93,6 +93,14 @@ def test_stall_alert_with_stacks(tmp_path: Path, how: str) -> None:
     script.write_text(STALLER)
     staller = subprocess.Popen([sys.executable, str(script), str(run), how], env=ENV)
     try:
+        # The watcher starts once the staller has written its last step: it takes the four records at
+        # one read, so the only silence it can measure is the stall after step 3 (a staller paused for
+        # over a second between two of its lines on a loaded machine is no stall to alert on).
+        deadline = time.monotonic() + 120
+        while text_so_far(run / "metrics.jsonl").count("\n") < 4:  # train_start and steps 1-3, whole
+            assert time.monotonic() < deadline, "the staller never wrote step 3"
+            assert staller.poll() is None, "the staller ended"
+            time.sleep(0.01)
         watcher = tail(run, "--json", "--dump-stacks", "--stall-budget", "1", "--startup-budget", "1")
         assert watcher.stdout is not None
         deadline = time.monotonic() + 120
@@ -116,14 +124,22 @@ def test_stall_alert_with_stacks(tmp_path: Path, how: str) -> None:
         else:
             stacks = Path(alert["stacks"])
             assert stacks.parent == run / "stacks"
-            deadline = time.monotonic() + 60
-            while "File" not in stacks.read_text():
-                assert time.monotonic() < deadline
+            frame = "spin" if how == "loop" else "<module>"
+            deadline = time.monotonic() + 60  # the dump is written a line at a time: wait for the frame
+            while f" in {frame}\n" not in stacks.read_text():
+                assert time.monotonic() < deadline, stacks.read_text()
                 time.sleep(0.1)
-            assert ("spin" if how == "loop" else "<module>") in stacks.read_text()
     finally:
         staller.kill()
         staller.wait()
+
+
+def text_so_far(path: Path) -> str:
+    """The file's text so far; empty while it does not exist."""
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
 
 
 def finished_run(run: Path) -> None:
@@ -241,7 +257,7 @@ def test_webhook_gets_alerts_once_across_a_restart(tmp_path: Path) -> None:
     finished_run(run)
     server = WebhookReceiver.start("ok")
     try:
-        hook = f"{WEBHOOK}:url_env=ST_TEST_WEBHOOK,name=run-7,close_timeout_s=120"
+        hook = f"{WEBHOOK}:url_env=ST_TEST_WEBHOOK,name=run-7,timeout_s=60,close_timeout_s=120"
         env = {**ENV, "ST_TEST_WEBHOOK": server.url}
         watcher = tail(run, "--json", "--alerts", rules, "--hook", hook, env=env)
         out, err = watcher.communicate(timeout=180)
@@ -276,7 +292,7 @@ def test_webhook_that_fails_is_one_line_exit_1(tmp_path: Path) -> None:
     finished_run(run)
     server = WebhookReceiver.start("500")
     try:
-        hook = f"{WEBHOOK}:url_env=ST_TEST_WEBHOOK,retries=0,close_timeout_s=120"
+        hook = f"{WEBHOOK}:url_env=ST_TEST_WEBHOOK,retries=0,timeout_s=60,close_timeout_s=120"
         watcher = tail(
             run, "--alerts", rules, "--hook", hook, "--no-state", env={**ENV, "ST_TEST_WEBHOOK": server.url}
         )

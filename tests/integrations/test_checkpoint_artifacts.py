@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +116,10 @@ class TestUploadTimeout:
         logger = MetricLogger(stream=io.StringIO(), hooks=[hook])
         try:
             emit_run(logger, checkpoints)
+            deadline = time.monotonic() + 60  # only bounds a failure
+            while not run.journal:  # the step 4 upload is under way (stuck) before close() starts
+                assert time.monotonic() < deadline, "the step 4 upload never started"
+                time.sleep(0.01)
             closing = threading.Thread(target=logger.close, daemon=True)
             with pytest.warns(UserWarning, match=r"not done within upload_timeout_s=0.2 s"):
                 closing.start()

@@ -269,7 +269,9 @@ class TestOtlpHttp:
         """The hook's own provider exports over OTLP/HTTP: resource, scope, event name, severity,
         attributes and timestamp arrive as the protobuf a collector decodes."""
         jsonl = tmp_path / "metrics.jsonl"
-        hook = OtelHook(receiver.endpoint, resource={"service.name": "trainer"}, headers={"x-team": "ml"})
+        hook = OtelHook(
+            receiver.endpoint, resource={"service.name": "trainer"}, headers={"x-team": "ml"}, timeout_s=60
+        )
         with MetricLogger(stream=io.StringIO(), json_file=jsonl, hooks=[hook]) as logger:
             emit_run(logger)
         # closing the logger shut the hook's provider down: everything was exported before it returned
@@ -294,7 +296,7 @@ class TestOtlpHttp:
 
     def test_type_otel_exports_to_the_configured_endpoint(self, receiver: Receiver, tmp_path: Path) -> None:
         """A config's {type: otel, endpoint: ...} is an OtelHook exporting there."""
-        spec = {"type": "otel", "endpoint": receiver.endpoint}
+        spec = {"type": "otel", "endpoint": receiver.endpoint, "timeout_s": 60}
         logger = build_logger({"run_dir": str(tmp_path), "logging": {"every_steps": 1, "hooks": [spec]}})
         try:
             (hook,) = logger.hooks
@@ -309,7 +311,7 @@ class TestOtlpHttp:
         queued records still reach the collector."""
         script = (
             "from speedtronic.integrations import OtelHook\n"
-            f"hook = OtelHook({receiver.endpoint!r})\n"
+            f"hook = OtelHook({receiver.endpoint!r}, timeout_s=60)\n"
             "hook.on_event('train_step', {'step': 1, 'loss': 0.5})\n"
         )
         result = subprocess.run(

@@ -58,10 +58,15 @@ def serve() -> Iterator[Any]:
         server.stop()
 
 
+LOADED = {"timeout_s": 60, "close_timeout_s": 120}
+"""Bounds a loaded machine never reaches: a post's answer (the 5 s default would make a slow answer a
+retry, a second request) and close or flush."""
+
+
 def webhook(url: str, **options: Any) -> WebhookHook:
-    """A hook that waits up to 120 s at close and flush (a loaded machine is slow, never that slow),
-    unless the test bounds it itself."""
-    return WebhookHook(url, **{"close_timeout_s": 120, **options})
+    """A hook bounded by ``LOADED`` (a loaded machine is slow, never that slow), unless the test
+    bounds it itself."""
+    return WebhookHook(url, **{**LOADED, **options})
 
 
 def logger(tmp_path: Path, hook: WebhookHook, rank: RankInfo | None = None) -> MetricLogger:
@@ -301,7 +306,7 @@ class TestOptions:
         server = serve("ok")
         monkeypatch.setenv("SPEEDTRONIC_TEST_WEBHOOK", server.url)
         hook = build_hook(
-            "speedtronic.integrations.webhook:WebhookHook", {"url_env": "SPEEDTRONIC_TEST_WEBHOOK"}
+            "speedtronic.integrations.webhook:WebhookHook", {"url_env": "SPEEDTRONIC_TEST_WEBHOOK", **LOADED}
         )
         hook.on_event("alert", alert())
         hook.close()
@@ -310,7 +315,9 @@ class TestOptions:
     def test_a_config_entry_builds_it(self, serve: Any) -> None:
         """build_hook with the factory path (the type name 'webhook' once installed) posts alerts."""
         server = serve("ok")
-        hook = build_hook("speedtronic.integrations.webhook:WebhookHook", {"url": server.url, "retries": 0})
+        hook = build_hook(
+            "speedtronic.integrations.webhook:WebhookHook", {"url": server.url, "retries": 0, **LOADED}
+        )
         hook.on_event("alert", alert())
         hook.close()
         assert len(server.requests) == 1
@@ -348,9 +355,9 @@ class TestReplay:
             "PYTHONPATH": os.pathsep.join([str(plugins), str(ROOT), os.environ.get("PYTHONPATH", "")]),
             "SPEEDTRONIC_TEST_WEBHOOK": server.url,
         }
+        hook = "webhook:url_env=SPEEDTRONIC_TEST_WEBHOOK,name=replayed,timeout_s=60,close_timeout_s=120"
         done = subprocess.run(
-            [sys.executable, "-m", "speedtronic", "replay", str(tmp_path / "metrics.jsonl"),
-             "--hook", "webhook:url_env=SPEEDTRONIC_TEST_WEBHOOK,name=replayed"],
+            [sys.executable, "-m", "speedtronic", "replay", str(tmp_path / "metrics.jsonl"), "--hook", hook],
             capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr

@@ -13,8 +13,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def python(code: str, *args: str, timeout: float = 30, **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a fresh interpreter (speedtronic importable), capturing its output as text."""
+def python(code: str, *args: str, timeout: float = 120, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter (speedtronic importable), capturing its output as text;
+    ``timeout`` bounds a hang, not a slow start on a loaded machine under coverage."""
     return subprocess.run(
         [sys.executable, *args, "-c", textwrap.dedent(code)],
         capture_output=True,

@@ -157,7 +157,7 @@ class TestFifo:
                 [sys.executable, "-c", code],
                 capture_output=True,
                 text=True,
-                timeout=10,
+                timeout=TIMEOUT_S,  # a hang, not a slow start on a loaded machine
                 env=child_env(),
                 cwd=ROOT,
             )

@@ -194,7 +194,7 @@ def open_files(pid: int) -> set[str]:
     return files
 
 
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
     """Wait until ``condition()`` holds; the deadline only bounds a failure."""
     deadline = time.monotonic() + timeout
     while not condition():
@@ -203,27 +203,45 @@ def wait_until(condition: Callable[[], bool], what: str, timeout: float = 30.0) 
 
 
 class Tailer:
-    """A real tailing reader: GNU ``tail -F`` (follows the name across rotation), its lines collected."""
+    """A real tailing reader: GNU ``tail -F`` (follows the name across rotation), its lines collected,
+    and what it says on stderr when it notices a rotation."""
+
+    NOTICED = (b"file truncated", b"following new file")
+    """tail's words for a rotation it noticed: copytruncate, and create (the name is a new file)."""
 
     def __init__(self, path: Path) -> None:
         self.lines: list[bytes] = []
+        self.notes: list[bytes] = []
         self._process = subprocess.Popen(
             ["tail", "-F", "-n", "+1", "-s", "0.01", str(path)],
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
         )
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
+        for target in (self._read, self._read_notes):
+            threading.Thread(target=target, daemon=True).start()
 
     def _read(self) -> None:
         assert self._process.stdout is not None
         for line in self._process.stdout:
             self.lines.append(line)
 
-    def wait_for(self, count: int, timeout: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout
-        while len(self.lines) < count and time.monotonic() < deadline:
-            time.sleep(0.01)
+    def _read_notes(self) -> None:
+        assert self._process.stderr is not None
+        for line in self._process.stderr:
+            self.notes.append(line)
+
+    def wait_for(self, count: int, timeout: float = 120.0) -> None:
+        """Wait until ``count`` lines were read; the deadline only bounds a failure."""
+        wait_until(lambda: len(self.lines) >= count, f"tail to read {count} lines", timeout)
+
+    def wait_rotated(self, count: int, timeout: float = 120.0) -> None:
+        """Wait until tail has said ``count`` times that it noticed a rotation: a copytruncate it had not
+        noticed before the file grew past its offset again would be read from that offset on."""
+
+        def noticed() -> int:
+            return sum(any(word in note for word in self.NOTICED) for note in list(self.notes))
+
+        wait_until(lambda: noticed() >= count, f"tail to notice rotation {count}", timeout)
 
     def stop(self) -> None:
         self._process.terminate()
@@ -251,7 +269,7 @@ class TestTailingReader:
                     reader.wait_for((r + 1) * per_round)  # a shipper that keeps up
                     assert LOGROTATE is not None
                     subprocess.run([LOGROTATE, "-f", "-s", str(tmp_path / "state"), str(config)], check=True)
-                    time.sleep(0.1)  # the reader notices the rotation; the writer is told nothing
+                    reader.wait_rotated(r + 1)  # the reader notices the rotation; the writer is told nothing
                 emit(logger, range(rounds * per_round, (rounds + 1) * per_round))
             total = (rounds + 1) * per_round
             reader.wait_for(total)

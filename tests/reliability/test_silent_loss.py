@@ -179,13 +179,14 @@ class TestLifecycle:
         LoggerClosedError at once instead of waiting for the stuck one."""
         import threading
 
-        gate = threading.Event()
+        gate, stalled = threading.Event(), threading.Event()
         closed: list[bool] = []
 
         class Stalled:
             def on_event(self, event: str, payload: dict[str, Any]) -> None:
                 if event == "stall":
-                    gate.wait(30)
+                    stalled.set()
+                    gate.wait(120)
                 elif event == "fail":
                     raise ValueError("boom")
 
@@ -200,10 +201,11 @@ class TestLifecycle:
         emitter = threading.Thread(target=logger.emit, args=("stall", {}))
         emitter.start()
         try:
+            assert stalled.wait(60)  # the emitter is inside emit, holding the logger, before close()
             closer = threading.Thread(target=logger.close)
             with pytest.warns(HookFailureWarning, match="not closed"):
                 closer.start()
-                closer.join(10)
+                closer.join(60)
             assert not closer.is_alive()
             assert logger.closed
             assert closed == []
@@ -221,12 +223,12 @@ class TestLifecycle:
 
             late = threading.Thread(target=emit_after_close)  # the stuck emit still holds the logger
             late.start()
-            late.join(10)
+            late.join(60)
             assert not late.is_alive(), "an emit after close() waited for the stuck one"
             assert len(raised) == 1
         finally:
             gate.set()
-            emitter.join(10)
+            emitter.join(60)
 
 
 class TestOddStreamsAndMappings:

@@ -284,6 +284,31 @@ class TestSystemEvents:
         assert system["rss_bytes"] > 0
         assert system["host_memory_total_bytes"] > 0
 
+    def test_no_system_record_comes_before_train_start(self, config: dict[str, Any], run_dir: Path) -> None:
+        """The sampler starts once train_start is written, however long the fit's start takes (a
+        callback of the user's): train_start stays the run's first record, so a resumed run's samples
+        are never read back as the previous process's (its segment, its restart time)."""
+        trainer, info = build_runtime(with_logging(config, system_interval_s=0.01))
+        seen = threading.Event()
+        trainer.logger.hooks.append(lambda event, payload: event == "system" and seen.set())
+        sampling: list[bool] = []
+
+        def slow_start(_: Any) -> None:  # the user's, after the runtime's own at_fit_start callbacks
+            sampling.append(any(thread.name == "speedtronic-system" for thread in threading.enumerate()))
+            if sampling[-1]:
+                assert seen.wait(60)  # a sample taken while the fit is still starting
+
+        trainer.at_fit_start.append(slow_start)
+        try:
+            trainer.fit()
+            assert seen.wait(60)  # the sampler's thread emits within its interval; 60 s only if it is stuck
+        finally:
+            fit_and_close_steps(trainer, info)
+        assert sampling == [False]
+        events = [r["event"] for r in read_jsonl(run_dir / "metrics.jsonl")]
+        assert events[0] == "train_start"
+        assert "system" in events
+
     def test_null_runs_no_sampler(self, config: dict[str, Any]) -> None:
         """system_interval_s: null: no monitor, no system records."""
         _, info = train_from_config(with_train(with_logging(config, system_interval_s=None), steps=2))
