@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from speedtronic.alerts.builtin import Memory, NonFinite, Spike, Threshold, ThroughputDrop
-from speedtronic.alerts.rule import Rule
+from speedtronic.alerts.rule import Rule, check_rule
 
 __all__ = [
     "DEFAULT_ALERTS",
@@ -74,6 +74,7 @@ def rules_from_config(entries: Any, source: str = "alerts") -> list[Rule]:
             raise AlertConfigError(source, where, f"{name}: unknown key {unknown[0]!r}; its keys: {listed}")
         try:
             rule = factory(**options)
+            check_rule(rule)  # what a factory made runs in a RuleSet: refused here, not at the first record
         except (TypeError, ValueError) as error:
             raise AlertConfigError(source, where, f"{name}: {error}") from None
         rules.append(rule)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from speedtronic.alerts import NonFinite
@@ -109,6 +110,29 @@ class TestConfigErrors:
         (tmp_path / "m.jsonl").write_text('{"event":"train_step","step":1,"loss":1.0}\n')
         done = cli("replay", "m.jsonl", "--alerts", "rules.yaml", cwd=tmp_path)
         assert_one_line_error(done, "--alerts rules.yaml: alerts[0]: unknown rule 'nan'")
+
+    @pytest.mark.parametrize("command", ["summarize", "replay", "tail"])
+    @pytest.mark.parametrize(
+        ("rules", "problem"),
+        [
+            (
+                "- rule: spike\n  cooldown: -1\n",
+                "alerts[0]: spike: cooldown must be an int >= 0 (steps), got -1",
+            ),
+            ("- rule: spike\n  name: 5\n", "alerts[0]: spike: name must be a non-empty str"),
+            ("- rule: builtins:print\n", "alerts[0]: builtins:print: None is not a rule"),
+        ],
+        ids=["negative_cooldown", "int_name", "factory_of_no_rule"],
+    )
+    def test_a_rule_that_cant_run_is_one_line(
+        self, tmp_path: Path, command: str, rules: str, problem: str
+    ) -> None:
+        """A rule built but unfit to run (a bad cooldown or name, a factory returning no rule): one
+        line naming the file and entry, exit 2, before the run is read (it was a traceback)."""
+        (tmp_path / "rules.yaml").write_text("alerts:\n" + rules)
+        (tmp_path / "m.jsonl").write_text('{"event":"train_step","step":1,"loss":1.0}\n')
+        done = cli(command, "m.jsonl", "--alerts", "rules.yaml", cwd=tmp_path)
+        assert_one_line_error(done, f"--alerts rules.yaml: {problem}")
 
 
 class TestReDerived:
