@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ __all__ = [
     "add_alerts_argument",
     "add_rank_argument",
     "add_role_arguments",
+    "check_peak_flops",
     "rank_choice",
     "read_alerts_file",
     "report_skipped",
@@ -79,6 +81,13 @@ def read_alerts_file(path: str) -> AlertsFile:
     except AlertConfigError as error:
         raise CommandError(f"--alerts {error}") from None
     return AlertsFile(path, list(data["alerts"]), on_alert)
+
+
+def check_peak_flops(value: float | None) -> None:
+    """A ``CommandError`` for a ``--peak-flops`` that is not a positive, finite number (``0``, ``nan``,
+    ``inf``: an MFU of 0% or nan is no figure)."""
+    if value is not None and not 0 < value < math.inf:
+        raise CommandError(f"--peak-flops: expected a positive, finite number of FLOP/s, got {value}")
 
 
 def add_role_arguments(parser: argparse.ArgumentParser) -> None:

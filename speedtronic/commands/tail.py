@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import math
 import os
 import re
 import sys
@@ -90,8 +91,10 @@ def run(args: argparse.Namespace) -> int:
     since = _since(args.since)
     ranks = _ranks(args.ranks)
     for name in ("every", "interval"):
-        if not getattr(args, name) > 0:
-            raise CommandError(f"tail: --{name}: expected seconds > 0, got {getattr(args, name)}")
+        if not 0 < getattr(args, name) < math.inf:
+            raise CommandError(
+                f"tail: --{name}: expected a finite number of seconds > 0, got {getattr(args, name)}"
+            )
     chosen = {
         name: getattr(args, option)
         for name, option in (

@@ -146,6 +146,8 @@ class TestBadArguments:
             (["a.jsonl", "a.jsonl", "--max-regression=-5%"], ["--max-regression", ">= 0"]),
             (["a.jsonl", "missing.jsonl"], ["missing.jsonl"]),
             (["a.jsonl", "a.jsonl", "--warmup", "-1"], ["--warmup"]),
+            (["a.jsonl", "a.jsonl", "--peak-flops", "0"], ["--peak-flops", "positive, finite"]),
+            (["a.jsonl", "a.jsonl", "--peak-flops", "inf"], ["--peak-flops", "positive, finite", "inf"]),
         ],
     )
     def test_one_line_exit_2(self, tmp_path: Path, args: list[str], fragments: list[str]) -> None:

@@ -166,6 +166,9 @@ def test_alerts_sent_once_by_restarted_and_concurrent_watchers(tmp_path: Path) -
         (["--ranks", "a,b"], "--ranks"),
         (["--stall-budget", "0"], "step_min_s"),
         (["--hook", "nosuchhook"], "nosuchhook"),
+        (["--interval", "0"], "--interval: expected a finite number of seconds > 0, got 0.0"),
+        (["--interval", "inf"], "--interval: expected a finite number of seconds > 0, got inf"),
+        (["--every", "inf"], "--every: expected a finite number of seconds > 0, got inf"),
     ],
 )
 def test_bad_arguments_one_line_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
