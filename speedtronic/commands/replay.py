@@ -184,6 +184,12 @@ def _replay(
         result = replay_run(path, hooks, rank=rank, alerts=alerts.rules if alerts else None)  # closes them
     except RunError as error:
         raise CommandError(str(error)) from None
+    except Exception as error:  # a hook's own failure, delivering or closing: one line, no traceback
+        from speedtronic.record.secrets import redact_exception  # a hook's error may quote a secret
+
+        raise CommandError(
+            f"replay: a hook failed; {path} was not replayed in full: {redact_exception(error).line}", code=1
+        ) from None
     for payload in result.alerts:
         sys.stdout.write(orjson.dumps(payload).decode() + "\n")
     sys.stdout.flush()

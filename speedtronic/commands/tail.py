@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
-import math
 import os
 import re
 import sys
@@ -16,8 +15,9 @@ from typing import Any
 
 import orjson
 
+from speedtronic.checks import is_seconds
 from speedtronic.commands._runs import add_alerts_argument, read_alerts_file
-from speedtronic.commands.cli import CommandError
+from speedtronic.commands.cli import CommandError, one_line
 from speedtronic.events import RATE_SUFFIX
 from speedtronic.record import iso_timestamp
 from speedtronic.runs.reader import Record, RunError, as_number, rate_keys
@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     since = _since(args.since)
     ranks = _ranks(args.ranks)
     for name in ("every", "interval"):
-        if not 0 < getattr(args, name) < math.inf:
+        if not is_seconds(getattr(args, name)):  # 1e300 or inf: a wait that never ends
             raise CommandError(
                 f"tail: --{name}: expected a finite number of seconds > 0, got {getattr(args, name)}"
             )
@@ -221,7 +221,7 @@ class _Watcher:
                 self.hooks.close()
                 undelivered = False
             except Exception as error:  # any hook's own failure: reported, never a traceback
-                print(f"speedtronic: tail: --hook: {error}", file=sys.stderr)
+                print(f"speedtronic: tail: --hook: {one_line(str(error))}", file=sys.stderr)
                 undelivered = True
             self.view.close()
         return 1 if undelivered and code == 0 else code

@@ -16,7 +16,7 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from speedtronic._version import __version__
-from speedtronic.checks import check_count, check_seconds
+from speedtronic.checks import check_count, check_seconds, is_http_url
 from speedtronic.errors import HookFailureWarning
 from speedtronic.events import Event
 from speedtronic.integrations.structlog import exception_text
@@ -48,16 +48,6 @@ def alert_text(record: Mapping[str, Any], name: str | None = None) -> str:
     rank = f" (rank {record['rank']})" if record.get("rank") is not None else ""
     message = record.get("message") or format_fields(record, skip=(*_NOT_IN_TEXT, "rule", "severity")).strip()
     return f"{prefix}{severity} {record.get('rule')}{rank}: {message}"
-
-
-def _is_http(url: str) -> bool:
-    """Whether ``url`` is an ``http`` or ``https`` URL with a host (and a port that is a number)."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-        _ = parts.port  # raises ValueError for a port that is no number
-    except ValueError:
-        return False
-    return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
@@ -122,7 +112,7 @@ class WebhookHook:
         where = "url"
         if url_env is not None:
             url, where = os.environ.get(url_env, ""), f"the environment variable {url_env!r} (url_env)"
-        if not isinstance(url, str) or not _is_http(url):
+        if not is_http_url(url):
             raise ValueError(f"WebhookHook: {where} must be an http:// or https:// URL with a host")
         parts = urllib.parse.urlsplit(url)
         self.shown_url = f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}/…"
