@@ -20,12 +20,13 @@ from speedtronic.commands._runs import add_alerts_argument, read_alerts_file
 from speedtronic.commands.cli import CommandError, one_line
 from speedtronic.events import RATE_SUFFIX
 from speedtronic.record import iso_timestamp
-from speedtronic.runs.reader import Record, RunError, as_number, rate_keys
+from speedtronic.runs.reader import Record, RunError, as_number, not_a_run, rate_keys
 
 __all__ = ["add_parser", "run"]
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_FIRST_BYTES = 4096  # enough of a first line to see whether it begins a JSON object
 
 
 def add_parser(subparsers: Any) -> None:
@@ -113,9 +114,24 @@ def run(args: argparse.Namespace) -> int:
     alerts = read_alerts_file(args.alerts) if args.alerts is not None else None
     if not Path(args.run).exists():
         raise CommandError(f"tail: {args.run}: no such file or directory")
+    if Path(args.run).is_file():
+        _refuse_no_run(Path(args.run))
     hooks = _hooks(args.hook)
     watcher = _Watcher(args, since, ranks, budgets, alerts, hooks)
     return watcher.loop()
+
+
+def _refuse_no_run(path: Path) -> None:
+    """A ``CommandError`` for a file whose first line does not begin a JSON object (a README, a text
+    log, a checkpoint), as the readers refuse it (``not_a_run``): such a file would be followed
+    forever, every line skipped. An empty file, or a first line still being written, is a run to come."""
+    try:
+        with path.open("rb") as file:
+            first = file.read(_FIRST_BYTES).split(b"\n", 1)[0].lstrip()
+    except OSError as error:
+        raise CommandError(f"tail: {path}: {error.strerror or error}") from None
+    if first and not first.startswith(b"{"):
+        raise CommandError(f"tail: {not_a_run(path, 'line 1 is not a JSON object')}")
 
 
 def _since(text: str | None) -> float | str | None:

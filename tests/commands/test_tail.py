@@ -190,6 +190,27 @@ def test_missing_run_exit_2(tmp_path: Path) -> None:
     assert "nope" in err
 
 
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [("README.md", b"# my run\n\nsee metrics.jsonl\n"), ("model.pt", b"PK\x03\x04\x00\x00\x08\x00")],
+    ids=["text", "binary"],
+)
+def test_a_file_that_is_no_run_exit_2(tmp_path: Path, name: str, content: bytes) -> None:
+    """A file whose first line is not a JSON object (a README, a checkpoint): one line, as summarize
+    says it, exit 2 (it was followed forever, every line skipped, nothing said)."""
+    (tmp_path / name).write_bytes(content)
+    watcher = tail(tmp_path / name, "--no-state")
+    try:
+        _, err = watcher.communicate(timeout=60)
+    finally:
+        if watcher.poll() is None:  # still following the file: the failure, and no process left behind
+            watcher.kill()
+            watcher.communicate()
+    assert watcher.returncode == 2
+    why = "not a speedtronic JSONL file (line 1 is not a JSON object)"
+    assert err.splitlines() == [f"speedtronic: error: tail: {tmp_path / name}: {why}"]
+
+
 def test_live_view_on_a_terminal(tmp_path: Path) -> None:
     """On a terminal (a pty) the live view shows the window lines and the end."""
     run = tmp_path / "run"
