@@ -68,14 +68,17 @@ def read_alerts_file(path: str) -> AlertsFile:
     line, exit 2) naming the file and what is wrong: an unknown rule or key lists what exists."""
     import yaml
 
-    from speedtronic.training.config import yaml_loader
+    from speedtronic.training.config import yaml_loader, yaml_problem
 
     try:
         data = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=yaml_loader())
     except OSError as error:
         raise CommandError(f"--alerts {path}: can't read it: {error.strerror or error}") from None
-    except (UnicodeDecodeError, yaml.YAMLError) as error:
-        raise CommandError(f"--alerts {path}: can't read it: {str(error).splitlines()[0]}") from None
+    except UnicodeDecodeError as error:
+        raise CommandError(f"--alerts {path}: can't read it: expected UTF-8 text ({error.reason})") from None
+    except yaml.YAMLError as error:  # where, as a --config's: PyYAML's first line names no place
+        where, problem = yaml_problem(error)
+        raise CommandError(f"--alerts {path}: {where + ': ' if where else ''}{problem}") from None
     try:
         _, on_alert = alerts_section(data, path)
     except AlertConfigError as error:

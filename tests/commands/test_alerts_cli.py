@@ -134,6 +134,28 @@ class TestConfigErrors:
         done = cli(command, "m.jsonl", "--alerts", "rules.yaml", cwd=tmp_path)
         assert_one_line_error(done, f"--alerts rules.yaml: {problem}")
 
+    @pytest.mark.parametrize(
+        ("text", "problem"),
+        [
+            (b"alerts:\n- rule: spike\n  k: [1\n", "line 4, column 1: invalid YAML: expected ',' or ']'"),
+            (
+                b'{"event":"train_step","step":1}\n{"event":"train_step","step":2}\n',
+                "line 2, column 1: invalid YAML: expected '<document start>', but found '{'",
+            ),
+            (b"\xff\xfe\x00a", "can't read it: expected UTF-8 text (invalid start byte)"),
+        ],
+        ids=["bad_yaml", "a_jsonl_file", "not_utf8"],
+    )
+    def test_a_rules_file_that_is_no_yaml_names_the_place(
+        self, tmp_path: Path, text: bytes, problem: str
+    ) -> None:
+        """A YAML syntax error (or a run's JSONL given as the rules): the line and column and what
+        YAML expected there, as a --config's error says it (it said "while parsing a flow sequence")."""
+        (tmp_path / "rules.yaml").write_bytes(text)
+        (tmp_path / "m.jsonl").write_text('{"event":"train_step","step":1,"loss":1.0}\n')
+        done = cli("summarize", "m.jsonl", "--alerts", "rules.yaml", cwd=tmp_path)
+        assert_one_line_error(done, f"--alerts rules.yaml: {problem}")
+
 
 class TestReDerived:
     def test_replay_re_derives_the_live_alerts_byte_for_byte(self, tmp_path: Path) -> None:
