@@ -70,6 +70,15 @@ class _Refused(_Undelivered):
     """A post the receiver refused for good (HTTP 3xx, and 4xx other than 408/429): not tried again."""
 
 
+def _names(values: object) -> bool:
+    """Whether ``values`` is a collection of strings (not one string: its letters are no list)."""
+    return (
+        not isinstance(values, str)
+        and isinstance(values, Iterable)
+        and all(isinstance(value, str) for value in values)
+    )
+
+
 class WebhookHook:
     """POSTs each alert (``events``) as JSON to ``url`` from a worker thread; see the module.
 
@@ -117,8 +126,16 @@ class WebhookHook:
         parts = urllib.parse.urlsplit(url)
         self.shown_url = f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}/…"
         """The URL as the hook writes it: scheme and host only (its path or query may hold a token)."""
-        if isinstance(events, str) or not all(isinstance(event, str) for event in events):
+        if not _names(events):
             raise ValueError(f"WebhookHook: events must be a list of event names, got {events!r}")
+        if headers is not None and not (
+            isinstance(headers, Mapping) and _names([*headers, *headers.values()])
+        ):
+            # not shown: a header's value is often a token
+            raise ValueError(
+                f"WebhookHook: headers must be a mapping of header names to values (text), got a "
+                f"{type(headers).__name__}"
+            )
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
             raise ValueError(f"WebhookHook: retries must be an int >= 0, got {retries!r}")
         check_seconds("WebhookHook: timeout_s", timeout_s)
