@@ -216,6 +216,9 @@ def _check(name: str, options: dict[str, Any]) -> None:
     problem = hook_argument_problem(hook_type(name), options)
     if problem is not None:
         raise CommandError(f"replay: {name} hook: {problem}")
+    where = Path(str(options.get("dir", "")))
+    if "dir" in options and where.exists() and not where.is_dir():  # W&B would fall back to /tmp
+        raise CommandError(f"replay: {name} hook: dir {where}: expected a directory, found a file")
 
 
 def _target_dirs(targets: list[tuple[str, str, dict[str, Any]]]) -> list[Path]:

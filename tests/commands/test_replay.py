@@ -111,3 +111,17 @@ class TestAHookThatFails:
         pytest.importorskip("opentelemetry.sdk" if hook.startswith("otel") else "tqdm")
         done = replay(run_file, "--hook", hook, cwd=tmp_path)
         assert_one_line_error(done, problem)
+
+
+class TestTargets:
+    @pytest.mark.parametrize("how", [("--wandb-dir", "taken"), ("--hook", "wandb:project=p,mode=offline,dir=taken")])
+    def test_a_wandb_dir_that_is_a_file_is_refused(
+        self, tmp_path: Path, run_file: Path, how: tuple[str, str]
+    ) -> None:
+        """--wandb-dir naming a file: one line, exit 2, no W&B run (W&B fell back to /tmp with warnings
+        and the replay went there)."""
+        pytest.importorskip("wandb")
+        (tmp_path / "taken").write_text("a file\n")
+        wandb = ("--wandb", "p", "--wandb-mode", "offline") if how[0] == "--wandb-dir" else ()
+        done = replay(run_file, *wandb, *how, cwd=tmp_path)
+        assert_one_line_error(done, "replay: wandb hook: dir taken: expected a directory, found a file")
