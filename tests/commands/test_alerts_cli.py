@@ -13,7 +13,7 @@ import yaml
 
 from speedtronic.alerts import NonFinite
 from speedtronic.runs.replay import replay_run
-from tests.helpers import run_records
+from tests.helpers import run_records, user_package
 from tests.runs.conftest import assert_one_line_error
 from tests.torch_run import ROOT, train_cli
 from tests.training.test_run_dirs import write_config
@@ -152,6 +152,29 @@ class TestConfigErrors:
         """A YAML syntax error (or a run's JSONL given as the rules): the line and column and what
         YAML expected there, as a --config's error says it (it said "while parsing a flow sequence")."""
         (tmp_path / "rules.yaml").write_bytes(text)
+        (tmp_path / "m.jsonl").write_text('{"event":"train_step","step":1,"loss":1.0}\n')
+        done = cli("summarize", "m.jsonl", "--alerts", "rules.yaml", cwd=tmp_path)
+        assert_one_line_error(done, f"--alerts rules.yaml: {problem}")
+
+    @pytest.mark.parametrize(
+        ("rule", "problem"),
+        [
+            (
+                "broken_syntax:Rule",
+                "alerts[0]: rule 'broken_syntax:Rule' can't be imported: SyntaxError: invalid syntax",
+            ),
+            ("failing_rule:Rule", "alerts[0]: failing_rule:Rule: RuntimeError: no GPU named in the rule"),
+        ],
+        ids=["module_with_a_syntax_error", "factory_that_raises"],
+    )
+    def test_a_user_rule_that_fails_is_one_line(self, tmp_path: Path, rule: str, problem: str) -> None:
+        """A rule module of the user's that can't be imported (a SyntaxError), or a factory that fails
+        its own way (a RuntimeError): one line naming the file, the entry and the error, exit 2 (both
+        were tracebacks)."""
+        user_package(tmp_path, "broken_syntax", "class Rule(:\n")
+        user_package(tmp_path, "failing_rule", "class Rule:\n    def __init__(self):\n"
+                     "        raise RuntimeError('no GPU named in the rule')\n")  # fmt: skip
+        (tmp_path / "rules.yaml").write_text(f"alerts:\n- rule: {rule}\n")
         (tmp_path / "m.jsonl").write_text('{"event":"train_step","step":1,"loss":1.0}\n')
         done = cli("summarize", "m.jsonl", "--alerts", "rules.yaml", cwd=tmp_path)
         assert_one_line_error(done, f"--alerts rules.yaml: {problem}")

@@ -85,6 +85,17 @@ class TestAHookThatFails:
             "RuntimeError: the tracker refused the record"
         ]
 
+    def test_a_hook_module_with_a_syntax_error_is_one_line(self, tmp_path: Path, run_file: Path) -> None:
+        """--hook package:factory whose module can't even be compiled: one line naming the type and the
+        SyntaxError, exit 2 (it was a traceback)."""
+        user_package(tmp_path, "broken_hooks", "def make(:\n")
+        done = replay(run_file, "--hook", "broken_hooks:make", cwd=tmp_path)
+        assert_one_line_error(
+            done,
+            "hook type 'broken_hooks:make' (broken_hooks:make) can't be imported: SyntaxError: invalid "
+            "syntax",
+        )
+
     def test_an_error_of_several_lines_is_one_line(self, tmp_path: Path, run_file: Path) -> None:
         """A factory whose error spans lines (pydantic's, from wandb's Settings): one line, exit 2."""
         user_package(tmp_path, "myhooks", USER_HOOKS)
@@ -114,7 +125,9 @@ class TestAHookThatFails:
 
 
 class TestTargets:
-    @pytest.mark.parametrize("how", [("--wandb-dir", "taken"), ("--hook", "wandb:project=p,mode=offline,dir=taken")])
+    @pytest.mark.parametrize(
+        "how", [("--wandb-dir", "taken"), ("--hook", "wandb:project=p,mode=offline,dir=taken")]
+    )
     def test_a_wandb_dir_that_is_a_file_is_refused(
         self, tmp_path: Path, run_file: Path, how: tuple[str, str]
     ) -> None:
