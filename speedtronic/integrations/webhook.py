@@ -120,7 +120,12 @@ class WebhookHook:
             raise ValueError("WebhookHook: pass either url= or url_env= (the environment variable with it)")
         where = "url"
         if url_env is not None:
-            url, where = os.environ.get(url_env, ""), f"the environment variable {url_env!r} (url_env)"
+            if url_env not in os.environ:
+                raise ValueError(
+                    f"WebhookHook: the environment variable {url_env!r} (url_env) is not set; set it to the "
+                    "http:// or https:// URL to post to"
+                )
+            url, where = os.environ[url_env], f"the environment variable {url_env!r} (url_env)"
         if not is_http_url(url):
             raise ValueError(f"WebhookHook: {where} must be an http:// or https:// URL with a host")
         parts = urllib.parse.urlsplit(url)

@@ -276,7 +276,8 @@ class TestOptions:
             ({"url": None}, "pass either url= or url_env="),
             (
                 {"url": None, "url_env": "SPEEDTRONIC_TEST_UNSET"},
-                "the environment variable 'SPEEDTRONIC_TEST_UNSET' \\(url_env\\)",
+                "the environment variable 'SPEEDTRONIC_TEST_UNSET' \\(url_env\\) is not set; set it to the "
+                "http:// or https:// URL",
             ),
             ({"events": "alert"}, "events must be a list of event names"),
             ({"events": 5}, "events must be a list of event names, got 5"),
