@@ -227,8 +227,8 @@ class _Watcher:
                     self.stalls.resume(rank, last_step, ended=bool(ended))
 
     def loop(self) -> int:
-        """Follow until the run ends (0); 1 when a hook failed to deliver at close (one line on
-        stderr, as a hook's failure is no reason for a traceback)."""
+        """Follow until the run ends (0); 1 when a hook failed to deliver an alert, as it was sent or
+        at close (one line on stderr, as a hook's failure is no reason for a traceback)."""
         try:
             code = self._follow()
         finally:
@@ -238,6 +238,9 @@ class _Watcher:
                 undelivered = False
             except Exception as error:  # any hook's own failure: reported, never a traceback
                 print(f"speedtronic: tail: --hook: {one_line(str(error))}", file=sys.stderr)
+                undelivered = True
+            for name, count in self.dispatch.errors.items():  # raised as the alert was sent: warned, counted
+                print(f"speedtronic: tail: --hook: {name} failed on {count:,} alert(s)", file=sys.stderr)
                 undelivered = True
             self.view.close()
         return 1 if undelivered and code == 0 else code

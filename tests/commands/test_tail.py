@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.helpers import WEBHOOK_TOKEN, WebhookReceiver
+from tests.helpers import WEBHOOK_TOKEN, WebhookReceiver, user_package
 from tests.torch_run import ROOT, train_cli
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
@@ -248,6 +248,28 @@ def test_hook_gets_alerts(tmp_path: Path) -> None:
     events = EventAccumulator(str(tmp_path / "tb"))
     events.Reload()
     assert [(e.step, e.value) for e in events.Scalars("alert/value")] == [(10, 9.0), (250, 9.0)]
+
+
+def test_hook_that_raises_on_an_alert_exit_1(tmp_path: Path) -> None:
+    """A --hook that raises as an alert is sent: the watcher goes on (the failure warned about and
+    counted), then says on stderr how many alerts the hook failed on, no traceback, and exits 1, as a
+    hook that fails at close does (it exited 0: alerts lost without a failing exit code)."""
+    user_package(tmp_path / "lib", "failing_hooks", (
+        "class Down:\n"
+        "    def on_event(self, event, payload):\n"
+        "        raise RuntimeError('tracker down')\n"
+    ))  # fmt: skip
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("alerts:\n  - rule: threshold\n    key: loss\n    above: 5\n")
+    run = tmp_path / "run"
+    finished_run(run)
+    env = {**ENV, "PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path / 'lib'}"}
+    watcher = tail(run, "--alerts", rules, "--hook", "failing_hooks:Down", "--no-state", "--json", env=env)
+    out, err = watcher.communicate(timeout=120)
+    assert watcher.returncode == 1, err
+    assert [json.loads(line)["step"] for line in out.splitlines() if '"alert"' in line] == [10, 250]
+    assert "Traceback" not in err
+    assert err.splitlines()[-1] == "speedtronic: tail: --hook: Down failed on 2 alert(s)"
 
 
 WEBHOOK = "speedtronic.integrations.webhook:WebhookHook"
