@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from speedtronic.commands._runs import add_role_arguments, check_peak_flops, roles_chosen
+from speedtronic.commands._runs import add_role_arguments, check_peak_flops, roles_chosen, runs_in
 from speedtronic.commands.cli import CommandError
 from speedtronic.runs.health import DEFAULT_WARMUP_STEPS, RunHealth, Slowdown, run_health, slowdown
 from speedtronic.runs.reader import RunError
@@ -76,6 +76,11 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as error:
             raise CommandError(f"--max-regression: {error}") from None
     roles = roles_chosen(args)
+    for path in args.runs:
+        inside = runs_in([path])
+        if inside != [path]:  # a folder of runs: which is the baseline is the user's choice
+            shown = " ".join(inside[:3]) + (" ..." if len(inside) > 3 else "")
+            raise CommandError(f"{path}: a folder of runs; compare takes runs, the baseline first: {shown}")
     healths = []
     for path in args.runs:
         try:

@@ -155,6 +155,17 @@ class TestBadArguments:
         synthetic(tmp_path / "a.jsonl", seed=1, steps=10)
         assert_one_line_error(speedtronic("compare", *args, cwd=tmp_path), *fragments)
 
+    def test_a_folder_of_runs_names_its_runs(self, tmp_path: Path) -> None:
+        """A folder of runs (runs/, as train writes): one line naming the runs in it, the baseline to
+        come first, exit 2 (it said "runs: no *.jsonl file in this directory")."""
+        for name in ("a", "b"):
+            (tmp_path / "runs" / name).mkdir(parents=True)
+            synthetic(tmp_path / "runs" / name / "metrics.jsonl", seed=1, steps=10)
+        done = speedtronic("compare", "runs", "runs/a", cwd=tmp_path)
+        assert_one_line_error(
+            done, "runs: a folder of runs; compare takes runs, the baseline first: runs/a runs/b"
+        )
+
     def test_percent_forms(self) -> None:
         """5% and 0.05 are the same limit."""
         assert parse_percent("5%") == parse_percent("0.05") == pytest.approx(0.05)
