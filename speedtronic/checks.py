@@ -6,7 +6,10 @@ numbers with these, so one rule says what a count or a number of seconds may be.
 
 from __future__ import annotations
 
-__all__ = ["check_count", "check_seconds", "is_seconds"]
+import urllib.parse
+from typing import TypeGuard
+
+__all__ = ["check_count", "check_seconds", "is_http_url", "is_seconds"]
 
 
 def check_count(name: str, value: object) -> None:
@@ -24,3 +27,16 @@ def check_seconds(name: str, value: object) -> None:
     """``ValueError`` naming ``name`` unless ``value`` is a finite number of seconds > 0 (a timeout)."""
     if not is_seconds(value):
         raise ValueError(f"{name} must be a number of seconds > 0 and finite, got {value!r}")
+
+
+def is_http_url(url: object) -> TypeGuard[str]:
+    """Whether ``url`` is an ``http`` or ``https`` URL with a host (and a port that is a number): where a
+    webhook or an OTLP/HTTP exporter can send."""
+    if not isinstance(url, str):
+        return False
+    try:
+        parts = urllib.parse.urlsplit(url)
+        _ = parts.port  # raises ValueError for a port that is no number
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)

@@ -13,7 +13,7 @@ from speedtronic.alerts.config import (
     default_rules,
     rules_from_config,
 )
-from speedtronic.alerts.rule import DEFAULT_COOLDOWN, SEVERITIES, Alert, Rule, RuleSet
+from speedtronic.alerts.rule import DEFAULT_COOLDOWN, SEVERITIES, Alert, Rule, RuleSet, check_rule
 from speedtronic.alerts.stage import ALERT, AlertWatch, CheckAlerts, alert_fields, derive_alerts
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "ThroughputDrop",
     "alert_fields",
     "alerts_section",
+    "check_rule",
     "default_rules",
     "derive_alerts",
     "rules_from_config",

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from speedtronic.alerts.builtin import Memory, NonFinite, Spike, Threshold, ThroughputDrop
-from speedtronic.alerts.rule import Rule
+from speedtronic.alerts.rule import Rule, check_rule
 
 __all__ = [
     "DEFAULT_ALERTS",
@@ -74,8 +74,11 @@ def rules_from_config(entries: Any, source: str = "alerts") -> list[Rule]:
             raise AlertConfigError(source, where, f"{name}: unknown key {unknown[0]!r}; its keys: {listed}")
         try:
             rule = factory(**options)
+            check_rule(rule)  # what a factory made runs in a RuleSet: refused here, not at the first record
         except (TypeError, ValueError) as error:
             raise AlertConfigError(source, where, f"{name}: {error}") from None
+        except Exception as error:  # a factory of the user's failing its own way: its type says how
+            raise AlertConfigError(source, where, f"{name}: {type(error).__name__}: {error}") from error
         rules.append(rule)
     return rules
 
@@ -105,11 +108,21 @@ def _factory(name: str, source: str, where: str) -> Callable[..., Rule]:
         found: Any = importlib.import_module(module_name.strip())
         for part in attribute.strip().split("."):
             found = getattr(found, part)
-    except (ImportError, AttributeError) as error:
-        raise AlertConfigError(source, where, f"rule {name!r} can't be imported: {error}") from None
+    except Exception as error:  # ImportError, AttributeError, or the module's own (a SyntaxError)
+        raise AlertConfigError(
+            source, where, f"rule {name!r} can't be imported: {_described(error)}"
+        ) from None
     if not callable(found):
         raise AlertConfigError(source, where, f"rule {name!r} is not a class or factory")
     return found  # type: ignore[no-any-return]  # a callable the user named
+
+
+def _described(error: Exception) -> str:
+    """An import's failure in words: an ``ImportError``'s or ``AttributeError``'s message says it all;
+    another (the module's own ``SyntaxError``, ``NameError``...) is named by its type."""
+    return (
+        str(error) if isinstance(error, ImportError | AttributeError) else f"{type(error).__name__}: {error}"
+    )
 
 
 def _parameters(factory: Callable[..., Any]) -> set[str] | None:

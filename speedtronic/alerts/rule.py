@@ -9,7 +9,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from speedtronic.errors import LoggingFailureWarning
 
-__all__ = ["DEFAULT_COOLDOWN", "SEVERITIES", "Alert", "Rule", "RuleSet"]
+__all__ = ["DEFAULT_COOLDOWN", "SEVERITIES", "Alert", "Rule", "RuleSet", "check_rule"]
 
 DEFAULT_COOLDOWN = 100
 """Steps a rule stays quiet on a key after alerting on it, unless the rule says otherwise."""
@@ -87,17 +87,13 @@ class RuleSet:
     def __init__(self, rules: Iterable[Rule]) -> None:
         self.rules: tuple[Rule, ...] = tuple(rules)
         for at, rule in enumerate(self.rules):
-            if not callable(getattr(rule, "check", None)) or not isinstance(getattr(rule, "name", None), str):
-                raise TypeError(
-                    f"alerts[{at}]: {rule!r} is not a rule: expected an object with a 'name' (str) and "
-                    "a check(record) method returning its alerts"
-                )
+            try:
+                check_rule(rule)
+            except TypeError as error:
+                raise TypeError(f"alerts[{at}]: {error}") from None
+            except ValueError as error:
+                raise ValueError(f"rule {rule.name!r}: {error}") from None
         cooldowns = [getattr(rule, "cooldown", DEFAULT_COOLDOWN) for rule in self.rules]
-        for rule, cooldown in zip(self.rules, cooldowns, strict=True):
-            if type(cooldown) is not int or cooldown < 0:
-                raise ValueError(
-                    f"rule {rule.name!r}: cooldown must be an int >= 0 (steps), got {cooldown!r}"
-                )
         events = [_events_of(rule) for rule in self.rules]
         indexed = tuple((at, rule.check) for at, rule in enumerate(self.rules))  # each check bound once
         self._every: _Indexed = tuple(pair for pair in indexed if events[pair[0]] is None)
@@ -165,12 +161,30 @@ def as_rule_set(alerts: RuleSet | Sequence[Rule] | Iterable[Rule]) -> RuleSet:
     return alerts if isinstance(alerts, RuleSet) else RuleSet(alerts)
 
 
-def _events_of(rule: Rule) -> frozenset[str] | None:
+def check_rule(rule: object) -> None:
+    """Refuse what a ``RuleSet`` can't run: ``TypeError`` for an object with no ``name`` (str) or no
+    ``check`` method, ``ValueError`` for a ``cooldown`` that is not an int >= 0 or ``events`` that
+    are not event names. The message says what is wrong, not where the rule is."""
+    if not callable(getattr(rule, "check", None)) or not hasattr(rule, "name"):
+        raise TypeError(
+            f"{rule!r} is not a rule: expected an object with a 'name' (str) and a check(record) method "
+            "returning its alerts"
+        )
+    name = getattr(rule, "name", None)
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a non-empty str (the 'rule' of its alerts), got {name!r}")
+    cooldown = getattr(rule, "cooldown", DEFAULT_COOLDOWN)
+    if type(cooldown) is not int or cooldown < 0:
+        raise ValueError(f"cooldown must be an int >= 0 (steps), got {cooldown!r}")
+    _events_of(rule)
+
+
+def _events_of(rule: object) -> frozenset[str] | None:
     """The events ``rule`` reads (its ``events``), or ``None`` for every event."""
     events = getattr(rule, "events", None)
     if events is None:
         return None
     chosen = [events] if isinstance(events, str) else list(events) if isinstance(events, Iterable) else []
     if not chosen or not all(isinstance(name, str) and name for name in chosen):
-        raise ValueError(f"rule {rule.name!r}: events must be event names or None, got {events!r}")
+        raise ValueError(f"events must be event names or None, got {events!r}")
     return frozenset(chosen)

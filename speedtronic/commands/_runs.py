@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ __all__ = [
     "add_alerts_argument",
     "add_rank_argument",
     "add_role_arguments",
+    "check_peak_flops",
     "rank_choice",
     "read_alerts_file",
     "report_skipped",
@@ -66,19 +68,29 @@ def read_alerts_file(path: str) -> AlertsFile:
     line, exit 2) naming the file and what is wrong: an unknown rule or key lists what exists."""
     import yaml
 
-    from speedtronic.training.config import yaml_loader
+    from speedtronic.training.config import yaml_loader, yaml_problem
 
     try:
         data = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=yaml_loader())
     except OSError as error:
         raise CommandError(f"--alerts {path}: can't read it: {error.strerror or error}") from None
-    except (UnicodeDecodeError, yaml.YAMLError) as error:
-        raise CommandError(f"--alerts {path}: can't read it: {str(error).splitlines()[0]}") from None
+    except UnicodeDecodeError as error:
+        raise CommandError(f"--alerts {path}: can't read it: expected UTF-8 text ({error.reason})") from None
+    except yaml.YAMLError as error:  # where, as a --config's: PyYAML's first line names no place
+        where, problem = yaml_problem(error)
+        raise CommandError(f"--alerts {path}: {where + ': ' if where else ''}{problem}") from None
     try:
         _, on_alert = alerts_section(data, path)
     except AlertConfigError as error:
         raise CommandError(f"--alerts {error}") from None
     return AlertsFile(path, list(data["alerts"]), on_alert)
+
+
+def check_peak_flops(value: float | None) -> None:
+    """A ``CommandError`` for a ``--peak-flops`` that is not a positive, finite number (``0``, ``nan``,
+    ``inf``: an MFU of 0% or nan is no figure)."""
+    if value is not None and not 0 < value < math.inf:
+        raise CommandError(f"--peak-flops: expected a positive, finite number of FLOP/s, got {value}")
 
 
 def add_role_arguments(parser: argparse.ArgumentParser) -> None:

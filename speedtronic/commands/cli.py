@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import argparse
 
-__all__ = ["COMMANDS", "Terminated", "main"]
+__all__ = ["COMMANDS", "Terminated", "main", "one_line"]
 
 COMMANDS: tuple[str, ...] = ("train", "summarize", "compare", "plot", "replay", "tail")
 """Module names under ``speedtronic.commands``, in the order ``--help`` lists them."""
@@ -39,7 +39,18 @@ examples:
 
 
 class CommandError(Exception):
-    """A user-facing failure: printed as one line ``speedtronic: error: ...``, exit code 2."""
+    """A user-facing failure: printed as one line ``speedtronic: error: ...``, exit code ``code``: 2
+    (the default) for a user's mistake, 1 for work that failed (a hook that failed mid-replay)."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def one_line(text: str) -> str:
+    """``text`` as one line: its lines, stripped, joined by ``"; "`` (an SDK's error that spans several,
+    such as pydantic's ``1 validation error for Settings`` / ``mode`` / ``Input should be ...``)."""
+    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 class Terminated(BaseException):
@@ -111,8 +122,8 @@ def _run(argv: list[str], started: Callable[[], None]) -> int:
         started()
         return int(args.func(args))
     except CommandError as error:
-        print(f"speedtronic: error: {error}", file=sys.stderr)
-        return 2
+        print(f"speedtronic: error: {one_line(str(error))}", file=sys.stderr)
+        return error.code
     except BrokenPipeError:  # `speedtronic summarize ... | head`: the reader left, not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from speedtronic.commands._runs import add_role_arguments, roles_chosen
+from speedtronic.commands._runs import add_role_arguments, check_peak_flops, roles_chosen, runs_in
 from speedtronic.commands.cli import CommandError
 from speedtronic.runs.health import DEFAULT_WARMUP_STEPS, RunHealth, Slowdown, run_health, slowdown
 from speedtronic.runs.reader import RunError
@@ -68,8 +68,7 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"compare needs at least two runs (A B [C ...]), got {len(args.runs)}")
     if args.warmup < 0:
         raise CommandError(f"--warmup: expected an integer >= 0, got {args.warmup}")
-    if args.peak_flops is not None and not args.peak_flops > 0:
-        raise CommandError(f"--peak-flops: expected a positive number of FLOP/s, got {args.peak_flops}")
+    check_peak_flops(args.peak_flops)
     limit = None
     if args.max_regression is not None:
         try:
@@ -77,6 +76,11 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as error:
             raise CommandError(f"--max-regression: {error}") from None
     roles = roles_chosen(args)
+    for path in args.runs:
+        inside = runs_in([path])
+        if inside != [path]:  # a folder of runs: which is the baseline is the user's choice
+            shown = " ".join(inside[:3]) + (" ..." if len(inside) > 3 else "")
+            raise CommandError(f"{path}: a folder of runs; compare takes runs, the baseline first: {shown}")
     healths = []
     for path in args.runs:
         try:

@@ -184,6 +184,12 @@ def _replay(
         result = replay_run(path, hooks, rank=rank, alerts=alerts.rules if alerts else None)  # closes them
     except RunError as error:
         raise CommandError(str(error)) from None
+    except Exception as error:  # a hook's own failure, delivering or closing: one line, no traceback
+        from speedtronic.record.secrets import redact_exception  # a hook's error may quote a secret
+
+        raise CommandError(
+            f"replay: a hook failed; {path} was not replayed in full: {redact_exception(error).line}", code=1
+        ) from None
     for payload in result.alerts:
         sys.stdout.write(orjson.dumps(payload).decode() + "\n")
     sys.stdout.flush()
@@ -210,6 +216,9 @@ def _check(name: str, options: dict[str, Any]) -> None:
     problem = hook_argument_problem(hook_type(name), options)
     if problem is not None:
         raise CommandError(f"replay: {name} hook: {problem}")
+    where = Path(str(options.get("dir", "")))
+    if "dir" in options and where.exists() and not where.is_dir():  # W&B would fall back to /tmp
+        raise CommandError(f"replay: {name} hook: dir {where}: expected a directory, found a file")
 
 
 def _target_dirs(targets: list[tuple[str, str, dict[str, Any]]]) -> list[Path]:

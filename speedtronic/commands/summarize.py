@@ -13,6 +13,7 @@ from speedtronic.commands._runs import (
     add_alerts_argument,
     add_rank_argument,
     add_role_arguments,
+    check_peak_flops,
     rank_choice,
     read_alerts_file,
     report_skipped,
@@ -73,8 +74,7 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"--workers: expected a positive integer, got {args.workers}")
     workers = args.workers if args.workers is not None else available_workers()
     alerts = read_alerts_file(args.alerts) if args.alerts is not None else None
-    if args.peak_flops is not None and not args.peak_flops > 0:
-        raise CommandError(f"--peak-flops: expected a positive number of FLOP/s, got {args.peak_flops}")
+    check_peak_flops(args.peak_flops)
     summaries, unreadable = [], []
     for path in runs_in(args.runs):
         try:

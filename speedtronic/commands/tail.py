@@ -15,16 +15,18 @@ from typing import Any
 
 import orjson
 
+from speedtronic.checks import is_seconds
 from speedtronic.commands._runs import add_alerts_argument, read_alerts_file
-from speedtronic.commands.cli import CommandError
+from speedtronic.commands.cli import CommandError, one_line
 from speedtronic.events import RATE_SUFFIX
 from speedtronic.record import iso_timestamp
-from speedtronic.runs.reader import Record, RunError, as_number, rate_keys
+from speedtronic.runs.reader import Record, RunError, as_number, not_a_run, rate_keys
 
 __all__ = ["add_parser", "run"]
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_FIRST_BYTES = 4096  # enough of a first line to see whether it begins a JSON object
 
 
 def add_parser(subparsers: Any) -> None:
@@ -90,8 +92,10 @@ def run(args: argparse.Namespace) -> int:
     since = _since(args.since)
     ranks = _ranks(args.ranks)
     for name in ("every", "interval"):
-        if not getattr(args, name) > 0:
-            raise CommandError(f"tail: --{name}: expected seconds > 0, got {getattr(args, name)}")
+        if not is_seconds(getattr(args, name)):  # 1e300 or inf: a wait that never ends
+            raise CommandError(
+                f"tail: --{name}: expected a finite number of seconds > 0, got {getattr(args, name)}"
+            )
     chosen = {
         name: getattr(args, option)
         for name, option in (
@@ -110,9 +114,24 @@ def run(args: argparse.Namespace) -> int:
     alerts = read_alerts_file(args.alerts) if args.alerts is not None else None
     if not Path(args.run).exists():
         raise CommandError(f"tail: {args.run}: no such file or directory")
+    if Path(args.run).is_file():
+        _refuse_no_run(Path(args.run))
     hooks = _hooks(args.hook)
     watcher = _Watcher(args, since, ranks, budgets, alerts, hooks)
     return watcher.loop()
+
+
+def _refuse_no_run(path: Path) -> None:
+    """A ``CommandError`` for a file whose first line does not begin a JSON object (a README, a text
+    log, a checkpoint), as the readers refuse it (``not_a_run``): such a file would be followed
+    forever, every line skipped. An empty file, or a first line still being written, is a run to come."""
+    try:
+        with path.open("rb") as file:
+            first = file.read(_FIRST_BYTES).split(b"\n", 1)[0].lstrip()
+    except OSError as error:
+        raise CommandError(f"tail: {path}: {error.strerror or error}") from None
+    if first and not first.startswith(b"{"):
+        raise CommandError(f"tail: {not_a_run(path, 'line 1 is not a JSON object')}")
 
 
 def _since(text: str | None) -> float | str | None:
@@ -208,8 +227,8 @@ class _Watcher:
                     self.stalls.resume(rank, last_step, ended=bool(ended))
 
     def loop(self) -> int:
-        """Follow until the run ends (0); 1 when a hook failed to deliver at close (one line on
-        stderr, as a hook's failure is no reason for a traceback)."""
+        """Follow until the run ends (0); 1 when a hook failed to deliver an alert, as it was sent or
+        at close (one line on stderr, as a hook's failure is no reason for a traceback)."""
         try:
             code = self._follow()
         finally:
@@ -218,7 +237,10 @@ class _Watcher:
                 self.hooks.close()
                 undelivered = False
             except Exception as error:  # any hook's own failure: reported, never a traceback
-                print(f"speedtronic: tail: --hook: {error}", file=sys.stderr)
+                print(f"speedtronic: tail: --hook: {one_line(str(error))}", file=sys.stderr)
+                undelivered = True
+            for name, count in self.dispatch.errors.items():  # raised as the alert was sent: warned, counted
+                print(f"speedtronic: tail: --hook: {name} failed on {count:,} alert(s)", file=sys.stderr)
                 undelivered = True
             self.view.close()
         return 1 if undelivered and code == 0 else code

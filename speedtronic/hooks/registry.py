@@ -68,6 +68,10 @@ def hook_type(name: str) -> Callable[..., Any]:
             found = getattr(found, part)
     except (ImportError, AttributeError, ValueError) as error:
         raise LookupError(f"hook type {name!r} ({target}) can't be imported: {error}") from None
+    except Exception as error:  # the module's own failure (a SyntaxError, a NameError): its type says how
+        raise LookupError(
+            f"hook type {name!r} ({target}) can't be imported: {type(error).__name__}: {error}"
+        ) from None
     if not callable(found):
         raise LookupError(f"hook type {name!r} ({target}) is not callable")
     return found  # type: ignore[no-any-return]  # checked callable just above

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from speedtronic._version import __version__
-from speedtronic.checks import check_seconds
+from speedtronic.checks import check_seconds, is_http_url
 from speedtronic.extras import require
 from speedtronic.integrations.structlog import exception_text
 from speedtronic.levels import LEVEL_NAMES
@@ -203,6 +203,11 @@ class OtelHook:
                 "provider), not both"
             )
         check_seconds("OtelHook: timeout_s", timeout_s)
+        if endpoint is not None and not is_http_url(endpoint):  # the SDK would fail at the first export
+            raise ValueError(
+                "OtelHook: endpoint must be an http:// or https:// URL with a host (the OTLP/HTTP logs URL, "
+                "http://collector:4318/v1/logs)"
+            )
         api = require("opentelemetry._logs", "otel", needed_by=_NEEDED_BY, package="opentelemetry-api")
         self._severities = {name: api.SeverityNumber(number) for name, number in SEVERITY_NUMBERS.items()}
         self.endpoint = endpoint

@@ -45,6 +45,12 @@ class ProgressHook:
     def __init__(
         self, file: IO[str] | None = None, *, postfix: Sequence[str] | None = None, **tqdm_kwargs: Any
     ) -> None:
+        taken = sorted({"total", "initial"} & tqdm_kwargs.keys())
+        if taken:  # tqdm would fail at train_start with "got multiple values for keyword argument"
+            raise TypeError(
+                f"ProgressHook: {taken[0]} is the run's (train_start's target_step and start_step); "
+                "leave it out"
+            )
         tqdm = require("tqdm", "progress", needed_by="speedtronic.integrations.progress.ProgressHook")
         self._tqdm = tqdm.tqdm
         self._file = file if file is not None else sys.stdout

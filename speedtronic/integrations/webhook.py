@@ -16,7 +16,7 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from speedtronic._version import __version__
-from speedtronic.checks import check_count, check_seconds
+from speedtronic.checks import check_count, check_seconds, is_http_url
 from speedtronic.errors import HookFailureWarning
 from speedtronic.events import Event
 from speedtronic.integrations.structlog import exception_text
@@ -50,16 +50,6 @@ def alert_text(record: Mapping[str, Any], name: str | None = None) -> str:
     return f"{prefix}{severity} {record.get('rule')}{rank}: {message}"
 
 
-def _is_http(url: str) -> bool:
-    """Whether ``url`` is an ``http`` or ``https`` URL with a host (and a port that is a number)."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-        _ = parts.port  # raises ValueError for a port that is no number
-    except ValueError:
-        return False
-    return parts.scheme in ("http", "https") and bool(parts.hostname)
-
-
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
     """A redirect is an answer, not a new request: urllib would follow a 302 as a GET without the body."""
 
@@ -78,6 +68,15 @@ class _Undelivered(Exception):
 
 class _Refused(_Undelivered):
     """A post the receiver refused for good (HTTP 3xx, and 4xx other than 408/429): not tried again."""
+
+
+def _names(values: object) -> bool:
+    """Whether ``values`` is a collection of strings (not one string: its letters are no list)."""
+    return (
+        not isinstance(values, str)
+        and isinstance(values, Iterable)
+        and all(isinstance(value, str) for value in values)
+    )
 
 
 class WebhookHook:
@@ -121,14 +120,27 @@ class WebhookHook:
             raise ValueError("WebhookHook: pass either url= or url_env= (the environment variable with it)")
         where = "url"
         if url_env is not None:
-            url, where = os.environ.get(url_env, ""), f"the environment variable {url_env!r} (url_env)"
-        if not isinstance(url, str) or not _is_http(url):
+            if url_env not in os.environ:
+                raise ValueError(
+                    f"WebhookHook: the environment variable {url_env!r} (url_env) is not set; set it to the "
+                    "http:// or https:// URL to post to"
+                )
+            url, where = os.environ[url_env], f"the environment variable {url_env!r} (url_env)"
+        if not is_http_url(url):
             raise ValueError(f"WebhookHook: {where} must be an http:// or https:// URL with a host")
         parts = urllib.parse.urlsplit(url)
         self.shown_url = f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}/…"
         """The URL as the hook writes it: scheme and host only (its path or query may hold a token)."""
-        if isinstance(events, str) or not all(isinstance(event, str) for event in events):
+        if not _names(events):
             raise ValueError(f"WebhookHook: events must be a list of event names, got {events!r}")
+        if headers is not None and not (
+            isinstance(headers, Mapping) and _names([*headers, *headers.values()])
+        ):
+            # not shown: a header's value is often a token
+            raise ValueError(
+                f"WebhookHook: headers must be a mapping of header names to values (text), got a "
+                f"{type(headers).__name__}"
+            )
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
             raise ValueError(f"WebhookHook: retries must be an int >= 0, got {retries!r}")
         check_seconds("WebhookHook: timeout_s", timeout_s)

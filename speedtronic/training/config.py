@@ -32,6 +32,7 @@ __all__ = [
     "markdown_table",
     "validate",
     "yaml_loader",
+    "yaml_problem",
 ]
 
 
@@ -359,3 +360,12 @@ def yaml_loader() -> type[yaml.SafeLoader]:
 
     ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_FLOAT, list("-+0123456789."))
     return ConfigLoader
+
+
+def yaml_problem(error: Exception) -> tuple[str, str]:
+    """``(where, problem)`` of PyYAML's ``error``: ``("line 4, column 1", "invalid YAML: expected ','
+    or ']', but got '<stream end>'")``, where its message spans lines and says the place last."""
+    mark = getattr(error, "problem_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    problem = getattr(error, "problem", None) or str(error)
+    return where, f"invalid YAML: {problem}"

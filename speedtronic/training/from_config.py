@@ -34,7 +34,14 @@ from speedtronic.record import rank_path
 from speedtronic.stacks import StackDump, register_stack_dump
 from speedtronic.training import launch as _launch
 from speedtronic.training import rundir as _rundir
-from speedtronic.training.config import SCHEMA, ConfigError, default_values, validate, yaml_loader
+from speedtronic.training.config import (
+    SCHEMA,
+    ConfigError,
+    default_values,
+    validate,
+    yaml_loader,
+    yaml_problem,
+)
 
 if TYPE_CHECKING:
     from speedtronic.training.trainer import FitResult, Trainer
@@ -181,10 +188,7 @@ def _read_yaml(path: Path, read: Callable[[Path], str] = _plain_text) -> Any:
     try:
         data = yaml.load(text, Loader=yaml_loader())  # a SafeLoader that reads 1e-3 as a number
     except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(error, "problem", None) or str(error)
-        raise ConfigError(str(path), where, f"invalid YAML: {problem}") from None
+        raise ConfigError(str(path), *yaml_problem(error)) from None
     return {} if data is None else data
 
 

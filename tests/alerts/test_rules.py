@@ -323,6 +323,55 @@ class TestFromConfig:
         with pytest.raises(AlertConfigError, match="alerts\\[0\\]: spike: Spike\\(k=-1\\)"):
             rules_from_config([{"rule": "spike", "k": -1}])
 
+    @pytest.mark.parametrize(
+        ("entry", "problem"),
+        [
+            ({"rule": "spike", "cooldown": -1}, "spike: cooldown must be an int >= 0 (steps), got -1"),
+            (
+                {"rule": "non_finite", "cooldown": 1.5},
+                "non_finite: cooldown must be an int >= 0 (steps), got 1.5",
+            ),
+            (
+                {"rule": "spike", "name": 5},
+                "spike: name must be a non-empty str (the 'rule' of its alerts), got 5",
+            ),
+            (
+                {"rule": "spike", "events": 5},
+                "spike: Spike(events=5): expected event names, or None for every event",
+            ),
+            ({"rule": "spike", "keys": 5}, "spike: Spike(keys=5): expected key names"),
+            (
+                {"rule": "builtins:print"},
+                "builtins:print: None is not a rule: expected an object with a 'name'",
+            ),
+        ],
+        ids=[
+            "negative_cooldown",
+            "float_cooldown",
+            "int_name",
+            "int_events",
+            "int_keys",
+            "factory_of_no_rule",
+        ],
+    )
+    def test_a_rule_a_rule_set_would_refuse_is_refused_here(
+        self, entry: dict[str, Any], problem: str
+    ) -> None:
+        """What the entry built must run in a RuleSet: else an AlertConfigError naming the entry, not a
+        TypeError or ValueError from the RuleSet at the first record."""
+        with pytest.raises(AlertConfigError) as caught:
+            rules_from_config([{"rule": "non_finite"}, entry], "f.yaml")
+        assert str(caught.value).startswith(f"f.yaml: alerts[1]: {problem}"), str(caught.value)
+
+    def test_a_rule_set_names_the_bad_rules_place(self) -> None:
+        """The same checks in a RuleSet: the rule's place for no rule, its name for a bad cooldown."""
+        with pytest.raises(TypeError, match=r"^alerts\[1\]: name must be a non-empty str"):
+            RuleSet([NonFinite(), Spike(name="")])
+        with pytest.raises(
+            ValueError, match=r"^rule 'spike': cooldown must be an int >= 0 \(steps\), got -2$"
+        ):
+            RuleSet([Spike(cooldown=-2)])
+
     def test_a_user_rule_by_import_path(self) -> None:
         """'package.module:factory' builds a rule of the user's."""
         (rule,) = rules_from_config([{"rule": "speedtronic.alerts:Threshold", "key": "x", "above": 1}])

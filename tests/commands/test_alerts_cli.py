@@ -8,11 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from speedtronic.alerts import NonFinite
 from speedtronic.runs.replay import replay_run
-from tests.helpers import run_records
+from tests.helpers import run_records, user_package
 from tests.runs.conftest import assert_one_line_error
 from tests.torch_run import ROOT, train_cli
 from tests.training.test_run_dirs import write_config
@@ -109,6 +110,74 @@ class TestConfigErrors:
         (tmp_path / "m.jsonl").write_text('{"event":"train_step","step":1,"loss":1.0}\n')
         done = cli("replay", "m.jsonl", "--alerts", "rules.yaml", cwd=tmp_path)
         assert_one_line_error(done, "--alerts rules.yaml: alerts[0]: unknown rule 'nan'")
+
+    @pytest.mark.parametrize("command", ["summarize", "replay", "tail"])
+    @pytest.mark.parametrize(
+        ("rules", "problem"),
+        [
+            (
+                "- rule: spike\n  cooldown: -1\n",
+                "alerts[0]: spike: cooldown must be an int >= 0 (steps), got -1",
+            ),
+            ("- rule: spike\n  name: 5\n", "alerts[0]: spike: name must be a non-empty str"),
+            ("- rule: builtins:print\n", "alerts[0]: builtins:print: None is not a rule"),
+        ],
+        ids=["negative_cooldown", "int_name", "factory_of_no_rule"],
+    )
+    def test_a_rule_that_cant_run_is_one_line(
+        self, tmp_path: Path, command: str, rules: str, problem: str
+    ) -> None:
+        """A rule built but unfit to run (a bad cooldown or name, a factory returning no rule): one
+        line naming the file and entry, exit 2, before the run is read (it was a traceback)."""
+        (tmp_path / "rules.yaml").write_text("alerts:\n" + rules)
+        (tmp_path / "m.jsonl").write_text('{"event":"train_step","step":1,"loss":1.0}\n')
+        done = cli(command, "m.jsonl", "--alerts", "rules.yaml", cwd=tmp_path)
+        assert_one_line_error(done, f"--alerts rules.yaml: {problem}")
+
+    @pytest.mark.parametrize(
+        ("text", "problem"),
+        [
+            (b"alerts:\n- rule: spike\n  k: [1\n", "line 4, column 1: invalid YAML: expected ',' or ']'"),
+            (
+                b'{"event":"train_step","step":1}\n{"event":"train_step","step":2}\n',
+                "line 2, column 1: invalid YAML: expected '<document start>', but found '{'",
+            ),
+            (b"\xff\xfe\x00a", "can't read it: expected UTF-8 text (invalid start byte)"),
+        ],
+        ids=["bad_yaml", "a_jsonl_file", "not_utf8"],
+    )
+    def test_a_rules_file_that_is_no_yaml_names_the_place(
+        self, tmp_path: Path, text: bytes, problem: str
+    ) -> None:
+        """A YAML syntax error (or a run's JSONL given as the rules): the line and column and what
+        YAML expected there, as a --config's error says it (it said "while parsing a flow sequence")."""
+        (tmp_path / "rules.yaml").write_bytes(text)
+        (tmp_path / "m.jsonl").write_text('{"event":"train_step","step":1,"loss":1.0}\n')
+        done = cli("summarize", "m.jsonl", "--alerts", "rules.yaml", cwd=tmp_path)
+        assert_one_line_error(done, f"--alerts rules.yaml: {problem}")
+
+    @pytest.mark.parametrize(
+        ("rule", "problem"),
+        [
+            (
+                "broken_syntax:Rule",
+                "alerts[0]: rule 'broken_syntax:Rule' can't be imported: SyntaxError: invalid syntax",
+            ),
+            ("failing_rule:Rule", "alerts[0]: failing_rule:Rule: RuntimeError: no GPU named in the rule"),
+        ],
+        ids=["module_with_a_syntax_error", "factory_that_raises"],
+    )
+    def test_a_user_rule_that_fails_is_one_line(self, tmp_path: Path, rule: str, problem: str) -> None:
+        """A rule module of the user's that can't be imported (a SyntaxError), or a factory that fails
+        its own way (a RuntimeError): one line naming the file, the entry and the error, exit 2 (both
+        were tracebacks)."""
+        user_package(tmp_path, "broken_syntax", "class Rule(:\n")
+        user_package(tmp_path, "failing_rule", "class Rule:\n    def __init__(self):\n"
+                     "        raise RuntimeError('no GPU named in the rule')\n")  # fmt: skip
+        (tmp_path / "rules.yaml").write_text(f"alerts:\n- rule: {rule}\n")
+        (tmp_path / "m.jsonl").write_text('{"event":"train_step","step":1,"loss":1.0}\n')
+        done = cli("summarize", "m.jsonl", "--alerts", "rules.yaml", cwd=tmp_path)
+        assert_one_line_error(done, f"--alerts rules.yaml: {problem}")
 
 
 class TestReDerived:

@@ -146,12 +146,25 @@ class TestBadArguments:
             (["a.jsonl", "a.jsonl", "--max-regression=-5%"], ["--max-regression", ">= 0"]),
             (["a.jsonl", "missing.jsonl"], ["missing.jsonl"]),
             (["a.jsonl", "a.jsonl", "--warmup", "-1"], ["--warmup"]),
+            (["a.jsonl", "a.jsonl", "--peak-flops", "0"], ["--peak-flops", "positive, finite"]),
+            (["a.jsonl", "a.jsonl", "--peak-flops", "inf"], ["--peak-flops", "positive, finite", "inf"]),
         ],
     )
     def test_one_line_exit_2(self, tmp_path: Path, args: list[str], fragments: list[str]) -> None:
         """A user's mistake: one line naming it, exit 2."""
         synthetic(tmp_path / "a.jsonl", seed=1, steps=10)
         assert_one_line_error(speedtronic("compare", *args, cwd=tmp_path), *fragments)
+
+    def test_a_folder_of_runs_names_its_runs(self, tmp_path: Path) -> None:
+        """A folder of runs (runs/, as train writes): one line naming the runs in it, the baseline to
+        come first, exit 2 (it said "runs: no *.jsonl file in this directory")."""
+        for name in ("a", "b"):
+            (tmp_path / "runs" / name).mkdir(parents=True)
+            synthetic(tmp_path / "runs" / name / "metrics.jsonl", seed=1, steps=10)
+        done = speedtronic("compare", "runs", "runs/a", cwd=tmp_path)
+        assert_one_line_error(
+            done, "runs: a folder of runs; compare takes runs, the baseline first: runs/a runs/b"
+        )
 
     def test_percent_forms(self) -> None:
         """5% and 0.05 are the same limit."""

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import user_package
 from tests.runs.conftest import assert_one_line_error, log_run
 
 
@@ -52,3 +53,88 @@ class TestAFailedReplayCreatesNoTarget:
         done = replay(run_file, "--tensorboard", "tb", "--hook", bad, cwd=tmp_path)
         assert done.returncode == 2
         assert list((tmp_path / "tb").iterdir()) == []
+
+
+USER_HOOKS = '''
+class Fails:
+    """A hook that fails at its second record."""
+
+    def __init__(self):
+        self.seen = 0
+
+    def on_event(self, event, payload):
+        self.seen += 1
+        if self.seen == 2:
+            raise RuntimeError("the tracker refused the record")
+
+
+def many_lines(**options):
+    raise ValueError("1 validation error for Settings\\nmode\\n  Input should be 'online' or 'offline'")
+'''
+
+
+class TestAHookThatFails:
+    def test_mid_replay_is_one_line_exit_1(self, tmp_path: Path, run_file: Path) -> None:
+        """A hook that raises while records are delivered: one line saying the replay is incomplete,
+        with the hook's error; exit 1 (the work failed; it was a traceback)."""
+        user_package(tmp_path, "myhooks", USER_HOOKS)
+        done = replay(run_file, "--hook", "myhooks:Fails", cwd=tmp_path)
+        assert done.returncode == 1, done.stderr
+        assert done.stderr.splitlines() == [
+            f"speedtronic: error: replay: a hook failed; {run_file} was not replayed in full: "
+            "RuntimeError: the tracker refused the record"
+        ]
+
+    def test_a_hook_module_with_a_syntax_error_is_one_line(self, tmp_path: Path, run_file: Path) -> None:
+        """--hook package:factory whose module can't even be compiled: one line naming the type and the
+        SyntaxError, exit 2 (it was a traceback)."""
+        user_package(tmp_path, "broken_hooks", "def make(:\n")
+        done = replay(run_file, "--hook", "broken_hooks:make", cwd=tmp_path)
+        assert_one_line_error(
+            done,
+            "hook type 'broken_hooks:make' (broken_hooks:make) can't be imported: SyntaxError: invalid "
+            "syntax",
+        )
+
+    def test_an_error_of_several_lines_is_one_line(self, tmp_path: Path, run_file: Path) -> None:
+        """A factory whose error spans lines (pydantic's, from wandb's Settings): one line, exit 2."""
+        user_package(tmp_path, "myhooks", USER_HOOKS)
+        done = replay(run_file, "--hook", "myhooks:many_lines", cwd=tmp_path)
+        assert_one_line_error(
+            done,
+            "replay: myhooks:many_lines hook can't be created: ValueError: 1 validation error for "
+            "Settings; mode; Input should be 'online' or 'offline'",
+        )
+
+    @pytest.mark.parametrize(
+        ("hook", "problem"),
+        [
+            ("otel:endpoint=5", "OtelHook: endpoint must be an http:// or https:// URL with a host"),
+            ("progress:total=x", "ProgressHook: total is the run's"),
+            ("progress:initial=3", "ProgressHook: initial is the run's"),
+        ],
+    )
+    def test_an_option_found_wrong_only_later_is_refused_up_front(
+        self, tmp_path: Path, run_file: Path, hook: str, problem: str
+    ) -> None:
+        """An OTel endpoint that is no URL, a progress bar's total: refused when the hook is made (they
+        failed at the first export or the first record, a traceback)."""
+        pytest.importorskip("opentelemetry.sdk" if hook.startswith("otel") else "tqdm")
+        done = replay(run_file, "--hook", hook, cwd=tmp_path)
+        assert_one_line_error(done, problem)
+
+
+class TestTargets:
+    @pytest.mark.parametrize(
+        "how", [("--wandb-dir", "taken"), ("--hook", "wandb:project=p,mode=offline,dir=taken")]
+    )
+    def test_a_wandb_dir_that_is_a_file_is_refused(
+        self, tmp_path: Path, run_file: Path, how: tuple[str, str]
+    ) -> None:
+        """--wandb-dir naming a file: one line, exit 2, no W&B run (W&B fell back to /tmp with warnings
+        and the replay went there)."""
+        pytest.importorskip("wandb")
+        (tmp_path / "taken").write_text("a file\n")
+        wandb = ("--wandb", "p", "--wandb-mode", "offline") if how[0] == "--wandb-dir" else ()
+        done = replay(run_file, *wandb, *how, cwd=tmp_path)
+        assert_one_line_error(done, "replay: wandb hook: dir taken: expected a directory, found a file")

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.helpers import WEBHOOK_TOKEN, WebhookReceiver
+from tests.helpers import WEBHOOK_TOKEN, WebhookReceiver, user_package
 from tests.torch_run import ROOT, train_cli
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
@@ -182,6 +182,9 @@ def test_alerts_sent_once_by_restarted_and_concurrent_watchers(tmp_path: Path) -
         (["--ranks", "a,b"], "--ranks"),
         (["--stall-budget", "0"], "step_min_s"),
         (["--hook", "nosuchhook"], "nosuchhook"),
+        (["--interval", "0"], "--interval: expected a finite number of seconds > 0, got 0.0"),
+        (["--interval", "inf"], "--interval: expected a finite number of seconds > 0, got inf"),
+        (["--every", "inf"], "--every: expected a finite number of seconds > 0, got inf"),
     ],
 )
 def test_bad_arguments_one_line_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
@@ -201,6 +204,27 @@ def test_missing_run_exit_2(tmp_path: Path) -> None:
     _, err = watcher.communicate(timeout=60)
     assert watcher.returncode == 2
     assert "nope" in err
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [("README.md", b"# my run\n\nsee metrics.jsonl\n"), ("model.pt", b"PK\x03\x04\x00\x00\x08\x00")],
+    ids=["text", "binary"],
+)
+def test_a_file_that_is_no_run_exit_2(tmp_path: Path, name: str, content: bytes) -> None:
+    """A file whose first line is not a JSON object (a README, a checkpoint): one line, as summarize
+    says it, exit 2 (it was followed forever, every line skipped, nothing said)."""
+    (tmp_path / name).write_bytes(content)
+    watcher = tail(tmp_path / name, "--no-state")
+    try:
+        _, err = watcher.communicate(timeout=60)
+    finally:
+        if watcher.poll() is None:  # still following the file: the failure, and no process left behind
+            watcher.kill()
+            watcher.communicate()
+    assert watcher.returncode == 2
+    why = "not a speedtronic JSONL file (line 1 is not a JSON object)"
+    assert err.splitlines() == [f"speedtronic: error: tail: {tmp_path / name}: {why}"]
 
 
 def test_live_view_on_a_terminal(tmp_path: Path) -> None:
@@ -240,6 +264,28 @@ def test_hook_gets_alerts(tmp_path: Path) -> None:
     events = EventAccumulator(str(tmp_path / "tb"))
     events.Reload()
     assert [(e.step, e.value) for e in events.Scalars("alert/value")] == [(10, 9.0), (250, 9.0)]
+
+
+def test_hook_that_raises_on_an_alert_exit_1(tmp_path: Path) -> None:
+    """A --hook that raises as an alert is sent: the watcher goes on (the failure warned about and
+    counted), then says on stderr how many alerts the hook failed on, no traceback, and exits 1, as a
+    hook that fails at close does (it exited 0: alerts lost without a failing exit code)."""
+    user_package(tmp_path / "lib", "failing_hooks", (
+        "class Down:\n"
+        "    def on_event(self, event, payload):\n"
+        "        raise RuntimeError('tracker down')\n"
+    ))  # fmt: skip
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("alerts:\n  - rule: threshold\n    key: loss\n    above: 5\n")
+    run = tmp_path / "run"
+    finished_run(run)
+    env = {**ENV, "PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path / 'lib'}"}
+    watcher = tail(run, "--alerts", rules, "--hook", "failing_hooks:Down", "--no-state", "--json", env=env)
+    out, err = watcher.communicate(timeout=120)
+    assert watcher.returncode == 1, err
+    assert [json.loads(line)["step"] for line in out.splitlines() if '"alert"' in line] == [10, 250]
+    assert "Traceback" not in err
+    assert err.splitlines()[-1] == "speedtronic: tail: --hook: Down failed on 2 alert(s)"
 
 
 WEBHOOK = "speedtronic.integrations.webhook:WebhookHook"

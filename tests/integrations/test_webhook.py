@@ -281,9 +281,13 @@ class TestOptions:
             ({"url": None}, "pass either url= or url_env="),
             (
                 {"url": None, "url_env": "SPEEDTRONIC_TEST_UNSET"},
-                "the environment variable 'SPEEDTRONIC_TEST_UNSET' \\(url_env\\)",
+                "the environment variable 'SPEEDTRONIC_TEST_UNSET' \\(url_env\\) is not set; set it to the "
+                "http:// or https:// URL",
             ),
             ({"events": "alert"}, "events must be a list of event names"),
+            ({"events": 5}, "events must be a list of event names, got 5"),
+            ({"headers": "x"}, "headers must be a mapping of header names to values \\(text\\), got a str$"),
+            ({"headers": {"X-Token": 5}}, "headers must be a mapping .*, got a dict$"),
             ({"retries": -1}, "retries must be an int >= 0"),
             ({"timeout_s": 0}, "timeout_s must be a number of seconds > 0"),
             ({"queue_size": 0}, "queue_size must be an int >= 1"),

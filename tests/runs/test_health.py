@@ -161,10 +161,12 @@ class TestSummarizeHealth:
             assert part in done.stdout
         assert "MFU            - (no peak FLOP/s recorded or given)" in done.stdout
 
-    def test_a_bad_peak_is_one_line(self, killed_twice: Path) -> None:
-        """--peak-flops 0: one line naming the option, exit 2."""
-        done = speedtronic("summarize", killed_twice, "--health", "--peak-flops", "0", cwd=killed_twice)
-        assert_one_line_error(done, "--peak-flops", "positive")
+    @pytest.mark.parametrize("peak", ["0", "-1", "nan", "inf", "1e400"])
+    def test_a_bad_peak_is_one_line(self, killed_twice: Path, peak: str) -> None:
+        """--peak-flops 0, negative, nan or infinite (an MFU of 0% is no figure): one line naming the
+        option, exit 2."""
+        done = speedtronic("summarize", killed_twice, "--health", f"--peak-flops={peak}", cwd=killed_twice)
+        assert_one_line_error(done, "--peak-flops", "positive, finite")
 
 
 def _seconds(stamp: str) -> float:
