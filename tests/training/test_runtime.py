@@ -15,6 +15,7 @@ from speedtronic.runtime import (
     ConfigError,
     build_logger,
     build_runtime,
+    fit_and_close,
     load_config,
     train_from_config,
 )
@@ -47,24 +48,25 @@ def open_fds() -> dict[str, str]:
 
 class TestProgrammaticPattern:
     def test_the_documented_pattern_with_a_recording_hook(self, config: dict[str, Any]) -> None:
-        """build_runtime, append a hook to trainer.logger, fit, close the hook: the hook saw the run."""
-        trainer, _ = build_runtime(config)
+        """build_runtime, append a hook to trainer.logger, fit_and_close: the hook saw the run and was
+        closed, and everything the start made is closed: the same process can start the run again."""
+        trainer, info = build_runtime(config)
         hook = RecordingHook()
         trainer.logger.hooks.append(hook)
-        result = trainer.fit()
-        hook.close()
-
-        trainer.logger.close()
+        result, info = fit_and_close(trainer, info)
         assert result.step == 20
         assert [p["step"] for p in hook.named("train_step")] == [5, 10, 15, 20]
         assert [p["step"] for p in hook.named("checkpoint")] == [10, 20]
         assert hook.named("train_end")[0]["final_loss"] == result.final_loss
-        assert hook.closed == 2  # by the pattern, then once more by the logger it was appended to
+        assert hook.closed == 1
+        assert info.write_errors == 0
+        resumed, _ = train_from_config(with_train(config, steps=25, resume=True))  # the lock was released
+        assert (resumed.resumed_from, resumed.step) == (info.checkpoint_dir / "step_00000020.pt", 25)
 
     def test_the_documented_pattern_with_wandb(
         self, config: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        """The README's pattern verbatim, with W&B offline."""
+        """docs/training.md's pattern, with W&B offline."""
         integrations = pytest.importorskip(
             "speedtronic.integrations", reason="speedtronic.integrations not here"
         )
@@ -77,12 +79,10 @@ class TestProgrammaticPattern:
         import wandb
 
         wandb.teardown()  # W&B reads its environment once per process: forget an earlier test's
-        trainer, _ = build_runtime(config)
+        trainer, info = build_runtime(config)
         hook = WandbHook(project="speedtronic")
         trainer.logger.hooks.append(hook)
-        result = trainer.fit()
-        hook.close()
-        trainer.logger.close()
+        result, info = fit_and_close(trainer, info)
         assert result.step == 20
         recorded = read_wandb_run(Path(hook.run.dir).parent)  # type: ignore[attr-defined]  # wandb.Run
         assert "train_start/target_step" in recorded.summary  # a one-off event: the run's summary
@@ -292,9 +292,11 @@ class TestSystemEvents:
         seen = threading.Event()
         trainer.logger.hooks.append(lambda event, payload: event == "system" and seen.set())
         sampling: list[bool] = []
+        others = set(threading.enumerate())  # an earlier test's sampler, ending by itself, is not this run's
 
         def slow_start(_: Any) -> None:  # the user's, after the runtime's own at_fit_start callbacks
-            sampling.append(any(thread.name == "speedtronic-system" for thread in threading.enumerate()))
+            started = set(threading.enumerate()) - others
+            sampling.append(any(thread.name == "speedtronic-system" for thread in started))
             if sampling[-1]:
                 assert seen.wait(60)  # a sample taken while the fit is still starting
 
