@@ -26,9 +26,10 @@ run: $(VENV)/.run-installed
 
 # `make test` is `make check` timed: it says first how long it usually takes, prints its wall time at
 # the end, set-up included, and keeps check's exit code. Measured on 2026-12-07 in a fresh clone on a
-# quiet 2-core machine (load 0.8 at the start): 776 s, of which the suite under coverage took 745 s.
+# quiet 2-core machine (load 0.7 at the start): 928 s, of which the suite under coverage took 899 s
+# (TEST_JOBS=3 in the same conditions: 852 s, one run each).
 test:
-	@echo "make test: ruff, mypy --strict and every test under coverage; usually about 13 minutes on a 2-core machine"
+	@echo "make test: ruff, mypy --strict and every test under coverage; usually about 15 minutes on a 2-core machine"
 	@start=$$(date +%s); $(MAKE) --no-print-directory check; rc=$$?; \
 	echo "make test: exit $$rc after $$(( $$(date +%s) - start )) s of wall time"; exit $$rc
 
