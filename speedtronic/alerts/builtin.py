@@ -8,7 +8,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from speedtronic.alerts.rule import DEFAULT_COOLDOWN, SEVERITIES, Alert, Severity
+from speedtronic.alerts.rule import DEFAULT_COOLDOWN, SEVERITIES, Alert, Severity, as_names
 from speedtronic.events import LOSS_KEYS, is_rate
 
 __all__ = ["Memory", "NonFinite", "Spike", "Threshold", "ThroughputDrop"]
@@ -43,7 +43,7 @@ def _step(record: Mapping[str, Any]) -> int | None:
 
 
 def _keys(keys: str | Iterable[str] | None, default: Sequence[str], rule: str) -> tuple[str, ...]:
-    chosen = tuple(default) if keys is None else _names(keys)
+    chosen = tuple(default) if keys is None else as_names(keys)
     if not chosen or not all(isinstance(key, str) and key for key in chosen):
         raise ValueError(f"{rule}(keys={keys!r}): expected key names")
     return chosen
@@ -52,18 +52,10 @@ def _keys(keys: str | Iterable[str] | None, default: Sequence[str], rule: str) -
 def _event_names(events: str | Iterable[str] | None, rule: str) -> frozenset[str] | None:
     if events is None:
         return None
-    chosen = frozenset(_names(events))
+    chosen = frozenset(as_names(events))
     if not chosen or not all(isinstance(event, str) and event for event in chosen):
         raise ValueError(f"{rule}(events={events!r}): expected event names, or None for every event")
     return chosen
-
-
-def _names(names: object) -> tuple[Any, ...]:
-    """A name or an iterable of names as a tuple; ``()`` for anything else (``5``), so the caller's
-    error says what was expected instead of ``'int' object is not iterable``."""
-    if isinstance(names, str):
-        return (names,)
-    return tuple(names) if isinstance(names, Iterable) else ()
 
 
 def _positive_int(value: Any, rule: str, name: str, minimum: int = 1) -> int:

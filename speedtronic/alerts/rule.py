@@ -9,7 +9,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from speedtronic.errors import LoggingFailureWarning
 
-__all__ = ["DEFAULT_COOLDOWN", "SEVERITIES", "Alert", "Rule", "RuleSet", "check_rule"]
+__all__ = ["DEFAULT_COOLDOWN", "SEVERITIES", "Alert", "Rule", "RuleSet", "as_names", "check_rule"]
 
 DEFAULT_COOLDOWN = 100
 """Steps a rule stays quiet on a key after alerting on it, unless the rule says otherwise."""
@@ -184,7 +184,15 @@ def _events_of(rule: object) -> frozenset[str] | None:
     events = getattr(rule, "events", None)
     if events is None:
         return None
-    chosen = [events] if isinstance(events, str) else list(events) if isinstance(events, Iterable) else []
+    chosen = as_names(events)
     if not chosen or not all(isinstance(name, str) and name for name in chosen):
         raise ValueError(f"events must be event names or None, got {events!r}")
     return frozenset(chosen)
+
+
+def as_names(names: object) -> tuple[Any, ...]:
+    """A name or an iterable of names as a tuple; ``()`` for anything else (``5``), so the caller's
+    error says what was expected instead of ``'int' object is not iterable``."""
+    if isinstance(names, str):
+        return (names,)
+    return tuple(names) if isinstance(names, Iterable) else ()
