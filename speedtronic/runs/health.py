@@ -92,10 +92,12 @@ class _Segment:
     __slots__ = (
         "data_wait",
         "first_step_start",
+        "fit_start",
         "floor",
         "last_time",
         "logged",
         "start",
+        "start_step",
         "step_time",
         "steps_new",
     )
@@ -105,6 +107,13 @@ class _Segment:
         self.floor = floor
         """The highest step done before this segment: a step at or below it is done again."""
         self.first_step_start: float | None = None
+        """When its first step began: its first recorded step's time, less the time of that step and
+        of the steps before it in this segment that the cadence did not record (each at that step's
+        ``step_time_s``, as ``productive_s`` counts them); never before ``fit_start``."""
+        self.fit_start: float | None = None
+        """When its ``train_start`` was recorded: no step begins before it."""
+        self.start_step: int | None = None
+        """The step it resumed from (``train_start``'s ``start_step``), if recorded."""
         self.last_time = start
         self.step_time = self.data_wait = 0.0
         self.logged = 0
@@ -156,6 +165,9 @@ def run_health(
             segment.last_time = moment if segment.last_time is None else max(segment.last_time, moment)
         payload = record.payload
         if record.event == "train_start":
+            start_step = payload.get("start_step")
+            segment.start_step = start_step if type(start_step) is int else segment.start_step
+            segment.fit_start = moment if segment.fit_start is None else segment.fit_start
             health.flops_per_token = as_number(payload.get("flops_per_token")) or health.flops_per_token
             health.peak_flops = as_number(payload.get("peak_flops")) or health.peak_flops
         elif record.event == "train_step":
@@ -166,7 +178,9 @@ def run_health(
                 in_segment, last_step = in_segment + 1, step
             duration = as_number(payload.get("step_time_s"))
             if segment.first_step_start is None and moment is not None:
-                segment.first_step_start = moment - (duration or 0.0)
+                began = segment.start_step if segment.start_step is not None else segment.floor
+                ran = max(1, step - began)  # this step and those of the segment the cadence left out
+                segment.first_step_start = moment - (duration or 0.0) * ran
             loss = _loss(payload, roles)
             if loss is not None:
                 health.final_loss = loss
@@ -227,6 +241,7 @@ def _account(health: RunHealth, segments: list[_Segment]) -> None:
         assert segment.start is not None
         assert segment.last_time is not None
         began = segment.first_step_start if segment.first_step_start is not None else segment.last_time
+        began = max(began, segment.fit_start or segment.start, segment.start)
         if previous_end is None:
             health.startup_s += began - segment.start
         else:

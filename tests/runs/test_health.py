@@ -241,3 +241,68 @@ class TestTwoRecordsOfOneStep:
         health = run_health(tmp_path / "m.jsonl", warmup_steps=2)
         assert (health.steps, health.redone_steps, health.restart_s) == (6, 0, 0.0)
         assert health.step_times == [0.01] * 4  # each step once, after the warm-up
+
+
+def _timed_run(path: Path, segments: list[tuple[float, list[tuple[str, float, dict[str, Any]]]]]) -> None:
+    """A run's JSONL written by hand with exact times: per segment, when its logger started (seconds
+    after 12:00:00) and its records as (event, seconds since that start, payload)."""
+    with path.open("w") as out:
+        for began, records in segments:
+            for event, elapsed, payload in records:
+                at = began + elapsed
+                stamp = f"2026-01-01T12:{int(at // 60):02d}:{at % 60:09.6f}Z"
+                line = {"event": event, **payload, "elapsed_s": elapsed, "timestamp": stamp}
+                out.write(orjson.dumps(line).decode() + "\n")
+
+
+class TestACadence:
+    """With `logging.every_steps: 20` (the default config's) the steps before a segment's first recorded
+    step ran before it: they are steps, not start-up or restart time (and never counted twice)."""
+
+    @staticmethod
+    def _steps(first: int, last: int, began: float) -> list[tuple[str, float, dict[str, Any]]]:
+        """Steps ``first``..``last`` of 50 ms each from ``began``, every 20th recorded."""
+        timed = {"loss": 1.0, "step_time_s": 0.05}
+        return [
+            ("train_step", began + 0.05 * (step - first + 1), {"step": step, **timed})
+            for step in range(first, last + 1)
+            if step % 20 == 0
+        ]
+
+    def test_the_steps_before_the_first_recorded_one_are_not_start_up(self, tmp_path: Path) -> None:
+        """Start-up ends when step 1 begins (0.1 s), not when step 20 does; nothing is left negative."""
+        records = [("train_start", 0.1, {"start_step": 0}), *self._steps(1, 40, 0.1), ("train_end", 2.1, {})]
+        _timed_run(tmp_path / "m.jsonl", [(0.0, records)])
+        health = run_health(tmp_path / "m.jsonl")
+        parts = health.as_dict()["parts_s"]
+        assert parts["startup_s"] == pytest.approx(0.1, abs=1e-4)
+        assert parts["productive_s"] == pytest.approx(2.0, abs=1e-4)
+        assert parts["other_s"] == pytest.approx(0.0, abs=1e-4)
+        assert health.goodput == pytest.approx(2.0 / 2.1, abs=1e-4)
+
+    def test_a_resumed_segments_unrecorded_steps_are_not_restart_time(self, tmp_path: Path) -> None:
+        """Killed after step 20's checkpoint; the restart begins 3 s in and resumes from step 20: the
+        restart is the time from the killed segment's last record to step 21's start, 1.98 s."""
+        first = [
+            ("train_start", 0.1, {"start_step": 0}),
+            *self._steps(1, 20, 0.1),
+            ("checkpoint", 1.12, {"step": 20, "save_s": 0.02}),
+        ]
+        second = [("train_start", 0.1, {"start_step": 20}), *self._steps(21, 40, 0.1), ("train_end", 1.1, {})]
+        _timed_run(tmp_path / "m.jsonl", [(0.0, first), (3.0, second)])
+        parts = run_health(tmp_path / "m.jsonl").as_dict()["parts_s"]
+        assert parts["restart_s"] == pytest.approx(3.1 - 1.12, abs=1e-4)
+        assert parts["productive_s"] == pytest.approx(2.0, abs=1e-4)
+        assert parts["other_s"] == pytest.approx(0.0, abs=1e-4)
+
+    def test_a_slow_recorded_step_never_starts_the_steps_before_train_start(self, tmp_path: Path) -> None:
+        """A recorded step far slower than the others (1 s of 20 steps' 1 s) can't put step 1 before the
+        run's train_start: start-up is never negative."""
+        records = [
+            ("train_start", 0.1, {"start_step": 0}),
+            ("train_step", 1.1, {"step": 20, "loss": 1.0, "step_time_s": 0.5}),
+            ("train_end", 1.1, {}),
+        ]
+        _timed_run(tmp_path / "m.jsonl", [(0.0, records)])
+        parts = run_health(tmp_path / "m.jsonl").as_dict()["parts_s"]
+        assert parts["startup_s"] == pytest.approx(0.1, abs=1e-4)
