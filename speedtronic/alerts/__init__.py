@@ -14,7 +14,15 @@ from speedtronic.alerts.config import (
     rules_from_config,
 )
 from speedtronic.alerts.rule import DEFAULT_COOLDOWN, SEVERITIES, Alert, Rule, RuleSet, check_rule
-from speedtronic.alerts.stage import ALERT, AlertWatch, CheckAlerts, alert_fields, derive_alerts
+from speedtronic.alerts.stage import (
+    ALERT,
+    AlertCount,
+    AlertWatch,
+    CheckAlerts,
+    alert_fields,
+    alert_step,
+    derive_alerts,
+)
 
 __all__ = [
     "ALERT",
@@ -25,6 +33,7 @@ __all__ = [
     "SEVERITIES",
     "Alert",
     "AlertConfigError",
+    "AlertCount",
     "AlertWatch",
     "CheckAlerts",
     "Memory",
@@ -35,6 +44,7 @@ __all__ = [
     "Threshold",
     "ThroughputDrop",
     "alert_fields",
+    "alert_step",
     "alerts_section",
     "check_rule",
     "default_rules",

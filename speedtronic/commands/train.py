@@ -584,6 +584,13 @@ def summary(result: FitResult, info: RunInfo) -> str:
         lines.append(
             f"  {'config':<12} revision {info.config_revision}: {describe_changes(info.config_changes)}"
         )
+    if info.alerts is not None and info.alerts.counts:
+        from speedtronic.runs.alert_records import RecordedAlerts
+
+        rank = info.rank.rank
+        raised = RecordedAlerts({(rank, rule): count for rule, count in info.alerts.counts.items()})
+        of_rank = f" (rank {rank})" if info.rank.distributed else ""
+        lines.append(f"  {'alerts':<12} {raised.text()}{of_rank}")
     lines.append(paths(info, result.checkpoint))
     where, commands = tracker_lines(info.hooks, typed)
     lines += where

@@ -3,55 +3,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from speedtronic.alerts import AlertCount, alert_step
 from speedtronic.events import Event
 from speedtronic.record.text import quote
 from speedtronic.runs.reader import Record
 
 __all__ = ["AlertCount", "AlertMark", "RecordedAlerts", "alert_mark", "alert_rows"]
 
-_SEVERITY_ORDER = {"warning": 0, "error": 1}
 _MISSING = "-"
-
-
-@dataclass
-class AlertCount:
-    """How often one rule fired on one rank: first and last step, the worst severity, the last message."""
-
-    count: int = 0
-    first_step: int | None = None
-    last_step: int | None = None
-    severity: str = "warning"
-    last_message: str | None = None
-
-    def add(self, payload: Mapping[str, Any]) -> None:
-        self.count += 1
-        step = _step(payload.get("step"))
-        if step is not None:
-            self.first_step = step if self.first_step is None else self.first_step
-            self.last_step = step
-        self._worst(str(payload.get("severity", "warning")))
-        message = payload.get("message")
-        if isinstance(message, str):
-            self.last_message = message
-
-    def update(self, later: AlertCount) -> None:
-        """Merge the count of the piece read after this one's."""
-        self.count += later.count
-        if self.first_step is None:
-            self.first_step = later.first_step
-        if later.last_step is not None:
-            self.last_step = later.last_step
-        self._worst(later.severity)
-        if later.last_message is not None:
-            self.last_message = later.last_message
-
-    def _worst(self, severity: str) -> None:
-        if _SEVERITY_ORDER.get(severity, 0) > _SEVERITY_ORDER.get(self.severity, 0):
-            self.severity = severity
 
 
 @dataclass
@@ -151,7 +114,7 @@ def alert_mark(record: Record, run: str, at: float | None = None) -> AlertMark |
         return None
     payload = record.payload
     if at is None:
-        step = _step(payload.get("step"))
+        step = alert_step(payload)
         if step is None:
             return None
         at = float(step)
@@ -169,11 +132,3 @@ def alert_mark(record: Record, run: str, at: float | None = None) -> AlertMark |
 def _shown(text: str) -> str:
     """A rule's name as a table shows it: quoted with controls escaped unless every character prints."""
     return text if text.isprintable() else quote(text)
-
-
-def _step(value: object) -> int | None:
-    if type(value) is int:
-        return value
-    if type(value) is float and value.is_integer():
-        return int(value)
-    return None

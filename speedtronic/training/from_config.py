@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from speedtronic.alerts import AlertConfigError, rules_from_config
+from speedtronic.alerts import AlertConfigError, CheckAlerts, rules_from_config
 from speedtronic.distributed import RankInfo, detect_rank, is_lead
 from speedtronic.errors import SpeedtronicWarning
 from speedtronic.extras import require
@@ -447,6 +447,9 @@ class RunInfo:
     (``speedtronic train``'s closing summary reads their ``run``, ``run_id``, ``endpoint``)."""
     stacks: StackDump | None = field(default=None, repr=False, compare=False)
     """The stack signal registered for this run (``speedtronic.stacks``); closed with the run."""
+    alerts: CheckAlerts | None = field(default=None, repr=False, compare=False)
+    """The logger's alert stage (``alerts`` in the config), whose ``counts`` tell the alerts this process
+    raised per rule; ``None`` without rules."""
 
 
 def _settings(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -583,6 +586,7 @@ def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[T
             monitor=monitor,
             hooks=tuple(logger.hooks),
             stacks=stacks,
+            alerts=logger.chain.alerts,
         )
     except BaseException:
         _launch.shutdown(

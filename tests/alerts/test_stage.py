@@ -133,3 +133,23 @@ class TestStockChain:
         log = structlog.wrap_logger(structlog.ReturnLogger(), processors=stages)
         log.info("train_step", step=4, loss=math.nan)
         assert [(f["event"], f["rule"], f["step"]) for f in seen] == [("alert", "non_finite", 4)]
+
+
+class TestCounts:
+    def test_counts_per_rule_first_and_last_step_and_the_worst_severity(self) -> None:
+        """`CheckAlerts.counts`: each rule's alerts so far, as `speedtronic train`'s closing summary
+        shows them; called directly, as a processor would be."""
+        check = CheckAlerts([NonFinite(), Threshold("loss", above=5.0, cooldown=0)])
+        for step, loss in [(1, 1.0), (2, 6.0), (3, 1.0), (4, math.inf), (5, 7.0)]:
+            check(None, "info", {"event": "train_step", "step": step, "loss": loss})
+        assert list(check.counts) == ["threshold", "non_finite"]  # the order each first fired
+        threshold, non_finite = check.counts["threshold"], check.counts["non_finite"]
+        assert (threshold.count, threshold.first_step, threshold.last_step) == (2, 2, 5)
+        assert (non_finite.count, non_finite.first_step, non_finite.severity) == (1, 4, "error")
+        assert check.raised == 3
+
+    def test_a_chain_that_raised_nothing_counts_nothing(self) -> None:
+        check = CheckAlerts(default_rules())
+        log = structlog.wrap_logger(structlog.ReturnLogger(), processors=[check])
+        log.info("train_step", step=1, loss=1.0)
+        assert check.counts == {}

@@ -73,6 +73,20 @@ class TestStopOnAlert:
         assert (end["status"], end["reason"]) == ("stopped", "non-finite loss (nan) in train_step at step 2")
         assert (tmp_path / "r" / "checkpoints" / "step_00000002.pt").is_file()
         assert "| ERROR | alert rule=non_finite" in done.stdout
+        assert "\n  alerts       non_finite 1 (step 2, error)\n" in done.stderr  # the closing summary's
+
+    def test_a_run_that_trains_on_says_its_alerts_in_its_closing_summary(self, tmp_path: Path) -> None:
+        """on_alert: log (the default): the NaN run reaches its target, exits 0, and the summary it ends
+        with says which rule fired, how often, from which step and how bad, under the run dir."""
+        config = write_config(
+            tmp_path / "nan.yaml",
+            train={"steps": 4, "lr": 1e30, "warmup_steps": 0, "max_grad_norm": None, "checkpoint_every": 0},
+        )
+        done = train_cli("--config", config, "--run-dir", "r", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        summary = done.stderr.splitlines()
+        at = summary.index("  run dir      r")
+        assert summary[at + 1] == "  alerts       non_finite 1 (step 2, error)"  # the onset: once
 
     def test_alerts_off_the_same_run_trains_on(self, tmp_path: Path) -> None:
         """alerts: [] runs no rule: no alert record, the run reaches its target."""
@@ -85,6 +99,7 @@ class TestStopOnAlert:
         done = train_cli("--config", config, "--run-dir", "r", cwd=tmp_path)
         assert done.returncode == 0, done.stderr
         assert [r["event"] for r in run_records(tmp_path / "r") if r["event"] == "alert"] == []
+        assert "  alerts " not in done.stderr
 
 
 class TestConfigErrors:
