@@ -107,6 +107,12 @@ def run(args: argparse.Namespace) -> int:
         print(_table(healths))
         for health, found in verdicts:
             print(_verdict(baseline, health, found, limit))
+    ungated = next((health for health, found in verdicts if not found), None)
+    if limit is not None and ungated is not None:  # a gate that can't look must not pass
+        raise CommandError(
+            f"--max-regression: {ungated.run} vs {baseline.run}: no per-step times or rates in both runs "
+            f"after each segment's warm-up (--warmup {args.warmup}): nothing to gate on"
+        )
     return 1 if regressed else 0
 
 

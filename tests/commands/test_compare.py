@@ -136,6 +136,22 @@ class TestTheGate:
         done = speedtronic("compare", a, b, "--max-regression", "5%", cwd=tmp_path)
         assert done.returncode == 0, done.stdout + done.stderr
 
+    def test_a_gate_with_nothing_to_compare_fails(self, tmp_path: Path) -> None:
+        """A run without step times or rates (a framework's, or one too short for the warm-up) can't
+        pass a gate: the table, then one line naming the pair, exit 2; side by side it is no error."""
+        a = synthetic(tmp_path / "a.jsonl", seed=1)
+        with MetricLogger(stream=io.StringIO(), json_file=tmp_path / "bare.jsonl") as logger:
+            for step in range(1, 20):
+                logger.emit("train_step", {"step": step, "loss": 1.0})
+        done = speedtronic("compare", a, "bare.jsonl", "--max-regression", "5%", cwd=tmp_path)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.splitlines() == [
+            f"speedtronic: error: --max-regression: bare.jsonl vs {a}: no per-step times or rates in both "
+            "runs after each segment's warm-up (--warmup 5): nothing to gate on"
+        ]
+        assert "nothing to compare" in done.stdout
+        assert speedtronic("compare", a, "bare.jsonl", cwd=tmp_path).returncode == 0
+
 
 class TestBadArguments:
     @pytest.mark.parametrize(
