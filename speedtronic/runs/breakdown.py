@@ -43,7 +43,8 @@ def plot_breakdown(
         left = [a + b for a, b in zip(left, widths, strict=True)]
     ax.invert_yaxis()
     ax.set_xlabel("seconds of wall time")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=len(PARTS), fontsize="small")
+    # below the axes and their label, in the room constrained layout makes for it (matplotlib >= 3.7)
+    figure.legend(loc="outside lower center", ncol=len(PARTS), fontsize="small")
     ax.set_title("where the time went (goodput: productive / wall time)")
     figure.savefig(Path(out), format=fmt)
     return healths
