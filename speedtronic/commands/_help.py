@@ -1,12 +1,16 @@
-"""The CLI's help formatting: argparse's, wrapped so a short phrase in parentheses stays whole."""
+"""The CLI's help and parser errors: argparse's help, wrapped so a short phrase in parentheses stays
+whole; a parser's error as one line."""
 
 from __future__ import annotations
 
 import argparse
 import re
 import textwrap
+from typing import NoReturn
 
-__all__ = ["CommandsHelp", "KeepsPhrases"]
+from speedtronic.commands.cli import one_line
+
+__all__ = ["CommandsHelp", "KeepsPhrases", "OneLineErrors"]
 
 _SHORT_PHRASE = re.compile(r"\([^()]{1,40}\)")
 _KEPT_SPACE = "\x00"
@@ -27,3 +31,13 @@ class KeepsPhrases(argparse.HelpFormatter):
 
 class CommandsHelp(KeepsPhrases, argparse.RawDescriptionHelpFormatter):
     """The top-level help: its description and epilog as written, its commands' help wrapped."""
+
+
+class OneLineErrors(argparse.ArgumentParser):
+    """A parser whose mistakes (an unknown option, a bad value, a missing argument) are one line on
+    stderr, exit code 2: ``speedtronic summarize: error: argument --workers: invalid int value: 'x'
+    (see speedtronic summarize --help)``, instead of argparse's usage and then the error. ``--help``
+    is argparse's."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")

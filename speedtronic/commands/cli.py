@@ -63,16 +63,18 @@ def build_parser(commands: Sequence[str] = COMMANDS) -> argparse.ArgumentParser:
     import importlib
 
     from speedtronic._version import __version__
-    from speedtronic.commands._help import CommandsHelp, KeepsPhrases
+    from speedtronic.commands._help import CommandsHelp, KeepsPhrases, OneLineErrors
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrors(
         prog="speedtronic",
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=CommandsHelp,
     )
     parser.add_argument("--version", action="version", version=f"speedtronic {__version__}")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, title="commands")
+    subparsers = parser.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, title="commands", parser_class=OneLineErrors
+    )
     for name in commands:
         importlib.import_module(f"speedtronic.commands.{name}").add_parser(subparsers)
     for command in subparsers.choices.values():
@@ -83,7 +85,7 @@ def build_parser(commands: Sequence[str] = COMMANDS) -> argparse.ArgumentParser:
 
 def _parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
     """``parser.parse_args(argv)``, but an option the command doesn't know is reported by the command's
-    own parser (its usage, and the nearest option it has), not by the top-level one."""
+    own parser (naming the nearest option it has), not by the top-level one."""
     args, unknown = parser.parse_known_args(argv)
     if not unknown:
         return args
