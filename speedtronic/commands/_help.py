@@ -1,5 +1,5 @@
-"""The CLI's help and parser errors: argparse's help, wrapped so a short phrase in parentheses stays
-whole; a parser's error as one line."""
+"""The CLI's help and error lines: argparse's help, wrapped so a short phrase in parentheses stays
+whole; a parser's error, and any error's text, as one line."""
 
 from __future__ import annotations
 
@@ -8,9 +8,7 @@ import re
 import textwrap
 from typing import NoReturn
 
-from speedtronic.commands.cli import one_line
-
-__all__ = ["CommandsHelp", "KeepsPhrases", "OneLineErrors"]
+__all__ = ["CommandsHelp", "KeepsPhrases", "OneLineErrors", "one_line"]
 
 _SHORT_PHRASE = re.compile(r"\([^()]{1,40}\)")
 _KEPT_SPACE = "\x00"
@@ -31,6 +29,12 @@ class KeepsPhrases(argparse.HelpFormatter):
 
 class CommandsHelp(KeepsPhrases, argparse.RawDescriptionHelpFormatter):
     """The top-level help: its description and epilog as written, its commands' help wrapped."""
+
+
+def one_line(text: str) -> str:
+    """``text`` as one line: its lines, stripped, joined by ``"; "`` (an SDK's error that spans several,
+    such as pydantic's ``1 validation error for Settings`` / ``mode`` / ``Input should be ...``)."""
+    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 class OneLineErrors(argparse.ArgumentParser):

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import argparse
 
-__all__ = ["COMMANDS", "Terminated", "main", "one_line"]
+__all__ = ["COMMANDS", "Terminated", "main"]
 
 COMMANDS: tuple[str, ...] = ("train", "summarize", "compare", "plot", "replay", "tail")
 """Module names under ``speedtronic.commands``, in the order ``--help`` lists them."""
@@ -45,12 +45,6 @@ class CommandError(Exception):
     def __init__(self, message: str, code: int = 2) -> None:
         super().__init__(message)
         self.code = code
-
-
-def one_line(text: str) -> str:
-    """``text`` as one line: its lines, stripped, joined by ``"; "`` (an SDK's error that spans several,
-    such as pydantic's ``1 validation error for Settings`` / ``mode`` / ``Input should be ...``)."""
-    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 class Terminated(BaseException):
@@ -120,9 +114,13 @@ def _run(argv: list[str], started: Callable[[], None]) -> int:
     # a typo) gets every command, so the help and the "invalid choice" message list them all.
     parser = build_parser(argv[:1] if argv[:1] and argv[0] in COMMANDS else COMMANDS)
     args = _parse(parser, argv)
+    from speedtronic.commands._help import one_line
+    from speedtronic.commands._warnings import one_line_warnings
+
     try:
         started()
-        return int(args.func(args))
+        with one_line_warnings():  # a warning (a hook that failed, under tail) is a line like the others
+            return int(args.func(args))
     except CommandError as error:
         print(f"speedtronic: error: {one_line(str(error))}", file=sys.stderr)
         return error.code

@@ -16,8 +16,9 @@ from typing import Any
 import orjson
 
 from speedtronic.checks import is_seconds
+from speedtronic.commands._help import one_line
 from speedtronic.commands._runs import add_alerts_argument, read_alerts_file
-from speedtronic.commands.cli import CommandError, one_line
+from speedtronic.commands.cli import CommandError
 from speedtronic.events import RATE_SUFFIX
 from speedtronic.record import iso_timestamp
 from speedtronic.runs.reader import Record, RunError, as_number, not_a_run, rate_keys

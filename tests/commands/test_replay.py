@@ -68,6 +68,20 @@ class Fails:
             raise RuntimeError("the tracker refused the record")
 
 
+class Warns:
+    """A hook that warns at its first record, as an SDK does about a value it changed."""
+
+    def __init__(self):
+        self.seen = 0
+
+    def on_event(self, event, payload):
+        import warnings
+
+        self.seen += 1
+        if self.seen == 1:
+            warnings.warn("the tracker rounded a value", UserWarning, stacklevel=1)
+
+
 def many_lines(**options):
     raise ValueError("1 validation error for Settings\\nmode\\n  Input should be 'online' or 'offline'")
 '''
@@ -84,6 +98,17 @@ class TestAHookThatFails:
             f"speedtronic: error: replay: a hook failed; {run_file} was not replayed in full: "
             "RuntimeError: the tracker refused the record"
         ]
+
+    def test_a_hook_warning_is_one_line(self, tmp_path: Path, run_file: Path) -> None:
+        """A hook's warning during a replay is speedtronic's own one line saying whose it is, not
+        Python's two (file:line: UserWarning, then the source line); the replay goes on, exit 0."""
+        user_package(tmp_path, "myhooks", USER_HOOKS)
+        done = replay(run_file, "--hook", "myhooks:Warns", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        lines = done.stderr.splitlines()
+        assert lines[0] == "speedtronic: warning: from myhooks: the tracker rounded a value"
+        assert lines[-1].startswith("replayed "), lines
+        assert not any("UserWarning" in line for line in lines), lines
 
     def test_a_hook_module_with_a_syntax_error_is_one_line(self, tmp_path: Path, run_file: Path) -> None:
         """--hook package:factory whose module can't even be compiled: one line naming the type and the
