@@ -124,9 +124,10 @@ def build_hook(type_name: str, options: Mapping[str, Any] | None = None) -> Any:
 
 
 def hook_argument_problem(factory: Callable[..., Any], kwargs: Mapping[str, Any]) -> str | None:
-    """What is wrong with calling a hook's ``factory`` with ``kwargs``, in words, naming the
-    arguments it accepts (``"unknown argument 'bogus'; it accepts log_dir, flush_secs"``), or ``None``
-    when they fit (or the factory has no signature to check)."""
+    """What is wrong with calling a hook's ``factory`` with ``kwargs``, in words: an argument it does
+    not take, naming those it accepts (``"unknown argument 'bogus'; it accepts log_dir, flush_secs"``),
+    or a value not of its parameter's type (``"log_dir: expected text or a path, got a list"``);
+    ``None`` when they fit (or the factory has no signature to check)."""
     try:
         signature = inspect.signature(factory)
     except (TypeError, ValueError):  # a builtin or C factory: its own error says it
