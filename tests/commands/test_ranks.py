@@ -67,7 +67,7 @@ class TestARankTheRunDoesNotHave:
 def test_plot_names_every_rank_missing(
     four_ranks: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """plot --rank 0,7,5: the ranks the run lacks, in order; the one it has is not named."""
+    """plot --rank 0,7,5: the ranks the run lacks, sorted; the one it has is not named; no file written."""
     assert main(["plot", str(four_ranks), "-o", str(tmp_path / "p.png"), "--rank", "0,7,5"]) == 2
     assert capsys.readouterr().err == (
         f"speedtronic: error: {four_ranks}: --rank 0,7,5: the run has no ranks 5, 7; it has ranks 0-3\n"
