@@ -13,7 +13,7 @@ from typing import IO, Any
 
 from speedtronic.alerts import AlertConfigError, Rule, alerts_section, rules_from_config
 from speedtronic.commands.cli import CommandError
-from speedtronic.runs.reader import RankChoice, Skipped
+from speedtronic.runs.reader import RankChoice, RunError, Skipped, read_records
 from speedtronic.runs.roles import Roles
 
 __all__ = [
@@ -121,18 +121,66 @@ def _keys(text: str | None, option: str) -> list[str] | None:
     return keys
 
 
-def rank_choice(text: str, *, several: bool = False) -> RankChoice:
-    """``--rank``'s value: ``first``, ``all``, a rank, or (with ``several``) ranks separated by commas."""
+def rank_choice(text: str, runs: Sequence[str], *, several: bool = False) -> RankChoice:
+    """``--rank``'s value: ``first``, ``all``, a rank, or (with ``several``) ranks separated by commas;
+    a ``CommandError`` (one line, exit 2) for another value, and for a rank one of ``runs`` has no
+    record of, naming the run and the ranks it has (``runs/a: --rank 5: the run has no rank 5; it has
+    ranks 0-3``). A run that can't be read is left to the command, which says why."""
     if text == "first":
         return "first"
     if text == "all":
         return "all"
     parts = [part.strip() for part in text.split(",")] if several else [text.strip()]
-    if all(part.isdecimal() for part in parts):
-        ranks = [int(part) for part in parts]
-        return ranks if len(ranks) > 1 else ranks[0]
-    expected = "a rank (an integer >= 0)" + (", ranks separated by commas" if several else "")
-    raise CommandError(f"--rank: expected {expected} or 'all', got {text!r}")
+    if not all(part.isdecimal() for part in parts):
+        expected = "a rank (an integer >= 0)" + (", ranks separated by commas" if several else "")
+        raise CommandError(f"--rank: expected {expected} or 'all', got {text!r}")
+    ranks = [int(part) for part in parts]
+    for run in runs:
+        _check_ranks(run, text, ranks)
+    return ranks if len(ranks) > 1 else ranks[0]
+
+
+def _check_ranks(run: str, text: str, wanted: list[int]) -> None:
+    """A ``CommandError`` when ``run`` holds no record of one of the ``wanted`` ranks. The read stops
+    at the first record of each (a rank's own file, by its name, first); only a rank that is missing
+    costs a read of the files that could hold it. The ranks the run has: those read, and those of
+    the records and files the read left out."""
+    skipped = Skipped()
+    found: set[int] = set()
+    try:
+        for record in read_records(run, skipped, rank=wanted):
+            found.add(record.rank)
+            if found.issuperset(wanted):
+                return
+    except RunError:
+        return
+    has = sorted(found | set(skipped.left_out_ranks))
+    if not has:  # no record at all: the command's read says so
+        return
+    missing = sorted({rank for rank in wanted if rank not in found})
+    raise CommandError(
+        f"{run}: --rank {text}: the run has no {_ranks_text(missing)}; it has {_ranks_text(has)}"
+    )
+
+
+def _ranks_text(ranks: list[int], most: int = 8) -> str:
+    """Sorted ranks in words: ``rank 0``, ``ranks 0, 1``, ``ranks 0-3``, ``ranks 0, 2, 5-7``; past
+    ``most`` ranges, ``...``."""
+    spans: list[list[int]] = []
+    for rank in ranks:
+        if spans and rank == spans[-1][1] + 1:
+            spans[-1][1] = rank
+        else:
+            spans.append([rank, rank])
+    shown = [
+        f"{low}-{high}" if high > low + 1 else ", ".join(map(str, range(low, high + 1)))
+        for low, high in spans
+    ]
+    return (
+        f"rank{'s' if len(ranks) > 1 else ''} "
+        + ", ".join(shown[:most])
+        + (", ..." if len(shown) > most else "")
+    )
 
 
 def report_skipped(run: str, skipped: Skipped, stream: IO[str] | None = None) -> None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import argparse
 
-__all__ = ["COMMANDS", "Terminated", "main", "one_line"]
+__all__ = ["COMMANDS", "Terminated", "main"]
 
 COMMANDS: tuple[str, ...] = ("train", "summarize", "compare", "plot", "replay", "tail")
 """Module names under ``speedtronic.commands``, in the order ``--help`` lists them."""
@@ -47,12 +47,6 @@ class CommandError(Exception):
         self.code = code
 
 
-def one_line(text: str) -> str:
-    """``text`` as one line: its lines, stripped, joined by ``"; "`` (an SDK's error that spans several,
-    such as pydantic's ``1 validation error for Settings`` / ``mode`` / ``Input should be ...``)."""
-    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
-
-
 class Terminated(BaseException):
     """SIGTERM while a command runs: unwinds like ``KeyboardInterrupt``; ``main`` exits 143."""
 
@@ -63,16 +57,18 @@ def build_parser(commands: Sequence[str] = COMMANDS) -> argparse.ArgumentParser:
     import importlib
 
     from speedtronic._version import __version__
-    from speedtronic.commands._help import CommandsHelp, KeepsPhrases
+    from speedtronic.commands._help import CommandsHelp, KeepsPhrases, OneLineErrors
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrors(
         prog="speedtronic",
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=CommandsHelp,
     )
     parser.add_argument("--version", action="version", version=f"speedtronic {__version__}")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, title="commands")
+    subparsers = parser.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, title="commands", parser_class=OneLineErrors
+    )
     for name in commands:
         importlib.import_module(f"speedtronic.commands.{name}").add_parser(subparsers)
     for command in subparsers.choices.values():
@@ -83,7 +79,7 @@ def build_parser(commands: Sequence[str] = COMMANDS) -> argparse.ArgumentParser:
 
 def _parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
     """``parser.parse_args(argv)``, but an option the command doesn't know is reported by the command's
-    own parser (its usage, and the nearest option it has), not by the top-level one."""
+    own parser (naming the nearest option it has), not by the top-level one."""
     args, unknown = parser.parse_known_args(argv)
     if not unknown:
         return args
@@ -118,9 +114,13 @@ def _run(argv: list[str], started: Callable[[], None]) -> int:
     # a typo) gets every command, so the help and the "invalid choice" message list them all.
     parser = build_parser(argv[:1] if argv[:1] and argv[0] in COMMANDS else COMMANDS)
     args = _parse(parser, argv)
+    from speedtronic.commands._help import one_line
+    from speedtronic.commands._warnings import one_line_warnings
+
     try:
         started()
-        return int(args.func(args))
+        with one_line_warnings():  # a warning (a hook that failed, under tail) is a line like the others
+            return int(args.func(args))
     except CommandError as error:
         print(f"speedtronic: error: {one_line(str(error))}", file=sys.stderr)
         return error.code

@@ -75,9 +75,11 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError("--keys: name at least one key")
     if not 0 <= args.smooth < 1:
         raise CommandError(f"--smooth: expected a weight in [0, 1), got {args.smooth}")
+    runs = runs_in(args.runs)
+    rank = rank_choice(args.rank, runs, several=True)
     try:
         result = plot_runs(
-            runs_in(args.runs),
+            runs,
             args.output,
             keys=keys,
             x=args.x,
@@ -85,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
             smooth=args.smooth,
             log_y=args.log_y,
             title=args.title,
-            rank=rank_choice(args.rank, several=True),
+            rank=rank,
             with_eval=not args.no_eval,
             roles=roles_chosen(args),
         )

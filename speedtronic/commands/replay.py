@@ -113,7 +113,9 @@ def run(args: argparse.Namespace) -> int:
     folder = runs != [args.run]  # a folder of runs: each run gets targets of its own
     plan = [(one, _targets(args, Path(one).name if folder else None, alerts)) for one in runs]
     only_alerts = alerts is not None and not any(targets for _, targets in plan)
-    rank = "all" if only_alerts and args.rank == "first" else rank_choice(args.rank)  # every rank's alerts
+    rank = (
+        "all" if only_alerts and args.rank == "first" else rank_choice(args.rank, runs)
+    )  # every rank's alerts
     for one, targets in plan:  # every run readable, every target valid, before any is created
         try:
             next(read_records(one, rank="all"), None)  # a file that is no run is refused up front

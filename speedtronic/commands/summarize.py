@@ -68,7 +68,8 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Summarise every run that can be read; list the others. Fails only if none can be read."""
-    rank = rank_choice(args.rank)
+    paths = runs_in(args.runs)
+    rank = rank_choice(args.rank, paths)
     roles = roles_chosen(args)
     if args.workers is not None and args.workers < 1:
         raise CommandError(f"--workers: expected a positive integer, got {args.workers}")
@@ -76,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     alerts = read_alerts_file(args.alerts) if args.alerts is not None else None
     check_peak_flops(args.peak_flops)
     summaries, unreadable = [], []
-    for path in runs_in(args.runs):
+    for path in paths:
         try:
             stragglers = args.health and rank == "all"  # summed in the summary's pass
             summaries.append(

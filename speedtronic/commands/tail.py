@@ -16,11 +16,12 @@ from typing import Any
 import orjson
 
 from speedtronic.checks import is_seconds
+from speedtronic.commands._help import one_line
 from speedtronic.commands._runs import add_alerts_argument, read_alerts_file
-from speedtronic.commands.cli import CommandError, one_line
+from speedtronic.commands.cli import CommandError
 from speedtronic.events import RATE_SUFFIX
 from speedtronic.record import iso_timestamp
-from speedtronic.runs.reader import Record, RunError, as_number, not_a_run, rate_keys
+from speedtronic.runs.reader import Record, RunError, as_number, begins_a_record, not_a_run, rate_keys
 
 __all__ = ["add_parser", "run"]
 
@@ -123,14 +124,14 @@ def run(args: argparse.Namespace) -> int:
 
 def _refuse_no_run(path: Path) -> None:
     """A ``CommandError`` for a file whose first line does not begin a JSON object (a README, a text
-    log, a checkpoint), as the readers refuse it (``not_a_run``): such a file would be followed
+    log, a checkpoint), by the readers' rule (``begins_a_record``): such a file would be followed
     forever, every line skipped. An empty file, or a first line still being written, is a run to come."""
     try:
         with path.open("rb") as file:
-            first = file.read(_FIRST_BYTES).split(b"\n", 1)[0].lstrip()
+            first = file.read(_FIRST_BYTES).split(b"\n", 1)[0]
     except OSError as error:
         raise CommandError(f"tail: {path}: {error.strerror or error}") from None
-    if first and not first.startswith(b"{"):
+    if first.strip() and not begins_a_record(first):
         raise CommandError(f"tail: {not_a_run(path, 'line 1 is not a JSON object')}")
 
 

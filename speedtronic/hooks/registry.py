@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
+import collections.abc
 import importlib
 import inspect
+import os
 import re
+import types
+import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -120,9 +124,10 @@ def build_hook(type_name: str, options: Mapping[str, Any] | None = None) -> Any:
 
 
 def hook_argument_problem(factory: Callable[..., Any], kwargs: Mapping[str, Any]) -> str | None:
-    """What is wrong with calling a hook's ``factory`` with ``kwargs``, in words, naming the
-    arguments it accepts (``"unknown argument 'bogus'; it accepts log_dir, flush_secs"``), or ``None``
-    when they fit (or the factory has no signature to check)."""
+    """What is wrong with calling a hook's ``factory`` with ``kwargs``, in words: an argument it does
+    not take, naming those it accepts (``"unknown argument 'bogus'; it accepts log_dir, flush_secs"``),
+    or a value not of its parameter's type (``"log_dir: expected text or a path, got a list"``);
+    ``None`` when they fit (or the factory has no signature to check)."""
     try:
         signature = inspect.signature(factory)
     except (TypeError, ValueError):  # a builtin or C factory: its own error says it
@@ -138,7 +143,121 @@ def hook_argument_problem(factory: Callable[..., Any], kwargs: Mapping[str, Any]
         if unknown:
             problem = f"unknown argument{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}"
         return f"{problem}; it accepts {', '.join(accepted) or 'no arguments'}"
+    return _type_problem(factory, kwargs)
+
+
+def _type_problem(factory: Callable[..., Any], kwargs: Mapping[str, Any]) -> str | None:
+    """The first option whose value is not of its parameter's annotated type, in words
+    (``"log_dir: expected text or a path, got a list"``, ``"events[1]: expected text, got 5"``), as far
+    as the annotation is one of the plain types a config or ``--hook`` gives (text, numbers, true or
+    false, null, paths, lists, mappings): anything else (``Any``, a protocol, a class of the hook's
+    own) is the factory's to check."""
+    try:
+        parameters = inspect.signature(factory, eval_str=True).parameters
+    except Exception:  # an annotation that can't be evaluated: nothing to check against
+        return None
+    for name, value in kwargs.items():
+        parameter = parameters.get(name)
+        if parameter is None or parameter.kind is parameter.VAR_KEYWORD:
+            continue
+        if value is None and parameter.default is None:  # the default, given explicitly
+            continue
+        problem = _misfit(value, parameter.annotation, name)
+        if problem is not None:
+            return problem
     return None
+
+
+_LISTS = (
+    collections.abc.Collection,
+    collections.abc.Iterable,
+    collections.abc.Sequence,
+    collections.abc.Set,
+    list,
+    tuple,
+    set,
+    frozenset,
+)
+_MAPPINGS = (collections.abc.Mapping, dict)
+
+
+def _misfit(value: Any, expected: Any, where: str) -> str | None:
+    """What makes ``value`` (at ``where``) not of type ``expected``, in words; ``None`` when it is, or
+    when ``expected`` is a type this check leaves alone."""
+    origin, args = typing.get_origin(expected), typing.get_args(expected)
+    kind = origin or expected
+    wrong = f"{where}: expected {_described(expected)}, got {_shown(value)}"
+    if origin is typing.Union or origin is types.UnionType:
+        problems = [_misfit(value, one, where) for one in args]
+        if None in problems:
+            return None
+        others = [one for one in args if one is not type(None)]  # a value that isn't null: what else
+        return problems[args.index(others[0])] if value is not None and len(others) == 1 else wrong
+    if origin is typing.Literal:
+        return None if value in args else wrong
+    if expected is type(None) or expected is None:
+        return None if value is None else wrong
+    if expected in (int, float):  # true/false is no number, an int is a float (PEP 484)
+        number = not isinstance(value, bool) and isinstance(value, int if expected is int else int | float)
+        return None if number else wrong
+    if expected in (str, bool):
+        return None if isinstance(value, expected) else wrong
+    if kind is os.PathLike:
+        return None if isinstance(value, os.PathLike) else wrong
+    if kind in _MAPPINGS:
+        if not isinstance(value, Mapping):
+            return wrong
+        item = args[1] if len(args) == 2 else Any  # a key is the factory's (MLflow's tags: str(key))
+        return next(
+            (p for name, one in value.items() if (p := _misfit(one, item, f"{where}[{name!r}]"))), None
+        )
+    if kind in _LISTS:
+        if isinstance(value, str | bytes) or not isinstance(value, collections.abc.Iterable):
+            return wrong  # text is no list of names, even though it iterates
+        if not isinstance(value, list | tuple | set | frozenset):
+            return None  # an iterator: not consumed here
+        item = args[0] if len(args) == 1 else Any
+        return next((p for at, one in enumerate(value) if (p := _misfit(one, item, f"{where}[{at}]"))), None)
+    return None
+
+
+_WORDS: dict[Any, str] = {
+    str: "text",
+    int: "an integer",
+    float: "a number",
+    bool: "true or false",
+    type(None): "null",
+    os.PathLike: "a path",
+}
+
+
+def _described(expected: Any) -> str:
+    """``expected`` in a config's words: ``text or null``, ``a list of text``, ``a mapping``."""
+    origin, args = typing.get_origin(expected), typing.get_args(expected)
+    if origin is typing.Union or origin is types.UnionType:
+        words = list(dict.fromkeys(_described(one) for one in args))
+        return " or ".join(words) if len(words) < 3 else f"{', '.join(words[:-1])} or {words[-1]}"
+    if origin is typing.Literal:
+        return " or ".join(map(repr, args))
+    if (origin or expected) in _MAPPINGS:
+        return "a mapping"
+    if (origin or expected) in _LISTS:
+        return "a list of text" if args[:1] == (str,) else "a list"
+    return _WORDS.get(origin or expected, getattr(expected, "__name__", str(expected)))
+
+
+def _shown(value: Any) -> str:
+    """A wrong value as an error line shows it: a number, true/false or null as it is; text, a list
+    or a mapping by its kind only (it may hold a token, as a header's value does)."""
+    if value is None or isinstance(value, bool | int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list | tuple | set | frozenset):
+        return "a list"
+    return f"a {type(value).__name__}"
 
 
 def _normalized(name: str) -> str:

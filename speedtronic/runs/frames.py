@@ -33,6 +33,7 @@ from speedtronic.runs.reader import (
     RankChoice,
     RankFilter,
     Skipped,
+    begins_a_record,
     file_records,
     parse_record,
     run_files,
@@ -241,7 +242,7 @@ class FileSplit:
                 record = parse_record(line, True, self.source, number)
                 if not isinstance(record, str):
                     raise EngineFallback  # a record the engine would be given some other way
-                if not (groups or self.parts or self.bad or line.lstrip().startswith(b"{")):
+                if not (groups or self.parts or self.bad or begins_a_record(line)):
                     raise EngineFallback  # not a JSON object first: the line reader raises RunError
                 self.bad.append((number, record))
         for name, group in groups.items():

@@ -43,6 +43,7 @@ __all__ = [
     "RunError",
     "Skipped",
     "as_number",
+    "begins_a_record",
     "begins_later_part",
     "file_rank",
     "file_records",
@@ -479,7 +480,7 @@ def file_records(
                                     continue
                             record = _record_of(fields, raw, source, at, segment)
                     if isinstance(record, str):
-                        if not records and not bad and not start and not raw.lstrip().startswith(b"{"):
+                        if not records and not bad and not start and not begins_a_record(raw):
                             raise not_a_run(source, f"line {number} is not a JSON object")
                         bad += 1
                         skipped.add_line(source, number, record)
@@ -619,6 +620,13 @@ def _join(held: dict[str, Any], part: dict[str, Any]) -> None:
     for key, value in part.items():
         if key not in held:  # the head (event, step, rank, world_size) and timestamp: every part's
             held[key] = value
+
+
+def begins_a_record(line: bytes) -> bool:
+    """Whether ``line`` begins a JSON object, as a run's first line does (a line a killed writer tore
+    does too): a file whose first line does not (a README, a text log, a checkpoint) is no run
+    (``not_a_run``), refused at that line by the readers and by ``speedtronic tail``."""
+    return line.lstrip().startswith(b"{")
 
 
 def not_a_run(source: Path, why: str = "no line is a JSON record with an event") -> RunError:

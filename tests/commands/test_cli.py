@@ -61,13 +61,92 @@ def test_help_never_breaks_a_short_phrase_in_parentheses(command: tuple[str, ...
         ),
     ],
 )
-def test_an_unknown_option_gets_the_commands_usage(
+def test_an_unknown_option_is_one_line_naming_the_nearest(
     argv: list[str], hint: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A mistyped option shows the command's own usage and the option it has nearest, exit code 2."""
+    """A mistyped option is one line naming the command and the option it has nearest, exit code 2."""
     with pytest.raises(SystemExit) as exited:
         main(argv)
     assert exited.value.code == 2
-    usage, error = capsys.readouterr().err.strip().rsplit("\n", 1)
-    assert usage.startswith(f"usage: speedtronic {argv[0]} [-h]")
-    assert error == f"speedtronic {argv[0]}: error: {hint}"
+    assert capsys.readouterr().err == (
+        f"speedtronic {argv[0]}: error: {hint} (see speedtronic {argv[0]} --help)\n"
+    )
+
+
+BAD_OPTIONS = {
+    "train": (["--steps", "x"], "argument --steps: invalid int value: 'x'"),
+    "summarize": (["--workers", "x", "r"], "argument --workers: invalid int value: 'x'"),
+    "compare": (["a", "b", "--warmup", "1.5"], "argument --warmup: invalid int value: '1.5'"),
+    "plot": (["a", "--smooth", "x", "-o", "a.png"], "argument --smooth: invalid float value: 'x'"),
+    "replay": (["a", "--wandb-mode", "x"], "argument --wandb-mode: invalid choice: 'x'"),
+    "tail": (["a", "--every"], "argument --every: expected one argument"),
+}
+"""A parser-level mistake for every command: a value of the wrong type, a bad choice, no value."""
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_commands_parser_mistake_is_one_line(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A bad option value, for every command, is one line naming the command, the argument and what was
+    expected, pointing at --help; exit code 2."""
+    argv, problem = BAD_OPTIONS[command]
+    with pytest.raises(SystemExit) as exited:
+        main([command, *argv])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith(f"speedtronic {command}: error: {problem}"), err
+    assert err.endswith(f" (see speedtronic {command} --help)\n"), err
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        ([], "speedtronic: error: the following arguments are required: COMMAND (see speedtronic --help)"),
+        (
+            ["sumarize"],
+            "speedtronic: error: argument COMMAND: invalid choice: 'sumarize' (choose from "
+            + ", ".join(map(repr, COMMANDS))
+            + ") (see speedtronic --help)",
+        ),
+        (
+            ["plot", "runs/a"],
+            "speedtronic plot: error: the following arguments are required: -o/--output "
+            "(see speedtronic plot --help)",
+        ),
+        (
+            ["summarize"],
+            "speedtronic summarize: error: the following arguments are required: RUN "
+            "(see speedtronic summarize --help)",
+        ),
+    ],
+)
+def test_a_missing_argument_or_command_is_one_line(
+    argv: list[str], line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No command, an unknown command, a missing required argument: one line, exit code 2."""
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == line + "\n"
+
+
+def test_a_parser_mistake_is_one_line_from_the_console() -> None:
+    """The real command: one line on stderr, nothing on stdout, exit code 2."""
+    done = subprocess.run(
+        [sys.executable, "-m", "speedtronic", "summarize", "--workers", "x", "runs/a"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        "speedtronic summarize: error: argument --workers: invalid int value: 'x' "
+        "(see speedtronic summarize --help)\n"
+    )
+
+
+def test_help_is_argparses_usage_and_options() -> None:
+    """--help is unchanged: argparse's usage line, then the options, exit code 0."""
+    shown = help_text(("summarize",), 100)
+    assert shown.startswith("usage: speedtronic summarize [-h]")
+    assert "--workers N" in shown

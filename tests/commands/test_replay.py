@@ -68,6 +68,20 @@ class Fails:
             raise RuntimeError("the tracker refused the record")
 
 
+class Warns:
+    """A hook that warns at its first record, as an SDK does about a value it changed."""
+
+    def __init__(self):
+        self.seen = 0
+
+    def on_event(self, event, payload):
+        import warnings
+
+        self.seen += 1
+        if self.seen == 1:
+            warnings.warn("the tracker rounded a value", UserWarning, stacklevel=1)
+
+
 def many_lines(**options):
     raise ValueError("1 validation error for Settings\\nmode\\n  Input should be 'online' or 'offline'")
 '''
@@ -84,6 +98,17 @@ class TestAHookThatFails:
             f"speedtronic: error: replay: a hook failed; {run_file} was not replayed in full: "
             "RuntimeError: the tracker refused the record"
         ]
+
+    def test_a_hook_warning_is_one_line(self, tmp_path: Path, run_file: Path) -> None:
+        """A hook's warning during a replay is speedtronic's own one line saying whose it is, not
+        Python's two (file:line: UserWarning, then the source line); the replay goes on, exit 0."""
+        user_package(tmp_path, "myhooks", USER_HOOKS)
+        done = replay(run_file, "--hook", "myhooks:Warns", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        lines = done.stderr.splitlines()
+        assert lines[0] == "speedtronic: warning: from myhooks: the tracker rounded a value"
+        assert lines[-1].startswith("replayed "), lines
+        assert not any("UserWarning" in line for line in lines), lines
 
     def test_a_hook_module_with_a_syntax_error_is_one_line(self, tmp_path: Path, run_file: Path) -> None:
         """--hook package:factory whose module can't even be compiled: one line naming the type and the
@@ -109,7 +134,7 @@ class TestAHookThatFails:
     @pytest.mark.parametrize(
         ("hook", "problem"),
         [
-            ("otel:endpoint=5", "OtelHook: endpoint must be an http:// or https:// URL with a host"),
+            ("otel:endpoint=collector", "OtelHook: endpoint must be an http:// or https:// URL with a host"),
             ("progress:total=x", "ProgressHook: total is the run's"),
             ("progress:initial=3", "ProgressHook: initial is the run's"),
         ],
@@ -122,6 +147,42 @@ class TestAHookThatFails:
         pytest.importorskip("opentelemetry.sdk" if hook.startswith("otel") else "tqdm")
         done = replay(run_file, "--hook", hook, cwd=tmp_path)
         assert_one_line_error(done, problem)
+
+
+HOOK_TYPE_MISTAKES = [
+    ("tensorboard:log_dir=[1,2]", "tensorboard hook: log_dir: expected text or a path, got a list"),
+    ("tensorboard:flush_secs=true", "tensorboard hook: flush_secs: expected a number, got True"),
+    (
+        'tensorboard:events={"train_step":5}',
+        "tensorboard hook: events['train_step']: expected a list of text, got 5",
+    ),
+    ("tensorboard:skip=loss", "tensorboard hook: skip: expected a list of text, got text"),
+    ("mlflow:tracking_uri=5", "mlflow hook: tracking_uri: expected text, got 5"),
+    ("mlflow:tags=[1]", "mlflow hook: tags: expected a mapping, got a list"),
+    ("wandb:project=5", "wandb hook: project: expected text, got 5"),
+    ("wandb:log_checkpoints=1", "wandb hook: log_checkpoints: expected true or false, got 1"),
+    ("otel:endpoint=5", "otel hook: endpoint: expected text, got 5"),
+    ("otel:timeout_s=[1]", "otel hook: timeout_s: expected a number, got a list"),
+    ("progress:postfix=loss", "progress hook: postfix: expected a list of text, got text"),
+    ("structlog:strict_json=0", "structlog hook: strict_json: expected true or false, got 0"),
+    ("webhook:url=http://h,retries=2.5",
+     "webhook hook: retries: expected an integer, got 2.5"),
+    ('webhook:url=http://h,events=["alert",5]',
+     "webhook hook: events[1]: expected text, got 5"),
+]  # fmt: skip
+"""A value of the wrong type for an option of each built-in hook: (--hook, what the line says)."""
+
+
+class TestHookOptionTypes:
+    @pytest.mark.parametrize(("hook", "problem"), HOOK_TYPE_MISTAKES)
+    def test_a_value_of_the_wrong_type_names_the_option(
+        self, tmp_path: Path, run_file: Path, hook: str, problem: str
+    ) -> None:
+        """An option given a value of the wrong type: one line naming the hook, the option and what it
+        expected, exit 2, nothing created (a TypeError or AttributeError that named no option)."""
+        done = replay(run_file, "--hook", hook, cwd=tmp_path)
+        assert_one_line_error(done, f"replay: {problem}")
+        assert sorted(path.name for path in tmp_path.iterdir()) == ["run"]
 
 
 class TestTargets:

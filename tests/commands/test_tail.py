@@ -286,6 +286,11 @@ def test_hook_that_raises_on_an_alert_exit_1(tmp_path: Path) -> None:
     assert [json.loads(line)["step"] for line in out.splitlines() if '"alert"' in line] == [10, 250]
     assert "Traceback" not in err
     assert err.splitlines()[-1] == "speedtronic: tail: --hook: Down failed on 2 alert(s)"
+    # the failure's warning is speedtronic's own line, not Python's (`<frozen runpy>:88: HookFailureWarning`)
+    assert err.splitlines()[0] == (
+        "speedtronic: warning: hook 'Down' failed (1 so far) during 'alert': RuntimeError: tracker down"
+    )
+    assert all(line.startswith("speedtronic: ") for line in err.splitlines()), err
 
 
 WEBHOOK = "speedtronic.integrations.webhook:WebhookHook"

@@ -90,6 +90,25 @@ class TestErrorsNameTheFileAndTheKey:
         assert "TypeError" not in done.stderr
         assert "__init__" not in done.stderr
 
+    @pytest.mark.parametrize(
+        ("hook", "problem"),
+        [
+            ({"type": "tensorboard", "log_dir": [1, 2]}, "log_dir: expected text or a path, got a list"),
+            ({"type": "mlflow", "tracking_uri": 5}, "tracking_uri: expected text, got 5"),
+        ],
+        ids=["tensorboard_log_dir", "mlflow_tracking_uri"],
+    )
+    def test_a_hook_option_of_the_wrong_type(
+        self, tmp_path: Path, hook: dict[str, object], problem: str
+    ) -> None:
+        """A hook's option of the wrong type names the config, the hook, the option and what it expected
+        (it was 'can't be created: TypeError: expected str, bytes or os.PathLike object, not list');
+        no run directory is made."""
+        config = write_config(tmp_path / "mine.yaml", logging={"hooks": [hook]})
+        done = train("--config", config, "--run-dir", "r", cwd=tmp_path)
+        assert_one_line_error(done, f"{config}: logging.hooks[0]: {hook['type']} hook: {problem}")
+        assert not (tmp_path / "r").exists()
+
     def test_a_hook_from_the_recorded_config_names_that_file(self, tmp_path: Path) -> None:
         """--resume without --config: a bad key in the run's own config.yaml is named there."""
         config = write_config(tmp_path / "c.yaml", train={"steps": 2})
