@@ -200,6 +200,8 @@ def _misfit(value: Any, expected: Any, where: str) -> str | None:
     if expected in (int, float):  # true/false is no number, an int is a float (PEP 484)
         number = not isinstance(value, bool) and isinstance(value, int if expected is int else int | float)
         return None if number else wrong
+    if expected is str and isinstance(value, int | float) and not isinstance(value, bool):
+        return f'{wrong}; quote it to give it as text ("{value}")'  # project=2024 reads as a number
     if expected in (str, bool):
         return None if isinstance(value, expected) else wrong
     if kind is os.PathLike:
