@@ -1,5 +1,6 @@
-"""From a config to a finished run: ``load_config``, ``build_logger``, ``build_runtime``, and
-``train_from_config``. Importing this module does not import torch; building a runtime does."""
+"""From a config to a finished run: ``load_config``, ``open_start``, ``build_logger``,
+``build_runtime``, and ``train_from_config``. Importing this module does not import torch; building
+a runtime does."""
 
 from __future__ import annotations
 
