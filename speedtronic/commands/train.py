@@ -132,9 +132,14 @@ def run(args: argparse.Namespace) -> int:
                 console = with_structlog_console(config)
                 if console is not config:
                     config = runtime.load_config(console)
-                with stops.deferred():  # a signal inside torch's import leaves it half made: a crash
-                    _import_torch()
-                trainer, info = runtime.build_runtime(config)
+                start = runtime.open_start(config)  # a run dir it can't use: refused before torch loads
+                try:
+                    with stops.deferred():  # a signal inside torch's import leaves it half made: a crash
+                        _import_torch()
+                except BaseException:
+                    start.undo()
+                    raise
+                trainer, info = runtime.build_runtime(start)  # owns the directory: undone if it fails
                 from speedtronic.training.trainer import CheckpointWriteError
 
                 try:

@@ -1,5 +1,6 @@
-"""From a config to a finished run: ``load_config``, ``build_logger``, ``build_runtime``, and
-``train_from_config``. Importing this module does not import torch; building a runtime does."""
+"""From a config to a finished run: ``load_config``, ``open_start``, ``build_logger``,
+``build_runtime``, and ``train_from_config``. Importing this module does not import torch; building
+a runtime does."""
 
 from __future__ import annotations
 
@@ -44,12 +45,14 @@ from speedtronic.training.config import (
 )
 
 if TYPE_CHECKING:
+    from speedtronic.training.outer import OuterLoop
     from speedtronic.training.trainer import FitResult, Trainer
 
 __all__ = [
     "HOOK_DEFAULTS",
     "HOOK_ENTRY_POINT_GROUP",
     "ConfigError",
+    "OpenedStart",
     "RunDirError",
     "RunInfo",
     "build_logger",
@@ -60,6 +63,7 @@ __all__ = [
     "hook_argument_problem",
     "hook_types",
     "load_config",
+    "open_start",
     "train_from_config",
     "warmup_cosine",
 ]
@@ -458,49 +462,100 @@ def _settings(config: Mapping[str, Any]) -> dict[str, Any]:
     return {**config, "train": {key: value for key, value in config["train"].items() if key != "resume"}}
 
 
-def build_runtime(config: Mapping[str, Any] | str | os.PathLike[str]) -> tuple[Trainer, RunInfo]:
+@dataclass(frozen=True)
+class OpenedStart:
+    """A run's start as ``open_start`` opened it, before torch is imported: the loaded config (its
+    ``run_dir`` claimed) and the run directory this process holds locked, its files checked."""
+
+    config: dict[str, Any]
+    run: _rundir.OpenRun | None
+    """The locked run directory; ``None`` in a multi-process job, whose ranks open it together in
+    ``build_runtime`` (they agree over a gloo group, which needs torch)."""
+    config_changes: tuple[_rundir.ConfigChange, ...] = ()
+    """What a resume changed in the recorded config."""
+
+    def undo(self) -> None:
+        """Leave the run directory as it was found and release it: for a start that is not built
+        (``build_runtime`` does this itself when it fails)."""
+        if self.run is not None:
+            self.run.undo()
+
+
+def open_start(config: Mapping[str, Any] | str | os.PathLike[str]) -> OpenedStart:
+    """The config loaded and its run directory opened, locked and checked, without importing torch:
+    what ``build_runtime`` does first, so a start it would refuse answers before torch loads.
+
+    Raises ``ConfigError`` for the config, then ``RunDirError`` for a run directory the run can't use
+    (``speedtronic.training.rundir.open_run``: another live run holds it, ``train.resume`` of one that
+    holds no run...; ``check_files``: a link, FIFO, socket or directory in place of a run file). Hand
+    the result to ``build_runtime``, which then owns the directory; one never built is left with
+    ``undo()``. In a multi-process job the directory is left to ``build_runtime`` (``run`` is ``None``).
+    """
+    config = load_config(config)
+    rank = detect_rank()
+    if rank.distributed:
+        return OpenedStart(config, None)
+    opened = _rundir.open_run(config["run_dir"], resume=config["train"]["resume"])
+    try:
+        if config["run_dir"] is None:
+            config["run_dir"] = str(opened.path)
+            config = _resolve_run_dir(config)
+        changes = _check_start(config, rank)
+    except BaseException:
+        opened.undo()
+        raise
+    return OpenedStart(config, opened, changes)
+
+
+def _check_start(config: Mapping[str, Any], rank: RankInfo) -> tuple[_rundir.ConfigChange, ...]:
+    """The checks of an opened run directory: the files this process appends to and ``trackers.json``
+    (``check_files``), and what a resume changed in the recorded config (rank 0, its one writer)."""
+    run_dir = Path(config["run_dir"])
+    _rundir.check_files(run_dir, [run_dir / TRACKERS_NAME], appended=_own_files(config, rank), rank=rank.rank)
+    previous = _read_recorded(run_dir) if config["train"]["resume"] and rank.rank == 0 else None
+    return tuple(_rundir.config_changes(previous, config)) if previous is not None else ()
+
+
+def build_runtime(
+    config: Mapping[str, Any] | str | os.PathLike[str] | OpenedStart,
+) -> tuple[Trainer, RunInfo]:
     """A ``Trainer`` for the config, its ``logger`` built by ``build_logger``, and where the run goes.
 
-    The run directory is opened first (``speedtronic.training.rundir.open_run``): a fresh one when the
-    config names none; one holding another run is refused unless ``train.resume``, one that holds no
-    run is refused with it, and one another live run holds is refused. It stays locked until
-    ``info.run.release()`` (``train_from_config`` calls it). If the start fails, what it created in
-    the directory is removed (``OpenRun.undo``), so the same start can be retried. The caller
-    owns ``trainer.logger`` and ``trainer.outer`` (with ``train.outer_every``) and, when
-    ``info.owns_process_group``, the process group: ``train_from_config`` closes all three, the outer
-    loop's thread first.
+    The run directory is opened first (``open_start``, unless ``config`` is the ``OpenedStart`` it
+    returned): a fresh one when the config names none; one holding another run is refused unless
+    ``train.resume``, one that holds no run is refused with it, and one another live run holds is
+    refused. It stays locked until ``info.run.release()`` (``train_from_config`` calls it). If the
+    start fails, what it created in the directory is removed (``OpenRun.undo``), so the same start
+    can be retried. The caller owns ``trainer.logger`` and ``trainer.outer`` (with
+    ``train.outer_every``) and, when ``info.owns_process_group``, the process group:
+    ``train_from_config`` closes all three, the outer loop's thread first.
     """
-    from speedtronic.training.trainer import Trainer, resolve_device  # noqa: I001  # first: it names the extra
-    import torch
-
-    from speedtronic.training import task as _task
-    from speedtronic.training.outer import OuterLoop
-
-    config = load_config(config)
+    opening = config if isinstance(config, OpenedStart) else open_start(config)
+    config, opened = opening.config, opening.run
     train = config["train"]
-    rank = detect_rank()
-    _check_cuda(train["device"])
-    try:
-        device = _launch.device_for_rank(resolve_device(train["device"]), rank)
-    except (RuntimeError, AssertionError) as error:  # torch.device(), or CUDA in a CPU build
-        raise ConfigError("config", "train.device", f"can't use {train['device']!r}: {error}") from None
-    owns_group = _launch.init_process_group(rank, device, train["dist_timeout_s"])
     logger = None
     monitor: SystemMonitor | None = None
     stacks: StackDump | None = None
     outer: OuterLoop | None = None
-    opened: _rundir.OpenRun | None = None
+    owns_group = False
     try:
+        from speedtronic.training.trainer import Trainer, resolve_device  # noqa: I001  # first: it names the extra
+        import torch
+
+        from speedtronic.training import task as _task
+        from speedtronic.training.outer import OuterLoop
+
         rank = detect_rank()
-        start, start_group, opened = _agree_on_start(config, rank)
+        _check_cuda(train["device"])
+        try:
+            device = _launch.device_for_rank(resolve_device(train["device"]), rank)
+        except (RuntimeError, AssertionError) as error:  # torch.device(), or CUDA in a CPU build
+            raise ConfigError("config", "train.device", f"can't use {train['device']!r}: {error}") from None
+        owns_group = _launch.init_process_group(rank, device, train["dist_timeout_s"])
+        rank = detect_rank()
+        start, start_group = _agree_on_start(opening, rank)
         config, train = start.config, start.config["train"]
-        run_dir = Path(config["run_dir"])
-        _rundir.check_files(
-            run_dir, [run_dir / TRACKERS_NAME], appended=_own_files(config, rank), rank=rank.rank
-        )
-        resumed = train["resume"] and rank.rank == 0  # the config's one writer says what changed
-        previous = _read_recorded(Path(config["run_dir"])) if resumed else None
-        changes = tuple(_rundir.config_changes(previous, config)) if previous is not None else ()
+        changes = opening.config_changes if opened is not None else _check_start(config, rank)
         torch.manual_seed(train["seed"])
         data = config["data"]
         task = _task.SuccessorTask(
@@ -658,26 +713,20 @@ def _check_cuda(device: str) -> None:
     )
 
 
-def _agree_on_start(
-    config: dict[str, Any], rank: RankInfo
-) -> tuple[_launch.Start, Any, _rundir.OpenRun | None]:
-    """Where and how this process starts, the group the ranks agreed over, and the run directory this
-    process holds locked (one process: ``speedtronic.training.rundir.open_run``).
+def _agree_on_start(opening: OpenedStart, rank: RankInfo) -> tuple[_launch.Start, Any]:
+    """Where and how this process starts, and the group the ranks agreed over (``None`` for one
+    process, whose run directory ``open_start`` opened).
 
-    One process opens and locks its run directory. In a multi-process job, rank 0's config and
-    checkpoints are agreed on by every rank (``speedtronic.training.launch.agree_on_start``) over a
-    gloo group bounded by ``train.dist_timeout_s``; that group is returned for the resume agreement
-    (``None`` for one process)."""
-    if not rank.distributed:
-        opened = _rundir.open_run(config["run_dir"], resume=config["train"]["resume"])
-        if config["run_dir"] is None:
-            config["run_dir"] = str(opened.path)
-            config = _resolve_run_dir(config)
-        return _launch.Start(config, writes_config=True, directory_ranks=(), launch=""), None, opened
+    In a multi-process job, rank 0's config and checkpoints are agreed on by every rank
+    (``speedtronic.training.launch.agree_on_start``) over a gloo group bounded by
+    ``train.dist_timeout_s``; that group is returned for the resume agreement."""
+    config = opening.config
+    if opening.run is not None:
+        return _launch.Start(config, writes_config=True, directory_ranks=(), launch=""), None
     timeout = config["train"]["dist_timeout_s"]
     group = _launch.agreement_group(rank, timeout)
     start = _launch.agree_on_start(config, rank, group=group, timeout_s=timeout, resolve=_resolve_run_dir)
-    return start, group, None
+    return start, group
 
 
 def _read_recorded(run_dir: Path) -> dict[str, Any] | None:

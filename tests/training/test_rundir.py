@@ -15,8 +15,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from speedtronic.training import rundir
+from tests.commands.test_train_signals import STARTING, loaded_libtorch, stop_when
 from tests.helpers import run_records
 from tests.runs.conftest import assert_one_line_error
+from tests.torch_run import train_cli
 from tests.training.test_run_dirs import ROOT, copy_run, train, write_config
 
 DUMP = "tests.training.recording:DumpHook"
@@ -208,3 +211,121 @@ class TestAFailedStartLeavesNoTrace:
             "config.1.yaml",
             "config.yaml",
         ]
+
+
+def without_torch(tmp_path: Path) -> dict[str, str]:
+    """An environment whose first ``PYTHONPATH`` entry holds a ``torch`` that can't be imported (as
+    where torch is not installed): a start that imports torch fails with the missing-torch hint."""
+    fake = tmp_path / "no-torch" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(
+        'raise ModuleNotFoundError("No module named \'torch\'", name="torch")\n'
+    )
+    return {"PYTHONPATH": os.pathsep.join([str(fake.parent), str(ROOT)])}
+
+
+class TestARefusedStartNeedsNoTorch:
+    def test_a_directory_another_run_holds(self, tmp_path: Path, four_steps: Path) -> None:
+        """--resume of a run another live run holds (this process), torch not importable: the one-line
+        refusal naming the holder, exit 2, the run untouched."""
+        run = copy_run(four_steps, tmp_path)
+        before = tree(run)
+        held = rundir.open_run(str(run), resume=True)
+        try:
+            done = train_cli(
+                "--run-dir", "r", "--resume", "--steps", "8", cwd=tmp_path, env=without_torch(tmp_path)
+            )
+        finally:
+            held.release()
+        assert_one_line_error(done, "r: in use by another run", f"(pid {os.getpid()})")
+        assert tree(run) == before
+
+    def test_a_linked_lock_file(self, tmp_path: Path) -> None:
+        """`.speedtronic.lock` a symbolic link, torch not importable: the one-line refusal, exit 2."""
+        (tmp_path / "run").mkdir()
+        (tmp_path / "victim.txt").write_text("someone else's\n")
+        (tmp_path / "run" / rundir.LOCK_NAME).symlink_to(Path("..") / "victim.txt")
+        done = train_cli("--run-dir", "run", "--steps", "2", cwd=tmp_path, env=without_torch(tmp_path))
+        assert_one_line_error(done, "run/.speedtronic.lock: is a symbolic link (to ../victim.txt)")
+        assert (tmp_path / "victim.txt").read_text() == "someone else's\n"
+
+    def test_a_resume_of_a_directory_holding_no_run(self, tmp_path: Path) -> None:
+        """--resume of a directory that holds no run, torch not importable: the one-line refusal."""
+        done = train_cli("--run-dir", "nothing", "--resume", cwd=tmp_path, env=without_torch(tmp_path))
+        assert_one_line_error(done, "nothing: holds no run to resume")
+        assert not (tmp_path / "nothing").exists()
+
+    def test_a_start_that_needs_torch_says_so_and_leaves_no_trace(self, tmp_path: Path) -> None:
+        """A start the run directory allows, torch not importable: the missing-torch hint, exit 2, and
+        the directory it opened first is gone again."""
+        done = train_cli("--run-dir", "runs/a", cwd=tmp_path, env=without_torch(tmp_path))
+        assert_one_line_error(done, "torch", "speedtronic train")
+        assert not (tmp_path / "runs").exists()
+
+
+class TestAStartRefusedAfterOpening:
+    """A start that fails once the run directory is open (the device, a stop while torch imports)
+    leaves the directory as it found it, its lock file holding no pid."""
+
+    @pytest.fixture
+    def cuda(self, tmp_path: Path) -> Path:
+        if pytest.importorskip("torch").cuda.is_available():
+            pytest.skip("needs a machine without CUDA")
+        return write_config(tmp_path / "cuda.yaml", train={"device": "cuda", "steps": 8})
+
+    def test_a_new_run_on_a_device_it_cant_use(self, tmp_path: Path, cuda: Path) -> None:
+        """train.device: cuda on this CPU build, in a new directory: one line, exit 2, none left."""
+        done = train("--config", cuda, "--run-dir", "runs/new", cwd=tmp_path)
+        assert_one_line_error(done, "cuda.yaml: train.device: 'cuda' needs CUDA")
+        assert not (tmp_path / "runs").exists()
+
+    def test_a_directory_with_files_on_a_device_it_cant_use(self, tmp_path: Path, cuda: Path) -> None:
+        """The same in a directory holding a user's file: exactly that file is left."""
+        (tmp_path / "r").mkdir()
+        (tmp_path / "r" / "notes.txt").write_text("mine\n")
+        before = tree(tmp_path / "r")
+        done = train("--config", cuda, "--run-dir", "r", cwd=tmp_path)
+        assert_one_line_error(done, "train.device: 'cuda' needs CUDA")
+        assert tree(tmp_path / "r") == before
+
+    def test_a_resumed_run_on_a_device_it_cant_use(
+        self, tmp_path: Path, four_steps: Path, cuda: Path
+    ) -> None:
+        """--resume with train.device: cuda: one line, exit 2, the run exactly as it was; it resumes."""
+        run = copy_run(four_steps, tmp_path)
+        before = tree(run)
+        done = train("--config", cuda, "--run-dir", "r", "--resume", cwd=tmp_path)
+        assert_one_line_error(done, "train.device: 'cuda' needs CUDA")
+        assert tree(run) == before
+        done = train("--run-dir", "r", "--resume", "--steps", "6", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+
+    def test_a_sigterm_while_torch_imports_leaves_the_resumed_run_as_it_was(
+        self, tmp_path: Path, four_steps: Path
+    ) -> None:
+        """SIGTERM inside torch's import, the run directory already open: exit 143, the one line,
+        the run exactly as it was."""
+        run = copy_run(four_steps, tmp_path)
+        before = tree(run)
+        command = [
+            sys.executable,
+            "-m",
+            "speedtronic",
+            "train",
+            "--no-progress",
+            "--run-dir",
+            "r",
+            "--resume",
+        ]
+        process = subprocess.Popen(
+            [*command, "--steps", "100000"],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        stderr = stop_when(process, loaded_libtorch, 0.0)
+        assert process.returncode == 128 + signal.SIGTERM, stderr
+        assert stderr.splitlines() == [STARTING]
+        assert tree(run) == before

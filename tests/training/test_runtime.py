@@ -13,10 +13,12 @@ from speedtronic import HookError
 from speedtronic.hooks import BackgroundHooks
 from speedtronic.runtime import (
     ConfigError,
+    RunDirError,
     build_logger,
     build_runtime,
     fit_and_close,
     load_config,
+    open_start,
     train_from_config,
 )
 from tests.helpers import read_jsonl
@@ -185,6 +187,59 @@ class TestBuildRuntime:
         """device: cuda on a CPU-only build is named, not a traceback from deep inside torch."""
         with pytest.raises(ConfigError, match=r"^config: train.device: 'cuda' needs CUDA, "):
             build_runtime(with_train(config, device="cuda"))
+
+
+class TestOpenStart:
+    def test_build_runtime_takes_the_opened_start(self, config: dict[str, Any], run_dir: Path) -> None:
+        """open_start, then build_runtime on it and fit_and_close: the run trains in the directory
+        open_start locked, which is released at the end."""
+        start = open_start(config)
+        assert start.run is not None
+        assert start.run.path == run_dir
+        trainer, info = build_runtime(start)
+        assert info.run is start.run
+        result, _ = fit_and_close(trainer, info)
+        assert result.step == 20
+        open_start(with_train(config, resume=True)).undo()  # released: a new start may open it
+        assert (run_dir / "metrics.jsonl").is_file()
+
+    def test_a_second_start_on_an_opened_directory_is_refused(
+        self, config: dict[str, Any], run_dir: Path
+    ) -> None:
+        """While one start holds the directory, another is refused naming this process; undo() leaves
+        the directory as it was found (here: none) and lets it go."""
+        start = open_start(config)
+        with pytest.raises(RunDirError, match=rf"in use by another run \(pid {os.getpid()}\)"):
+            open_start(config)
+        start.undo()
+        assert not run_dir.exists()
+        open_start(config).undo()
+
+    def test_a_resume_is_checked_when_opened(self, config: dict[str, Any], run_dir: Path) -> None:
+        """A resumed start's checks run in open_start: what it changed in the recorded config, and a
+        link planted in place of its metrics is refused there."""
+        train_from_config(with_train(config, steps=2))
+        resumed = with_train(config, steps=4, resume=True)
+        start = open_start(resumed)
+        assert [change["key"] for change in start.config_changes] == ["train.steps"]
+        start.undo()
+        (run_dir / "metrics.jsonl").rename(run_dir / "elsewhere.jsonl")
+        (run_dir / "metrics.jsonl").symlink_to("elsewhere.jsonl")
+        with pytest.raises(RunDirError, match=r"metrics\.jsonl: is a symbolic link"):
+            open_start(resumed)
+        (run_dir / "elsewhere.jsonl").replace(run_dir / "metrics.jsonl")
+        open_start(resumed).undo()  # the refusal left no lock behind
+
+    def test_a_start_that_fails_to_build_is_undone(self, config: dict[str, Any], run_dir: Path) -> None:
+        """build_runtime of an opened start that fails (a device torch can't use): the directory
+        keeps exactly what it held, and is released."""
+        run_dir.mkdir()
+        (run_dir / "notes.txt").write_text("mine\n")
+        start = open_start(with_train(config, device="gpu"))
+        with pytest.raises(ConfigError, match=r"train\.device"):
+            build_runtime(start)
+        assert sorted(path.name for path in run_dir.iterdir()) == ["notes.txt"]
+        open_start(config).undo()
 
 
 class TestBuildLogger:
