@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from speedtronic.commands._warnings import one_line_warnings as _one_line_warnings
 from speedtronic.commands.cli import CommandError
 from speedtronic.extras import missing
 
@@ -116,67 +115,66 @@ def run(args: argparse.Namespace) -> int:
 
         rules = read_alerts_file(args.alerts)
         overrides["alerts"], overrides["on_alert"] = rules.entries, rules.on_alert
-    with _one_line_warnings():
-        try:
-            with _stops_as_exceptions() as stops:  # first: a stop while starting is a stop too
-                with stops.deferred():  # a stop inside an import would leave modules half made
-                    from speedtronic import runtime  # (asyncio's, seen): raised once it is done
+    try:
+        with _stops_as_exceptions() as stops:  # first: a stop while starting is a stop too
+            with stops.deferred():  # a stop inside an import would leave modules half made
+                from speedtronic import runtime  # (asyncio's, seen): raised once it is done
 
-                config = runtime.load_config(args.config, overrides)
-                if config["train"]["resume"] and config["run_dir"] is None:
-                    raise CommandError("--resume: name the run to continue with --run-dir")
-                if config["train"]["resume"]:
-                    _refuse_a_finished_run(config, args)
-                if _progress_wanted(args):
-                    config = runtime.load_config(with_progress(config))
-                console = with_structlog_console(config)
-                if console is not config:
-                    config = runtime.load_config(console)
-                start = runtime.open_start(config)  # a run dir it can't use: refused before torch loads
-                try:
-                    with stops.deferred():  # a signal inside torch's import leaves it half made: a crash
-                        _import_torch()
-                except BaseException:
-                    start.undo()
-                    raise
-                trainer, info = runtime.build_runtime(start)  # owns the directory: undone if it fails
-                from speedtronic.training.trainer import CheckpointWriteError
+            config = runtime.load_config(args.config, overrides)
+            if config["train"]["resume"] and config["run_dir"] is None:
+                raise CommandError("--resume: name the run to continue with --run-dir")
+            if config["train"]["resume"]:
+                _refuse_a_finished_run(config, args)
+            if _progress_wanted(args):
+                config = runtime.load_config(with_progress(config))
+            console = with_structlog_console(config)
+            if console is not config:
+                config = runtime.load_config(console)
+            start = runtime.open_start(config)  # a run dir it can't use: refused before torch loads
+            try:
+                with stops.deferred():  # a signal inside torch's import leaves it half made: a crash
+                    _import_torch()
+            except BaseException:
+                start.undo()
+                raise
+            trainer, info = runtime.build_runtime(start)  # owns the directory: undone if it fails
+            from speedtronic.training.trainer import CheckpointWriteError
 
-                try:
-                    result, info = runtime.fit_and_close(trainer, info)
-                except (_Stopped, KeyboardInterrupt) as stop:
-                    code = stop.code if isinstance(stop, _Stopped) else 130
-                    raise _Stopped(code, info, trainer.step) from None
-                except CheckpointWriteError as error:  # train_end says status=failed
-                    if info.rank.rank == 0:
-                        _say_what_failed(error, info, trainer.step)
-                    return 1
-        except _Stopped as stop:
-            _say_how_to_continue(stop)
-            return stop.code
-        except RuntimeError as error:
-            if not _in_a_job():
-                raise
-            # a dead or hung peer (gloo/nccl raise RuntimeError): one line; train_end says status=failed
-            print(
-                f"speedtronic: error: rank {os.environ.get('RANK', '?')}: {type(error).__name__}: "
-                f"{_first_line(error)}",
-                file=sys.stderr,
-            )
-            return 1
-        except _config_error() as error:
-            if error.source == "config":  # found once the config ran: name the layer that set the key
-                error = type(error)(_source_of(error.key, args), error.key, error.problem)
-            raise CommandError(str(error)) from None
-        except ModuleNotFoundError as error:
-            if error.name not in ("torch", "yaml"):
-                raise
-            package = "PyYAML" if error.name == "yaml" else None
-            hint = missing(error, error.name, "torch", needed_by="speedtronic train", package=package)
-            raise CommandError(str(hint)) from None
-        except OSError as error:  # a file the run writes, made impossible by the user's file system
-            where = error.filename if error.filename is not None else args.run_dir
-            raise CommandError(f"{where}: {error.strerror or error}") from None
+            try:
+                result, info = runtime.fit_and_close(trainer, info)
+            except (_Stopped, KeyboardInterrupt) as stop:
+                code = stop.code if isinstance(stop, _Stopped) else 130
+                raise _Stopped(code, info, trainer.step) from None
+            except CheckpointWriteError as error:  # train_end says status=failed
+                if info.rank.rank == 0:
+                    _say_what_failed(error, info, trainer.step)
+                return 1
+    except _Stopped as stop:
+        _say_how_to_continue(stop)
+        return stop.code
+    except RuntimeError as error:
+        if not _in_a_job():
+            raise
+        # a dead or hung peer (gloo/nccl raise RuntimeError): one line; train_end says status=failed
+        print(
+            f"speedtronic: error: rank {os.environ.get('RANK', '?')}: {type(error).__name__}: "
+            f"{_first_line(error)}",
+            file=sys.stderr,
+        )
+        return 1
+    except _config_error() as error:
+        if error.source == "config":  # found once the config ran: name the layer that set the key
+            error = type(error)(_source_of(error.key, args), error.key, error.problem)
+        raise CommandError(str(error)) from None
+    except ModuleNotFoundError as error:
+        if error.name not in ("torch", "yaml"):
+            raise
+        package = "PyYAML" if error.name == "yaml" else None
+        hint = missing(error, error.name, "torch", needed_by="speedtronic train", package=package)
+        raise CommandError(str(hint)) from None
+    except OSError as error:  # a file the run writes, made impossible by the user's file system
+        where = error.filename if error.filename is not None else args.run_dir
+        raise CommandError(f"{where}: {error.strerror or error}") from None
     if result.stopped is not None:  # on_alert: stop
         if info.rank.rank == 0:
             print(summary(result, info), file=sys.stderr)
