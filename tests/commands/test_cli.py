@@ -34,6 +34,14 @@ def help_text(command: tuple[str, ...], columns: int) -> str:
     ).stdout
 
 
+def parser_mistake(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """What ``speedtronic ARGV`` prints on stderr when its parser refuses it, having exited with 2."""
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    return capsys.readouterr().err
+
+
 @pytest.mark.parametrize("columns", [60, 80, 100])
 @pytest.mark.parametrize("command", [(), *((name,) for name in COMMANDS)], ids=["speedtronic", *COMMANDS])
 def test_help_never_breaks_a_short_phrase_in_parentheses(command: tuple[str, ...], columns: int) -> None:
@@ -65,10 +73,7 @@ def test_an_unknown_option_is_one_line_naming_the_nearest(
     argv: list[str], hint: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A mistyped option is one line naming the command and the option it has nearest, exit code 2."""
-    with pytest.raises(SystemExit) as exited:
-        main(argv)
-    assert exited.value.code == 2
-    assert capsys.readouterr().err == (
+    assert parser_mistake(argv, capsys) == (
         f"speedtronic {argv[0]}: error: {hint} (see speedtronic {argv[0]} --help)\n"
     )
 
@@ -89,10 +94,7 @@ def test_every_commands_parser_mistake_is_one_line(command: str, capsys: pytest.
     """A bad option value, for every command, is one line naming the command, the argument and what was
     expected, pointing at --help; exit code 2."""
     argv, problem = BAD_OPTIONS[command]
-    with pytest.raises(SystemExit) as exited:
-        main([command, *argv])
-    assert exited.value.code == 2
-    err = capsys.readouterr().err
+    err = parser_mistake([command, *argv], capsys)
     assert err.count("\n") == 1, err
     assert err.startswith(f"speedtronic {command}: error: {problem}"), err
     assert err.endswith(f" (see speedtronic {command} --help)\n"), err
@@ -124,10 +126,7 @@ def test_a_missing_argument_or_command_is_one_line(
     argv: list[str], line: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """No command, an unknown command, a missing required argument: one line, exit code 2."""
-    with pytest.raises(SystemExit) as exited:
-        main(argv)
-    assert exited.value.code == 2
-    assert capsys.readouterr().err == line + "\n"
+    assert parser_mistake(argv, capsys) == line + "\n"
 
 
 def test_a_parser_mistake_is_one_line_from_the_console() -> None:
