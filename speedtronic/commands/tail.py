@@ -218,14 +218,17 @@ class _Watcher:
         self.pids: dict[int, tuple[int, int, str]] = {}  # rank -> (pid, stack signal, stacks file)
         self.alerts = 0
         self.last_steps: dict[int, int | None] = {}
+        self.segments: dict[int, int] = {}  # rank -> the segment of its latest record (a stall's alert id)
         self.world = int(before.get("world", 0))
         self.target = before.get("target_step")
-        for key, (ended, last_step) in dict(before.get("ranks", {})).items():  # a restarted watcher's
-            rank = int(key)
+        for key, noted in dict(before.get("ranks", {})).items():  # a restarted watcher's
+            rank, ended, last_step = int(key), bool(noted[0]), noted[1]
             if ranks is None or rank in ranks:
-                self.ended[rank], self.last_steps[rank] = bool(ended), last_step
+                self.ended[rank], self.last_steps[rank] = ended, last_step
+                if len(noted) > 2:  # a state file written before segments were noted has two
+                    self.segments[rank] = int(noted[2])
                 if self.stalls is not None:
-                    self.stalls.resume(rank, last_step, ended=bool(ended))
+                    self.stalls.resume(rank, last_step, ended=ended)
 
     def loop(self) -> int:
         """Follow until the run ends (0); 1 when a hook failed to deliver an alert, as it was sent or
@@ -257,7 +260,7 @@ class _Watcher:
             if self.stalls is not None:
                 for payload in self.stalls.check():
                     self._stack_dump(payload)
-                    self._alert(payload, None)
+                    self._alert(payload, self.segments.get(payload["rank"], 0))  # a resumed segment's own
             if records and self.state is not None:
                 try:
                     self.state.save(self.follower.positions(), self._notes())
@@ -283,7 +286,10 @@ class _Watcher:
 
     def _notes(self) -> dict[str, Any]:
         """What a restarted watcher must know of the run: its ranks (ended, last step), world, target."""
-        ranks = {str(rank): [ended, self.last_steps.get(rank)] for rank, ended in self.ended.items()}
+        ranks = {
+            str(rank): [ended, self.last_steps.get(rank), self.segments.get(rank, 0)]
+            for rank, ended in self.ended.items()
+        }
         return {"ranks": ranks, "world": self.world, "target_step": self.target}
 
     def _take(self, record: Record, *, backlog: bool) -> None:
@@ -296,6 +302,7 @@ class _Watcher:
             self.world = max(self.world, world)
         if self.stalls is not None:
             self.stalls.see(record)
+        self.segments[record.rank] = record.segment
         event = record.event
         if event == "train_start":
             self.ended[record.rank] = False

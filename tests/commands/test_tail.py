@@ -422,3 +422,52 @@ def test_read_only_run_keeps_no_state(tmp_path: Path) -> None:
     assert watcher.returncode == 0
     assert json.loads(out.splitlines()[-1])["kind"] == "end"
     assert err.count("keeping no state") == 1
+
+
+def next_alert(watcher: subprocess.Popen[str]) -> dict[str, Any]:
+    """The watcher's next ``alert`` line (``--json``), read past its windows."""
+    assert watcher.stdout is not None
+    while True:
+        line = watcher.stdout.readline()
+        assert line, watcher.stderr.read() if watcher.stderr else ""
+        record = json.loads(line)
+        if record["kind"] == "alert":
+            return dict(record)
+
+
+def test_stall_at_the_same_step_after_a_resume_is_alerted_again(tmp_path: Path) -> None:
+    """A run that hangs at step 3, is resumed from an earlier checkpoint and hangs at step 3 again:
+    the resumed segment's stall is an alert of its own (the first one's state file does not swallow
+    it)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    segment = [{"event": "train_start", "start_step": 0, "target_step": 100}]
+    segment += [{"event": "train_step", "step": step, "loss": 1.0} for step in (1, 2, 3)]
+    jsonl = run / "metrics.jsonl"
+    jsonl.write_text("".join(json.dumps(line) + "\n" for line in segment))
+    watcher = tail(run, "--json", "--every", "1000", "--stall-budget", "1", "--startup-budget", "1")
+    sent = run / ".speedtronic-tail" / "alerts"
+    try:
+        wait_for_files(sent, 1, watcher)
+        with jsonl.open("a") as file:  # the resumed process: from step 0 again, up to the same hang
+            file.write("".join(json.dumps(line) + "\n" for line in segment))
+        wait_for_files(sent, 2, watcher)
+        with jsonl.open("a") as file:
+            file.write(json.dumps({"event": "train_end", "step": 100}) + "\n")
+        out, err = watcher.communicate(timeout=120)
+    finally:
+        watcher.kill()
+        watcher.wait()
+    assert watcher.returncode == 0, err
+    alerts = [json.loads(line) for line in out.splitlines() if '"alert"' in line]
+    assert [(alert["rule"], alert["step"]) for alert in alerts] == [("stall", 3), ("stall", 3)]
+
+
+def wait_for_files(folder: Path, count: int, watcher: subprocess.Popen[str]) -> None:
+    """Wait (at most a minute: a stall of 1 s is alerted well before) until ``folder`` holds ``count``
+    files: the watcher's alerts sent."""
+    deadline = time.monotonic() + 60
+    while len(list(folder.iterdir()) if folder.is_dir() else []) < count:
+        assert time.monotonic() < deadline, f"{count} alert(s) expected, {folder} holds fewer"
+        assert watcher.poll() is None, watcher.communicate()
+        time.sleep(0.05)
