@@ -229,6 +229,9 @@ class _Watcher:
                     self.segments[rank] = int(noted[2])
                 if self.stalls is not None:
                     self.stalls.resume(rank, last_step, ended=ended)
+        for key, (pid, number, stacks) in dict(before.get("pids", {})).items():
+            if ranks is None or int(key) in ranks:
+                self.pids[int(key)] = (int(pid), int(number), str(stacks))
 
     def loop(self) -> int:
         """Follow until the run ends (0); 1 when a hook failed to deliver an alert, as it was sent or
@@ -290,7 +293,8 @@ class _Watcher:
             str(rank): [ended, self.last_steps.get(rank), self.segments.get(rank, 0)]
             for rank, ended in self.ended.items()
         }
-        return {"ranks": ranks, "world": self.world, "target_step": self.target}
+        pids = {str(rank): list(found) for rank, found in self.pids.items()}
+        return {"ranks": ranks, "world": self.world, "target_step": self.target, "pids": pids}
 
     def _take(self, record: Record, *, backlog: bool) -> None:
         if self.ranks is not None and record.rank not in self.ranks:

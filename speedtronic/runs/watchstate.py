@@ -37,7 +37,8 @@ class WatchState:
 
     def load(self) -> tuple[dict[str, Position], dict[str, Any]]:
         """The positions saved last, and the watcher's notes on the run (its ranks: ended or not, their
-        last step and segment, their processes); both empty when there is no state yet, or it can't be read."""
+        last step and segment, their processes); both empty when there is no state yet, or it can't be
+        read."""
         try:
             data = json.loads((self.directory / "positions.json").read_text())
             files = {str(key): tuple(value) for key, value in data["files"].items()}

@@ -435,6 +435,39 @@ def next_alert(watcher: subprocess.Popen[str]) -> dict[str, Any]:
             return dict(record)
 
 
+def test_restarted_watcher_dumps_stacks(tmp_path: Path) -> None:
+    """A watcher restarted after the run's train_start (its state in the run directory) still knows
+    the rank's process: a stall it sees gets the process's stacks, not "names no pid"."""
+    run = tmp_path / "run"
+    run.mkdir()
+    script = tmp_path / "staller.py"
+    script.write_text(STALLER)
+    staller = subprocess.Popen([sys.executable, str(script), str(run), "loop"], env=ENV)
+    try:
+        first = tail(run, "--json", "--every", "1000")  # the default budgets: no stall while it runs
+        state = run / ".speedtronic-tail" / "positions.json"
+        deadline = time.monotonic() + 120
+        while '"0": [false, 3' not in text_so_far(state):  # it has taken train_start and step 3
+            assert time.monotonic() < deadline, text_so_far(state)
+            assert first.poll() is None, first.communicate()
+            time.sleep(0.05)
+        first.terminate()
+        first.communicate(timeout=60)
+        second = tail(run, "--json", "--dump-stacks", "--stall-budget", "1")
+        alert = next_alert(second)
+        second.send_signal(signal.SIGINT)
+        assert second.wait(timeout=60) == 130
+        assert alert["rule"] == "stall"
+        assert alert["step"] == 3
+        assert "names no pid" not in alert["message"]
+        assert alert["stacks"] is not None
+        assert Path(alert["stacks"]).parent == run / "stacks"
+        assert f"stacks of process {staller.pid}" in alert["message"]
+    finally:
+        staller.kill()
+        staller.wait()
+
+
 def test_stall_at_the_same_step_after_a_resume_is_alerted_again(tmp_path: Path) -> None:
     """A run that hangs at step 3, is resumed from an earlier checkpoint and hangs at step 3 again:
     the resumed segment's stall is an alert of its own (the first one's state file does not swallow
