@@ -186,11 +186,16 @@ class Follower:
                 self._retire(tail, out)
                 previous, tail = tail, None
             if tail is None:
+                # The same file to its readers: segments count on from the one it replaced.
+                carried = None if previous is None else (previous.segment, previous.started)
+                saved = self._saved.get(self._key(path))
+                if saved is not None and (saved[0], saved[1]) != ident:  # rotated while no one followed
+                    carried = self._read_out_saved(path, self._saved.pop(self._key(path)), out)
                 tail = self._open(path, ident)
                 if tail is None:
                     continue
-                if previous is not None:  # the same file to its readers: segments count on
-                    tail.segment, tail.started = previous.segment, previous.started
+                if carried is not None:
+                    tail.segment, tail.started = carried
             self._read(tail, out)
         for path in [path for path in self._tails if path not in present]:  # deleted or moved away
             self._retire(self._tails[path], out)
@@ -208,6 +213,26 @@ class Follower:
         tail = self._tails[path] = _Tail(path, fd, ident, self._saved.pop(self._key(path), None))
         tail.grew_at = time.monotonic()
         return tail
+
+    def _read_out_saved(self, path: Path, saved: Position, out: list[Record]) -> tuple[int, bool]:
+        """The file an earlier follower read to ``saved`` is no longer at ``path`` (a restarted watcher):
+        read it out from where it was rotated to (``<name>.1``, ``<name>-<date>``), when it is there.
+        The segment and ``started`` the file now at ``path`` goes on from."""
+        for sibling in self._siblings(path):
+            try:
+                fd = os.open(sibling, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            except OSError:
+                continue
+            ident = (os.fstat(fd).st_dev, os.fstat(fd).st_ino)
+            if ident != (saved[0], saved[1]):
+                os.close(fd)
+                continue
+            old = _Tail(path, fd, ident, saved)  # read as the file it was: its records' source is path
+            self._read(old, out)
+            old.grew_at = time.monotonic()
+            self._retired.append(old)  # read on a while, as a file rotated under a follower is
+            return old.segment, old.started
+        return saved[4], saved[5]
 
     def _retire(self, tail: _Tail, out: list[Record]) -> None:
         del self._tails[tail.path]
@@ -272,16 +297,7 @@ class Follower:
     def _rotated_copy(self, tail: _Tail) -> Any:
         """The newest sibling named ``<name>.<something>`` or ``<name>-<something>`` (not compressed)
         holding the bytes read before the offset; ``None`` when there is none."""
-        name = tail.path.name
-        candidates = []
-        for entry in os.scandir(tail.path.parent):
-            if (
-                entry.name != name
-                and entry.name[len(name) : len(name) + 1] in (".", "-")
-                and entry.name.startswith(name)
-            ) and not entry.name.endswith((".gz", ".bz2", ".xz", ".zst")):
-                candidates.append((entry.stat().st_mtime, entry.path))
-        for _, candidate in sorted(candidates, reverse=True):
+        for candidate in self._siblings(tail.path):
             file = open(candidate, "rb")  # noqa: SIM115  (returned open, closed by the caller)
             start = tail.offset - len(tail.last)
             file.seek(start)
@@ -289,6 +305,24 @@ class Follower:
                 return file
             file.close()
         return None
+
+    @staticmethod
+    def _siblings(path: Path) -> list[str]:
+        """The rotated copies of ``path``: siblings named ``<name>.<something>`` or ``<name>-<something>``
+        (not compressed), newest first."""
+        name = path.name
+        candidates = []
+        try:
+            for entry in os.scandir(path.parent):
+                if (
+                    entry.name != name
+                    and entry.name[len(name) : len(name) + 1] in (".", "-")
+                    and entry.name.startswith(name)
+                ) and not entry.name.endswith((".gz", ".bz2", ".xz", ".zst")):
+                    candidates.append((entry.stat().st_mtime, entry.path))
+        except OSError:
+            return []
+        return [candidate for _, candidate in sorted(candidates, reverse=True)]
 
     # -- waiting and state ------------------------------------------------------------------------------
 

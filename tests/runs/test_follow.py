@@ -250,3 +250,31 @@ def test_real_logrotate_create_and_copytruncate(tmp_path: Path, poll: bool) -> N
     assert steps(got) == written
     assert written[-1] == 2000
     assert len(set(written)) == len(written)
+
+
+def test_restart_after_a_rotation_reads_the_rotated_file_out(tmp_path: Path) -> None:
+    """A follower resumed from saved positions after the file was rotated away (logrotate ``create``)
+    while no follower ran reads the rest of the rotated file first, then the new one: nothing lost,
+    nothing twice, the segments counting on."""
+    run = tmp_path / "run"
+    run.mkdir()
+    path = run / "metrics.jsonl"
+    with logger(path) as log:
+        log.emit("train_start", {"start_step": 0, "target_step": 9})
+        for step in (1, 2, 3):
+            log.emit("train_step", {"step": step})
+    with Follower(run, poll=True) as first:
+        assert steps(first.read()) == [1, 2, 3]
+        positions = first.positions()
+    with path.open("ab") as file:  # written after the watcher stopped, then rotated away
+        file.write(b'{"event": "train_step", "step": 4}\n{"event": "train_step", "step": 5}\n')
+    path.rename(run / "metrics.jsonl.1")
+    path.write_bytes(
+        b'{"event": "train_start", "start_step": 5, "target_step": 9}\n{"event": "train_step", "step": 6}\n'
+    )
+    with Follower(run, poll=True, positions=positions) as second:
+        got = second.read()
+        assert steps(got) == [4, 5, 6]
+        assert [record.segment for record in got] == [0, 0, 1, 1]
+        assert {record.source for record in got} == {path}
+        assert second.read() == []
