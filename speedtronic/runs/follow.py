@@ -3,6 +3,7 @@ across rotation and truncation."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import time
@@ -19,8 +20,10 @@ NETWORK_FILE_SYSTEMS = frozenset(
 )
 """File systems whose writes from other hosts inotify does not see: followed by polling."""
 
-Position = tuple[int, int, int, int, int, bool]
-"""Where a file was read to: ``(device, inode, offset, lines, segment, started)``."""
+Position = tuple[int, int, int, int, int, bool, str]
+"""Where a file was read to: ``(device, inode, offset, lines, segment, started, fingerprint)``; the
+fingerprint (a digest of the bytes before the offset) tells a resumed follower whether the file was
+truncated since. A position without it (six items, saved before it existed) is taken on trust."""
 
 _FINGERPRINT = 64  # bytes before the offset that must be unchanged for the offset to still hold
 _READ_MAX = 4 * 1024 * 1024  # bytes read from one file at one pass
@@ -30,21 +33,29 @@ _RETIRE_S = 5.0  # how long an old (rotated-away, deleted) file is read on after
 class _Tail:
     """One open file being read: its identity, where it was read to, and how its records number."""
 
-    __slots__ = ("fd", "grew_at", "ident", "last", "lines", "offset", "path", "segment", "started")
+    __slots__ = ("fd", "grew_at", "ident", "last", "lines", "lost", "offset", "path", "segment", "started")
 
     def __init__(self, path: Path, fd: int, ident: tuple[int, int], position: Position | None) -> None:
         self.path, self.fd, self.ident = path, fd, ident
         self.offset, self.lines, self.segment, self.started = 0, 0, 0, False
-        if position is not None and (position[0], position[1]) == ident:
-            _, _, self.offset, self.lines, self.segment, self.started = position
+        self.lost = ""  # the saved fingerprint, when the bytes before the offset no longer match it
+        mine = position is not None and (position[0], position[1]) == ident
+        if position is not None and mine:
+            _, _, self.offset, self.lines, self.segment, self.started = position[:6]
         self.last = b""
         if self.offset:
             start = max(0, self.offset - _FINGERPRINT)
             self.last = os.pread(fd, self.offset - start, start)
+            if position is not None and len(position) > 6 and position[6] != _digest(self.last):
+                self.lost = str(position[6])  # truncated (copytruncate) while no follower read it
         self.grew_at = 0.0
 
     def position(self) -> Position:
-        return (*self.ident, self.offset, self.lines, self.segment, self.started)
+        return (*self.ident, self.offset, self.lines, self.segment, self.started, _digest(self.last))
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=8).hexdigest()
 
 
 def inotify_supported(path: str | os.PathLike[str]) -> bool:
@@ -242,8 +253,10 @@ class Follower:
 
     def _read(self, tail: _Tail, out: list[Record]) -> None:
         size = os.fstat(tail.fd).st_size
-        if size < tail.offset or (
-            tail.last and os.pread(tail.fd, len(tail.last), tail.offset - len(tail.last)) != tail.last
+        if (
+            tail.lost
+            or size < tail.offset
+            or (tail.last and os.pread(tail.fd, len(tail.last), tail.offset - len(tail.last)) != tail.last)
         ):
             self._truncated(tail, out)
             size = os.fstat(tail.fd).st_size
@@ -292,16 +305,17 @@ class Follower:
             end = rest.rfind(b"\n")
             if end >= 0:
                 self._consume(tail, rest[:end], out)
-        tail.offset, tail.last = 0, b""
+        tail.offset, tail.last, tail.lost = 0, b"", ""
 
     def _rotated_copy(self, tail: _Tail) -> Any:
         """The newest sibling named ``<name>.<something>`` or ``<name>-<something>`` (not compressed)
         holding the bytes read before the offset; ``None`` when there is none."""
         for candidate in self._siblings(tail.path):
             file = open(candidate, "rb")  # noqa: SIM115  (returned open, closed by the caller)
-            start = tail.offset - len(tail.last)
-            file.seek(start)
-            if file.read(len(tail.last)) == tail.last:
+            size = min(_FINGERPRINT, tail.offset)  # what a follower reading the file to the offset kept
+            file.seek(tail.offset - size)
+            before = file.read(size)
+            if (_digest(before) == tail.lost) if tail.lost else (before == tail.last):
                 return file
             file.close()
         return None

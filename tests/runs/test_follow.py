@@ -278,3 +278,27 @@ def test_restart_after_a_rotation_reads_the_rotated_file_out(tmp_path: Path) -> 
         assert [record.segment for record in got] == [0, 0, 1, 1]
         assert {record.source for record in got} == {path}
         assert second.read() == []
+
+
+def test_restart_after_a_copytruncate_reads_the_copy_then_the_file(tmp_path: Path) -> None:
+    """A follower resumed from saved positions after the file was copied and truncated (logrotate
+    ``copytruncate``) while no follower ran, and written past the old offset since: the lines past the
+    offset come from the copy, then the file from its start; none lost, none torn."""
+    run = tmp_path / "run"
+    run.mkdir()
+    path = run / "metrics.jsonl"
+    path.write_bytes(b"".join(b'{"event": "train_step", "step": %d}\n' % step for step in (1, 2, 3)))
+    with Follower(run, poll=True) as first:
+        assert steps(first.read()) == [1, 2, 3]
+        positions = first.positions()
+    with path.open("ab") as file:
+        file.write(b'{"event": "train_step", "step": 4}\n')
+    shutil.copy(path, run / "metrics.jsonl.1")
+    with path.open("r+b") as file:
+        file.truncate(0)
+    path.write_bytes(b"".join(b'{"event": "train_step", "step": %d, "pad": 0}\n' % s for s in range(5, 10)))
+    with Follower(run, poll=True, positions=positions) as second:
+        got = second.read()
+        assert not second.skipped
+        assert steps(got) == [4, 5, 6, 7, 8, 9]
+        assert second.read() == []
