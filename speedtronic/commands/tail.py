@@ -197,7 +197,7 @@ class _Watcher:
 
         self.args, self.since, self.ranks = args, since, ranks
         self.state = None if args.no_state else WatchState(args.run)
-        if self.state is not None and not os.access(self.state.directory.parent, os.W_OK):
+        if self.state is not None and not os.access(self.state.home, os.W_OK):
             self._no_state("the run directory is not writable")
         positions, before = self.state.load() if self.state is not None else ({}, {})
         try:

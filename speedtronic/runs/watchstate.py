@@ -27,13 +27,16 @@ def alert_id(payload: dict[str, Any], segment: object = None) -> str:
 
 
 class WatchState:
-    """The state of watchers of the run at ``path`` (its directory, or a file's directory)."""
+    """The state of watchers of the run at ``path``: ``<directory>/.speedtronic-tail/`` for a run
+    directory, ``<its directory>/.speedtronic-tail/<name>/`` for a JSONL file (two files side by side
+    are two runs, each with its own positions and alerts sent)."""
 
-    __slots__ = ("directory",)
+    __slots__ = ("directory", "home")
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         run = Path(path)
-        self.directory = (run if run.is_dir() else run.parent) / STATE_DIR
+        self.home = run if run.is_dir() else run.parent  # where the state goes: it must be writable
+        self.directory = self.home / STATE_DIR if run.is_dir() else self.home / STATE_DIR / run.name
 
     def load(self) -> tuple[dict[str, Position], dict[str, Any]]:
         """The positions saved last, and the watcher's notes on the run (its ranks: ended or not, their
@@ -48,7 +51,7 @@ class WatchState:
 
     def save(self, positions: dict[str, Position], run: dict[str, Any]) -> None:
         """Keep ``positions`` (``Follower.positions()``) and ``run`` (what ``load`` gives back)."""
-        self.directory.mkdir(exist_ok=True)
+        self.directory.mkdir(parents=True, exist_ok=True)
         partial = self.directory / f".positions.{os.getpid()}"
         partial.write_text(json.dumps({"files": positions, "run": run}))
         os.replace(partial, self.directory / "positions.json")

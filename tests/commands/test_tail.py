@@ -504,3 +504,24 @@ def wait_for_files(folder: Path, count: int, watcher: subprocess.Popen[str]) -> 
         assert time.monotonic() < deadline, f"{count} alert(s) expected, {folder} holds fewer"
         assert watcher.poll() is None, watcher.communicate()
         time.sleep(0.05)
+
+
+def test_two_runs_files_in_one_directory_have_their_own_state(tmp_path: Path) -> None:
+    """Two runs' JSONL files side by side (``MetricLogger(json_file=...)`` of two scripts), each
+    followed by its own ``tail FILE --alerts``: each watcher shows its run's alerts (the same rule at the
+    same steps is two runs' alerts, not one sent twice) and a restarted one goes on where it stopped."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("alerts:\n  - rule: threshold\n    key: loss\n    above: 5\n")
+    finished_run(tmp_path / "run")
+    for name in ("a.jsonl", "b.jsonl"):
+        (tmp_path / name).write_bytes((tmp_path / "run" / "metrics.jsonl").read_bytes())
+    for name in ("a.jsonl", "b.jsonl"):
+        watcher = tail(tmp_path / name, "--json", "--alerts", rules)
+        out, err = watcher.communicate(timeout=120)
+        assert watcher.returncode == 0, err
+        assert [json.loads(line)["step"] for line in out.splitlines() if '"alert"' in line] == [10, 250]
+    again = tail(tmp_path / "a.jsonl", "--json", "--alerts", rules)
+    out, _ = again.communicate(timeout=120)
+    assert again.returncode == 0
+    assert '"alert"' not in out
+    assert '"window"' not in out
