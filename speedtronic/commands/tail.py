@@ -200,6 +200,8 @@ class _Watcher:
         if self.state is not None and not os.access(self.state.home, os.W_OK):
             self._no_state("the run directory is not writable")
         positions, before = self.state.load() if self.state is not None else ({}, {})
+        if isinstance(since, float):  # the last N minutes asked for: read them again (alerts stay sent)
+            positions = {}
         try:
             self.follower = Follower(args.run, poll=args.poll, interval=args.interval, positions=positions)
         except (RunError, ValueError) as error:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import pty
@@ -525,3 +526,27 @@ def test_two_runs_files_in_one_directory_have_their_own_state(tmp_path: Path) ->
     assert again.returncode == 0
     assert '"alert"' not in out
     assert '"window"' not in out
+
+
+def test_since_a_duration_shows_that_time_again_after_a_watcher(tmp_path: Path) -> None:
+    """``tail --since 1h`` after an earlier watcher of the run shows the last hour's records (not only
+    what came after that watcher), and sends no alert that watcher sent."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("alerts:\n  - rule: threshold\n    key: loss\n    above: 5\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    lines = [{"event": "train_start", "start_step": 0, "target_step": 3}]
+    lines += [{"event": "train_step", "step": s, "loss": 9.0 if s == 2 else 1.0} for s in (1, 2, 3)]
+    lines.append({"event": "train_end", "step": 3})
+    text = "".join(json.dumps({**line, "timestamp": stamp}) + "\n" for line in lines)
+    (run / "metrics.jsonl").write_text(text)
+    first = tail(run, "--json", "--alerts", rules)
+    out, _ = first.communicate(timeout=120)
+    assert first.returncode == 0
+    assert [json.loads(line)["step"] for line in out.splitlines() if '"alert"' in line] == [2]
+    again = tail(run, "--json", "--alerts", rules, "--since", "1h")
+    out, _ = again.communicate(timeout=120)
+    assert again.returncode == 0
+    assert [json.loads(line)["step"] for line in out.splitlines() if '"window"' in line] == [3]
+    assert '"alert"' not in out
