@@ -220,15 +220,18 @@ class _Watcher:
         self.pids: dict[int, tuple[int, int, str]] = {}  # rank -> (pid, stack signal, stacks file)
         self.alerts = 0
         self.last_steps: dict[int, int | None] = {}
-        self.segments: dict[int, int] = {}  # rank -> the segment of its latest record (a stall's alert id)
+        # rank -> the file (below the followed directory) and segment of its latest record: a stall's
+        # alert id, as a rule's alert has its record's (two runs of a folder, a resumed segment: its own)
+        self.segments: dict[int, tuple[str, int]] = {}
+        self.home = Path(args.run) if Path(args.run).is_dir() else Path(args.run).parent
         self.world = int(before.get("world", 0))
         self.target = before.get("target_step")
         for key, noted in dict(before.get("ranks", {})).items():  # a restarted watcher's
             rank, ended, last_step = int(key), bool(noted[0]), noted[1]
             if ranks is None or rank in ranks:
                 self.ended[rank], self.last_steps[rank] = ended, last_step
-                if len(noted) > 2:  # a state file written before segments were noted has two
-                    self.segments[rank] = int(noted[2])
+                if len(noted) > 3:  # noted before files and segments were: two items
+                    self.segments[rank] = (str(noted[3]), int(noted[2]))
                 if self.stalls is not None:
                     self.stalls.resume(rank, last_step, ended=ended)
         for key, (pid, number, stacks) in dict(before.get("pids", {})).items():
@@ -265,7 +268,7 @@ class _Watcher:
             if self.stalls is not None:
                 for payload in self.stalls.check():
                     self._stack_dump(payload)
-                    self._alert(payload, self.segments.get(payload["rank"], 0))  # a resumed segment's own
+                    self._alert(payload, self.segments.get(payload["rank"]))
             if records and self.state is not None:
                 try:
                     self.state.save(self.follower.positions(), self._notes())
@@ -291,10 +294,10 @@ class _Watcher:
 
     def _notes(self) -> dict[str, Any]:
         """What a restarted watcher must know of the run: its ranks (ended, last step), world, target."""
-        ranks = {
-            str(rank): [ended, self.last_steps.get(rank), self.segments.get(rank, 0)]
-            for rank, ended in self.ended.items()
-        }
+        ranks = {}
+        for rank, ended in self.ended.items():
+            source, segment = self.segments.get(rank, ("", 0))
+            ranks[str(rank)] = [ended, self.last_steps.get(rank), segment, source]
         pids = {str(rank): list(found) for rank, found in self.pids.items()}
         return {"ranks": ranks, "world": self.world, "target_step": self.target, "pids": pids}
 
@@ -308,7 +311,7 @@ class _Watcher:
             self.world = max(self.world, world)
         if self.stalls is not None:
             self.stalls.see(record)
-        self.segments[record.rank] = record.segment
+        self.segments[record.rank] = self._where(record)
         event = record.event
         if event == "train_start":
             self.ended[record.rank] = False
@@ -341,7 +344,7 @@ class _Watcher:
             self.view.alert({**record.payload, "severity": record.payload.get("severity"), "recorded": True})
         if self.derive is not None:
             for payload in self.derive.check(record):
-                self._alert(payload, record.segment, record.timestamp)
+                self._alert(payload, self._where(record), record.timestamp)
 
     def _recent(self, record: Record) -> bool:
         if not isinstance(self.since, float) or record.timestamp is None:
@@ -352,11 +355,16 @@ class _Watcher:
             return True
         return (dt.datetime.now(dt.timezone.utc) - when).total_seconds() <= self.since
 
-    def _alert(self, payload: dict[str, Any], segment: object, timestamp: str | None = None) -> None:
+    def _where(self, record: Record) -> tuple[str, int]:
+        """The record's file below the followed directory, and its segment there: with the alert's rule,
+        rank, step and key, what tells one alert from another (``alert_id``)."""
+        return os.path.relpath(record.source, self.home), record.segment
+
+    def _alert(self, payload: dict[str, Any], where: object, timestamp: str | None = None) -> None:
         from speedtronic.runs.watchstate import alert_id
 
         try:
-            if self.state is not None and not self.state.claim(alert_id(payload, segment)):
+            if self.state is not None and not self.state.claim(alert_id(payload, where)):
                 return  # this watcher, before a restart, or another one sent it
         except OSError as error:
             self._no_state(

@@ -550,3 +550,23 @@ def test_since_a_duration_shows_that_time_again_after_a_watcher(tmp_path: Path) 
     assert again.returncode == 0
     assert [json.loads(line)["step"] for line in out.splitlines() if '"window"' in line] == [3]
     assert '"alert"' not in out
+
+
+def test_folder_of_runs_sends_each_runs_alerts(tmp_path: Path) -> None:
+    """A folder of two runs whose rule alerts at the same rank and steps: each run's alerts are shown
+    and sent (two runs' alerts, not one alert sent twice)."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("alerts:\n  - rule: threshold\n    key: loss\n    above: 5\n")
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    finished_run(runs / "a")
+    finished_run(runs / "b")
+    watcher = tail(runs, "--json", "--alerts", rules)
+    out, err = watcher.communicate(timeout=120)
+    assert watcher.returncode == 0, err
+    assert sorted(json.loads(line)["step"] for line in out.splitlines() if '"alert"' in line) == [
+        10,
+        10,
+        250,
+        250,
+    ]
