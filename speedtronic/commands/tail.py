@@ -202,6 +202,15 @@ class _Watcher:
         positions, before = self.state.load() if self.state is not None else ({}, {})
         if isinstance(since, float):  # the last N minutes asked for: read them again (alerts stay sent)
             positions = {}
+        # With --ranks, what is saved of the other ranks stays as it was for a watcher of them: the
+        # positions of the files their records are in (``foreign``), their notes.
+        self.kept = dict(positions)
+        self.foreign: set[str] = set()
+        self.others = {
+            part: {key: value for key, value in dict(before.get(part, {})).items() if int(key) not in ranks}
+            for part in ("ranks", "pids")
+            if ranks is not None
+        }
         try:
             self.follower = Follower(args.run, poll=args.poll, interval=args.interval, positions=positions)
         except (RunError, ValueError) as error:
@@ -271,7 +280,7 @@ class _Watcher:
                     self._alert(payload, self.segments.get(payload["rank"]))
             if records and self.state is not None:
                 try:
-                    self.state.save(self.follower.positions(), self._notes())
+                    self.state.save(self._positions(), self._notes())
                 except OSError as error:
                     self._no_state(f"can't write {self.state.directory}: {error.strerror or error}")
             if time.monotonic() >= next_window:
@@ -299,10 +308,23 @@ class _Watcher:
             source, segment = self.segments.get(rank, ("", 0))
             ranks[str(rank)] = [ended, self.last_steps.get(rank), segment, source]
         pids = {str(rank): list(found) for rank, found in self.pids.items()}
+        ranks.update(self.others.get("ranks", {}))
+        pids.update(self.others.get("pids", {}))
         return {"ranks": ranks, "world": self.world, "target_step": self.target, "pids": pids}
+
+    def _positions(self) -> dict[str, Any]:
+        """The follower's positions, but where the files of ranks not followed (``--ranks``) were."""
+        positions: dict[str, Any] = self.follower.positions()
+        for key in self.foreign:
+            if key in self.kept:
+                positions[key] = self.kept[key]
+            else:
+                positions.pop(key, None)
+        return positions
 
     def _take(self, record: Record, *, backlog: bool) -> None:
         if self.ranks is not None and record.rank not in self.ranks:
+            self.foreign.add(self._where(record)[0])
             return
         if record.own:
             return

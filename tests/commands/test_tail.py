@@ -570,3 +570,30 @@ def test_folder_of_runs_sends_each_runs_alerts(tmp_path: Path) -> None:
         250,
         250,
     ]
+
+
+def test_a_watcher_of_some_ranks_leaves_the_others_to_the_next(tmp_path: Path) -> None:
+    """``tail --ranks 0`` reads past rank 1's records without taking them; a watcher of every rank
+    after it still gets rank 1's records and alerts (the first did not save rank 1's file as read)."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("alerts:\n  - rule: threshold\n    key: loss\n    above: 5\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    for rank, name in ((0, "metrics.jsonl"), (1, "metrics.rank1.jsonl")):
+        lines = [{"event": "train_start", "start_step": 0, "target_step": 3}]
+        lines += [
+            {"event": "train_step", "step": s, "loss": 9.0 if rank == s == 1 else 1.0} for s in (1, 2, 3)
+        ]
+        lines.append({"event": "train_end", "step": 3})
+        text = "".join(json.dumps({**line, "rank": rank, "world_size": 2}) + "\n" for line in lines)
+        (run / name).write_text(text)
+    some = tail(run, "--json", "--alerts", rules, "--ranks", "0")
+    out, err = some.communicate(timeout=120)
+    assert some.returncode == 0, err
+    assert '"alert"' not in out
+    every = tail(run, "--json", "--alerts", rules)
+    out, err = every.communicate(timeout=120)
+    assert every.returncode == 0, err
+    [alert] = [json.loads(line) for line in out.splitlines() if '"alert"' in line]
+    assert (alert["rank"], alert["step"]) == (1, 1)
+    assert json.loads(out.splitlines()[-1]) == {"kind": "end", "ranks": [0, 1]}
