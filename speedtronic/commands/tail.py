@@ -191,7 +191,7 @@ class _Watcher:
     ) -> None:
         from speedtronic.hooks import CallbackList, DispatchHooks
         from speedtronic.runs.backtest import RunAlerts
-        from speedtronic.runs.follow import Follower
+        from speedtronic.runs.follow import Follower, position_holds
         from speedtronic.runs.stall import StallWatch
         from speedtronic.runs.watchstate import WatchState
 
@@ -200,6 +200,9 @@ class _Watcher:
         if self.state is not None and not os.access(self.state.home, os.W_OK):
             self._no_state("the run directory is not writable")
         positions, before = self.state.load() if self.state is not None else ({}, {})
+        home = Path(args.run) if Path(args.run).is_dir() else Path(args.run).parent
+        if positions and not any(position_holds(home, key, at) for key, at in positions.items()):
+            positions, before = {}, {}  # the files it was saved for are gone: a new run in their place
         if isinstance(since, float):  # the last N minutes asked for: read them again (alerts stay sent)
             positions = {}
         # With --ranks, what is saved of the other ranks stays as it was for a watcher of them: the
@@ -232,7 +235,7 @@ class _Watcher:
         # rank -> the file (below the followed directory) and segment of its latest record: a stall's
         # alert id, as a rule's alert has its record's (two runs of a folder, a resumed segment: its own)
         self.segments: dict[int, tuple[str, int]] = {}
-        self.home = Path(args.run) if Path(args.run).is_dir() else Path(args.run).parent
+        self.home = home
         self.world = int(before.get("world", 0))
         self.target = before.get("target_step")
         for key, noted in dict(before.get("ranks", {})).items():  # a restarted watcher's

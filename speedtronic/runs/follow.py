@@ -13,7 +13,7 @@ from typing import Any
 from speedtronic.record import rank_of_name
 from speedtronic.runs.reader import MAX_LINE_BYTES, Record, RunError, Skipped, parse_record
 
-__all__ = ["NETWORK_FILE_SYSTEMS", "Follower", "Position", "inotify_supported"]
+__all__ = ["NETWORK_FILE_SYSTEMS", "Follower", "Position", "inotify_supported", "position_holds"]
 
 NETWORK_FILE_SYSTEMS = frozenset(
     {"nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "ceph", "fuse", "9p", "afs"}
@@ -86,6 +86,30 @@ def _file_system(path: Path) -> str:
         return kind.split(".")[0]  # fuse.sshfs -> fuse
     except OSError:
         return ""
+
+
+def position_holds(directory: str | os.PathLike[str], key: str, position: Position) -> bool:
+    """Whether the file ``position`` was saved for (``Follower.positions()``' ``key`` below
+    ``directory``) is still there, at its path or rotated beside it (``<name>.1``, ``<name>-<date>``):
+    a file holding the bytes read before the offset (its fingerprint; the same device and inode for a
+    position saved without one)."""
+    path = Path(directory) / key
+    offset = position[2]
+    size = min(_FINGERPRINT, offset)
+    for candidate in [str(path), *Follower._siblings(path)]:
+        try:
+            with open(candidate, "rb") as file:
+                if len(position) < 7:
+                    stat = os.fstat(file.fileno())
+                    if (stat.st_dev, stat.st_ino) == (position[0], position[1]):
+                        return True
+                    continue
+                file.seek(offset - size)
+                if _digest(file.read(size)) == position[6]:
+                    return True
+        except OSError:
+            continue
+    return False
 
 
 class Follower:

@@ -597,3 +597,25 @@ def test_a_watcher_of_some_ranks_leaves_the_others_to_the_next(tmp_path: Path) -
     [alert] = [json.loads(line) for line in out.splitlines() if '"alert"' in line]
     assert (alert["rank"], alert["step"]) == (1, 1)
     assert json.loads(out.splitlines()[-1]) == {"kind": "end", "ranks": [0, 1]}
+
+
+def test_a_new_run_in_place_of_a_watched_one_is_followed(tmp_path: Path) -> None:
+    """The run's files deleted (the state left behind: ``rm RUN/*`` spares ``.speedtronic-tail``) and a
+    new run started in the directory: a watcher follows the new run to its end, rather than ending at
+    once on the old run's notes."""
+    run = tmp_path / "run"
+    finished_run(run)
+    first = tail(run, "--json")
+    assert first.communicate(timeout=120)[0].splitlines()[-1] == '{"kind":"end","ranks":[0]}'
+    (run / "metrics.jsonl").unlink()
+    (run / "metrics.jsonl").write_text("")  # the new run's logger has opened its file
+    watcher = tail(run, "--json")
+    lines = [{"event": "train_start", "start_step": 0, "target_step": 2}]
+    lines += [{"event": "train_step", "step": s, "loss": 1.0} for s in (1, 2)]
+    lines.append({"event": "train_end", "step": 2})
+    with (run / "metrics.jsonl").open("a") as file:
+        file.write("".join(json.dumps(line) + "\n" for line in lines))
+    out, err = watcher.communicate(timeout=120)
+    assert watcher.returncode == 0, err
+    windows = [json.loads(line) for line in out.splitlines() if '"window"' in line]
+    assert [window["step"] for window in windows] == [2]

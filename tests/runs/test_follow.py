@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from speedtronic.profiling import MetricLogger
-from speedtronic.runs.follow import Follower, inotify_supported
+from speedtronic.runs.follow import Follower, inotify_supported, position_holds
 from speedtronic.runs.reader import RunError, read_records
 from tests.runs.conftest import log_run
 
@@ -302,3 +302,27 @@ def test_restart_after_a_copytruncate_reads_the_copy_then_the_file(tmp_path: Pat
         assert not second.skipped
         assert steps(got) == [4, 5, 6, 7, 8, 9]
         assert second.read() == []
+
+
+def test_position_holds_for_the_same_file_only(tmp_path: Path) -> None:
+    """A saved position holds while its file is there, grown or rotated (moved, or copied and
+    truncated) beside it; not once the file was deleted and a new one (other bytes, maybe the same
+    inode number) made in its place."""
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b'{"event": "train_step", "step": 1, "t": "12:00:01"}\n')
+    with Follower(tmp_path, poll=True) as follower:
+        follower.read()
+        [(key, position)] = follower.positions().items()
+    with path.open("ab") as file:
+        file.write(b'{"event": "train_step", "step": 2}\n')
+    assert position_holds(tmp_path, key, position)
+    path.rename(tmp_path / "metrics.jsonl.1")
+    assert position_holds(tmp_path, key, position)
+    shutil.copy(tmp_path / "metrics.jsonl.1", path)
+    (tmp_path / "metrics.jsonl.1").unlink()
+    assert position_holds(tmp_path, key, position)  # a copy holds the bytes read
+    path.unlink()
+    path.write_bytes(b'{"event": "train_step", "step": 1, "t": "12:30:07"}\n')
+    assert not position_holds(tmp_path, key, position)
+    path.unlink()
+    assert not position_holds(tmp_path, key, position)
