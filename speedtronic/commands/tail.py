@@ -203,6 +203,8 @@ class _Watcher:
         home = Path(args.run) if Path(args.run).is_dir() else Path(args.run).parent
         if positions and not any(position_holds(home, key, at) for key, at in positions.items()):
             positions, before = {}, {}  # the files it was saved for are gone: a new run in their place
+            if self.state is not None:
+                self.state.forget()
         if isinstance(since, float):  # the last N minutes asked for: read them again (alerts stay sent)
             positions = {}
         # With --ranks, what is saved of the other ranks stays as it was for a watcher of them: the

@@ -56,6 +56,16 @@ class WatchState:
         partial.write_text(json.dumps({"files": positions, "run": run}))
         os.replace(partial, self.directory / "positions.json")
 
+    def forget(self) -> None:
+        """Drop the positions and the alerts sent: the run they were about is gone (a new one in its
+        place would otherwise have its alerts taken as sent)."""
+        with contextlib.suppress(OSError):
+            (self.directory / "positions.json").unlink()
+        with contextlib.suppress(OSError):
+            for sent in (self.directory / "alerts").iterdir():
+                with contextlib.suppress(OSError):
+                    sent.unlink()
+
     def claim(self, alert: str) -> bool:
         """Whether this watcher is the first to send the alert with id ``alert`` (and now owns it)."""
         folder = self.directory / "alerts"

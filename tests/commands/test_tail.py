@@ -602,20 +602,24 @@ def test_a_watcher_of_some_ranks_leaves_the_others_to_the_next(tmp_path: Path) -
 def test_a_new_run_in_place_of_a_watched_one_is_followed(tmp_path: Path) -> None:
     """The run's files deleted (the state left behind: ``rm RUN/*`` spares ``.speedtronic-tail``) and a
     new run started in the directory: a watcher follows the new run to its end, rather than ending at
-    once on the old run's notes."""
+    once on the old run's notes, and sends its alerts (not taken for the old run's, sent before)."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("alerts:\n  - rule: threshold\n    key: loss\n    above: 5\n")
     run = tmp_path / "run"
     finished_run(run)
-    first = tail(run, "--json")
-    assert first.communicate(timeout=120)[0].splitlines()[-1] == '{"kind":"end","ranks":[0]}'
+    first = tail(run, "--json", "--alerts", rules)
+    out = first.communicate(timeout=120)[0]
+    assert [json.loads(line)["step"] for line in out.splitlines() if '"alert"' in line] == [10, 250]
     (run / "metrics.jsonl").unlink()
     (run / "metrics.jsonl").write_text("")  # the new run's logger has opened its file
-    watcher = tail(run, "--json")
-    lines = [{"event": "train_start", "start_step": 0, "target_step": 2}]
-    lines += [{"event": "train_step", "step": s, "loss": 1.0} for s in (1, 2)]
-    lines.append({"event": "train_end", "step": 2})
+    watcher = tail(run, "--json", "--alerts", rules)
+    lines = [{"event": "train_start", "start_step": 0, "target_step": 12, "seed": 1}]
+    lines += [{"event": "train_step", "step": s, "loss": 9.0 if s == 10 else 1.0} for s in range(1, 13)]
+    lines.append({"event": "train_end", "step": 12})
     with (run / "metrics.jsonl").open("a") as file:
         file.write("".join(json.dumps(line) + "\n" for line in lines))
     out, err = watcher.communicate(timeout=120)
     assert watcher.returncode == 0, err
+    assert [json.loads(line)["step"] for line in out.splitlines() if '"alert"' in line] == [10]
     windows = [json.loads(line) for line in out.splitlines() if '"window"' in line]
-    assert [window["step"] for window in windows] == [2]
+    assert [window["step"] for window in windows] == [12]
