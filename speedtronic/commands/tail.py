@@ -233,6 +233,7 @@ class _Watcher:
         self.world = 0
         self.pids: dict[int, tuple[int, int, str]] = {}  # rank -> (pid, stack signal, stacks file)
         self.alerts = 0
+        self.counts: dict[int, int] = {}  # rank -> alerts shown (of the total ``alerts``)
         self.last_steps: dict[int, int | None] = {}
         # rank -> the file (below the followed directory) and segment of its latest record: a stall's
         # alert id, as a rule's alert has its record's (two runs of a folder, a resumed segment: its own)
@@ -246,6 +247,9 @@ class _Watcher:
                 self.ended[rank], self.last_steps[rank] = ended, last_step
                 if len(noted) > 3:  # noted before files and segments were: two items
                     self.segments[rank] = (str(noted[3]), int(noted[2]))
+                if len(noted) > 4 and positions:  # going on where it stopped: the alerts so far
+                    self.counts[rank] = int(noted[4])
+                    self.alerts += self.counts[rank]
                 if self.stalls is not None:
                     self.stalls.resume(rank, last_step, ended=ended)
         for key, (pid, number, stacks) in dict(before.get("pids", {})).items():
@@ -311,7 +315,7 @@ class _Watcher:
         ranks = {}
         for rank, ended in self.ended.items():
             source, segment = self.segments.get(rank, ("", 0))
-            ranks[str(rank)] = [ended, self.last_steps.get(rank), segment, source]
+            ranks[str(rank)] = [ended, self.last_steps.get(rank), segment, source, self.counts.get(rank, 0)]
         pids = {str(rank): list(found) for rank, found in self.pids.items()}
         ranks.update(self.others.get("ranks", {}))
         pids.update(self.others.get("pids", {}))
@@ -367,7 +371,7 @@ class _Watcher:
                 self.pace[record.rank] = (elapsed, step)
         if event == "alert" and "rule" in record.payload and "message" in record.payload:
             # The run's own alert (its logger's rules): shown and counted; its hooks had it already.
-            self.alerts += 1
+            self._count(record.rank)
             self.view.alert({**record.payload, "severity": record.payload.get("severity"), "recorded": True})
         if self.derive is not None:
             for payload in self.derive.check(record):
@@ -381,6 +385,10 @@ class _Watcher:
         except ValueError:
             return True
         return (dt.datetime.now(dt.timezone.utc) - when).total_seconds() <= self.since
+
+    def _count(self, rank: int) -> None:
+        self.alerts += 1
+        self.counts[rank] = self.counts.get(rank, 0) + 1
 
     def _where(self, record: Record) -> tuple[str, int]:
         """The record's file below the followed directory, and its segment there: with the alert's rule,
@@ -397,7 +405,8 @@ class _Watcher:
             self._no_state(
                 f"can't write {self.state.directory if self.state else ''}: {error.strerror or error}"
             )
-        self.alerts += 1
+        rank = payload.get("rank", 0)
+        self._count(rank if type(rank) is int else 0)
         self.view.alert(payload)
         stamp = timestamp or iso_timestamp(time.time())
         self.dispatch(None, payload["severity"], {**payload, "timestamp": stamp, "event": "alert"})

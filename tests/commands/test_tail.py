@@ -623,3 +623,34 @@ def test_a_new_run_in_place_of_a_watched_one_is_followed(tmp_path: Path) -> None
     assert [json.loads(line)["step"] for line in out.splitlines() if '"alert"' in line] == [10]
     windows = [json.loads(line) for line in out.splitlines() if '"window"' in line]
     assert [window["step"] for window in windows] == [12]
+
+
+def test_a_restarted_watcher_counts_the_alerts_so_far(tmp_path: Path) -> None:
+    """The windows' ``alerts`` (the alerts so far) of a watcher restarted on a run count the alerts the
+    last watcher showed too, not only those since the restart."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("alerts:\n  - rule: threshold\n    key: loss\n    above: 5\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    jsonl = run / "metrics.jsonl"
+    lines = [{"event": "train_start", "start_step": 0, "target_step": 4}]
+    lines += [{"event": "train_step", "step": s, "loss": 9.0 if s == 1 else 1.0} for s in (1, 2)]
+    jsonl.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    first = tail(run, "--json", "--alerts", rules, "--every", "1000")
+    sent = run / ".speedtronic-tail" / "alerts"
+    wait_for_files(sent, 1, first)
+    state = run / ".speedtronic-tail" / "positions.json"
+    deadline = time.monotonic() + 60
+    while '"0": [false, 2' not in text_so_far(state):  # it has saved where it got to
+        assert time.monotonic() < deadline, text_so_far(state)
+        time.sleep(0.05)
+    first.terminate()
+    first.communicate(timeout=60)
+    with jsonl.open("a") as file:
+        file.write(json.dumps({"event": "train_step", "step": 3, "loss": 1.0}) + "\n")
+        file.write(json.dumps({"event": "train_end", "step": 3}) + "\n")
+    again = tail(run, "--json", "--alerts", rules)
+    out, err = again.communicate(timeout=120)
+    assert again.returncode == 0, err
+    [window] = [json.loads(line) for line in out.splitlines() if '"window"' in line]
+    assert (window["step"], window["alerts"]) == (3, 1)
