@@ -191,15 +191,31 @@ class _Watcher:
     ) -> None:
         from speedtronic.hooks import CallbackList, DispatchHooks
         from speedtronic.runs.backtest import RunAlerts
-        from speedtronic.runs.follow import Follower
+        from speedtronic.runs.follow import Follower, position_holds
         from speedtronic.runs.stall import StallWatch
         from speedtronic.runs.watchstate import WatchState
 
         self.args, self.since, self.ranks = args, since, ranks
         self.state = None if args.no_state else WatchState(args.run)
-        if self.state is not None and not os.access(self.state.directory.parent, os.W_OK):
+        if self.state is not None and not os.access(self.state.home, os.W_OK):
             self._no_state("the run directory is not writable")
         positions, before = self.state.load() if self.state is not None else ({}, {})
+        home = Path(args.run) if Path(args.run).is_dir() else Path(args.run).parent
+        if positions and not any(position_holds(home, key, at) for key, at in positions.items()):
+            positions, before = {}, {}  # the files it was saved for are gone: a new run in their place
+            if self.state is not None:
+                self.state.forget()
+        if isinstance(since, float):  # the last N minutes asked for: read them again (alerts stay sent)
+            positions = {}
+        # With --ranks, what is saved of the other ranks stays as it was for a watcher of them: the
+        # positions of the files their records are in (``foreign``), their notes.
+        self.kept = dict(positions)
+        self.foreign: set[str] = set()
+        self.others = {
+            part: {key: value for key, value in dict(before.get(part, {})).items() if int(key) not in ranks}
+            for part in ("ranks", "pids")
+            if ranks is not None
+        }
         try:
             self.follower = Follower(args.run, poll=args.poll, interval=args.interval, positions=positions)
         except (RunError, ValueError) as error:
@@ -217,15 +233,28 @@ class _Watcher:
         self.world = 0
         self.pids: dict[int, tuple[int, int, str]] = {}  # rank -> (pid, stack signal, stacks file)
         self.alerts = 0
+        self.counts: dict[int, int] = {}  # rank -> alerts shown (of the total ``alerts``)
         self.last_steps: dict[int, int | None] = {}
+        # rank -> the file (below the followed directory) and segment of its latest record: a stall's
+        # alert id, as a rule's alert has its record's (two runs of a folder, a resumed segment: its own)
+        self.segments: dict[int, tuple[str, int]] = {}
+        self.home = home
         self.world = int(before.get("world", 0))
         self.target = before.get("target_step")
-        for key, (ended, last_step) in dict(before.get("ranks", {})).items():  # a restarted watcher's
-            rank = int(key)
+        for key, noted in dict(before.get("ranks", {})).items():  # a restarted watcher's
+            rank, ended, last_step = int(key), bool(noted[0]), noted[1]
             if ranks is None or rank in ranks:
-                self.ended[rank], self.last_steps[rank] = bool(ended), last_step
+                self.ended[rank], self.last_steps[rank] = ended, last_step
+                if len(noted) > 3:  # noted before files and segments were: two items
+                    self.segments[rank] = (str(noted[3]), int(noted[2]))
+                if len(noted) > 4 and positions:  # going on where it stopped: the alerts so far
+                    self.counts[rank] = int(noted[4])
+                    self.alerts += self.counts[rank]
                 if self.stalls is not None:
-                    self.stalls.resume(rank, last_step, ended=bool(ended))
+                    self.stalls.resume(rank, last_step, ended=ended)
+        for key, (pid, number, stacks) in dict(before.get("pids", {})).items():
+            if ranks is None or int(key) in ranks:
+                self.pids[int(key)] = (int(pid), int(number), str(stacks))
 
     def loop(self) -> int:
         """Follow until the run ends (0); 1 when a hook failed to deliver an alert, as it was sent or
@@ -257,10 +286,10 @@ class _Watcher:
             if self.stalls is not None:
                 for payload in self.stalls.check():
                     self._stack_dump(payload)
-                    self._alert(payload, None)
+                    self._alert(payload, self.segments.get(payload["rank"]))
             if records and self.state is not None:
                 try:
-                    self.state.save(self.follower.positions(), self._notes())
+                    self.state.save(self._positions(), self._notes())
                 except OSError as error:
                     self._no_state(f"can't write {self.state.directory}: {error.strerror or error}")
             if time.monotonic() >= next_window:
@@ -283,11 +312,28 @@ class _Watcher:
 
     def _notes(self) -> dict[str, Any]:
         """What a restarted watcher must know of the run: its ranks (ended, last step), world, target."""
-        ranks = {str(rank): [ended, self.last_steps.get(rank)] for rank, ended in self.ended.items()}
-        return {"ranks": ranks, "world": self.world, "target_step": self.target}
+        ranks = {}
+        for rank, ended in self.ended.items():
+            source, segment = self.segments.get(rank, ("", 0))
+            ranks[str(rank)] = [ended, self.last_steps.get(rank), segment, source, self.counts.get(rank, 0)]
+        pids = {str(rank): list(found) for rank, found in self.pids.items()}
+        ranks.update(self.others.get("ranks", {}))
+        pids.update(self.others.get("pids", {}))
+        return {"ranks": ranks, "world": self.world, "target_step": self.target, "pids": pids}
+
+    def _positions(self) -> dict[str, Any]:
+        """The follower's positions, but where the files of ranks not followed (``--ranks``) were."""
+        positions: dict[str, Any] = self.follower.positions()
+        for key in self.foreign:
+            if key in self.kept:
+                positions[key] = self.kept[key]
+            else:
+                positions.pop(key, None)
+        return positions
 
     def _take(self, record: Record, *, backlog: bool) -> None:
         if self.ranks is not None and record.rank not in self.ranks:
+            self.foreign.add(self._where(record)[0])
             return
         if record.own:
             return
@@ -296,6 +342,7 @@ class _Watcher:
             self.world = max(self.world, world)
         if self.stalls is not None:
             self.stalls.see(record)
+        self.segments[record.rank] = self._where(record)
         event = record.event
         if event == "train_start":
             self.ended[record.rank] = False
@@ -324,11 +371,11 @@ class _Watcher:
                 self.pace[record.rank] = (elapsed, step)
         if event == "alert" and "rule" in record.payload and "message" in record.payload:
             # The run's own alert (its logger's rules): shown and counted; its hooks had it already.
-            self.alerts += 1
+            self._count(record.rank)
             self.view.alert({**record.payload, "severity": record.payload.get("severity"), "recorded": True})
         if self.derive is not None:
             for payload in self.derive.check(record):
-                self._alert(payload, record.segment, record.timestamp)
+                self._alert(payload, self._where(record), record.timestamp)
 
     def _recent(self, record: Record) -> bool:
         if not isinstance(self.since, float) or record.timestamp is None:
@@ -339,17 +386,27 @@ class _Watcher:
             return True
         return (dt.datetime.now(dt.timezone.utc) - when).total_seconds() <= self.since
 
-    def _alert(self, payload: dict[str, Any], segment: object, timestamp: str | None = None) -> None:
+    def _count(self, rank: int) -> None:
+        self.alerts += 1
+        self.counts[rank] = self.counts.get(rank, 0) + 1
+
+    def _where(self, record: Record) -> tuple[str, int]:
+        """The record's file below the followed directory, and its segment there: with the alert's rule,
+        rank, step and key, what tells one alert from another (``alert_id``)."""
+        return os.path.relpath(record.source, self.home), record.segment
+
+    def _alert(self, payload: dict[str, Any], where: object, timestamp: str | None = None) -> None:
         from speedtronic.runs.watchstate import alert_id
 
         try:
-            if self.state is not None and not self.state.claim(alert_id(payload, segment)):
+            if self.state is not None and not self.state.claim(alert_id(payload, where)):
                 return  # this watcher, before a restart, or another one sent it
         except OSError as error:
             self._no_state(
                 f"can't write {self.state.directory if self.state else ''}: {error.strerror or error}"
             )
-        self.alerts += 1
+        rank = payload.get("rank", 0)
+        self._count(rank if type(rank) is int else 0)
         self.view.alert(payload)
         stamp = timestamp or iso_timestamp(time.time())
         self.dispatch(None, payload["severity"], {**payload, "timestamp": stamp, "event": "alert"})

@@ -3,6 +3,7 @@ across rotation and truncation."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import time
@@ -12,15 +13,17 @@ from typing import Any
 from speedtronic.record import rank_of_name
 from speedtronic.runs.reader import MAX_LINE_BYTES, Record, RunError, Skipped, parse_record
 
-__all__ = ["NETWORK_FILE_SYSTEMS", "Follower", "Position", "inotify_supported"]
+__all__ = ["NETWORK_FILE_SYSTEMS", "Follower", "Position", "inotify_supported", "position_holds"]
 
 NETWORK_FILE_SYSTEMS = frozenset(
     {"nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "ceph", "fuse", "9p", "afs"}
 )
 """File systems whose writes from other hosts inotify does not see: followed by polling."""
 
-Position = tuple[int, int, int, int, int, bool]
-"""Where a file was read to: ``(device, inode, offset, lines, segment, started)``."""
+Position = tuple[int, int, int, int, int, bool, str]
+"""Where a file was read to: ``(device, inode, offset, lines, segment, started, fingerprint)``; the
+fingerprint (a digest of the bytes before the offset) tells a resumed follower whether the file was
+truncated since. A position without it (six items, saved before it existed) is taken on trust."""
 
 _FINGERPRINT = 64  # bytes before the offset that must be unchanged for the offset to still hold
 _READ_MAX = 4 * 1024 * 1024  # bytes read from one file at one pass
@@ -30,21 +33,29 @@ _RETIRE_S = 5.0  # how long an old (rotated-away, deleted) file is read on after
 class _Tail:
     """One open file being read: its identity, where it was read to, and how its records number."""
 
-    __slots__ = ("fd", "grew_at", "ident", "last", "lines", "offset", "path", "segment", "started")
+    __slots__ = ("fd", "grew_at", "ident", "last", "lines", "lost", "offset", "path", "segment", "started")
 
     def __init__(self, path: Path, fd: int, ident: tuple[int, int], position: Position | None) -> None:
         self.path, self.fd, self.ident = path, fd, ident
         self.offset, self.lines, self.segment, self.started = 0, 0, 0, False
-        if position is not None and (position[0], position[1]) == ident:
-            _, _, self.offset, self.lines, self.segment, self.started = position
+        self.lost = ""  # the saved fingerprint, when the bytes before the offset no longer match it
+        mine = position is not None and (position[0], position[1]) == ident
+        if position is not None and mine:
+            _, _, self.offset, self.lines, self.segment, self.started = position[:6]
         self.last = b""
         if self.offset:
             start = max(0, self.offset - _FINGERPRINT)
             self.last = os.pread(fd, self.offset - start, start)
+            if position is not None and len(position) > 6 and position[6] != _digest(self.last):
+                self.lost = str(position[6])  # truncated (copytruncate) while no follower read it
         self.grew_at = 0.0
 
     def position(self) -> Position:
-        return (*self.ident, self.offset, self.lines, self.segment, self.started)
+        return (*self.ident, self.offset, self.lines, self.segment, self.started, _digest(self.last))
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=8).hexdigest()
 
 
 def inotify_supported(path: str | os.PathLike[str]) -> bool:
@@ -75,6 +86,30 @@ def _file_system(path: Path) -> str:
         return kind.split(".")[0]  # fuse.sshfs -> fuse
     except OSError:
         return ""
+
+
+def position_holds(directory: str | os.PathLike[str], key: str, position: Position) -> bool:
+    """Whether the file ``position`` was saved for (``Follower.positions()``' ``key`` below
+    ``directory``) is still there, at its path or rotated beside it (``<name>.1``, ``<name>-<date>``):
+    a file holding the bytes read before the offset (its fingerprint; the same device and inode for a
+    position saved without one)."""
+    path = Path(directory) / key
+    offset = position[2]
+    size = min(_FINGERPRINT, offset)
+    for candidate in [str(path), *Follower._siblings(path)]:
+        try:
+            with open(candidate, "rb") as file:
+                if len(position) < 7:
+                    stat = os.fstat(file.fileno())
+                    if (stat.st_dev, stat.st_ino) == (position[0], position[1]):
+                        return True
+                    continue
+                file.seek(offset - size)
+                if _digest(file.read(size)) == position[6]:
+                    return True
+        except OSError:
+            continue
+    return False
 
 
 class Follower:
@@ -186,11 +221,16 @@ class Follower:
                 self._retire(tail, out)
                 previous, tail = tail, None
             if tail is None:
+                # The same file to its readers: segments count on from the one it replaced.
+                carried = None if previous is None else (previous.segment, previous.started)
+                saved = self._saved.get(self._key(path))
+                if saved is not None and (saved[0], saved[1]) != ident:  # rotated while no one followed
+                    carried = self._read_out_saved(path, self._saved.pop(self._key(path)), out)
                 tail = self._open(path, ident)
                 if tail is None:
                     continue
-                if previous is not None:  # the same file to its readers: segments count on
-                    tail.segment, tail.started = previous.segment, previous.started
+                if carried is not None:
+                    tail.segment, tail.started = carried
             self._read(tail, out)
         for path in [path for path in self._tails if path not in present]:  # deleted or moved away
             self._retire(self._tails[path], out)
@@ -209,6 +249,26 @@ class Follower:
         tail.grew_at = time.monotonic()
         return tail
 
+    def _read_out_saved(self, path: Path, saved: Position, out: list[Record]) -> tuple[int, bool]:
+        """The file an earlier follower read to ``saved`` is no longer at ``path`` (a restarted watcher):
+        read it out from where it was rotated to (``<name>.1``, ``<name>-<date>``), when it is there.
+        The segment and ``started`` the file now at ``path`` goes on from."""
+        for sibling in self._siblings(path):
+            try:
+                fd = os.open(sibling, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            except OSError:
+                continue
+            ident = (os.fstat(fd).st_dev, os.fstat(fd).st_ino)
+            if ident != (saved[0], saved[1]):
+                os.close(fd)
+                continue
+            old = _Tail(path, fd, ident, saved)  # read as the file it was: its records' source is path
+            self._read(old, out)
+            old.grew_at = time.monotonic()
+            self._retired.append(old)  # read on a while, as a file rotated under a follower is
+            return old.segment, old.started
+        return saved[4], saved[5]
+
     def _retire(self, tail: _Tail, out: list[Record]) -> None:
         del self._tails[tail.path]
         self._read(tail, out)
@@ -217,8 +277,10 @@ class Follower:
 
     def _read(self, tail: _Tail, out: list[Record]) -> None:
         size = os.fstat(tail.fd).st_size
-        if size < tail.offset or (
-            tail.last and os.pread(tail.fd, len(tail.last), tail.offset - len(tail.last)) != tail.last
+        if (
+            tail.lost
+            or size < tail.offset
+            or (tail.last and os.pread(tail.fd, len(tail.last), tail.offset - len(tail.last)) != tail.last)
         ):
             self._truncated(tail, out)
             size = os.fstat(tail.fd).st_size
@@ -267,28 +329,38 @@ class Follower:
             end = rest.rfind(b"\n")
             if end >= 0:
                 self._consume(tail, rest[:end], out)
-        tail.offset, tail.last = 0, b""
+        tail.offset, tail.last, tail.lost = 0, b"", ""
 
     def _rotated_copy(self, tail: _Tail) -> Any:
         """The newest sibling named ``<name>.<something>`` or ``<name>-<something>`` (not compressed)
         holding the bytes read before the offset; ``None`` when there is none."""
-        name = tail.path.name
-        candidates = []
-        for entry in os.scandir(tail.path.parent):
-            if (
-                entry.name != name
-                and entry.name[len(name) : len(name) + 1] in (".", "-")
-                and entry.name.startswith(name)
-            ) and not entry.name.endswith((".gz", ".bz2", ".xz", ".zst")):
-                candidates.append((entry.stat().st_mtime, entry.path))
-        for _, candidate in sorted(candidates, reverse=True):
+        for candidate in self._siblings(tail.path):
             file = open(candidate, "rb")  # noqa: SIM115  (returned open, closed by the caller)
-            start = tail.offset - len(tail.last)
-            file.seek(start)
-            if file.read(len(tail.last)) == tail.last:
+            size = min(_FINGERPRINT, tail.offset)  # what a follower reading the file to the offset kept
+            file.seek(tail.offset - size)
+            before = file.read(size)
+            if (_digest(before) == tail.lost) if tail.lost else (before == tail.last):
                 return file
             file.close()
         return None
+
+    @staticmethod
+    def _siblings(path: Path) -> list[str]:
+        """The rotated copies of ``path``: siblings named ``<name>.<something>`` or ``<name>-<something>``
+        (not compressed), newest first."""
+        name = path.name
+        candidates = []
+        try:
+            for entry in os.scandir(path.parent):
+                if (
+                    entry.name != name
+                    and entry.name[len(name) : len(name) + 1] in (".", "-")
+                    and entry.name.startswith(name)
+                ) and not entry.name.endswith((".gz", ".bz2", ".xz", ".zst")):
+                    candidates.append((entry.stat().st_mtime, entry.path))
+        except OSError:
+            return []
+        return [candidate for _, candidate in sorted(candidates, reverse=True)]
 
     # -- waiting and state ------------------------------------------------------------------------------
 

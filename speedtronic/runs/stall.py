@@ -47,6 +47,7 @@ class _Rank:
         "last_seen",
         "last_step",
         "segment",
+        "stride",
         "where",
     )
 
@@ -58,6 +59,7 @@ class _Rank:
         self.ended = False
         self.alerted = False
         self.segment: object = None
+        self.stride = 1  # steps between the rank's last two logged steps (its logging cadence)
         self.where = "start-up"
 
 
@@ -93,6 +95,8 @@ class StallWatch:
             if elapsed is not None and last is not None and elapsed >= last:
                 rank.intervals.append(elapsed - last)
             rank.last_elapsed = elapsed
+            if type(step) is int and rank.last_step is not None and step > rank.last_step:
+                rank.stride = step - rank.last_step
             rank.last_step = step if type(step) is int else rank.last_step
             rank.where = "steps"
         elif event in self._periods:
@@ -116,7 +120,10 @@ class StallWatch:
         budget, phase = max(budgets.step_factor * _p95(state.intervals), budgets.step_min_s), "steps"
         for event, extra in (("checkpoint", budgets.checkpoint_s), ("eval", budgets.eval_s)):
             period = _period(self._periods[event])
-            if period and state.last_step % period == 0 and extra > budget:
+            # The silence after a logged step holds the steps up to the next logged one: with a cadence
+            # (``every_steps``) a save or eval at any of them.
+            due = -(-state.last_step // period) * period if period else 0
+            if period and due < state.last_step + state.stride and extra > budget:
                 budget, phase = extra, event
         return budget, phase
 

@@ -27,17 +27,21 @@ def alert_id(payload: dict[str, Any], segment: object = None) -> str:
 
 
 class WatchState:
-    """The state of watchers of the run at ``path`` (its directory, or a file's directory)."""
+    """The state of watchers of the run at ``path``: ``<directory>/.speedtronic-tail/`` for a run
+    directory, ``<its directory>/.speedtronic-tail/<name>/`` for a JSONL file (two files side by side
+    are two runs, each with its own positions and alerts sent)."""
 
-    __slots__ = ("directory",)
+    __slots__ = ("directory", "home")
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         run = Path(path)
-        self.directory = (run if run.is_dir() else run.parent) / STATE_DIR
+        self.home = run if run.is_dir() else run.parent  # where the state goes: it must be writable
+        self.directory = self.home / STATE_DIR if run.is_dir() else self.home / STATE_DIR / run.name
 
     def load(self) -> tuple[dict[str, Position], dict[str, Any]]:
         """The positions saved last, and the watcher's notes on the run (its ranks: ended or not, their
-        last step); both empty when there is no state yet, or it can't be read."""
+        last step and segment, their processes); both empty when there is no state yet, or it can't be
+        read."""
         try:
             data = json.loads((self.directory / "positions.json").read_text())
             files = {str(key): tuple(value) for key, value in data["files"].items()}
@@ -47,10 +51,20 @@ class WatchState:
 
     def save(self, positions: dict[str, Position], run: dict[str, Any]) -> None:
         """Keep ``positions`` (``Follower.positions()``) and ``run`` (what ``load`` gives back)."""
-        self.directory.mkdir(exist_ok=True)
+        self.directory.mkdir(parents=True, exist_ok=True)
         partial = self.directory / f".positions.{os.getpid()}"
         partial.write_text(json.dumps({"files": positions, "run": run}))
         os.replace(partial, self.directory / "positions.json")
+
+    def forget(self) -> None:
+        """Drop the positions and the alerts sent: the run they were about is gone (a new one in its
+        place would otherwise have its alerts taken as sent)."""
+        with contextlib.suppress(OSError):
+            (self.directory / "positions.json").unlink()
+        with contextlib.suppress(OSError):
+            for sent in (self.directory / "alerts").iterdir():
+                with contextlib.suppress(OSError):
+                    sent.unlink()
 
     def claim(self, alert: str) -> bool:
         """Whether this watcher is the first to send the alert with id ``alert`` (and now owns it)."""

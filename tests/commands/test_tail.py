@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import pty
@@ -422,3 +423,234 @@ def test_read_only_run_keeps_no_state(tmp_path: Path) -> None:
     assert watcher.returncode == 0
     assert json.loads(out.splitlines()[-1])["kind"] == "end"
     assert err.count("keeping no state") == 1
+
+
+def next_alert(watcher: subprocess.Popen[str]) -> dict[str, Any]:
+    """The watcher's next ``alert`` line (``--json``), read past its windows."""
+    assert watcher.stdout is not None
+    while True:
+        line = watcher.stdout.readline()
+        assert line, watcher.stderr.read() if watcher.stderr else ""
+        record = json.loads(line)
+        if record["kind"] == "alert":
+            return dict(record)
+
+
+def test_restarted_watcher_dumps_stacks(tmp_path: Path) -> None:
+    """A watcher restarted after the run's train_start (its state in the run directory) still knows
+    the rank's process: a stall it sees gets the process's stacks, not "names no pid"."""
+    run = tmp_path / "run"
+    run.mkdir()
+    script = tmp_path / "staller.py"
+    script.write_text(STALLER)
+    staller = subprocess.Popen([sys.executable, str(script), str(run), "loop"], env=ENV)
+    try:
+        first = tail(run, "--json", "--every", "1000")  # the default budgets: no stall while it runs
+        state = run / ".speedtronic-tail" / "positions.json"
+        deadline = time.monotonic() + 120
+        while '"0": [false, 3' not in text_so_far(state):  # it has taken train_start and step 3
+            assert time.monotonic() < deadline, text_so_far(state)
+            assert first.poll() is None, first.communicate()
+            time.sleep(0.05)
+        first.terminate()
+        first.communicate(timeout=60)
+        second = tail(run, "--json", "--dump-stacks", "--stall-budget", "1")
+        alert = next_alert(second)
+        second.send_signal(signal.SIGINT)
+        assert second.wait(timeout=60) == 130
+        assert alert["rule"] == "stall"
+        assert alert["step"] == 3
+        assert "names no pid" not in alert["message"]
+        assert alert["stacks"] is not None
+        assert Path(alert["stacks"]).parent == run / "stacks"
+        assert f"stacks of process {staller.pid}" in alert["message"]
+    finally:
+        staller.kill()
+        staller.wait()
+
+
+def test_stall_at_the_same_step_after_a_resume_is_alerted_again(tmp_path: Path) -> None:
+    """A run that hangs at step 3, is resumed from an earlier checkpoint and hangs at step 3 again:
+    the resumed segment's stall is an alert of its own (the first one's state file does not swallow
+    it)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    segment = [{"event": "train_start", "start_step": 0, "target_step": 100}]
+    segment += [{"event": "train_step", "step": step, "loss": 1.0} for step in (1, 2, 3)]
+    jsonl = run / "metrics.jsonl"
+    jsonl.write_text("".join(json.dumps(line) + "\n" for line in segment))
+    watcher = tail(run, "--json", "--every", "1000", "--stall-budget", "1", "--startup-budget", "1")
+    sent = run / ".speedtronic-tail" / "alerts"
+    try:
+        wait_for_files(sent, 1, watcher)
+        with jsonl.open("a") as file:  # the resumed process: from step 0 again, up to the same hang
+            file.write("".join(json.dumps(line) + "\n" for line in segment))
+        wait_for_files(sent, 2, watcher)
+        with jsonl.open("a") as file:
+            file.write(json.dumps({"event": "train_end", "step": 100}) + "\n")
+        out, err = watcher.communicate(timeout=120)
+    finally:
+        watcher.kill()
+        watcher.wait()
+    assert watcher.returncode == 0, err
+    alerts = [json.loads(line) for line in out.splitlines() if '"alert"' in line]
+    assert [(alert["rule"], alert["step"]) for alert in alerts] == [("stall", 3), ("stall", 3)]
+
+
+def wait_for_files(folder: Path, count: int, watcher: subprocess.Popen[str]) -> None:
+    """Wait (at most a minute: a stall of 1 s is alerted well before) until ``folder`` holds ``count``
+    files: the watcher's alerts sent."""
+    deadline = time.monotonic() + 60
+    while len(list(folder.iterdir()) if folder.is_dir() else []) < count:
+        assert time.monotonic() < deadline, f"{count} alert(s) expected, {folder} holds fewer"
+        assert watcher.poll() is None, watcher.communicate()
+        time.sleep(0.05)
+
+
+def test_two_runs_files_in_one_directory_have_their_own_state(tmp_path: Path) -> None:
+    """Two runs' JSONL files side by side (``MetricLogger(json_file=...)`` of two scripts), each
+    followed by its own ``tail FILE --alerts``: each watcher shows its run's alerts (the same rule at the
+    same steps is two runs' alerts, not one sent twice) and a restarted one goes on where it stopped."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("alerts:\n  - rule: threshold\n    key: loss\n    above: 5\n")
+    finished_run(tmp_path / "run")
+    for name in ("a.jsonl", "b.jsonl"):
+        (tmp_path / name).write_bytes((tmp_path / "run" / "metrics.jsonl").read_bytes())
+    for name in ("a.jsonl", "b.jsonl"):
+        watcher = tail(tmp_path / name, "--json", "--alerts", rules)
+        out, err = watcher.communicate(timeout=120)
+        assert watcher.returncode == 0, err
+        assert [json.loads(line)["step"] for line in out.splitlines() if '"alert"' in line] == [10, 250]
+    again = tail(tmp_path / "a.jsonl", "--json", "--alerts", rules)
+    out, _ = again.communicate(timeout=120)
+    assert again.returncode == 0
+    assert '"alert"' not in out
+    assert '"window"' not in out
+
+
+def test_since_a_duration_shows_that_time_again_after_a_watcher(tmp_path: Path) -> None:
+    """``tail --since 1h`` after an earlier watcher of the run shows the last hour's records (not only
+    what came after that watcher), and sends no alert that watcher sent."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("alerts:\n  - rule: threshold\n    key: loss\n    above: 5\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    lines = [{"event": "train_start", "start_step": 0, "target_step": 3}]
+    lines += [{"event": "train_step", "step": s, "loss": 9.0 if s == 2 else 1.0} for s in (1, 2, 3)]
+    lines.append({"event": "train_end", "step": 3})
+    text = "".join(json.dumps({**line, "timestamp": stamp}) + "\n" for line in lines)
+    (run / "metrics.jsonl").write_text(text)
+    first = tail(run, "--json", "--alerts", rules)
+    out, _ = first.communicate(timeout=120)
+    assert first.returncode == 0
+    assert [json.loads(line)["step"] for line in out.splitlines() if '"alert"' in line] == [2]
+    again = tail(run, "--json", "--alerts", rules, "--since", "1h")
+    out, _ = again.communicate(timeout=120)
+    assert again.returncode == 0
+    assert [json.loads(line)["step"] for line in out.splitlines() if '"window"' in line] == [3]
+    assert '"alert"' not in out
+
+
+def test_folder_of_runs_sends_each_runs_alerts(tmp_path: Path) -> None:
+    """A folder of two runs whose rule alerts at the same rank and steps: each run's alerts are shown
+    and sent (two runs' alerts, not one alert sent twice)."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("alerts:\n  - rule: threshold\n    key: loss\n    above: 5\n")
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    finished_run(runs / "a")
+    finished_run(runs / "b")
+    watcher = tail(runs, "--json", "--alerts", rules)
+    out, err = watcher.communicate(timeout=120)
+    assert watcher.returncode == 0, err
+    assert sorted(json.loads(line)["step"] for line in out.splitlines() if '"alert"' in line) == [
+        10,
+        10,
+        250,
+        250,
+    ]
+
+
+def test_a_watcher_of_some_ranks_leaves_the_others_to_the_next(tmp_path: Path) -> None:
+    """``tail --ranks 0`` reads past rank 1's records without taking them; a watcher of every rank
+    after it still gets rank 1's records and alerts (the first did not save rank 1's file as read)."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("alerts:\n  - rule: threshold\n    key: loss\n    above: 5\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    for rank, name in ((0, "metrics.jsonl"), (1, "metrics.rank1.jsonl")):
+        lines = [{"event": "train_start", "start_step": 0, "target_step": 3}]
+        lines += [
+            {"event": "train_step", "step": s, "loss": 9.0 if rank == s == 1 else 1.0} for s in (1, 2, 3)
+        ]
+        lines.append({"event": "train_end", "step": 3})
+        text = "".join(json.dumps({**line, "rank": rank, "world_size": 2}) + "\n" for line in lines)
+        (run / name).write_text(text)
+    some = tail(run, "--json", "--alerts", rules, "--ranks", "0")
+    out, err = some.communicate(timeout=120)
+    assert some.returncode == 0, err
+    assert '"alert"' not in out
+    every = tail(run, "--json", "--alerts", rules)
+    out, err = every.communicate(timeout=120)
+    assert every.returncode == 0, err
+    [alert] = [json.loads(line) for line in out.splitlines() if '"alert"' in line]
+    assert (alert["rank"], alert["step"]) == (1, 1)
+    assert json.loads(out.splitlines()[-1]) == {"kind": "end", "ranks": [0, 1]}
+
+
+def test_a_new_run_in_place_of_a_watched_one_is_followed(tmp_path: Path) -> None:
+    """The run's files deleted (the state left behind: ``rm RUN/*`` spares ``.speedtronic-tail``) and a
+    new run started in the directory: a watcher follows the new run to its end, rather than ending at
+    once on the old run's notes, and sends its alerts (not taken for the old run's, sent before)."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("alerts:\n  - rule: threshold\n    key: loss\n    above: 5\n")
+    run = tmp_path / "run"
+    finished_run(run)
+    first = tail(run, "--json", "--alerts", rules)
+    out = first.communicate(timeout=120)[0]
+    assert [json.loads(line)["step"] for line in out.splitlines() if '"alert"' in line] == [10, 250]
+    (run / "metrics.jsonl").unlink()
+    (run / "metrics.jsonl").write_text("")  # the new run's logger has opened its file
+    watcher = tail(run, "--json", "--alerts", rules)
+    lines = [{"event": "train_start", "start_step": 0, "target_step": 12, "seed": 1}]
+    lines += [{"event": "train_step", "step": s, "loss": 9.0 if s == 10 else 1.0} for s in range(1, 13)]
+    lines.append({"event": "train_end", "step": 12})
+    with (run / "metrics.jsonl").open("a") as file:
+        file.write("".join(json.dumps(line) + "\n" for line in lines))
+    out, err = watcher.communicate(timeout=120)
+    assert watcher.returncode == 0, err
+    assert [json.loads(line)["step"] for line in out.splitlines() if '"alert"' in line] == [10]
+    windows = [json.loads(line) for line in out.splitlines() if '"window"' in line]
+    assert [window["step"] for window in windows] == [12]
+
+
+def test_a_restarted_watcher_counts_the_alerts_so_far(tmp_path: Path) -> None:
+    """The windows' ``alerts`` (the alerts so far) of a watcher restarted on a run count the alerts the
+    last watcher showed too, not only those since the restart."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("alerts:\n  - rule: threshold\n    key: loss\n    above: 5\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    jsonl = run / "metrics.jsonl"
+    lines = [{"event": "train_start", "start_step": 0, "target_step": 4}]
+    lines += [{"event": "train_step", "step": s, "loss": 9.0 if s == 1 else 1.0} for s in (1, 2)]
+    jsonl.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    first = tail(run, "--json", "--alerts", rules, "--every", "1000")
+    sent = run / ".speedtronic-tail" / "alerts"
+    wait_for_files(sent, 1, first)
+    state = run / ".speedtronic-tail" / "positions.json"
+    deadline = time.monotonic() + 60
+    while '"0": [false, 2' not in text_so_far(state):  # it has saved where it got to
+        assert time.monotonic() < deadline, text_so_far(state)
+        time.sleep(0.05)
+    first.terminate()
+    first.communicate(timeout=60)
+    with jsonl.open("a") as file:
+        file.write(json.dumps({"event": "train_step", "step": 3, "loss": 1.0}) + "\n")
+        file.write(json.dumps({"event": "train_end", "step": 3}) + "\n")
+    again = tail(run, "--json", "--alerts", rules)
+    out, err = again.communicate(timeout=120)
+    assert again.returncode == 0, err
+    [window] = [json.loads(line) for line in out.splitlines() if '"window"' in line]
+    assert (window["step"], window["alerts"]) == (3, 1)

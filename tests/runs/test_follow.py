@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from speedtronic.profiling import MetricLogger
-from speedtronic.runs.follow import Follower, inotify_supported
+from speedtronic.runs.follow import Follower, inotify_supported, position_holds
 from speedtronic.runs.reader import RunError, read_records
 from tests.runs.conftest import log_run
 
@@ -250,3 +250,79 @@ def test_real_logrotate_create_and_copytruncate(tmp_path: Path, poll: bool) -> N
     assert steps(got) == written
     assert written[-1] == 2000
     assert len(set(written)) == len(written)
+
+
+def test_restart_after_a_rotation_reads_the_rotated_file_out(tmp_path: Path) -> None:
+    """A follower resumed from saved positions after the file was rotated away (logrotate ``create``)
+    while no follower ran reads the rest of the rotated file first, then the new one: nothing lost,
+    nothing twice, the segments counting on."""
+    run = tmp_path / "run"
+    run.mkdir()
+    path = run / "metrics.jsonl"
+    with logger(path) as log:
+        log.emit("train_start", {"start_step": 0, "target_step": 9})
+        for step in (1, 2, 3):
+            log.emit("train_step", {"step": step})
+    with Follower(run, poll=True) as first:
+        assert steps(first.read()) == [1, 2, 3]
+        positions = first.positions()
+    with path.open("ab") as file:  # written after the watcher stopped, then rotated away
+        file.write(b'{"event": "train_step", "step": 4}\n{"event": "train_step", "step": 5}\n')
+    path.rename(run / "metrics.jsonl.1")
+    path.write_bytes(
+        b'{"event": "train_start", "start_step": 5, "target_step": 9}\n{"event": "train_step", "step": 6}\n'
+    )
+    with Follower(run, poll=True, positions=positions) as second:
+        got = second.read()
+        assert steps(got) == [4, 5, 6]
+        assert [record.segment for record in got] == [0, 0, 1, 1]
+        assert {record.source for record in got} == {path}
+        assert second.read() == []
+
+
+def test_restart_after_a_copytruncate_reads_the_copy_then_the_file(tmp_path: Path) -> None:
+    """A follower resumed from saved positions after the file was copied and truncated (logrotate
+    ``copytruncate``) while no follower ran, and written past the old offset since: the lines past the
+    offset come from the copy, then the file from its start; none lost, none torn."""
+    run = tmp_path / "run"
+    run.mkdir()
+    path = run / "metrics.jsonl"
+    path.write_bytes(b"".join(b'{"event": "train_step", "step": %d}\n' % step for step in (1, 2, 3)))
+    with Follower(run, poll=True) as first:
+        assert steps(first.read()) == [1, 2, 3]
+        positions = first.positions()
+    with path.open("ab") as file:
+        file.write(b'{"event": "train_step", "step": 4}\n')
+    shutil.copy(path, run / "metrics.jsonl.1")
+    with path.open("r+b") as file:
+        file.truncate(0)
+    path.write_bytes(b"".join(b'{"event": "train_step", "step": %d, "pad": 0}\n' % s for s in range(5, 10)))
+    with Follower(run, poll=True, positions=positions) as second:
+        got = second.read()
+        assert not second.skipped
+        assert steps(got) == [4, 5, 6, 7, 8, 9]
+        assert second.read() == []
+
+
+def test_position_holds_for_the_same_file_only(tmp_path: Path) -> None:
+    """A saved position holds while its file is there, grown or rotated (moved, or copied and
+    truncated) beside it; not once the file was deleted and a new one (other bytes, maybe the same
+    inode number) made in its place."""
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b'{"event": "train_step", "step": 1, "t": "12:00:01"}\n')
+    with Follower(tmp_path, poll=True) as follower:
+        follower.read()
+        [(key, position)] = follower.positions().items()
+    with path.open("ab") as file:
+        file.write(b'{"event": "train_step", "step": 2}\n')
+    assert position_holds(tmp_path, key, position)
+    path.rename(tmp_path / "metrics.jsonl.1")
+    assert position_holds(tmp_path, key, position)
+    shutil.copy(tmp_path / "metrics.jsonl.1", path)
+    (tmp_path / "metrics.jsonl.1").unlink()
+    assert position_holds(tmp_path, key, position)  # a copy holds the bytes read
+    path.unlink()
+    path.write_bytes(b'{"event": "train_step", "step": 1, "t": "12:30:07"}\n')
+    assert not position_holds(tmp_path, key, position)
+    path.unlink()
+    assert not position_holds(tmp_path, key, position)

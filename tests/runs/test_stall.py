@@ -88,3 +88,20 @@ class TestStallWatch:
         """A budget that is not a number > 0 is a ValueError naming it."""
         with pytest.raises(ValueError, match="startup_s"):
             StallBudgets(startup_s=0)
+
+
+def test_an_eval_between_logged_steps_gets_its_budget(tmp_path: Path) -> None:
+    """Steps logged every 20 (``every_steps: 20``), evals every 50: after logged step 140 the run evaluates
+    at step 150, before it logs step 160, so the eval budget holds there, not the step budget."""
+    clock = Clock()
+    watch = StallWatch(StallBudgets(eval_s=400), clock=clock)
+    events: list = [("train_start", {})]
+    for step in range(20, 160, 20):
+        events.append(("train_step", {"step": step, "elapsed_s": step * 0.1}))
+        if step in (40, 100):  # the evals at 50 and 100 are written after those steps' records
+            events.append(("eval", {"step": step + 10 if step == 40 else step, "loss": 1.0}))
+    log_run(tmp_path / "m.jsonl", events)
+    follow(tmp_path / "m.jsonl", watch)
+    assert watch.budget(0) == (400.0, "eval")  # last logged step 140; eval at 150
+    clock.now = 399.0
+    assert watch.check() == []
