@@ -151,15 +151,12 @@ def run_health(
     highest = 0
     tokens: float | None = None
     samples: float | None = None
-    in_segment = 0  # steps of this segment so far (a step's second record is not another)
-    last_step: int | None = None
     for record in read_records(path, rank=rank):
         moment = _time(record)
         if (record.source, record.segment) != where:
             where = (record.source, record.segment)
             elapsed = as_number(record.payload.get("elapsed_s"))
             segments.append(_Segment(moment - elapsed if moment is not None and elapsed else moment, highest))
-            in_segment, last_step = 0, None
         segment = segments[-1]
         if moment is not None:
             segment.last_time = moment if segment.last_time is None else max(segment.last_time, moment)
@@ -174,11 +171,10 @@ def run_health(
             step = payload.get("step")
             if not isinstance(step, int):
                 continue
-            if step != last_step:
-                in_segment, last_step = in_segment + 1, step
             duration = as_number(payload.get("step_time_s"))
+            began = segment.start_step if segment.start_step is not None else segment.floor
+            warm = step - began <= warmup_steps  # the segment's first steps, recorded or not (a cadence)
             if segment.first_step_start is None and moment is not None:
-                began = segment.start_step if segment.start_step is not None else segment.floor
                 ran = max(1, step - began)  # this step and those of the segment the cadence left out
                 segment.first_step_start = moment - (duration or 0.0) * ran
             loss = _loss(payload, roles)
@@ -196,13 +192,13 @@ def run_health(
             samples = as_number(payload.get("samples")) or samples
             rate = next((as_number(payload[key]) for key in payload if roles.is_rate(key)), None)
             if duration is None:
-                if rate is not None and in_segment > warmup_steps:
+                if rate is not None and not warm:
                     health.rates.append(rate)
                 continue
             segment.logged += 1
             segment.step_time += duration
             segment.data_wait += as_number(payload.get("data_wait_s")) or 0.0
-            if in_segment > warmup_steps:
+            if not warm:
                 health.step_times.append(duration)
                 if rate is not None:
                     health.rates.append(rate)
