@@ -96,6 +96,7 @@ class _Segment:
         "floor",
         "last_time",
         "logged",
+        "redone",
         "start",
         "start_step",
         "step_time",
@@ -120,6 +121,8 @@ class _Segment:
         """Logged steps done for the first time."""
         self.steps_new = 0
         """Steps done for the first time, logged or not."""
+        self.redone: int | None = None
+        """Its latest recorded step done again (at or below ``floor``)."""
 
 
 def _time(record: Record) -> float | None:
@@ -182,8 +185,11 @@ def run_health(
                 health.final_loss = loss
                 health.best_loss = loss if health.best_loss is None else min(health.best_loss, loss)
             if step <= segment.floor:  # run again after a resume: time lost to the restart
-                health.restart_s += duration or 0.0
-                health.redone_steps += 1
+                before = segment.redone if segment.redone is not None else segment.start_step
+                ran = 1 if before is None or before > step else step - before  # the cadence's steps too
+                health.restart_s += (duration or 0.0) * max(ran, 1)  # a step's second record: its own time
+                health.redone_steps += ran
+                segment.redone = step
                 continue
             if step > highest:  # a second record of the same step (a callback's) is no new step
                 segment.steps_new += step - highest
