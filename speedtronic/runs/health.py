@@ -589,7 +589,14 @@ class RankTimes:
         return sorted(found, key=lambda straggler: -straggler.score)
 
 
-def format_stragglers(found: list[Straggler]) -> str:
+def format_stragglers(found: list[Straggler], timed_ranks: int | None = None) -> str:
+    """The ranks ``found`` as lines; ``timed_ranks``: how many ranks had steps to rank (``RankTimes.sums``),
+    so that a run with nothing to rank is not called balanced."""
+    if timed_ranks is not None and timed_ranks < 2:
+        return (
+            "stragglers     - (nothing to rank: sync_wait_s after each segment's warm-up from "
+            f"{timed_ranks} rank(s), 2 needed)"
+        )
     if not found:
         return "stragglers     none (no rank makes the others wait)"
     lines = [f"stragglers     {len(found)} rank(s) hold the others back (they wait least at the sync):"]
