@@ -268,11 +268,24 @@ class _Watcher:
             if time.monotonic() >= next_window:
                 self._window()
                 next_window = time.monotonic() + self.args.every
-            if self.ended and all(self.ended.values()) and len(self.ended) >= self.world:
+            if (
+                self.ended
+                and all(self.ended.values())
+                and (len(self.ended) >= self.world or self._writers_ended())
+            ):
                 self._window()
                 self.view.end(sorted(self.ended), [self.statuses.get(rank) for rank in sorted(self.ended)])
                 return 0
             self.follower.wait()
+
+    def _writers_ended(self) -> bool:
+        """Every rank the run directory's ``ranks.json`` names as writing there ended: on node-local
+        disks a node's directory holds its own ranks' files only, and the others' never appear."""
+        from speedtronic.training.launch import recorded_ranks
+
+        run = Path(self.args.run)
+        writers = recorded_ranks(run) if run.is_dir() else None
+        return bool(writers) and all(self.ended.get(rank, False) for rank in writers or ())
 
     def _no_state(self, why: str) -> None:
         """Go on without a state file (a read-only run directory), saying so once on stderr."""

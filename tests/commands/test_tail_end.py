@@ -52,3 +52,26 @@ def test_a_completed_run_keeps_its_short_end_line(tmp_path: Path) -> None:
     out, err = watcher.communicate(timeout=120)
     assert watcher.returncode == 0, err
     assert out.splitlines()[-1] == "run ended (train_end from ranks 0, 1)"
+
+
+def test_a_node_local_run_directory_ends_with_its_own_ranks(tmp_path: Path) -> None:
+    """Two nodes on node-local disks: node 1's directory holds rank 1's file and a ranks.json naming
+    rank 1 alone; rank 0's file is on node 0. Followed on node 1, the run ends when rank 1 does (was:
+    the watcher waited for rank 0 of world_size 2 for ever)."""
+    ended_run(tmp_path / "n0", {0: "completed", 1: "completed"})
+    node1 = tmp_path / "n1"
+    node1.mkdir()
+    (tmp_path / "n0" / "metrics.rank1.jsonl").rename(node1 / "metrics.rank1.jsonl")
+    ranks = {
+        "launch": "a1",
+        "world_size": 2,
+        "ranks": [{"rank": 1, "node_rank": 1, "host": "n1", "local_rank": 0}],
+    }
+    (node1 / "ranks.json").write_text(json.dumps(ranks))
+    watcher = tail(node1, "--no-state")
+    try:
+        out, err = watcher.communicate(timeout=120)
+    finally:
+        watcher.kill()
+    assert watcher.returncode == 0, err
+    assert out.splitlines()[-1] == "run ended (train_end from rank 1)"
