@@ -111,7 +111,10 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     for key in result.empty_keys():
-        print(f"speedtronic: warning: no run has {key!r} in its {args.event} records", file=sys.stderr)
+        print(
+            f"speedtronic: warning: no run has a number under {key!r} in its {args.event} records",
+            file=sys.stderr,
+        )
     print(f"wrote {result.path}", file=sys.stderr)
     return 0
 

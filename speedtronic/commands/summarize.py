@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
                 assert summary.rank_times is not None  # asked for above
                 found = summary.rank_times.stragglers()
                 row["health"]["stragglers"] = [item.as_dict() for item in found]
-                health_lines[summary.run] = format_stragglers(found)
+                health_lines[summary.run] = format_stragglers(found, len(summary.rank_times.sums))
     if args.json:
         print(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode())
     else:

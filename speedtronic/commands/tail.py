@@ -21,6 +21,7 @@ from speedtronic.commands._runs import add_alerts_argument, read_alerts_file
 from speedtronic.commands.cli import CommandError
 from speedtronic.events import RATE_SUFFIX
 from speedtronic.record import iso_timestamp
+from speedtronic.record.text import quote
 from speedtronic.runs.reader import Record, RunError, as_number, begins_a_record, not_a_run, rate_keys
 
 __all__ = ["add_parser", "run"]
@@ -226,6 +227,7 @@ class _Watcher:
         self.dispatch = DispatchHooks(self.hooks.callbacks, consume=False)
         self.view = _View.make(args)
         self.steps: dict[int, dict[str, Any]] = {}  # rank -> latest train_step payload
+        self.statuses: dict[int, Any] = {}  # rank -> its latest train_end's status
         self.fresh_ranks: set[int] = set()
         self.target: int | None = None
         self.pace: dict[int, tuple[float, int]] = {}  # rank -> (elapsed_s, step) at its segment's first step
@@ -295,11 +297,24 @@ class _Watcher:
             if time.monotonic() >= next_window:
                 self._window()
                 next_window = time.monotonic() + self.args.every
-            if self.ended and all(self.ended.values()) and len(self.ended) >= self.world:
+            if (
+                self.ended
+                and all(self.ended.values())
+                and (len(self.ended) >= self.world or self._writers_ended())
+            ):
                 self._window()
-                self.view.end(sorted(self.ended))
+                self.view.end(sorted(self.ended), [self.statuses.get(rank) for rank in sorted(self.ended)])
                 return 0
             self.follower.wait()
+
+    def _writers_ended(self) -> bool:
+        """Every rank the run directory's ``ranks.json`` names as writing there ended: on node-local
+        disks a node's directory holds its own ranks' files only, and the others' never appear."""
+        from speedtronic.training.launch import recorded_ranks
+
+        run = Path(self.args.run)
+        writers = recorded_ranks(run) if run.is_dir() else None
+        return bool(writers) and all(self.ended.get(rank, False) for rank in writers or ())
 
     def _no_state(self, why: str) -> None:
         """Go on without a state file (a read-only run directory), saying so once on stderr."""
@@ -355,6 +370,7 @@ class _Watcher:
                 self.pids[record.rank] = (pid, number, str(stacks))
         elif event == "train_end":
             self.ended[record.rank] = True
+            self.statuses[record.rank] = record.payload.get("status")
         elif event == "train_step":
             self.ended.setdefault(record.rank, False)
             step = record.payload.get("step")
@@ -507,6 +523,24 @@ def alert_line(payload: dict[str, Any]) -> str:
     return f"ALERT {payload['severity']} {payload['rule']}: {payload['message']}"
 
 
+def end_line(ranks: list[int], statuses: list[Any]) -> str:
+    """The run's end as one plain line: the ranks that ended, and how those that did not complete
+    ended (their ``train_end``'s ``status``: failed, interrupted, stopped), a few ranks named each."""
+    line = f"run ended (train_end from rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))})"
+    how: dict[str, list[int]] = {}
+    for rank, status in zip(ranks, statuses, strict=True):
+        if status is not None and status != "completed":
+            text = str(status)
+            how.setdefault(text if text.isprintable() else quote(text), []).append(rank)
+    if not how:
+        return line
+    parts = []
+    for status, which in how.items():
+        named = ", ".join(map(str, which[:5])) + (f", ... ({len(which):,})" if len(which) > 5 else "")
+        parts.append(f"{status} on rank{'s' if len(which) > 1 else ''} {named}")
+    return f"{line}: {'; '.join(parts)}"
+
+
 class _View:
     """Where windows and alerts are shown: JSON lines, plain lines, or a Rich live view."""
 
@@ -528,10 +562,8 @@ class _View:
     def alert(self, payload: dict[str, Any]) -> None:
         self._print(alert_line(payload))
 
-    def end(self, ranks: list[int]) -> None:
-        self._print(
-            f"run ended (train_end from rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))})"
-        )
+    def end(self, ranks: list[int], statuses: list[Any]) -> None:
+        self._print(end_line(ranks, statuses))
 
     def close(self) -> None:
         pass
@@ -544,8 +576,8 @@ class _JsonView(_View):
     def alert(self, payload: dict[str, Any]) -> None:
         self._print(orjson.dumps({"kind": "alert", **payload}).decode())
 
-    def end(self, ranks: list[int]) -> None:
-        self._print(orjson.dumps({"kind": "end", "ranks": ranks}).decode())
+    def end(self, ranks: list[int], statuses: list[Any]) -> None:
+        self._print(orjson.dumps({"kind": "end", "ranks": ranks, "statuses": statuses}).decode())
 
 
 class _RichView(_View):
@@ -575,10 +607,9 @@ class _RichView(_View):
         style = "bold red" if payload["severity"] == "error" else "yellow"
         self._console.print(self._text(alert_line(payload), style=style))
 
-    def end(self, ranks: list[int]) -> None:
-        self._console.print(
-            self._text(f"run ended (train_end from ranks {', '.join(map(str, ranks))})", style="green")
-        )
+    def end(self, ranks: list[int], statuses: list[Any]) -> None:
+        completed = all(status in (None, "completed") for status in statuses)
+        self._console.print(self._text(end_line(ranks, statuses), style="green" if completed else "bold red"))
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

@@ -96,6 +96,7 @@ class _Segment:
         "floor",
         "last_time",
         "logged",
+        "redone",
         "start",
         "start_step",
         "step_time",
@@ -120,6 +121,8 @@ class _Segment:
         """Logged steps done for the first time."""
         self.steps_new = 0
         """Steps done for the first time, logged or not."""
+        self.redone: int | None = None
+        """Its latest recorded step done again (at or below ``floor``)."""
 
 
 def _time(record: Record) -> float | None:
@@ -151,15 +154,12 @@ def run_health(
     highest = 0
     tokens: float | None = None
     samples: float | None = None
-    in_segment = 0  # steps of this segment so far (a step's second record is not another)
-    last_step: int | None = None
     for record in read_records(path, rank=rank):
         moment = _time(record)
         if (record.source, record.segment) != where:
             where = (record.source, record.segment)
             elapsed = as_number(record.payload.get("elapsed_s"))
             segments.append(_Segment(moment - elapsed if moment is not None and elapsed else moment, highest))
-            in_segment, last_step = 0, None
         segment = segments[-1]
         if moment is not None:
             segment.last_time = moment if segment.last_time is None else max(segment.last_time, moment)
@@ -174,11 +174,10 @@ def run_health(
             step = payload.get("step")
             if not isinstance(step, int):
                 continue
-            if step != last_step:
-                in_segment, last_step = in_segment + 1, step
             duration = as_number(payload.get("step_time_s"))
+            began = segment.start_step if segment.start_step is not None else segment.floor
+            warm = step - began <= warmup_steps  # the segment's first steps, recorded or not (a cadence)
             if segment.first_step_start is None and moment is not None:
-                began = segment.start_step if segment.start_step is not None else segment.floor
                 ran = max(1, step - began)  # this step and those of the segment the cadence left out
                 segment.first_step_start = moment - (duration or 0.0) * ran
             loss = _loss(payload, roles)
@@ -186,8 +185,11 @@ def run_health(
                 health.final_loss = loss
                 health.best_loss = loss if health.best_loss is None else min(health.best_loss, loss)
             if step <= segment.floor:  # run again after a resume: time lost to the restart
-                health.restart_s += duration or 0.0
-                health.redone_steps += 1
+                before = segment.redone if segment.redone is not None else segment.start_step
+                ran = 1 if before is None or before > step else step - before  # the cadence's steps too
+                health.restart_s += (duration or 0.0) * max(ran, 1)  # a step's second record: its own time
+                health.redone_steps += ran
+                segment.redone = step
                 continue
             if step > highest:  # a second record of the same step (a callback's) is no new step
                 segment.steps_new += step - highest
@@ -196,13 +198,13 @@ def run_health(
             samples = as_number(payload.get("samples")) or samples
             rate = next((as_number(payload[key]) for key in payload if roles.is_rate(key)), None)
             if duration is None:
-                if rate is not None and in_segment > warmup_steps:
+                if rate is not None and not warm:
                     health.rates.append(rate)
                 continue
             segment.logged += 1
             segment.step_time += duration
             segment.data_wait += as_number(payload.get("data_wait_s")) or 0.0
-            if in_segment > warmup_steps:
+            if not warm:
                 health.step_times.append(duration)
                 if rate is not None:
                     health.rates.append(rate)
@@ -587,7 +589,14 @@ class RankTimes:
         return sorted(found, key=lambda straggler: -straggler.score)
 
 
-def format_stragglers(found: list[Straggler]) -> str:
+def format_stragglers(found: list[Straggler], timed_ranks: int | None = None) -> str:
+    """The ranks ``found`` as lines; ``timed_ranks``: how many ranks had steps to rank (``RankTimes.sums``),
+    so that a run with nothing to rank is not called balanced."""
+    if timed_ranks is not None and timed_ranks < 2:
+        return (
+            "stragglers     - (nothing to rank: sync_wait_s after each segment's warm-up from "
+            f"{timed_ranks} rank(s), 2 needed)"
+        )
     if not found:
         return "stragglers     none (no rank makes the others wait)"
     lines = [f"stragglers     {len(found)} rank(s) hold the others back (they wait least at the sync):"]

@@ -30,6 +30,7 @@ __all__ = [
     "destroy_process_group",
     "device_for_rank",
     "init_process_group",
+    "recorded_ranks",
     "shutdown",
     "this_node",
     "training_group",
@@ -257,7 +258,7 @@ def _facts(node: Node, path: Path, resume: bool, launch: str, *, claim: bool) ->
         "shared": _read(path / LAUNCH_NAME) == launch,
         "holds_run": _rundir.holds_run(path),
         "checkpoints": sorted(_rundir.rank_checkpoints(path / _rundir.CHECKPOINTS, node.rank)),
-        "recorded": _recorded_ranks(path),
+        "recorded": recorded_ranks(path),
     }
 
 
@@ -268,7 +269,7 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def _recorded_ranks(path: Path) -> list[int] | None:
+def recorded_ranks(path: Path) -> list[int] | None:
     """The ranks ``ranks.json`` says wrote into ``path`` at the last launch, or ``None``."""
     text = _read(path / RANKS_NAME)
     try:

@@ -49,13 +49,14 @@ def slowed(run: Path, out: Path, factor: float) -> Path:
     return out
 
 
-def synthetic(path: Path, seed: int, slowdown: float = 1.0, steps: int = 300) -> Path:
-    """A run of ``steps`` steps with lognormal noise on a 100 ms step (seeded), written by a real logger."""
+def synthetic(path: Path, seed: int, slowdown: float = 1.0, steps: int = 300, every: int = 1) -> Path:
+    """A run of ``steps`` steps with lognormal noise on a 100 ms step (seeded), written by a real logger
+    (every ``every``-th step recorded, as ``logging.every_steps`` does)."""
     rng = random.Random(seed)
     start = {"start_step": 0, "target_step": steps, "device": "cuda:0", "precision": "bf16", "grad_accum": 1}
     with MetricLogger(stream=io.StringIO(), json_file=path) as logger:
         logger.emit("train_start", {**start, "parameters": 1000, "flops_per_token": 6000})
-        for step in range(1, steps + 1):
+        for step in range(every, steps + 1, every):
             took = 0.1 * slowdown * rng.lognormvariate(0, 0.05)
             logger.emit(
                 "train_step", {"step": step, "loss": 1.0, "step_time_s": took, "tokens_per_s": 4096 / took}
@@ -135,6 +136,16 @@ class TestTheGate:
         b = synthetic(tmp_path / "b.jsonl", seed=2, steps=400)
         done = speedtronic("compare", a, b, "--max-regression", "5%", cwd=tmp_path)
         assert done.returncode == 0, done.stdout + done.stderr
+
+    def test_a_cadence_leaves_out_the_warm_up_steps_not_the_first_records(self, tmp_path: Path) -> None:
+        """Runs of 100 steps recorded every 20 (the default config's cadence): the warm-up is steps 1-5,
+        none of them recorded, so the 5 recorded steps are compared and a 30% slowdown fails the gate
+        (was: the first 5 records left out, nothing to gate on, exit 2)."""
+        a = synthetic(tmp_path / "a.jsonl", seed=1, steps=100, every=20)
+        slow = synthetic(tmp_path / "slow.jsonl", seed=2, slowdown=1.3, steps=100, every=20)
+        done = speedtronic("compare", a, slow, "--max-regression", "5%", cwd=tmp_path)
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "REGRESSION over 5%" in done.stdout
 
     def test_a_gate_with_nothing_to_compare_fails(self, tmp_path: Path) -> None:
         """A run without step times or rates (a framework's, or one too short for the warm-up) can't

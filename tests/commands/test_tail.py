@@ -42,7 +42,7 @@ def test_finished_run_json_exits_0(tmp_path: Path, config: dict[str, Any], run_d
     out, err = watcher.communicate(timeout=120)
     assert watcher.returncode == 0, err
     lines = [json.loads(line) for line in out.splitlines()]
-    assert lines[-1] == {"kind": "end", "ranks": [0]}
+    assert lines[-1] == {"kind": "end", "ranks": [0], "statuses": ["completed"]}
     windows = [line for line in lines if line["kind"] == "window"]
     assert windows
     assert windows[-1]["target_step"] == 20
@@ -384,7 +384,7 @@ def test_since_now_and_ranks(tmp_path: Path) -> None:
     assert one.returncode == 0
     windows = [json.loads(line) for line in out.splitlines() if '"window"' in line]
     assert [window["step"] for window in windows] == [7]
-    assert json.loads(out.splitlines()[-1]) == {"kind": "end", "ranks": [1]}
+    assert json.loads(out.splitlines()[-1]) == {"kind": "end", "ranks": [1], "statuses": [None]}
 
 
 def test_recorded_alerts_are_shown(tmp_path: Path) -> None:

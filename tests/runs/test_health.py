@@ -295,6 +295,42 @@ class TestACadence:
         assert parts["productive_s"] == pytest.approx(2.0, abs=1e-4)
         assert parts["other_s"] == pytest.approx(0.0, abs=1e-4)
 
+    def test_steps_run_again_under_a_cadence_are_every_step_not_each_record(self, tmp_path: Path) -> None:
+        """Killed after step 60, resumed 5 s in from step 40: steps 41-60 (one record, step 60's) are
+        run again, 20 steps of 50 ms in restart (was: 1 step and 0.05 s, the other 0.95 s in other)."""
+        first = [("train_start", 0.1, {"start_step": 0}), *self._steps(1, 60, 0.1)]
+        second = [
+            ("train_start", 0.1, {"start_step": 40}),
+            *self._steps(41, 100, 0.1),
+            ("train_end", 3.1, {}),
+        ]
+        _timed_run(tmp_path / "m.jsonl", [(0.0, first), (5.0, second)])
+        health = run_health(tmp_path / "m.jsonl")
+        parts = health.as_dict()["parts_s"]
+        assert health.redone_steps == 20
+        assert parts["restart_s"] == pytest.approx(2.0 + 1.0, abs=1e-4)  # 3.1 -> 5.1, then steps 41-60
+        assert parts["productive_s"] == pytest.approx(5.0, abs=1e-4)  # steps 1-100 once
+        assert parts["other_s"] == pytest.approx(0.0, abs=1e-4)
+
+    def test_the_warm_up_is_the_segments_first_steps_not_its_first_records(self, tmp_path: Path) -> None:
+        """Steps 1-100, every 20th recorded: the warm-up (steps 1-5) was not recorded, so every recorded
+        step's time counts, and a resumed segment's from its start_step on (was: the first 5 records,
+        here every one, so no step time at all)."""
+        first = [
+            ("train_start", 0.1, {"start_step": 0}),
+            *[("train_step", 0.1 * step, {"step": step, "loss": 1.0, "step_time_s": step / 1000})
+              for step in (20, 40, 60, 80, 100)],
+        ]  # fmt: skip
+        second = [
+            ("train_start", 0.1, {"start_step": 100}),
+            ("train_step", 0.2, {"step": 104, "loss": 1.0, "step_time_s": 0.5}),  # warm-up after the resume
+            ("train_step", 0.3, {"step": 120, "loss": 1.0, "step_time_s": 0.12}),
+        ]
+        _timed_run(tmp_path / "m.jsonl", [(0.0, first), (20.0, second)])
+        health = run_health(tmp_path / "m.jsonl")
+        assert health.step_times == [0.02, 0.04, 0.06, 0.08, 0.1, 0.12]
+        assert health.median_step_s == pytest.approx(0.07)
+
     def test_a_slow_recorded_step_never_starts_the_steps_before_train_start(self, tmp_path: Path) -> None:
         """A recorded step far slower than the others (1 s of 20 steps' 1 s) can't put step 1 before the
         run's train_start: start-up is never negative."""

@@ -77,8 +77,26 @@ class TestPlotCommand:
         out = tmp_path / "o.png"
         result = cli("plot", run_file, "-o", out, "--keys", "loss,momentum")
         assert result.returncode == 0, result.stderr
-        assert "no run has 'momentum' in its train_step records" in result.stderr
+        assert "no run has a number under 'momentum' in its train_step records" in result.stderr
         assert png_size(out) == (800, 580)
+
+    def test_a_key_of_text_only_is_named_as_no_number(self, cli: CLI, tmp_path: Path) -> None:
+        """outer_step's `checksum` is text (a hex digest): the warning says there is no number under it,
+        not that no run has it (was: "no run has 'checksum'", though every record has one)."""
+        from tests.runs.conftest import write_run
+
+        run = tmp_path / "m.jsonl"
+        payloads = [
+            {"outer_step": n, "step": 10 * n, "checksum": "60c07b01", "included": 2} for n in (1, 2, 3)
+        ]
+        write_run(run, [("outer_step", payload) for payload in payloads])
+        result = cli(
+            "plot", run, "-o", tmp_path / "o.png", "--event", "outer_step", "--keys", "included,checksum"
+        )
+        assert result.returncode == 0, result.stderr
+        assert "speedtronic: warning: no run has a number under 'checksum' in its outer_step records" in (
+            result.stderr.splitlines()
+        )
 
     def test_torn_tail_and_junk(self, cli: CLI, run_file: Path, tmp_path: Path) -> None:
         """A torn tail and junk lines are reported and the rest is plotted."""

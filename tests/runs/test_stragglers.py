@@ -172,3 +172,20 @@ class TestStragglersInTheSummary:
         assert got is not None
         assert got.stragglers() == [] == stragglers(path)
         assert got.sums == {}
+
+    def test_a_run_with_nothing_to_rank_is_not_called_balanced(self, tmp_path: Path) -> None:
+        """summarize --rank all --health of ranks without sync_wait_s (or only warm-up steps): the
+        stragglers line says there was nothing to rank (was: "none (no rank makes the others wait)")."""
+        path = tmp_path / "m.jsonl"
+        lines = [{"event": "train_step", "rank": r, "step": s, "step_time_s": 0.1, "elapsed_s": s * 0.1}
+                 for s in range(1, 20) for r in range(3)]  # fmt: skip
+        path.write_bytes(b"\n".join(map(orjson.dumps, lines)) + b"\n")
+        short = all_reduce_run(tmp_path / "short.jsonl", 2, 4, {1: ("data", 3.0)}, seed=1)  # warm-up only
+        for run in (path, short):
+            done = speedtronic("summarize", run, "--health", "--rank", "all", cwd=tmp_path)
+            assert done.returncode == 0, done.stderr
+            (line,) = [line for line in done.stdout.splitlines() if line.startswith("stragglers")]
+            assert line == (
+                "stragglers     - (nothing to rank: sync_wait_s after each segment's warm-up from 0 rank(s), "
+                "2 needed)"
+            )
