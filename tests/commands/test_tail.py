@@ -596,7 +596,7 @@ def test_a_watcher_of_some_ranks_leaves_the_others_to_the_next(tmp_path: Path) -
     assert every.returncode == 0, err
     [alert] = [json.loads(line) for line in out.splitlines() if '"alert"' in line]
     assert (alert["rank"], alert["step"]) == (1, 1)
-    assert json.loads(out.splitlines()[-1]) == {"kind": "end", "ranks": [0, 1]}
+    assert json.loads(out.splitlines()[-1]) == {"kind": "end", "ranks": [0, 1], "statuses": [None, None]}
 
 
 def test_a_new_run_in_place_of_a_watched_one_is_followed(tmp_path: Path) -> None:

@@ -45,7 +45,7 @@ def test_tail_follows_both_ranks_to_the_end(tmp_path: Path) -> None:
     out, err = watcher.communicate(timeout=240)
     assert watcher.returncode == 0, err
     lines = [json.loads(line) for line in out.splitlines()]
-    assert lines[-1] == {"kind": "end", "ranks": [0, 1]}
+    assert lines[-1] == {"kind": "end", "ranks": [0, 1], "statuses": ["completed", "completed"]}
     assert not [line for line in lines if line["kind"] == "alert"]
     assert max(line["ranks_seen"] for line in lines if line["kind"] == "window") == 2
     starts = [
