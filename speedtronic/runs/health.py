@@ -94,8 +94,11 @@ class _Segment:
         "first_step_start",
         "fit_start",
         "floor",
+        "last_step_time",
         "last_time",
         "logged",
+        "paused",
+        "paused_by_last_step",
         "redone",
         "start",
         "start_step",
@@ -123,6 +126,10 @@ class _Segment:
         """Steps done for the first time, logged or not."""
         self.redone: int | None = None
         """Its latest recorded step done again (at or below ``floor``)."""
+        self.last_step_time: float | None = None
+        """When its latest ``train_step`` was recorded."""
+        self.paused = self.paused_by_last_step = 0.0
+        """Its time in evals, checkpoints and steps done again so far, and as of its latest step."""
 
 
 def _time(record: Record) -> float | None:
@@ -187,10 +194,14 @@ def run_health(
             if step <= segment.floor:  # run again after a resume: time lost to the restart
                 before = segment.redone if segment.redone is not None else segment.start_step
                 ran = 1 if before is None or before > step else step - before  # the cadence's steps too
-                health.restart_s += (duration or 0.0) * max(ran, 1)  # a step's second record: its own time
+                lost = (duration or 0.0) * max(ran, 1)  # a step's second record: its own time
+                health.restart_s += lost
                 health.redone_steps += ran
                 segment.redone = step
+                segment.paused += lost
+                segment.last_step_time, segment.paused_by_last_step = moment, segment.paused
                 continue
+            segment.last_step_time, segment.paused_by_last_step = moment, segment.paused
             if step > highest:  # a second record of the same step (a callback's) is no new step
                 segment.steps_new += step - highest
                 highest = step
@@ -209,9 +220,13 @@ def run_health(
                 if rate is not None:
                     health.rates.append(rate)
         elif record.event == "checkpoint":
-            health.checkpoint_s += as_number(payload.get("save_s")) or 0.0
+            saved = as_number(payload.get("save_s")) or 0.0
+            health.checkpoint_s += saved
+            segment.paused += saved
         elif record.event == "eval":
-            health.eval_s += as_number(payload.get("eval_s")) or 0.0
+            evaluated = as_number(payload.get("eval_s")) or 0.0
+            health.eval_s += evaluated
+            segment.paused += evaluated
         elif record.event == "train_end":
             _memory(health, payload)
         _memory_key(health, payload)
@@ -251,6 +266,12 @@ def _account(health: RunHealth, segments: list[_Segment]) -> None:
         previous_end = segment.last_time
         if segment.logged:
             scale = segment.steps_new / segment.logged  # steps the cadence did not log count at the mean
+            if segment.last_step_time is not None:
+                # ... but never longer than the segment's steps had: logged steps slower than the others
+                # (a DiLoCo boundary at each) would make goodput pass 100%.
+                room = segment.last_step_time - began - segment.paused_by_last_step
+                if 0.0 < room < segment.step_time * scale:
+                    scale = room / segment.step_time
             health.data_wait_s += segment.data_wait * scale
             health.productive_s += (segment.step_time - segment.data_wait) * scale
     accounted = sum(getattr(health, part) for part in PARTS if part != "other_s")

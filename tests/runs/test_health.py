@@ -342,3 +342,25 @@ class TestACadence:
         _timed_run(tmp_path / "m.jsonl", [(0.0, records)])
         parts = run_health(tmp_path / "m.jsonl").as_dict()["parts_s"]
         assert parts["startup_s"] == pytest.approx(0.1, abs=1e-4)
+
+    def test_recorded_steps_slower_than_the_others_never_pass_the_time_the_steps_had(
+        self, tmp_path: Path
+    ) -> None:
+        """DiLoCo with `outer_every: 20` under `every_steps: 20`: each recorded step is an outer boundary
+        (100 ms) and the 19 before it 10 ms each. Counting each unrecorded step at the recorded ones'
+        mean made goodput 548%; the steps are given no more than the 0.58 s they ran in, an eval's
+        time in between left out."""
+        records = [
+            ("train_start", 0.1, {"start_step": 0}),
+            ("train_step", 0.39, {"step": 20, "loss": 1.0, "step_time_s": 0.1}),
+            ("eval", 0.44, {"step": 20, "eval_s": 0.05}),
+            ("train_step", 0.73, {"step": 40, "loss": 1.0, "step_time_s": 0.1}),
+            ("train_end", 0.73, {}),
+        ]
+        _timed_run(tmp_path / "m.jsonl", [(0.0, records)])
+        health = run_health(tmp_path / "m.jsonl")
+        parts = health.as_dict()["parts_s"]
+        assert parts["productive_s"] == pytest.approx(0.58, abs=1e-4)
+        assert parts["eval_s"] == pytest.approx(0.05, abs=1e-4)
+        assert parts["other_s"] == pytest.approx(0.0, abs=1e-4)
+        assert health.goodput == pytest.approx(0.58 / 0.73, abs=1e-4)
