@@ -178,6 +178,10 @@ class RunSummary:
     """The last ``train_end``'s ``status`` (``completed``/``interrupted``/``failed``); ``None`` before it."""
     error: str | None = None
     """The last ``train_end``'s ``error``: why it failed or was interrupted."""
+    ends: dict[int, tuple[str | None, str | None] | None] = field(default_factory=dict)
+    """How each rank's last segment ended: its ``train_end``'s ``(status, error)``, ``None`` for one
+    with no ``train_end`` after its ``train_start`` (killed); ``finished``/``status``/``error`` are those
+    of the rank read last."""
     warnings: Counter[str] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
     hook_failures: dict[str, int] = field(default_factory=dict)
@@ -447,6 +451,7 @@ class RunSummary:
         self._rank_starts[record.rank] += 1
         self.finished, self._ended = False, True
         self.status = self.error = None
+        self.ends[record.rank] = None
         target = record.payload.get("target_step")
         self.target_step = target if type(target) is int else self.target_step
 
@@ -456,6 +461,7 @@ class RunSummary:
         status, error = payload.get("status"), payload.get("error")
         self.status = status if isinstance(status, str) else None
         self.error = error if isinstance(error, str) else None
+        self.ends[record.rank] = (self.status, self.error)
         final = as_number(payload.get("final_loss"))
         self.final_loss = final if final is not None else self.final_loss
         for key, value in payload.items():
@@ -619,6 +625,7 @@ class RunSummary:
             self.last_checkpoint = later.last_checkpoint
         if later._ended:
             self.finished, self.status, self.error = later.finished, later.status, later.error
+        self.ends.update(later.ends)  # a rank's later piece says how it ended
         if later.final_loss is not None:
             self.final_loss = later.final_loss
         self.warnings.update(later.warnings)
@@ -692,6 +699,15 @@ class RunSummary:
             "finished": self.finished,
             "status": self.status,
             "error": self.error,
+            "ends": [
+                {
+                    "rank": rank,
+                    "finished": end is not None,
+                    "status": end[0] if end else None,
+                    "error": end[1] if end else None,
+                }
+                for rank, end in sorted(self.ends.items())
+            ],
             "final_loss": _json_float(self.final_loss),
             "warnings": dict(self.warnings),
             "errors": dict(self.errors),

@@ -174,14 +174,33 @@ def _checkpoints(summary: RunSummary) -> str:
 
 
 def _finished(summary: RunSummary) -> str:
+    outcomes: dict[str, list[int]] = {}  # how each rank ended, in words, the ranks that ended so
+    for rank, end in sorted(summary.ends.items()):
+        outcomes.setdefault(_ended(end, None), []).append(rank)
+    if len(outcomes) > 1:  # ranks that ended differently: each way, its ranks, the worst first
+        ways = sorted(outcomes.items(), key=lambda item: item[0].startswith(("completed", "yes")))
+        return "; ".join(f"{way} ({_ranks(ranks)})" for way, ranks in ways)
     if not summary.finished:
         return "no train_end"
-    if summary.status in ("failed", "interrupted"):
-        return f"{summary.status}: {_shown(summary.error)}" if summary.error else summary.status
-    if summary.status is not None:
-        loss = f", final loss {_number(summary.final_loss)}" if summary.final_loss is not None else ""
-        return f"{_shown(summary.status)}{loss}"
-    return f"yes, final loss {_number(summary.final_loss)}" if summary.final_loss is not None else "yes"
+    return _ended((summary.status, summary.error), summary.final_loss)
+
+
+def _ended(end: tuple[str | None, str | None] | None, final_loss: float | None) -> str:
+    """How a segment ended, in words: ``no train_end``, ``failed: <error>``, ``completed, final loss
+    1.2`` (``final_loss``: the run's, shown when all its ranks ended alike)."""
+    if end is None:
+        return "no train_end"
+    status, error = end
+    if status in ("failed", "interrupted"):
+        return f"{status}: {_shown(error)}" if error else status
+    loss = f", final loss {_number(final_loss)}" if final_loss is not None else ""
+    return f"{_shown(status)}{loss}" if status is not None else f"yes{loss}"
+
+
+def _ranks(ranks: list[int], most: int = 5) -> str:
+    """``rank 1``, ``ranks 0, 2``, ``ranks 0, 1, 2, 3, 4, ... (1,000)``."""
+    shown = ", ".join(map(str, ranks[:most])) + (f", ... ({len(ranks):,})" if len(ranks) > most else "")
+    return f"rank{'s' if len(ranks) > 1 else ''} {shown}"
 
 
 def _counts(counts: dict[str, int]) -> str:

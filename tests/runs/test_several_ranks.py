@@ -115,3 +115,65 @@ class TestSummarize:
         assert (summary.records, summary.steps_recorded) == (600, 300)
         assert (summary.loss_first, summary.loss_last, summary.loss_best) == (1.0, 3.299, 1.0)
         assert dict(summary.skipped.other_rank_files) == {0: 1, 2: 1, 4: 1}
+
+
+class TestHowEachRankEnded:
+    """`summarize --rank all` of a job whose ranks ended differently says how each did: it showed the
+    rank read last only (a job whose rank 0 failed and whose rank 1 was killed read "no train_end")."""
+
+    @staticmethod
+    def _job(run: Path) -> Path:
+        run.mkdir()
+        ends: list[dict[str, Any] | None] = [
+            {"status": "failed", "error": "RuntimeError: gloo: peer 1 died"},
+            None,  # SIGKILLed: no train_end
+            {"status": "completed"},
+        ]
+        for rank, end in enumerate(ends):
+            name = "metrics.jsonl" if rank == 0 else f"metrics.rank{rank}.jsonl"
+            ranked = {"rank": rank, "world_size": 3}
+            rows = [("train_start", {"start_step": 0}), ("train_step", {"step": 10, "loss": 1.0})]
+            rows += [("train_end", end)] if end is not None else []
+            (run / name).write_bytes(
+                b"".join(
+                    orjson.dumps({"event": event, **payload, **ranked, "elapsed_s": 0.5}) + b"\n"
+                    for event, payload in rows
+                )
+            )
+        return run
+
+    def test_the_table_names_each_way_and_its_ranks_the_worst_first(self, tmp_path: Path) -> None:
+        self._job(tmp_path / "job")
+        done = speedtronic("summarize", "job", "--rank", "all", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        (row,) = [line for line in done.stdout.splitlines() if line.startswith("finished")]
+        assert row.split(None, 1)[1] == (
+            "failed: RuntimeError: gloo: peer 1 died (rank 0); no train_end (rank 1); completed (rank 2)"
+        )
+
+    def test_json_has_each_ranks_end(self, tmp_path: Path) -> None:
+        self._job(tmp_path / "job")
+        done = speedtronic("summarize", "job", "--rank", "all", "--json", cwd=tmp_path)
+        (summary,) = orjson.loads(done.stdout)
+        assert summary["ends"] == [
+            {"rank": 0, "finished": True, "status": "failed", "error": "RuntimeError: gloo: peer 1 died"},
+            {"rank": 1, "finished": False, "status": None, "error": None},
+            {"rank": 2, "finished": True, "status": "completed", "error": None},
+        ]
+
+    def test_ranks_that_ended_alike_read_as_one_run_did(self, tmp_path: Path) -> None:
+        """Every rank completed: the row is what it is for one process (the final loss)."""
+        run = tmp_path / "job"
+        run.mkdir()
+        for rank in (0, 1):
+            name = "metrics.jsonl" if rank == 0 else f"metrics.rank{rank}.jsonl"
+            rows = [("train_start", {}), ("train_end", {"status": "completed", "final_loss": 0.5})]
+            (run / name).write_bytes(
+                b"".join(
+                    orjson.dumps({"event": e, **p, "rank": rank, "world_size": 2, "elapsed_s": 0.1}) + b"\n"
+                    for e, p in rows
+                )
+            )
+        done = speedtronic("summarize", "job", "--rank", "all", cwd=tmp_path)
+        (row,) = [line for line in done.stdout.splitlines() if line.startswith("finished")]
+        assert row.split(None, 1)[1] == "completed, final loss 0.5"
