@@ -116,6 +116,13 @@ def run(args: argparse.Namespace) -> int:
     rank = (
         "all" if only_alerts and args.rank == "first" else rank_choice(args.rank, runs)
     )  # every rank's alerts
+    charted = any(name in _ONE_SERIES for _, targets in plan for _, name, _ in targets)
+    if rank == "all" and charted:  # each rank's step 10 on one chart: TensorBoard drops them as out of order
+        raise CommandError(
+            "--rank all: a TensorBoard or W&B target keeps one series per key, by step, so "
+            "several ranks' records would overwrite each other there; replay one rank at a time "
+            "(--rank N), each into its own target"
+        )
     for one, targets in plan:  # every run readable, every target valid, before any is created
         try:
             next(read_records(one, rank="all"), None)  # a file that is no run is refused up front
@@ -126,6 +133,10 @@ def run(args: argparse.Namespace) -> int:
     for one, targets in plan:
         _replay(one, targets, rank, append=args.append, alerts=alerts)
     return 0
+
+
+_ONE_SERIES = frozenset({"tensorboard", "wandb"})
+"""Targets that keep one series per key, indexed by step: they can't hold several ranks' records."""
 
 
 def _targets(

@@ -95,3 +95,32 @@ def test_a_folder_of_runs_names_the_run_without_it(tmp_path: Path) -> None:
     )
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == "speedtronic: error: runs/b: --rank 1: the run has no rank 1; it has rank 0\n"
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        ["--tensorboard", "tb"],
+        ["--hook", "tensorboard:log_dir=tb"],
+        ["--wandb", "p", "--wandb-mode", "offline"],
+    ],
+)
+def test_several_ranks_into_one_chart_is_refused(
+    four_ranks: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], target: list[str]
+) -> None:
+    """replay --rank all --tensorboard DIR put every rank's step 10 on one chart, where TensorBoard
+    dropped all but one as out of order: one line, exit 2, no target made; one rank replays."""
+    argv = ["replay", str(four_ranks), "--rank", "all", *target]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path)
+        assert main(argv) == 2
+        assert capsys.readouterr().err == (
+            "speedtronic: error: --rank all: a TensorBoard or W&B target keeps one series per key, by "
+            "step, so several ranks' records would overwrite each other there; replay one rank at a time "
+            "(--rank N), each into its own target\n"
+        )
+        assert not (tmp_path / "tb").exists()
+        assert not (tmp_path / "wandb").exists()
+        if target[0] != "--wandb":
+            assert main(["replay", str(four_ranks), "--rank", "1", *target]) == 0
+            assert (tmp_path / "tb").is_dir()
