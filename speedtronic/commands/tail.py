@@ -534,11 +534,9 @@ def end_line(ranks: list[int], statuses: list[Any]) -> str:
             how.setdefault(text if text.isprintable() else quote(text), []).append(rank)
     if not how:
         return line
-    parts = []
-    for status, which in how.items():
-        named = ", ".join(map(str, which[:5])) + (f", ... ({len(which):,})" if len(which) > 5 else "")
-        parts.append(f"{status} on rank{'s' if len(which) > 1 else ''} {named}")
-    return f"{line}: {'; '.join(parts)}"
+    from speedtronic.runs.table import ranks_text  # the summary table's: loaded only at a run's end
+
+    return f"{line}: {'; '.join(f'{status} on {ranks_text(which)}' for status, which in how.items())}"
 
 
 class _View:

@@ -13,7 +13,7 @@ from speedtronic.runs.reader import (
     Skipped,
 )
 
-__all__ = ["format_summaries"]
+__all__ = ["format_summaries", "ranks_text"]
 
 # -- the table ---------------------------------------------------------------------------------
 
@@ -179,7 +179,7 @@ def _finished(summary: RunSummary) -> str:
         outcomes.setdefault(_ended(end, None), []).append(rank)
     if len(outcomes) > 1:  # ranks that ended differently: each way, its ranks, the worst first
         ways = sorted(outcomes.items(), key=lambda item: item[0].startswith(("completed", "yes")))
-        return "; ".join(f"{way} ({_ranks(ranks)})" for way, ranks in ways)
+        return "; ".join(f"{way} ({ranks_text(ranks)})" for way, ranks in ways)
     if not summary.finished:
         return "no train_end"
     return _ended((summary.status, summary.error), summary.final_loss)
@@ -197,8 +197,8 @@ def _ended(end: tuple[str | None, str | None] | None, final_loss: float | None) 
     return f"{_shown(status)}{loss}" if status is not None else f"yes{loss}"
 
 
-def _ranks(ranks: list[int], most: int = 5) -> str:
-    """``rank 1``, ``ranks 0, 2``, ``ranks 0, 1, 2, 3, 4, ... (1,000)``."""
+def ranks_text(ranks: list[int], most: int = 5) -> str:
+    """``rank 1``, ``ranks 0, 2``, ``ranks 0, 1, 2, 3, 4, ... (1,000)``: a few ranks named, then how many."""
     shown = ", ".join(map(str, ranks[:most])) + (f", ... ({len(ranks):,})" if len(ranks) > most else "")
     return f"rank{'s' if len(ranks) > 1 else ''} {shown}"
 
