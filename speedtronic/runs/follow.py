@@ -44,8 +44,7 @@ class _Tail:
             _, _, self.offset, self.lines, self.segment, self.started = position[:6]
         self.last = b""
         if self.offset:
-            start = max(0, self.offset - _FINGERPRINT)
-            self.last = os.pread(fd, self.offset - start, start)
+            self.last = _before(fd, self.offset)
             if position is not None and len(position) > 6 and position[6] != _digest(self.last):
                 self.lost = str(position[6])  # truncated (copytruncate) while no follower read it
         self.grew_at = 0.0
@@ -56,6 +55,13 @@ class _Tail:
 
 def _digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=8).hexdigest()
+
+
+def _before(fd: int, offset: int) -> bytes:
+    """The bytes of ``fd`` just before ``offset`` that tell whether it still holds what was read to
+    there (``_FINGERPRINT`` at most): what a follower keeps, compares and saves a digest of."""
+    size = min(_FINGERPRINT, offset)
+    return os.pread(fd, size, offset - size)
 
 
 def inotify_supported(path: str | os.PathLike[str]) -> bool:
@@ -94,8 +100,6 @@ def position_holds(directory: str | os.PathLike[str], key: str, position: Positi
     a file holding the bytes read before the offset (its fingerprint; the same device and inode for a
     position saved without one)."""
     path = Path(directory) / key
-    offset = position[2]
-    size = min(_FINGERPRINT, offset)
     for candidate in [str(path), *Follower._siblings(path)]:
         try:
             with open(candidate, "rb") as file:
@@ -104,8 +108,7 @@ def position_holds(directory: str | os.PathLike[str], key: str, position: Positi
                     if (stat.st_dev, stat.st_ino) == (position[0], position[1]):
                         return True
                     continue
-                file.seek(offset - size)
-                if _digest(file.read(size)) == position[6]:
+                if _digest(_before(file.fileno(), position[2])) == position[6]:
                     return True
         except OSError:
             continue
@@ -258,7 +261,8 @@ class Follower:
                 fd = os.open(sibling, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
             except OSError:
                 continue
-            ident = (os.fstat(fd).st_dev, os.fstat(fd).st_ino)
+            info = os.fstat(fd)
+            ident = (info.st_dev, info.st_ino)
             if ident != (saved[0], saved[1]):
                 os.close(fd)
                 continue
@@ -336,9 +340,7 @@ class Follower:
         holding the bytes read before the offset; ``None`` when there is none."""
         for candidate in self._siblings(tail.path):
             file = open(candidate, "rb")  # noqa: SIM115  (returned open, closed by the caller)
-            size = min(_FINGERPRINT, tail.offset)  # what a follower reading the file to the offset kept
-            file.seek(tail.offset - size)
-            before = file.read(size)
+            before = _before(file.fileno(), tail.offset)  # what a follower reading it to the offset kept
             if (_digest(before) == tail.lost) if tail.lost else (before == tail.last):
                 return file
             file.close()
