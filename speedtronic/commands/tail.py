@@ -192,7 +192,7 @@ class _Watcher:
     ) -> None:
         from speedtronic.hooks import CallbackList, DispatchHooks
         from speedtronic.runs.backtest import RunAlerts
-        from speedtronic.runs.follow import Follower, position_holds
+        from speedtronic.runs.follow import Follower, position_holds, run_home
         from speedtronic.runs.stall import StallWatch
         from speedtronic.runs.watchstate import WatchState
 
@@ -201,7 +201,7 @@ class _Watcher:
         if self.state is not None and not os.access(self.state.home, os.W_OK):
             self._no_state("the run directory is not writable")
         positions, before = self.state.load() if self.state is not None else ({}, {})
-        home = Path(args.run) if Path(args.run).is_dir() else Path(args.run).parent
+        home = run_home(args.run)
         if positions and not any(position_holds(home, key, at) for key, at in positions.items()):
             positions, before = {}, {}  # the files it was saved for are gone: a new run in their place
             if self.state is not None:

@@ -13,7 +13,7 @@ from typing import Any
 from speedtronic.record import rank_of_name
 from speedtronic.runs.reader import MAX_LINE_BYTES, Record, RunError, Skipped, parse_record
 
-__all__ = ["NETWORK_FILE_SYSTEMS", "Follower", "Position", "inotify_supported", "position_holds"]
+__all__ = ["NETWORK_FILE_SYSTEMS", "Follower", "Position", "inotify_supported", "position_holds", "run_home"]
 
 NETWORK_FILE_SYSTEMS = frozenset(
     {"nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "ceph", "fuse", "9p", "afs"}
@@ -94,6 +94,13 @@ def _file_system(path: Path) -> str:
         return ""
 
 
+def run_home(path: str | os.PathLike[str]) -> Path:
+    """The directory a followed run's files are named from (``Follower.positions()``' keys) and its
+    watchers' state is kept in: the run directory itself, or a file's directory."""
+    run = Path(path)
+    return run if run.is_dir() else run.parent
+
+
 def position_holds(directory: str | os.PathLike[str], key: str, position: Position) -> bool:
     """Whether the file ``position`` was saved for (``Follower.positions()``' ``key`` below
     ``directory``) is still there, at its path or rotated beside it (``<name>.1``, ``<name>-<date>``):
@@ -160,7 +167,7 @@ class Follower:
 
             self._inotify = inotify_simple.INotify()
             self._flags = inotify_simple.flags
-            self._watch(self.path if self.path.is_dir() else self.path.parent)
+            self._watch(run_home(self.path))
 
     # -- which files ------------------------------------------------------------------------------------
 
@@ -385,7 +392,7 @@ class Follower:
     def _key(self, path: Path) -> str:
         """A file's name in ``positions()``: its path below the followed directory (its name, for a file),
         so the positions hold from any working directory."""
-        return os.path.relpath(path, self.path if self.path.is_dir() else self.path.parent)
+        return os.path.relpath(path, run_home(self.path))
 
     def close(self) -> None:
         for tail in [*self._tails.values(), *self._retired]:

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from speedtronic.runs.follow import Position
+from speedtronic.runs.follow import Position, run_home
 
 __all__ = ["STATE_DIR", "WatchState", "alert_id"]
 
@@ -35,8 +35,8 @@ class WatchState:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         run = Path(path)
-        self.home = run if run.is_dir() else run.parent  # where the state goes: it must be writable
-        self.directory = self.home / STATE_DIR if run.is_dir() else self.home / STATE_DIR / run.name
+        self.home = run_home(run)  # where the state goes: it must be writable
+        self.directory = self.home / STATE_DIR if run == self.home else self.home / STATE_DIR / run.name
 
     def load(self) -> tuple[dict[str, Position], dict[str, Any]]:
         """The positions saved last, and the watcher's notes on the run (its ranks: ended or not, their
