@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
-from speedtronic.runs.health import run_health
+from speedtronic.runs.health import RunHealth, run_health
 from tests.helpers import run_records
 from tests.runs.conftest import assert_one_line_error, speedtronic
 from tests.training.test_run_dirs import ROOT, train, write_config
@@ -243,9 +243,12 @@ class TestTwoRecordsOfOneStep:
         assert health.step_times == [0.01] * 4  # each step once, after the warm-up
 
 
-def _timed_run(path: Path, segments: list[tuple[float, list[tuple[str, float, dict[str, Any]]]]]) -> None:
-    """A run's JSONL written by hand with exact times: per segment, when its logger started (seconds
-    after 12:00:00) and its records as (event, seconds since that start, payload)."""
+def _timed_health(
+    tmp_path: Path, segments: list[tuple[float, list[tuple[str, float, dict[str, Any]]]]]
+) -> RunHealth:
+    """``run_health`` of a run's JSONL written by hand with exact times: per segment, when its logger
+    started (seconds after 12:00:00) and its records as (event, seconds since that start, payload)."""
+    path = tmp_path / "m.jsonl"
     with path.open("w") as out:
         for began, records in segments:
             for event, elapsed, payload in records:
@@ -253,6 +256,7 @@ def _timed_run(path: Path, segments: list[tuple[float, list[tuple[str, float, di
                 stamp = f"2026-01-01T12:{int(at // 60):02d}:{at % 60:09.6f}Z"
                 line = {"event": event, **payload, "elapsed_s": elapsed, "timestamp": stamp}
                 out.write(orjson.dumps(line).decode() + "\n")
+    return run_health(path)
 
 
 class TestACadence:
@@ -272,8 +276,7 @@ class TestACadence:
     def test_the_steps_before_the_first_recorded_one_are_not_start_up(self, tmp_path: Path) -> None:
         """Start-up ends when step 1 begins (0.1 s), not when step 20 does; nothing is left negative."""
         records = [("train_start", 0.1, {"start_step": 0}), *self._steps(1, 40, 0.1), ("train_end", 2.1, {})]
-        _timed_run(tmp_path / "m.jsonl", [(0.0, records)])
-        health = run_health(tmp_path / "m.jsonl")
+        health = _timed_health(tmp_path, [(0.0, records)])
         parts = health.as_dict()["parts_s"]
         assert parts["startup_s"] == pytest.approx(0.1, abs=1e-4)
         assert parts["productive_s"] == pytest.approx(2.0, abs=1e-4)
@@ -289,8 +292,7 @@ class TestACadence:
             ("checkpoint", 1.12, {"step": 20, "save_s": 0.02}),
         ]
         second = [("train_start", 0.1, {"start_step": 20}), *self._steps(21, 40, 0.1), ("train_end", 1.1, {})]
-        _timed_run(tmp_path / "m.jsonl", [(0.0, first), (3.0, second)])
-        parts = run_health(tmp_path / "m.jsonl").as_dict()["parts_s"]
+        parts = _timed_health(tmp_path, [(0.0, first), (3.0, second)]).as_dict()["parts_s"]
         assert parts["restart_s"] == pytest.approx(3.1 - 1.12, abs=1e-4)
         assert parts["productive_s"] == pytest.approx(2.0, abs=1e-4)
         assert parts["other_s"] == pytest.approx(0.0, abs=1e-4)
@@ -304,8 +306,7 @@ class TestACadence:
             *self._steps(41, 100, 0.1),
             ("train_end", 3.1, {}),
         ]
-        _timed_run(tmp_path / "m.jsonl", [(0.0, first), (5.0, second)])
-        health = run_health(tmp_path / "m.jsonl")
+        health = _timed_health(tmp_path, [(0.0, first), (5.0, second)])
         parts = health.as_dict()["parts_s"]
         assert health.redone_steps == 20
         assert parts["restart_s"] == pytest.approx(2.0 + 1.0, abs=1e-4)  # 3.1 -> 5.1, then steps 41-60
@@ -326,8 +327,7 @@ class TestACadence:
             ("train_step", 0.2, {"step": 104, "loss": 1.0, "step_time_s": 0.5}),  # warm-up after the resume
             ("train_step", 0.3, {"step": 120, "loss": 1.0, "step_time_s": 0.12}),
         ]
-        _timed_run(tmp_path / "m.jsonl", [(0.0, first), (20.0, second)])
-        health = run_health(tmp_path / "m.jsonl")
+        health = _timed_health(tmp_path, [(0.0, first), (20.0, second)])
         assert health.step_times == [0.02, 0.04, 0.06, 0.08, 0.1, 0.12]
         assert health.median_step_s == pytest.approx(0.07)
 
@@ -339,8 +339,7 @@ class TestACadence:
             ("train_step", 1.1, {"step": 20, "loss": 1.0, "step_time_s": 0.5}),
             ("train_end", 1.1, {}),
         ]
-        _timed_run(tmp_path / "m.jsonl", [(0.0, records)])
-        parts = run_health(tmp_path / "m.jsonl").as_dict()["parts_s"]
+        parts = _timed_health(tmp_path, [(0.0, records)]).as_dict()["parts_s"]
         assert parts["startup_s"] == pytest.approx(0.1, abs=1e-4)
 
     def test_recorded_steps_slower_than_the_others_never_pass_the_time_the_steps_had(
@@ -357,8 +356,7 @@ class TestACadence:
             ("train_step", 0.73, {"step": 40, "loss": 1.0, "step_time_s": 0.1}),
             ("train_end", 0.73, {}),
         ]
-        _timed_run(tmp_path / "m.jsonl", [(0.0, records)])
-        health = run_health(tmp_path / "m.jsonl")
+        health = _timed_health(tmp_path, [(0.0, records)])
         parts = health.as_dict()["parts_s"]
         assert parts["productive_s"] == pytest.approx(0.58, abs=1e-4)
         assert parts["eval_s"] == pytest.approx(0.05, abs=1e-4)
