@@ -253,13 +253,28 @@ class ValueFormat:
 
 def _rounding(digits: int) -> Callable[[float], str]:
     """The float rule for ``digits`` significant digits, its constants bound once (as structlog's
-    ``TimeStamper`` picks its stamping closure once)."""
+    ``TimeStamper`` picks its stamping closure once).
+
+    ``%g``'s text is the rule's as it is when it has a point and no exponent (``3.224``). Up to 15
+    digits (``_EXACT_DIGITS``) two more of its forms are the rule's text without a round trip through
+    ``float`` and ``repr``: a whole number (``1234``, ``0``) plus ``.0``, and a negative exponent
+    (``3e-05``) away from the subnormal numbers (``_NORMAL``): a decimal of 15 digits or fewer names
+    one double, which ``repr`` writes back with those digits. A positive exponent (``1e+04`` for
+    9999.7) goes through ``repr``."""
     limit, spec = 10.0**digits, f"%.{digits}g"  # format(value, ".4g")'s text, for less (no spec to parse)
+    exact = digits <= _EXACT_DIGITS
 
     def rounded(value: float) -> str:
         if -limit < value < limit:  # also False for NaN and infinities
-            text = spec % value  # what repr() writes too, unless it needs a point or
-            return text if "." in text and "e" not in text else repr(float(text))  # drops "e+04"
+            text = spec % value
+            if "e" not in text:
+                if "." in text:
+                    return text
+                if exact:
+                    return text + ".0"
+            elif exact and "e-" in text and not -_NORMAL < value < _NORMAL:
+                return text
+            return repr(float(text))
         return repr(value) if not math.isfinite(value) else repr(float(round(value)))
 
     return rounded
@@ -278,6 +293,9 @@ _EXACT_DIGITS = 15
 """Digits up to which ``format(x, ".N")`` with a negative exponent is the float rule's text: a decimal
 of 15 digits or fewer names one double (``sys.float_info.dig``), so the rule's ``repr(float(text))``
 gives it back; subnormal numbers, with fewer digits of their own, aside."""
+_NORMAL = 1e-307
+"""Above a double's smallest normal number (``sys.float_info.min``), so that a value at least this
+large, rounded to any digits, is normal too (``_rounding``)."""
 _BULK_KEYS = 16  # smaller events take the plain loop: the bulk path's set-up costs more there
 _MAX_BULK_DIGITS = 17  # a double's most significant digits (see ValueFormat.__init__)
 _STR_ONLY = frozenset({str})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 import struct
 from typing import Any
@@ -24,6 +25,30 @@ def random_float(rng: random.Random) -> float:
     if rng.random() < 0.2:
         return rng.choice(specials)
     return rng.uniform(-1, 1) * 10 ** rng.uniform(-12, 12)
+
+
+def rule(value: float, digits: int) -> str:
+    """The float rule as docs/output.md states it: rounded to ``digits`` significant digits (whole
+    digits never cut), then written as ``repr`` writes a float."""
+    if not math.isfinite(value):
+        return repr(value)
+    if abs(value) < 10.0**digits:
+        return repr(float(f"%.{digits}g" % value))
+    return repr(float(round(value)))
+
+
+@pytest.mark.parametrize("digits", [1, 2, 4, 7, 12, 15])
+def test_each_float_reads_as_the_rule_writes_it(digits: int) -> None:
+    """Whole numbers (``2.0``, ``1234.0`` from 1234.5, ``-0.0``), negative exponents (``3e-05``, down to
+    subnormal numbers), positive ones (``10000.0`` from 9999.7) and 64-bit patterns: each value alone
+    reads as the rule writes it, at every digit setting up to 15 (beyond, `%g` shows a double's last
+    binary digits, `9999.7000000000007`, as it always has)."""
+    rng = random.Random(digits)
+    edges = [2.0, -0.0, 1234.5, 9999.7, 3e-05, 1.5e-07, 5e-324, 2.2250738585072014e-308, 1e-307, 1e15]
+    whole = [float(rng.randint(-(10**17), 10**17)) for _ in range(2_000)]
+    small = [rng.uniform(-1, 1) * 10 ** rng.randint(-320, -5) for _ in range(2_000)]
+    for value in edges + whole + small + [random_float(rng) for _ in range(4_000)]:
+        assert format_value(value, digits) == rule(value, digits), value
 
 
 class TestWideEvents:
