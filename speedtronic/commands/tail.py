@@ -352,6 +352,7 @@ class _Watcher:
         self.view = _View.make(args)
         self.home = home
         self.runs: dict[str, _Run] = {}  # by name: "." for the followed run, a directory of a folder
+        self.run_of: dict[Path, _Run] = {}  # a file's run, found once
         for name, noted in restored.items():
             self._run(name).restore(noted, ranks, counts=bool(positions))
 
@@ -467,7 +468,9 @@ class _Watcher:
             return
         if record.own:
             return
-        run = self._run(os.path.relpath(record.source.parent, self.home))
+        run = self.run_of.get(record.source)
+        if run is None:
+            run = self.run_of[record.source] = self._run(os.path.relpath(record.source.parent, self.home))
         world = record.payload.get("world_size")
         if type(world) is int and self.ranks is None:
             run.world = max(run.world, world)
