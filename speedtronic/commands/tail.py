@@ -37,7 +37,8 @@ def add_parser(subparsers: Any) -> None:
         help="watch a run as it is written: live progress, alerts, stalls",
         description="Follow a run (a JSONL file, a run directory or a folder of runs) as it is written, "
         "across new ranks, restarts and log rotation: one line per window with new steps, alerts as "
-        "they come, a stall alert when a rank stops stepping. Exits 0 when every rank has ended.",
+        "they come, a stall alert when a rank stops stepping. Exits 0 when every rank (of every run) "
+        "has ended.",
     )
     parser.add_argument("run", metavar="RUN", help="a JSONL file, a run directory or a folder of runs")
     parser.add_argument("--json", action="store_true", help="one JSON object per line (windows, alerts, end)")

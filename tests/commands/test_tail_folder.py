@@ -199,3 +199,26 @@ class TestState:
         assert (windows[LIVE]["step"], windows[LIVE]["alerts"]) == (4, 1)
         ends = [json.loads(line) for line in out.splitlines() if '"end"' in line]
         assert [end["run"] for end in ends][-1] == LIVE
+
+    def test_notes_of_a_folder_watched_as_one_run_are_left_out(self, tmp_path: Path) -> None:
+        """A folder's state saved by a watcher that went by rank number alone (its notes at the top of
+        the state, every run's rank 0 as one): its positions hold, its notes (rank 0 ended: one run's
+        train_end taken for both) are no run's, so the watcher waits for the live run's end."""
+        runs = tmp_path / "runs"
+        two_runs(runs)
+        first = tail(runs, "--json", "--every", "1000")
+        state = runs / ".speedtronic-tail" / "positions.json"
+        read_until(
+            first, lambda line: json.loads(line).get("run") == DONE and json.loads(line)["kind"] == "end"
+        )
+        first.terminate()
+        first.communicate(timeout=60)
+        saved = json.loads(state.read_text())
+        saved["run"] = saved["run"]["runs"][DONE]  # as the watcher before runs were told apart saved it
+        state.write_text(json.dumps(saved))
+        again = tail(runs, "--json", "--every", "1000")
+        write(runs / LIVE / "metrics.jsonl", [*steps([3]), {"event": "train_end", "step": 3}])
+        out, err = again.communicate(timeout=120)
+        assert again.returncode == 0, err
+        ends = [json.loads(line) for line in out.splitlines() if '"end"' in line]
+        assert ends == [{"kind": "end", "run": LIVE, "ranks": [0], "statuses": [None]}]
