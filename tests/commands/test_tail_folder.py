@@ -85,9 +85,9 @@ class TestEnd:
             shown = read_until(watcher, lambda line: json.loads(line)["kind"] == "end")
             done = [json.loads(line) for line in shown]
             assert done[-1] == {"kind": "end", "run": DONE, "ranks": [0], "statuses": [None]}
-            assert [(window["run"], window["step"], window["target_step"]) for window in done[:-1]] == [
-                (DONE, 5, 5)
-            ]
+            windows = {window["run"]: window for window in done[:-1]}  # LIVE's too, on a slow first pass
+            assert (windows[DONE]["step"], windows[DONE]["target_step"]) == (5, 5)
+            assert set(windows) <= {LIVE, DONE}
             write(runs / LIVE / "metrics.jsonl", steps([3]))
             shown = read_until(watcher, lambda line: json.loads(line).get("step") == 3)
             window = json.loads(shown[-1])
