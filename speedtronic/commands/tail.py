@@ -37,7 +37,8 @@ def add_parser(subparsers: Any) -> None:
         help="watch a run as it is written: live progress, alerts, stalls",
         description="Follow a run (a JSONL file, a run directory or a folder of runs) as it is written, "
         "across new ranks, restarts and log rotation: one line per window with new steps, alerts as "
-        "they come, a stall alert when a rank stops stepping. Exits 0 when every rank has ended.",
+        "they come, a stall alert when a rank stops stepping. Exits 0 when every rank (of every run) "
+        "has ended.",
     )
     parser.add_argument("run", metavar="RUN", help="a JSONL file, a run directory or a folder of runs")
     parser.add_argument("--json", action="store_true", help="one JSON object per line (windows, alerts, end)")
@@ -178,54 +179,33 @@ def _hooks(texts: list[str]) -> list[Any]:
     return made
 
 
-class _Watcher:
-    """The follow, check, show loop of one ``tail``."""
+class _Run:
+    """What the watcher knows of one run: a run directory (or a JSONL file) of the followed path, a
+    folder of runs holding several. Its ranks go by number within it: rank 0 of two runs is two ranks."""
 
-    def __init__(
-        self,
-        args: argparse.Namespace,
-        since: float | str | None,
-        ranks: frozenset[int] | None,
-        budgets: Any,
-        alerts: Any,
-        hooks: list[Any],
-    ) -> None:
-        from speedtronic.hooks import CallbackList, DispatchHooks
-        from speedtronic.runs.backtest import RunAlerts
-        from speedtronic.runs.follow import Follower, position_holds, run_home
-        from speedtronic.runs.stall import StallWatch
-        from speedtronic.runs.watchstate import WatchState
+    __slots__ = (
+        "alerts",
+        "counts",
+        "derive",
+        "ended",
+        "fresh_ranks",
+        "last_steps",
+        "name",
+        "others",
+        "pace",
+        "pids",
+        "segments",
+        "shown_end",
+        "stalls",
+        "statuses",
+        "steps",
+        "target",
+        "world",
+    )
 
-        self.args, self.since, self.ranks = args, since, ranks
-        self.state = None if args.no_state else WatchState(args.run)
-        if self.state is not None and not os.access(self.state.home, os.W_OK):
-            self._no_state("the run directory is not writable")
-        positions, before = self.state.load() if self.state is not None else ({}, {})
-        home = run_home(args.run)
-        if positions and not any(position_holds(home, key, at) for key, at in positions.items()):
-            positions, before = {}, {}  # the files it was saved for are gone: a new run in their place
-            if self.state is not None:
-                self.state.forget()
-        if isinstance(since, float):  # the last N minutes asked for: read them again (alerts stay sent)
-            positions = {}
-        # With --ranks, what is saved of the other ranks stays as it was for a watcher of them: the
-        # positions of the files their records are in (``foreign``), their notes.
-        self.kept = dict(positions)
-        self.foreign: set[str] = set()
-        self.others = {
-            part: {key: value for key, value in dict(before.get(part, {})).items() if int(key) not in ranks}
-            for part in ("ranks", "pids")
-            if ranks is not None
-        }
-        try:
-            self.follower = Follower(args.run, poll=args.poll, interval=args.interval, positions=positions)
-        except (RunError, ValueError) as error:
-            raise CommandError(f"tail: {error}") from None
-        self.derive = RunAlerts(alerts.rules) if alerts is not None else None
-        self.stalls = None if args.no_stall else StallWatch(budgets)
-        self.hooks = CallbackList(hooks)
-        self.dispatch = DispatchHooks(self.hooks.callbacks, consume=False)
-        self.view = _View.make(args)
+    def __init__(self, name: str, stalls: Any, derive: Any) -> None:
+        self.name = name  # its directory below the followed folder; "." for the followed run itself
+        self.stalls, self.derive = stalls, derive
         self.steps: dict[int, dict[str, Any]] = {}  # rank -> latest train_step payload
         self.statuses: dict[int, Any] = {}  # rank -> its latest train_end's status
         self.fresh_ranks: set[int] = set()
@@ -240,23 +220,154 @@ class _Watcher:
         # rank -> the file (below the followed directory) and segment of its latest record: a stall's
         # alert id, as a rule's alert has its record's (two runs of a folder, a resumed segment: its own)
         self.segments: dict[int, tuple[str, int]] = {}
-        self.home = home
-        self.world = int(before.get("world", 0))
-        self.target = before.get("target_step")
-        for key, noted in dict(before.get("ranks", {})).items():  # a restarted watcher's
-            rank, ended, last_step = int(key), bool(noted[0]), noted[1]
+        # With --ranks, what is saved of the other ranks stays as it was for a watcher of them.
+        self.others: dict[str, dict[str, Any]] = {}
+        self.shown_end = False
+
+    def restore(self, noted: dict[str, Any], ranks: frozenset[int] | None, *, counts: bool) -> None:
+        """Take what a watcher before a restart saved of the run (``notes``); ``counts``: the alerts
+        shown so far too (it goes on where that watcher stopped)."""
+        self.world = int(noted.get("world", 0))
+        self.target = noted.get("target_step")
+        if ranks is not None:
+            self.others = {
+                part: {
+                    key: value for key, value in dict(noted.get(part, {})).items() if int(key) not in ranks
+                }
+                for part in ("ranks", "pids")
+            }
+        for key, rank_notes in dict(noted.get("ranks", {})).items():
+            rank, ended, last_step = int(key), bool(rank_notes[0]), rank_notes[1]
             if ranks is None or rank in ranks:
                 self.ended[rank], self.last_steps[rank] = ended, last_step
-                if len(noted) > 3:  # noted before files and segments were: two items
-                    self.segments[rank] = (str(noted[3]), int(noted[2]))
-                if len(noted) > 4 and positions:  # going on where it stopped: the alerts so far
-                    self.counts[rank] = int(noted[4])
+                if len(rank_notes) > 3:  # noted before files and segments were: two items
+                    self.segments[rank] = (str(rank_notes[3]), int(rank_notes[2]))
+                if len(rank_notes) > 4 and counts:
+                    self.counts[rank] = int(rank_notes[4])
                     self.alerts += self.counts[rank]
                 if self.stalls is not None:
                     self.stalls.resume(rank, last_step, ended=ended)
-        for key, (pid, number, stacks) in dict(before.get("pids", {})).items():
+        for key, (pid, number, stacks) in dict(noted.get("pids", {})).items():
             if ranks is None or int(key) in ranks:
                 self.pids[int(key)] = (int(pid), int(number), str(stacks))
+
+    def notes(self) -> dict[str, Any]:
+        """What a restarted watcher must know of the run: its ranks (ended, last step), world, target."""
+        ranks = {}
+        for rank, ended in self.ended.items():
+            source, segment = self.segments.get(rank, ("", 0))
+            ranks[str(rank)] = [ended, self.last_steps.get(rank), segment, source, self.counts.get(rank, 0)]
+        pids = {str(rank): list(found) for rank, found in self.pids.items()}
+        ranks.update(self.others.get("ranks", {}))
+        pids.update(self.others.get("pids", {}))
+        return {"ranks": ranks, "world": self.world, "target_step": self.target, "pids": pids}
+
+    def count(self, rank: int) -> None:
+        self.alerts += 1
+        self.counts[rank] = self.counts.get(rank, 0) + 1
+
+    def over(self, writers: frozenset[int] | None) -> bool:
+        """Whether the run ended: every rank seen (and, with ``world_size``, that many ranks) wrote its
+        ``train_end``, or every rank ``writers`` (its ``ranks.json``) names did."""
+        if not self.ended or not all(self.ended.values()):
+            return False
+        return len(self.ended) >= self.world or (
+            bool(writers) and all(self.ended.get(rank, False) for rank in writers or ())
+        )
+
+    def window(self) -> dict[str, Any] | None:
+        """The window of the steps that came since the last one (``None`` when none came): the lead
+        reporting rank's step, loss, rates and ETA."""
+        if not self.fresh_ranks:
+            return None
+        lead = min(self.fresh_ranks)
+        step = self.steps[lead]
+        number = step.get("step")
+        eta = None
+        start = self.pace.get(lead)
+        elapsed = as_number(step.get("elapsed_s"))
+        if self.target is not None and start is not None and elapsed is not None and type(number) is int:
+            done, took = number - start[1], elapsed - start[0]
+            if done > 0 and took > 0:
+                eta = max(0.0, (self.target - number) * took / done)
+        window: dict[str, Any] = {"kind": "window", **self.label()}
+        window |= {
+            "step": number,
+            "target_step": self.target,
+            "loss": step.get("loss"),
+            "lr": step.get("lr"),
+            "rates": {key: step[key] for key in rate_keys(step)},
+            "eta_s": None if eta is None else round(eta, 1),
+            "ranks_reporting": sorted(self.fresh_ranks),
+            "ranks_seen": len(self.ended),
+            "alerts": self.alerts,
+        }
+        self.fresh_ranks = set()
+        return window
+
+    def label(self) -> dict[str, str]:
+        """``{"run": name}`` for a run of a folder of runs; nothing for the followed run itself."""
+        return {} if self.name == "." else {"run": self.name}
+
+
+class _Watcher:
+    """The follow, check, show loop of one ``tail``."""
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        since: float | str | None,
+        ranks: frozenset[int] | None,
+        budgets: Any,
+        alerts: Any,
+        hooks: list[Any],
+    ) -> None:
+        from speedtronic.hooks import CallbackList, DispatchHooks
+        from speedtronic.runs.follow import Follower, position_holds, run_home
+        from speedtronic.runs.watchstate import WatchState
+
+        self.args, self.since, self.ranks = args, since, ranks
+        self.budgets, self.rules = budgets, alerts
+        self.state = None if args.no_state else WatchState(args.run)
+        if self.state is not None and not os.access(self.state.home, os.W_OK):
+            self._no_state("the run directory is not writable")
+        positions, before = self.state.load() if self.state is not None else ({}, {})
+        home = run_home(args.run)
+        if positions and not any(position_holds(home, key, at) for key, at in positions.items()):
+            positions, before = {}, {}  # the files it was saved for are gone: a new run in their place
+            if self.state is not None:
+                self.state.forget()
+        restored = _restored_runs(before, positions)
+        if isinstance(since, float):  # the last N minutes asked for: read them again (alerts stay sent)
+            positions = {}
+        # With --ranks, the positions of the files the other ranks' records are in (``foreign``) stay
+        # as they were saved, for a watcher of them.
+        self.kept = dict(positions)
+        self.foreign: set[str] = set()
+        try:
+            self.follower = Follower(args.run, poll=args.poll, interval=args.interval, positions=positions)
+        except (RunError, ValueError) as error:
+            raise CommandError(f"tail: {error}") from None
+        self.hooks = CallbackList(hooks)
+        self.dispatch = DispatchHooks(self.hooks.callbacks, consume=False)
+        self.view = _View.make(args)
+        self.home = home
+        self.runs: dict[str, _Run] = {}  # by name: "." for the followed run, a directory of a folder
+        self.run_of: dict[Path, _Run] = {}  # a file's run, found once
+        for name, noted in restored.items():
+            self._run(name).restore(noted, ranks, counts=bool(positions))
+
+    def _run(self, name: str) -> _Run:
+        """The run called ``name``, made when first seen: its own stall watch and rule windows."""
+        run = self.runs.get(name)
+        if run is None:
+            from speedtronic.runs.backtest import RunAlerts
+            from speedtronic.runs.stall import StallWatch
+
+            stalls = None if self.args.no_stall else StallWatch(self.budgets)
+            derive = RunAlerts(self.rules.rules) if self.rules is not None else None
+            run = self.runs[name] = _Run(name, stalls, derive)
+        return run
 
     def loop(self) -> int:
         """Follow until the run ends (0); 1 when a hook failed to deliver an alert, as it was sent or
@@ -285,36 +396,46 @@ class _Watcher:
             for record in records:
                 self._take(record, backlog=first and self.since == "now")
             first = False
-            if self.stalls is not None:
-                for payload in self.stalls.check():
-                    self._stack_dump(payload)
-                    self._alert(payload, self.segments.get(payload["rank"]))
+            for run in list(self.runs.values()):
+                for payload in run.stalls.check() if run.stalls is not None else ():
+                    self._stack_dump(payload, run)
+                    self._alert(payload, run, run.segments.get(payload["rank"]))
             if records and self.state is not None:
                 try:
                     self.state.save(self._positions(), self._notes())
                 except OSError as error:
                     self._no_state(f"can't write {self.state.directory}: {error.strerror or error}")
             if time.monotonic() >= next_window:
-                self._window()
+                for name in sorted(self.runs):
+                    self._window(self.runs[name])
                 next_window = time.monotonic() + self.args.every
-            if (
-                self.ended
-                and all(self.ended.values())
-                and (len(self.ended) >= self.world or self._writers_ended())
-            ):
-                self._window()
-                self.view.end(sorted(self.ended), [self.statuses.get(rank) for rank in sorted(self.ended)])
+            # A run is seen once a rank of it started, stepped or ended; the watch ends with the last.
+            seen = [self.runs[name] for name in sorted(self.runs) if self.runs[name].ended]
+            for run in seen:
+                if not run.over(self._writers(run)):
+                    run.shown_end = False  # (again: a run resumed after it ended)
+                elif not run.shown_end:
+                    run.shown_end = True
+                    self._window(run)
+                    ranks = sorted(run.ended)
+                    statuses = [run.statuses.get(rank) for rank in ranks]
+                    self.view.end(run.label(), ranks, statuses, self._named())
+            if seen and all(run.shown_end for run in seen):
                 return 0
             self.follower.wait()
 
-    def _writers_ended(self) -> bool:
-        """Every rank the run directory's ``ranks.json`` names as writing there ended: on node-local
-        disks a node's directory holds its own ranks' files only, and the others' never appear."""
+    def _named(self) -> bool:
+        """Whether the lines name their run: more than one run is followed."""
+        return sum(1 for run in self.runs.values() if run.ended) > 1
+
+    def _writers(self, run: _Run) -> frozenset[int] | None:
+        """The ranks the run directory's ``ranks.json`` names as writing there: on node-local disks a
+        node's directory holds its own ranks' files only, and the others' never appear."""
         from speedtronic.training.launch import recorded_ranks
 
-        run = Path(self.args.run)
-        writers = recorded_ranks(run) if run.is_dir() else None
-        return bool(writers) and all(self.ended.get(rank, False) for rank in writers or ())
+        directory = Path(self.args.run) if run.name == "." else self.home / run.name
+        writers = recorded_ranks(directory) if directory.is_dir() else None
+        return frozenset(writers) if writers else None
 
     def _no_state(self, why: str) -> None:
         """Go on without a state file (a read-only run directory), saying so once on stderr."""
@@ -326,15 +447,11 @@ class _Watcher:
         )
 
     def _notes(self) -> dict[str, Any]:
-        """What a restarted watcher must know of the run: its ranks (ended, last step), world, target."""
-        ranks = {}
-        for rank, ended in self.ended.items():
-            source, segment = self.segments.get(rank, ("", 0))
-            ranks[str(rank)] = [ended, self.last_steps.get(rank), segment, source, self.counts.get(rank, 0)]
-        pids = {str(rank): list(found) for rank, found in self.pids.items()}
-        ranks.update(self.others.get("ranks", {}))
-        pids.update(self.others.get("pids", {}))
-        return {"ranks": ranks, "world": self.world, "target_step": self.target, "pids": pids}
+        """What a restarted watcher must know of each run (``_Run.notes``): the followed run's at the
+        top, as before there were several, and a folder's runs by name under ``runs``."""
+        notes = self.runs["."].notes() if "." in self.runs else {}
+        named = {name: run.notes() for name, run in sorted(self.runs.items()) if name != "."}
+        return {**notes, "runs": named} if named else notes
 
     def _positions(self) -> dict[str, Any]:
         """The follower's positions, but where the files of ranks not followed (``--ranks``) were."""
@@ -352,46 +469,50 @@ class _Watcher:
             return
         if record.own:
             return
+        run = self.run_of.get(record.source)
+        if run is None:
+            run = self.run_of[record.source] = self._run(os.path.relpath(record.source.parent, self.home))
         world = record.payload.get("world_size")
         if type(world) is int and self.ranks is None:
-            self.world = max(self.world, world)
-        if self.stalls is not None:
-            self.stalls.see(record)
-        self.segments[record.rank] = self._where(record)
+            run.world = max(run.world, world)
+        if run.stalls is not None:
+            run.stalls.see(record)
+        run.segments[record.rank] = self._where(record)
         event = record.event
         if event == "train_start":
-            self.ended[record.rank] = False
-            self.pace.pop(record.rank, None)
+            run.ended[record.rank] = False
+            run.pace.pop(record.rank, None)
             target = record.payload.get("target_step")
-            self.target = target if type(target) is int else self.target
+            run.target = target if type(target) is int else run.target
             pid, number = record.payload.get("pid"), record.payload.get("stack_signal")
             if type(pid) is int and type(number) is int:
                 stacks = record.source.parent / str(record.payload.get("stacks"))  # relative to the run
-                self.pids[record.rank] = (pid, number, str(stacks))
+                run.pids[record.rank] = (pid, number, str(stacks))
         elif event == "train_end":
-            self.ended[record.rank] = True
-            self.statuses[record.rank] = record.payload.get("status")
+            run.ended[record.rank] = True
+            run.statuses[record.rank] = record.payload.get("status")
         elif event == "train_step":
-            self.ended.setdefault(record.rank, False)
+            run.ended.setdefault(record.rank, False)
             step = record.payload.get("step")
-            self.last_steps[record.rank] = step if type(step) is int else self.last_steps.get(record.rank)
+            run.last_steps[record.rank] = step if type(step) is int else run.last_steps.get(record.rank)
         if backlog or not self._recent(record):
-            if self.derive is not None:
-                self.derive.check(record)  # the rules' windows fill; their alerts were the past's
+            if run.derive is not None:
+                run.derive.check(record)  # the rules' windows fill; their alerts were the past's
             return
         if event == "train_step":
-            self.steps[record.rank] = record.payload
-            self.fresh_ranks.add(record.rank)
+            run.steps[record.rank] = record.payload
+            run.fresh_ranks.add(record.rank)
             elapsed, step = as_number(record.payload.get("elapsed_s")), record.payload.get("step")
-            if elapsed is not None and type(step) is int and record.rank not in self.pace:
-                self.pace[record.rank] = (elapsed, step)
+            if elapsed is not None and type(step) is int and record.rank not in run.pace:
+                run.pace[record.rank] = (elapsed, step)
         if event == "alert" and "rule" in record.payload and "message" in record.payload:
             # The run's own alert (its logger's rules): shown and counted; its hooks had it already.
-            self._count(record.rank)
-            self.view.alert({**record.payload, "severity": record.payload.get("severity"), "recorded": True})
-        if self.derive is not None:
-            for payload in self.derive.check(record):
-                self._alert(payload, self._where(record), record.timestamp)
+            run.count(record.rank)
+            payload = {**record.payload, "severity": record.payload.get("severity"), "recorded": True}
+            self.view.alert(_of_run(payload, run))
+        if run.derive is not None:
+            for payload in run.derive.check(record):
+                self._alert(payload, run, self._where(record), record.timestamp)
 
     def _recent(self, record: Record) -> bool:
         if not isinstance(self.since, float) or record.timestamp is None:
@@ -402,16 +523,12 @@ class _Watcher:
             return True
         return (dt.datetime.now(dt.timezone.utc) - when).total_seconds() <= self.since
 
-    def _count(self, rank: int) -> None:
-        self.alerts += 1
-        self.counts[rank] = self.counts.get(rank, 0) + 1
-
     def _where(self, record: Record) -> tuple[str, int]:
         """The record's file below the followed directory, and its segment there: with the alert's rule,
         rank, step and key, what tells one alert from another (``alert_id``)."""
         return os.path.relpath(record.source, self.home), record.segment
 
-    def _alert(self, payload: dict[str, Any], where: object, timestamp: str | None = None) -> None:
+    def _alert(self, payload: dict[str, Any], run: _Run, where: object, timestamp: str | None = None) -> None:
         from speedtronic.runs.watchstate import alert_id
 
         try:
@@ -422,18 +539,19 @@ class _Watcher:
                 f"can't write {self.state.directory if self.state else ''}: {error.strerror or error}"
             )
         rank = payload.get("rank", 0)
-        self._count(rank if type(rank) is int else 0)
+        run.count(rank if type(rank) is int else 0)
+        payload = _of_run(payload, run)
         self.view.alert(payload)
         stamp = timestamp or iso_timestamp(time.time())
         self.dispatch(None, payload["severity"], {**payload, "timestamp": stamp, "event": "alert"})
 
-    def _stack_dump(self, payload: dict[str, Any]) -> None:
+    def _stack_dump(self, payload: dict[str, Any], run: _Run) -> None:
         """With ``--dump-stacks``: signal the stalled rank's process, and name in the alert where its
         stacks go (or why there are none)."""
         if not self.args.dump_stacks:
             return
         rank = payload.get("rank", 0)
-        found = self.pids.get(rank)
+        found = run.pids.get(rank)
         if found is None:
             payload["stacks"] = None
             payload["message"] += "; no stacks: the run's train_start names no pid and stack_signal"
@@ -457,33 +575,29 @@ class _Watcher:
         payload["stacks"] = stacks
         payload["message"] += f"; stacks of process {pid}: {stacks}"
 
-    def _window(self) -> None:
-        if not self.fresh_ranks:
-            return
-        lead = min(self.fresh_ranks)
-        step = self.steps[lead]
-        number = step.get("step")
-        eta = None
-        start = self.pace.get(lead)
-        elapsed = as_number(step.get("elapsed_s"))
-        if self.target is not None and start is not None and elapsed is not None and type(number) is int:
-            done, took = number - start[1], elapsed - start[0]
-            if done > 0 and took > 0:
-                eta = max(0.0, (self.target - number) * took / done)
-        window = {
-            "kind": "window",
-            "step": number,
-            "target_step": self.target,
-            "loss": step.get("loss"),
-            "lr": step.get("lr"),
-            "rates": {key: step[key] for key in rate_keys(step)},
-            "eta_s": None if eta is None else round(eta, 1),
-            "ranks_reporting": sorted(self.fresh_ranks),
-            "ranks_seen": len(self.ended),
-            "alerts": self.alerts,
-        }
-        self.fresh_ranks = set()
-        self.view.window(window)
+    def _window(self, run: _Run) -> None:
+        window = run.window()
+        if window is not None:
+            self.view.window(window, self._named())
+
+
+def _restored_runs(before: dict[str, Any], positions: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each run's notes from a saved state: the followed run's at the top, a folder's runs under
+    ``runs``. Notes at the top beside positions of files in subdirectories are a folder's saved before
+    its runs were told apart (its ranks mixing the runs): left out, as no run's."""
+    restored = {str(name): dict(noted) for name, noted in dict(before.get("runs", {})).items()}
+    in_folders = any(os.path.dirname(key) for key in positions)
+    if "ranks" in before and not in_folders:
+        restored["."] = before
+    return restored
+
+
+def _of_run(payload: dict[str, Any], run: _Run) -> dict[str, Any]:
+    """An alert of a folder's run, named: its ``run``, and its message beginning with the run's name
+    (what a hook shows); the followed run's own alerts as they are."""
+    if run.name == ".":
+        return payload
+    return {**payload, "run": run.name, "message": f"{run.name}: {payload.get('message')}"}
 
 
 def _process_state(pid: int) -> str | None:
@@ -516,6 +630,11 @@ def window_line(window: dict[str, Any]) -> str:
         f"step {step}  loss {_number(window['loss'], '.4g')}  lr {_number(window['lr'], '.3g')}  {rates}  "
         f"eta {eta}  ranks {reporting}/{window['ranks_seen']}  alerts {window['alerts']}"
     ).replace("    ", "  ")
+
+
+def _named(of: dict[str, Any], line: str, named: bool) -> str:
+    """``line`` beginning with its run's name (``of["run"]``) where lines name their run."""
+    return f"{of['run']}  {line}" if named and "run" in of else line
 
 
 def alert_line(payload: dict[str, Any]) -> str:
@@ -554,28 +673,30 @@ class _View:
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
 
-    def window(self, window: dict[str, Any]) -> None:
-        self._print(window_line(window))
+    def window(self, window: dict[str, Any], named: bool) -> None:
+        """``named``: more than one run followed, the line begins with the window's ``run``."""
+        self._print(_named(window, window_line(window), named))
 
     def alert(self, payload: dict[str, Any]) -> None:
         self._print(alert_line(payload))
 
-    def end(self, ranks: list[int], statuses: list[Any]) -> None:
-        self._print(end_line(ranks, statuses))
+    def end(self, run: dict[str, str], ranks: list[int], statuses: list[Any], named: bool) -> None:
+        """``run``: ``{"run": name}`` for a run of a folder of runs, else empty."""
+        self._print(_named(run, end_line(ranks, statuses), named))
 
     def close(self) -> None:
         pass
 
 
 class _JsonView(_View):
-    def window(self, window: dict[str, Any]) -> None:
+    def window(self, window: dict[str, Any], named: bool) -> None:
         self._print(orjson.dumps(window).decode())
 
     def alert(self, payload: dict[str, Any]) -> None:
         self._print(orjson.dumps({"kind": "alert", **payload}).decode())
 
-    def end(self, ranks: list[int], statuses: list[Any]) -> None:
-        self._print(orjson.dumps({"kind": "end", "ranks": ranks, "statuses": statuses}).decode())
+    def end(self, run: dict[str, str], ranks: list[int], statuses: list[Any], named: bool) -> None:
+        self._print(orjson.dumps({"kind": "end", **run, "ranks": ranks, "statuses": statuses}).decode())
 
 
 class _RichView(_View):
@@ -596,8 +717,9 @@ class _RichView(_View):
         self._live = Live(Text(f"following {run}"), console=self._console, auto_refresh=False, transient=True)
         self._live.start()
 
-    def window(self, window: dict[str, Any]) -> None:
-        self._console.print(self._text(window_line(window), style="bold" if window["alerts"] else ""))
+    def window(self, window: dict[str, Any], named: bool) -> None:
+        line = _named(window, window_line(window), named)
+        self._console.print(self._text(line, style="bold" if window["alerts"] else ""))
         now = time.strftime("%H:%M:%S")
         self._live.update(self._text(f"following {self._run} · last window {now}", style="dim"), refresh=True)
 
@@ -605,9 +727,10 @@ class _RichView(_View):
         style = "bold red" if payload["severity"] == "error" else "yellow"
         self._console.print(self._text(alert_line(payload), style=style))
 
-    def end(self, ranks: list[int], statuses: list[Any]) -> None:
+    def end(self, run: dict[str, str], ranks: list[int], statuses: list[Any], named: bool) -> None:
         completed = all(status in (None, "completed") for status in statuses)
-        self._console.print(self._text(end_line(ranks, statuses), style="green" if completed else "bold red"))
+        line = _named(run, end_line(ranks, statuses), named)
+        self._console.print(self._text(line, style="green" if completed else "bold red"))
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
