@@ -15,6 +15,7 @@ from speedtronic.alerts import AlertConfigError, Rule, alerts_section, rules_fro
 from speedtronic.commands.cli import CommandError
 from speedtronic.runs.reader import RankChoice, RunError, Skipped, read_records
 from speedtronic.runs.roles import Roles
+from speedtronic.runs.table import ranks_text
 
 __all__ = [
     "AlertsFile",
@@ -159,27 +160,7 @@ def _check_ranks(run: str, text: str, wanted: list[int]) -> None:
         return
     missing = sorted({rank for rank in wanted if rank not in found})
     raise CommandError(
-        f"{run}: --rank {text}: the run has no {_ranks_text(missing)}; it has {_ranks_text(has)}"
-    )
-
-
-def _ranks_text(ranks: list[int], most: int = 8) -> str:
-    """Sorted ranks in words: ``rank 0``, ``ranks 0, 1``, ``ranks 0-3``, ``ranks 0, 2, 5-7``; past
-    ``most`` ranges, ``...``."""
-    spans: list[list[int]] = []
-    for rank in ranks:
-        if spans and rank == spans[-1][1] + 1:
-            spans[-1][1] = rank
-        else:
-            spans.append([rank, rank])
-    shown = [
-        f"{low}-{high}" if high > low + 1 else ", ".join(map(str, range(low, high + 1)))
-        for low, high in spans
-    ]
-    return (
-        f"rank{'s' if len(ranks) > 1 else ''} "
-        + ", ".join(shown[:most])
-        + (", ..." if len(shown) > most else "")
+        f"{run}: --rank {text}: the run has no {ranks_text(missing)}; it has {ranks_text(has)}"
     )
 
 

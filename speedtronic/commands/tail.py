@@ -644,8 +644,10 @@ def alert_line(payload: dict[str, Any]) -> str:
 
 def end_line(ranks: list[int], statuses: list[Any]) -> str:
     """The run's end as one plain line: the ranks that ended, and how those that did not complete
-    ended (their ``train_end``'s ``status``: failed, interrupted, stopped), a few ranks named each."""
-    line = f"run ended (train_end from rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))})"
+    ended (their ``train_end``'s ``status``: failed, interrupted, stopped), ranks in spans (``0-999``)."""
+    from speedtronic.runs.table import ranks_text  # the summary table's: loaded only at a run's end
+
+    line = f"run ended (train_end from {ranks_text(ranks)})"
     how: dict[str, list[int]] = {}
     for rank, status in zip(ranks, statuses, strict=True):
         if status is not None and status != "completed":
@@ -653,8 +655,6 @@ def end_line(ranks: list[int], statuses: list[Any]) -> str:
             how.setdefault(text if text.isprintable() else quote(text), []).append(rank)
     if not how:
         return line
-    from speedtronic.runs.table import ranks_text  # the summary table's: loaded only at a run's end
-
     return f"{line}: {'; '.join(f'{status} on {ranks_text(which)}' for status, which in how.items())}"
 
 

@@ -197,10 +197,24 @@ def _ended(end: tuple[str | None, str | None] | None, final_loss: float | None) 
     return f"{_shown(status)}{loss}" if status is not None else f"yes{loss}"
 
 
-def ranks_text(ranks: list[int], most: int = 5) -> str:
-    """``rank 1``, ``ranks 0, 2``, ``ranks 0, 1, 2, 3, 4, ... (1,000)``: a few ranks named, then how many."""
-    shown = ", ".join(map(str, ranks[:most])) + (f", ... ({len(ranks):,})" if len(ranks) > most else "")
-    return f"rank{'s' if len(ranks) > 1 else ''} {shown}"
+def ranks_text(ranks: list[int], most: int = 8) -> str:
+    """Sorted ranks in words: ``rank 0``, ``ranks 0, 1``, ``ranks 0-3``, ``ranks 0, 2, 5-7``; past
+    ``most`` ranges, ``...``."""
+    spans: list[list[int]] = []
+    for rank in ranks:
+        if spans and rank == spans[-1][1] + 1:
+            spans[-1][1] = rank
+        else:
+            spans.append([rank, rank])
+    shown = [
+        f"{low}-{high}" if high > low + 1 else ", ".join(map(str, range(low, high + 1)))
+        for low, high in spans
+    ]
+    return (
+        f"rank{'s' if len(ranks) > 1 else ''} "
+        + ", ".join(shown[:most])
+        + (", ..." if len(shown) > most else "")
+    )
 
 
 def _counts(counts: dict[str, int]) -> str:

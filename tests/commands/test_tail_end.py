@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from speedtronic.commands.tail import end_line
 from tests.commands.test_tail import tail
 
 
@@ -33,7 +34,7 @@ def test_a_failed_run_says_so_in_its_end_line(tmp_path: Path) -> None:
     out, err = watcher.communicate(timeout=120)
     assert watcher.returncode == 0, err
     assert out.splitlines()[-1] == (
-        "run ended (train_end from ranks 0, 1, 2, 3): failed on ranks 0, 3; interrupted on rank 1"
+        "run ended (train_end from ranks 0-3): failed on ranks 0, 3; interrupted on rank 1"
     )
     watcher = tail(tmp_path / "r", "--no-state", "--json")
     out, err = watcher.communicate(timeout=120)
@@ -52,6 +53,17 @@ def test_a_completed_run_keeps_its_short_end_line(tmp_path: Path) -> None:
     out, err = watcher.communicate(timeout=120)
     assert watcher.returncode == 0, err
     assert out.splitlines()[-1] == "run ended (train_end from ranks 0, 1)"
+
+
+def test_a_thousand_rank_job_ends_in_a_short_line() -> None:
+    """Ranks are written in spans: 1,000 ranks are ``0-999``, not 1,000 numbers (was: a 3,890-character
+    line), and the ranks that failed among them as well."""
+    statuses = ["completed"] * 1000
+    for rank in (3, 4, 5, 900):
+        statuses[rank] = "failed"
+    assert end_line(list(range(1000)), statuses) == (
+        "run ended (train_end from ranks 0-999): failed on ranks 3-5, 900"
+    )
 
 
 def test_a_node_local_run_directory_ends_with_its_own_ranks(tmp_path: Path) -> None:
