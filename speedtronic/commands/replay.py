@@ -215,7 +215,8 @@ def _replay(
         )
     if alerts is not None:
         print(
-            f"{len(result.alerts):,} alerts re-derived from {path} with {alerts.path} (the run recorded "
+            f"{len(result.alerts):,} alert{'' if len(result.alerts) == 1 else 's'} re-derived from {path} "
+            f"with {alerts.path} (the run recorded "
             f"{result.recorded_alerts:,})",
             file=sys.stderr,
         )

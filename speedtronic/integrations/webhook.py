@@ -39,14 +39,17 @@ _SLACK_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
 
 
 def alert_text(record: Mapping[str, Any], name: str | None = None) -> str:
-    """The one-line text of a record: ``[name] WARNING spike (rank 1): <message>`` for an alert,
+    """The one-line text of a record: ``[name] WARNING spike (rank 1): <message>`` for an alert (the
+    rank left out where the message names it: ``ERROR stall: rank 1: no train_step ...``),
     ``[name] <event>: key=value ...`` for any other event."""
     prefix = f"[{name}] " if name else ""
     if record.get("event") != Event.ALERT:
         return f"{prefix}{record.get('event')}:{format_fields(record, skip=_NOT_IN_TEXT)}"
     severity = str(record.get("severity", "warning")).upper()
-    rank = f" (rank {record['rank']})" if record.get("rank") is not None else ""
     message = record.get("message") or format_fields(record, skip=(*_NOT_IN_TEXT, "rule", "severity")).strip()
+    rank = f" (rank {record['rank']})" if record.get("rank") is not None else ""
+    if rank and f"rank {record['rank']}: " in str(message):  # a stall's message names its rank itself
+        rank = ""
     return f"{prefix}{severity} {record.get('rule')}{rank}: {message}"
 
 

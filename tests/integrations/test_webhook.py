@@ -338,6 +338,13 @@ class TestOptions:
         record = {"event": "alert", **alert(severity="error"), "rank": 3}
         assert alert_text(record, "r1") == "[r1] ERROR spike (rank 3): " + alert()["message"]
 
+    def test_a_stall_names_its_rank_once(self) -> None:
+        """A stall's message starts with its rank: the text does not say it twice (was:
+        ``ERROR stall (rank 1): rank 1: no train_step ...``)."""
+        message = "rank 1: no train_step for 61 s after step 140 (budget 60 s, steps)"
+        record = {"event": "alert", "rule": "stall", "severity": "error", "rank": 1, "message": message}
+        assert alert_text(record) == f"ERROR stall: {message}"
+
 
 class TestReplay:
     def test_replay_posts_a_finished_runs_alerts(self, serve: Any, tmp_path: Path) -> None:
