@@ -179,6 +179,14 @@ def _hooks(texts: list[str]) -> list[Any]:
     return made
 
 
+_RAISED_KEPT = 1024
+"""Alerts the watcher's rules raised that a run keeps, to tell the run's own record of one of them."""
+
+
+def _incident(rank: int, payload: dict[str, Any]) -> tuple[Any, ...]:
+    return (rank, payload.get("rule"), payload.get("key"), payload.get("step"))
+
+
 class _Run:
     """What the watcher knows of one run: a run directory (or a JSONL file) of the followed path, a
     folder of runs holding several. Its ranks go by number within it: rank 0 of two runs is two ranks."""
@@ -187,6 +195,7 @@ class _Run:
         "alerts",
         "counts",
         "derive",
+        "derived",
         "ended",
         "fresh_ranks",
         "last_steps",
@@ -206,6 +215,7 @@ class _Run:
     def __init__(self, name: str, stalls: Any, derive: Any) -> None:
         self.name = name  # its directory below the followed folder; "." for the followed run itself
         self.stalls, self.derive = stalls, derive
+        self.derived: dict[tuple[Any, ...], None] = {}  # recent alerts the watcher's rules raised
         self.steps: dict[int, dict[str, Any]] = {}  # rank -> latest train_step payload
         self.statuses: dict[int, Any] = {}  # rank -> its latest train_end's status
         self.fresh_ranks: set[int] = set()
@@ -261,6 +271,16 @@ class _Run:
         ranks.update(self.others.get("ranks", {}))
         pids.update(self.others.get("pids", {}))
         return {"ranks": ranks, "world": self.world, "target_step": self.target, "pids": pids}
+
+    def raise_(self, rank: int, payload: dict[str, Any]) -> None:
+        """Note an alert the watcher's rules raised from ``rank``'s record (the last ``_RAISED_KEPT``)."""
+        if len(self.derived) >= _RAISED_KEPT:
+            del self.derived[next(iter(self.derived))]
+        self.derived[_incident(rank, payload)] = None
+
+    def raised(self, rank: int, payload: dict[str, Any]) -> bool:
+        """Whether the watcher's rules raised this recorded alert (the same rule, key and step) already."""
+        return _incident(rank, payload) in self.derived
 
     def count(self, rank: int) -> None:
         self.alerts += 1
@@ -506,12 +526,16 @@ class _Watcher:
             if elapsed is not None and type(step) is int and record.rank not in run.pace:
                 run.pace[record.rank] = (elapsed, step)
         if event == "alert" and "rule" in record.payload and "message" in record.payload:
-            # The run's own alert (its logger's rules): shown and counted; its hooks had it already.
+            # The run's own alert (its logger's rules): shown and counted, unless the watcher's rules
+            # (the same rule, run by --alerts) raised it already; its hooks had it already.
+            if run.raised(record.rank, record.payload):
+                return
             run.count(record.rank)
             payload = {**record.payload, "severity": record.payload.get("severity"), "recorded": True}
             self.view.alert(_of_run(payload, run))
         if run.derive is not None:
             for payload in run.derive.check(record):
+                run.raise_(record.rank, payload)
                 self._alert(payload, run, self._where(record), record.timestamp)
 
     def _recent(self, record: Record) -> bool:

@@ -415,6 +415,35 @@ def test_recorded_alerts_are_shown(tmp_path: Path) -> None:
     assert window["alerts"] == 1
 
 
+def test_an_alert_raised_by_the_run_and_the_watcher_is_shown_once(tmp_path: Path) -> None:
+    """A run whose logger's rules recorded a NaN's alert, watched with the same rule (--alerts): one
+    alert, counted once (was: the watcher's and the run's record of it, two lines and ``alerts 2``);
+    the run's record of an alert the watcher's rules don't raise is still shown."""
+    from speedtronic.alerts import NonFinite, Threshold
+    from speedtronic.profiling import MetricLogger
+
+    run = tmp_path / "run"
+    with MetricLogger(
+        json_file=run / "metrics.jsonl", alerts=[NonFinite(), Threshold("lr", above=1.0)]
+    ) as log:
+        log.emit("train_start", {"target_step": 3})
+        for step, loss, lr in ((1, 1.0, 0.1), (2, float("nan"), 0.1), (3, 1.0, 2.0)):
+            log.emit("train_step", {"step": step, "loss": loss, "lr": lr})
+        log.emit("train_end", {"step": 3, "status": "completed"})
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(yaml.safe_dump({"alerts": [{"rule": "non_finite"}]}))
+    watcher = tail(run, "--json", "--no-state", "--every", "1000", "--alerts", rules)
+    out, err = watcher.communicate(timeout=120)
+    assert watcher.returncode == 0, err
+    shown = [json.loads(line) for line in out.splitlines() if '"kind":"alert"' in line]
+    assert [(alert["rule"], alert["step"], "recorded" in alert) for alert in shown] == [
+        ("non_finite", 2, False),
+        ("threshold", 3, True),
+    ]
+    [window] = [json.loads(line) for line in out.splitlines() if '"window"' in line]
+    assert window["alerts"] == 2
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes to read-only directories")
 def test_read_only_run_keeps_no_state(tmp_path: Path) -> None:
     """A run directory the watcher can't write: it follows the run anyway, saying once that it keeps
