@@ -6,6 +6,7 @@ worse than the first run's by more than that at 95% confidence (``speedtronic.ru
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any
 
 import orjson
@@ -133,20 +134,38 @@ def _verdict(baseline: RunHealth, candidate: RunHealth, found: list[Slowdown], l
     if not found:
         lines.append("  no per-step times or rates in both runs: nothing to compare")
     for item in found:
-        change = 100 * (item.ratio - 1)
-        word = "slower" if item.figure == "step time" else "lower"
+        change, low, high = _change(item)
         line = (
-            f"  {item.figure:<9} {change:+.1f}% {word if change > 0 else 'better'}"
-            f" (95% interval {100 * (item.low - 1):+.1f}% to {100 * (item.high - 1):+.1f}%)"
+            f"  {item.figure:<9} {change:+.1f}% ({_word(item.ratio)})"
+            f" (95% interval {low:+.1f}% to {high:+.1f}%)"
         )
         if limit is not None:
-            line += (
-                f": REGRESSION over {100 * limit:g}%"
-                if item.regressed(limit)
-                else f": within {100 * limit:g}%"
-            )
+            if item.regressed(limit):
+                line += f": REGRESSION over {100 * limit:g}%"
+            elif item.ratio > 1:  # worse, but the interval reaches below the limit
+                line += f": not shown to be over {100 * limit:g}% at 95% confidence"
+            else:
+                line += ": no regression"
         lines.append(line)
     return "\n".join(lines)
+
+
+def _word(ratio: float) -> str:
+    return "slower" if ratio > 1 else "faster" if ratio < 1 else "the same"
+
+
+def _change(item: Slowdown) -> tuple[float, float, float]:
+    """The change of the figure itself, in percent, and its interval: the step time's ratio as it is;
+    for tokens/s (``Slowdown.ratio`` is baseline over candidate: worse above 1) the rate's own change,
+    so a run with 2.2 times the rate reads +120%, not -55%."""
+    if item.figure == "step time":
+        return 100 * (item.ratio - 1), 100 * (item.low - 1), 100 * (item.high - 1)
+    return _rate_change(item.ratio), _rate_change(item.high), _rate_change(item.low)
+
+
+def _rate_change(ratio: float) -> float:
+    """The rate's change in percent for a ``Slowdown.ratio`` of tokens/s (baseline over candidate)."""
+    return 100 * (1 / ratio - 1) if ratio > 0 else math.inf
 
 
 def _table(healths: list[RunHealth]) -> str:

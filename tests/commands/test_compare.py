@@ -124,6 +124,21 @@ class TestTheGate:
         slow = synthetic(tmp_path / "slow.jsonl", seed=3, slowdown=1.1)
         assert speedtronic("compare", a, slow, "--max-regression", "5%", cwd=tmp_path).returncode == 1
 
+    def test_each_figure_reads_as_its_own_change(self, tmp_path: Path) -> None:
+        """Steps 10% longer read ``step time +10% (slower)`` and ``tokens/s -9% (slower)``; the other
+        way round, ``(faster)`` with tokens/s up (was: ``tokens/s -9.1% better`` for a run whose rate went
+        up, the ratio's change printed as the rate's)."""
+        a = synthetic(tmp_path / "a.jsonl", seed=1, steps=100)
+        slow = synthetic(tmp_path / "slow.jsonl", seed=1, steps=100, slowdown=1.1)  # the same noise
+        worse = speedtronic("compare", a, slow, "--max-regression", "5%", cwd=tmp_path).stdout.splitlines()
+        assert worse[-2].split("(95%")[0].split() == ["step", "time", "+10.0%", "(slower)"]
+        assert worse[-1].split("(95%")[0].split() == ["tokens/s", "-9.1%", "(slower)"]
+        assert worse[-1].endswith(": REGRESSION over 5%")
+        better = speedtronic("compare", slow, a, "--max-regression", "5%", cwd=tmp_path).stdout.splitlines()
+        assert better[-2].split("(95%")[0].split() == ["step", "time", "-9.1%", "(faster)"]
+        assert better[-1].split("(95%")[0].split() == ["tokens/s", "+10.0%", "(faster)"]
+        assert better[-1].endswith(": no regression")
+
     def test_the_answer_is_reproducible(self, tmp_path: Path) -> None:
         """The bootstrap is seeded: the same runs print the same intervals."""
         a, b = synthetic(tmp_path / "a.jsonl", seed=1), synthetic(tmp_path / "b.jsonl", seed=2, slowdown=1.04)
