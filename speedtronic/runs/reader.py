@@ -455,11 +455,11 @@ def file_records(
                         # Today's writer's record, whole, its note listing nothing non-finite (most
                         # records): nothing to undo, so _record_of's questions are not asked, and its
                         # Record is built here (what _record does, without the call and the checks
-                        # after it: 0.17 us a record of 2.4).
+                        # after it: docs/performance.md, "The reader's fast path").
                         if (
                             type(fields) is dict
                             and type(note := fields.get(NOTE_KEY)) is dict
-                            and NOTE_PARTS not in note
+                            and note.get(NOTE_PARTS, 1) == 1  # today's writer's note says "parts":1
                             and held.fields is None
                             and note.get(NOTE_NON_FINITE) == _NOTHING
                             and NOTE_VERSION_KEY in note
