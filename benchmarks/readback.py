@@ -46,7 +46,10 @@ import tempfile
 import time
 from pathlib import Path
 
-NOTE = '{"v":2,"origin":"user","converted":[],"truncated":[],"non_finite":{"nan":%s,"inf":[],"neg_inf":[]}}'
+NOTE = (  # today's writer's note (contract 3: a whole record says "part":0,"parts":1)
+    '{"v":3,"origin":"user","converted":[],"truncated":[],"non_finite":{"nan":%s,"inf":[],"neg_inf":[]},'
+    '"part":0,"parts":1}'
+)
 STEP = (
     '{"event":"train_step","step":%d,"loss":%s,"lr":0.0003,"grad_norm":%r,"samples_per_s":%r,'
     '"tokens_per_s":%r,"step_time_s":%r,"data_wait_s":%r,"compute_s":%r,"sync_wait_s":%r,"elapsed_s":%r%s,'
