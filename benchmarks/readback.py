@@ -46,7 +46,10 @@ import tempfile
 import time
 from pathlib import Path
 
-NOTE = '{"v":2,"origin":"user","converted":[],"truncated":[],"non_finite":{"nan":%s,"inf":[],"neg_inf":[]}}'
+NOTE = (  # today's writer's note (contract 3: a whole record says "part":0,"parts":1)
+    '{"v":3,"origin":"user","converted":[],"truncated":[],"non_finite":{"nan":%s,"inf":[],"neg_inf":[]},'
+    '"part":0,"parts":1}'
+)
 STEP = (
     '{"event":"train_step","step":%d,"loss":%s,"lr":0.0003,"grad_norm":%r,"samples_per_s":%r,'
     '"tokens_per_s":%r,"step_time_s":%r,"data_wait_s":%r,"compute_s":%r,"sync_wait_s":%r,"elapsed_s":%r%s,'
@@ -287,6 +290,7 @@ print(replay_run(sys.argv[1], [Nothing()]).replayed.total())
 """
 
 PY = [sys.executable]
+HERE = Path(__file__).resolve().parent
 
 
 def speedtronic(*args: str) -> list[str]:
@@ -300,7 +304,10 @@ def script(code: str, *args: str) -> list[str]:
 def run_once(argv: list[str]) -> Figure:
     """Seconds, peak RSS (MiB) and exit code of one process (its own rusage, from ``os.wait4``)."""
     start = time.perf_counter()
-    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # Run from this script's folder, not the caller's: "-m" and "-c" put the working directory first on
+    # sys.path, so from a checkout's root the child would import that checkout's speedtronic whatever
+    # PYTHONPATH names (an A/B against another tree would measure this one twice).
+    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=HERE)
     _, status, usage = os.wait4(child.pid, 0)
     took = time.perf_counter() - start
     child.returncode = os.waitstatus_to_exitcode(status)
@@ -441,6 +448,7 @@ def main() -> None:
     parser.add_argument("--goals", action="store_true", help="only the read-back goals, as a table")
     parser.add_argument("--check", action="store_true", help="with --goals: exit 1 when a goal is missed")
     args = parser.parse_args()
+    args.dir = os.path.abspath(args.dir) if args.dir else None  # the readers run in another folder
     rounds = 1 if args.quick else args.rounds
     sizes = (10_000, 100_000) if args.quick else (10_000, 100_000, 1_000_000)
     mib = 64 if args.quick else 200

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from speedtronic.record import NOTE_VERSION
 from speedtronic.runs import RunError, Skipped, rate_keys, read_records, run_files
 from speedtronic.runs.summary import summarize_run
 from tests.runs.conftest import EVENTS, append, log_run, same
@@ -90,6 +91,20 @@ class TestReadRecords:
             True,
         )
         assert (again.payload, again.segment, again.line) == ({"step": 4}, 1, 6)
+
+    def test_todays_records_number_the_segments_of_a_resumed_run(self, tmp_path: Path) -> None:
+        """A run the writer logged twice into one file: each train_start begins the next segment, for
+        every record after it, and summarize counts the two segments (one piece or several)."""
+        path = tmp_path / "metrics.jsonl"
+        log_run(path)
+        log_run(path)
+        records = list(read_records(path))
+        half = len(EVENTS)
+        assert [(r.event, r.segment, r.line) for r in records] == [
+            (event, number // half, number + 1) for number, (event, _) in enumerate(EVENTS * 2)
+        ]
+        assert {(r.notes or {}).get("v") for r in records} == {NOTE_VERSION}  # today's writer's
+        assert summarize_run(path).segments == 2
 
     def test_torn_line_mid_file_after_a_restart_is_junk_not_the_end(self, tmp_path: Path) -> None:
         """A killed run's torn line followed by a resumed run's records: both runs' records are read."""
