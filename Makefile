@@ -25,9 +25,9 @@ run: $(VENV)/.run-installed
 	$(BIN)/speedtronic train
 
 # `make test` is `make check` timed: it says first how long it usually takes, prints its wall time at
-# the end, set-up included, and keeps check's exit code. Measured on 2026-12-07 in a fresh clone of
-# aa5f4d5 on a quiet 2-core machine (load 0.2 at the start): 835 s, of which the suite under coverage
-# took 806 s (an earlier clone of d883efc: TEST_JOBS=3 852 s against 928 s, one run each).
+# the end, set-up included, and keeps check's exit code. Measured on 2026-12-08 in a fresh clone of
+# c02945e on a quiet 2-core machine (load 1.5 at the start): 797 s, of which the suite under coverage
+# took 758 s (2026-12-07, aa5f4d5: 835 s; an earlier clone of d883efc: TEST_JOBS=3 852 s against 928 s).
 test:
 	@echo "make test: ruff, mypy --strict and every test under coverage; usually about 15 minutes on a 2-core machine"
 	@start=$$(date +%s); $(MAKE) --no-print-directory check; rc=$$?; \
