@@ -429,7 +429,7 @@ def file_records(
     start, stop, first_line = span if span is not None else (0, None, 1)
     segment, started, records, bad = 0, span is not None and start > 0, 0, 0  # bad: lines skipped
     held = _Held()  # the parts read so far of a record written in parts
-    loads, new = orjson.loads, _new
+    loads = orjson.loads
     try:
         with source.open("rb") as file:
             if start:
@@ -453,9 +453,7 @@ def file_records(
                             bad += held.give_up(source, skipped)
                     else:
                         # Today's writer's record, whole, its note listing nothing non-finite (most
-                        # records): nothing to undo, so _record_of's questions are not asked, and its
-                        # Record is built here (what _record does, without the call and the checks
-                        # after it: docs/performance.md, "The reader's fast path").
+                        # records): nothing to undo, so _record_of's questions are not asked.
                         if (
                             type(fields) is dict
                             and type(note := fields.get(NOTE_KEY)) is dict
@@ -468,38 +466,19 @@ def file_records(
                         ):
                             timestamp = fields.pop("timestamp", None)
                             del fields["event"], fields[NOTE_KEY]
-                            if event == "train_start":  # as for the records below
-                                if started:
-                                    segment += 1
-                                started = True
-                            rank = fields.get("rank")
-                            records += 1
-                            yield new(
-                                Record,
-                                (
-                                    event,
-                                    fields,
-                                    timestamp if type(timestamp) is str else None,
-                                    rank if type(rank) is int else 0,
-                                    source,
-                                    number,
-                                    note,
-                                    segment,
-                                    note.get(NOTE_ORIGIN) == ORIGIN_OWN,
-                                ),
-                            )
-                            continue
-                        at = number  # the record's line: its first part's, for one written in parts
-                        if held.fields is not None or (
-                            type(fields) is dict
-                            and type(note := fields.get(NOTE_KEY)) is dict
-                            and note.get(NOTE_PARTS, 1) != 1
-                        ):
-                            fields, at, lost = held.take(fields, number, source, skipped)
-                            bad += lost
-                            if fields is None:
-                                continue
-                        record = _record_of(fields, raw, source, at, segment)
+                            record = _record(event, fields, timestamp, note, source, number, segment)
+                        else:
+                            at = number  # the record's line: its first part's, for one written in parts
+                            if held.fields is not None or (
+                                type(fields) is dict
+                                and type(note := fields.get(NOTE_KEY)) is dict
+                                and note.get(NOTE_PARTS, 1) != 1
+                            ):
+                                fields, at, lost = held.take(fields, number, source, skipped)
+                                bad += lost
+                                if fields is None:
+                                    continue
+                            record = _record_of(fields, raw, source, at, segment)
                     if isinstance(record, str):
                         if not records and not bad and not start and not begins_a_record(raw):
                             raise not_a_run(source, f"line {number} is not a JSON object")
@@ -706,8 +685,7 @@ def _record(
     number: int,
     segment: int,
 ) -> Record:
-    """The ``Record`` of a line's ``fields``, its event, timestamp and note taken out (``file_records``
-    builds today's writer's whole records the same way, in its loop)."""
+    """The ``Record`` of a line's ``fields``, its event, timestamp and note taken out."""
     rank = fields.get("rank")
     # tuple.__new__: a Record without the keyword handling of its generated __new__ (this runs per line).
     return _new(
